@@ -1,0 +1,60 @@
+"""dex: an embedded durable execution engine for Python on PostgreSQL.
+
+Workflows are ``async def`` functions whose every step is recorded as an event; after a crash
+any process replays the history and carries on. Activities do the I/O and are retried under
+a policy. See README.md for a tour and SPEC.md for the contract.
+"""
+
+from dex.app.activity_context import ActivityContext, activity_context
+from dex.app.engine import Engine
+from dex.app.info import RunInfo
+from dex.app.ports import QueueInfo
+from dex.app.registry import activity, workflow
+from dex.domain.context import WorkflowContext
+from dex.domain.errors import (
+    ActivityFailedError,
+    ApplicationError,
+    ChildWorkflowFailedError,
+    DexError,
+    InvalidStateError,
+    NonDeterminismError,
+    NotRegisteredError,
+    RunNotFoundError,
+    SerializationError,
+    TerminalError,
+    WaitTimeoutError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+)
+from dex.domain.events import HistoryEvent
+from dex.domain.retry import RetryPolicy
+from dex.domain.status import RunStatus
+from dex.domain.values import FailureInfo
+
+__all__ = [
+    "ActivityContext",
+    "ActivityFailedError",
+    "ApplicationError",
+    "ChildWorkflowFailedError",
+    "DexError",
+    "Engine",
+    "FailureInfo",
+    "HistoryEvent",
+    "InvalidStateError",
+    "NonDeterminismError",
+    "NotRegisteredError",
+    "QueueInfo",
+    "RetryPolicy",
+    "RunInfo",
+    "RunNotFoundError",
+    "RunStatus",
+    "SerializationError",
+    "TerminalError",
+    "WaitTimeoutError",
+    "WorkflowCancelledError",
+    "WorkflowContext",
+    "WorkflowFailedError",
+    "activity",
+    "activity_context",
+    "workflow",
+]

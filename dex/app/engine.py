@@ -1,0 +1,379 @@
+"""The engine facade (SPEC §5): start, signal, inspect and wait for runs; run the workers."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from dex.app.buffer import ResultBuffer
+from dex.app.clock import VirtualClock
+from dex.app.info import RunInfo
+from dex.app.ports import QUEUE_KINDS, QueueInfo, RunFilter, RunRecord, Store
+from dex.app.registry import Registry
+from dex.app.runner import Nudge, PollingThread, activity_pool
+from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
+from dex.app.workers import ActivityWorker, AsyncRunner, WorkflowWorker
+from dex.domain import events as ev
+from dex.domain.definitions import PayloadConverter, validate_name, validate_priority, validate_queue
+from dex.domain.errors import (
+    InvalidStateError,
+    RunNotFoundError,
+    SerializationError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+)
+from dex.domain.replay import normalize_labels
+from dex.domain.status import RunStatus
+from dex.domain.values import describe_failure
+from dex.serialization.history import encode_history
+from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
+
+
+class Engine:
+    """Runs the registered workflows and activities over one store (an adapter)."""
+
+    def __init__(
+        self,
+        adapter: Store,
+        workflows: Iterable[Callable[..., Any]] = (),
+        activities: Iterable[Callable[..., Any]] = (),
+        *,
+        node_id: str | None = None,
+        converter: PayloadConverter | None = None,
+        activity_concurrency: int = 16,
+        poll_interval: float = 0.05,
+        workflow_task_lease: timedelta = timedelta(seconds=60),
+        leader_lease: timedelta = timedelta(seconds=15),
+        retention: timedelta = timedelta(days=7),
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = adapter
+        self.registry = Registry(workflows, activities)
+        self.node_id = node_id or f"node-{uuid.uuid4()}"
+        self.converter: PayloadConverter = converter or DefaultPayloadConverter()
+        self._activity_concurrency = activity_concurrency
+        self._poll_interval = poll_interval
+        self._nudge = Nudge()
+        self.buffer = ResultBuffer(adapter, on_flush=self._nudge)
+        self._async = AsyncRunner()
+        self.leader = LeaderElection(adapter, self.node_id, ttl=leader_lease)
+        self.workflow_scheduler = WorkflowTaskScheduler(adapter)
+        self.activity_scheduler = ActivityTaskScheduler(adapter)
+        self.maintenance = RetentionMaintenance(adapter, retention=retention)
+        self.workflow_worker = WorkflowWorker(
+            adapter, self.registry, self.converter, self.buffer, self.node_id, lease=workflow_task_lease
+        )
+        self.activity_worker = ActivityWorker(
+            adapter,
+            self.registry,
+            self.converter,
+            self.buffer,
+            self.node_id,
+            rng=rng or random.Random(),
+            async_runner=self._async,
+        )
+        self._drain_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._threads: list[PollingThread] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_flight = threading.Semaphore(activity_concurrency)
+        for definition in self.registry.workflows.values():
+            adapter.ensure_queue(definition.queue, "workflow")
+        for activity in self.registry.activities.values():
+            adapter.ensure_queue(activity.queue, "activity")
+
+    # -- runs ---------------------------------------------------------------------------------
+    def start_workflow(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        *args: Any,
+        instance_id: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create a run and return its id (or the id of the live run with this ``instance_id``)."""
+        definition = self.registry.workflow(fn_or_name)
+        definition.signature.check_arity(len(args), f"workflow {definition.name!r}")
+        for value, what in ((instance_id, "instance_id"), (concurrency_key, "concurrency_key")):
+            if value is not None and (not isinstance(value, str) or not value or len(value) > 256):
+                raise ValueError(f"{what} must be a non-empty str of at most 256 characters, got {value!r}")
+        created = ev.RunCreated(
+            workflow_name=definition.name,
+            input=self._encode_all(args),
+            queue=validate_queue(queue) if queue is not None else definition.queue,
+            instance_id=instance_id,
+            priority=validate_priority(priority),
+            concurrency_key=concurrency_key,
+            labels=normalize_labels(labels),
+        )
+        run_id = self.store.create_run(str(uuid.uuid4()), created, self.store.clock.now())
+        self._nudge()
+        return run_id
+
+    def _encode_all(self, args: Iterable[Any]) -> tuple[Any, ...]:
+        payloads = []
+        for index, arg in enumerate(args):
+            try:
+                payloads.append(self.converter.encode(arg))
+            except SerializationError as exc:
+                raise SerializationError(f"argument {index}: {exc}") from exc
+        return tuple(payloads)
+
+    def send_event(self, run_id: str, event_id: str, payload: Any = None) -> None:
+        """Deliver an external event to a run; it is buffered until the run waits for it."""
+        validate_name(event_id, "event id")
+        message = ev.ExternalEventReceived(event_id=event_id, payload=self.converter.encode(payload))
+        self.store.send_message(run_id, message, self.store.clock.now())
+        self._nudge()
+
+    def cancel(self, run_id: str, reason: str = "") -> None:
+        """Ask a run to stop at its next await and end CANCELLED."""
+        self._transition(run_id, RunStatus.CANCELLED, ev.RunCancelled(reason=str(reason)))
+
+    def suspend(self, run_id: str) -> None:
+        """Hold back a running run's new events until ``resume``."""
+        self._transition(run_id, RunStatus.SUSPENDED, ev.RunSuspended())
+
+    def resume(self, run_id: str) -> None:
+        """Release a suspended run's held events, in order."""
+        self._transition(run_id, RunStatus.RUNNING, ev.RunResumed())
+
+    def _transition(self, run_id: str, target: RunStatus, message: ev.Message) -> None:
+        self.store.request_transition(run_id, target, message, self.store.clock.now())
+        self._nudge()
+
+    def get_run(self, run_id: str) -> RunInfo:
+        record = self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return self._info(record)
+
+    def _info(self, record: RunRecord) -> RunInfo:
+        result = None
+        if record.result is not None:
+            definition = self.registry.find_workflow(record.workflow_name)
+            hint = definition.signature.returns if definition is not None else None
+            result = self.converter.decode(record.result, hint)
+        return RunInfo(
+            run_id=record.run_id,
+            workflow_name=record.workflow_name,
+            instance_id=record.instance_id,
+            status=record.status,
+            custom_status=record.custom_status,
+            priority=record.priority,
+            concurrency_key=record.concurrency_key,
+            labels=dict(record.labels),
+            parent_run_id=record.parent_run_id,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            completed_at=record.completed_at,
+            result=result,
+            failure=record.failure,
+        )
+
+    def list_runs(
+        self,
+        *,
+        workflow_name: str | None = None,
+        statuses: Iterable[RunStatus | str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        instance_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]:
+        """Runs matching every given filter, newest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        run_filter = RunFilter(
+            workflow_name=workflow_name,
+            statuses=frozenset(RunStatus(s) for s in statuses) if statuses is not None else None,
+            labels=normalize_labels(labels),
+            instance_id=instance_id,
+            created_after=created_after,
+            created_before=created_before,
+            limit=limit,
+        )
+        return [self._info(record) for record in self.store.list_runs(run_filter)]
+
+    def history(self, run_id: str) -> list[ev.HistoryEvent]:
+        """The run's history events, oldest first."""
+        return self.store.load_history(run_id)
+
+    def export_history(self, run_id: str) -> bytes:
+        """The run's history as a protobuf ``WorkflowHistory`` (``dex.testing.load_history`` reads it)."""
+        record = self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return encode_history(run_id, record.workflow_name, self.store.load_history(run_id))
+
+    def wait(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
+        """Block until the run ends; return its result or raise its failure."""
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.002
+        while True:
+            info = self.get_run(run_id)
+            if info.status is RunStatus.COMPLETED:
+                return info.result
+            if info.status is RunStatus.FAILED:
+                assert info.failure is not None
+                raise WorkflowFailedError(
+                    f"run {run_id} failed: {describe_failure(info.failure)}", info.failure
+                )
+            if info.status is RunStatus.CANCELLED:
+                raise WorkflowCancelledError(f"run {run_id} was cancelled")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} did not finish within {timeout} s (status {info.status.value})")
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 0.05)
+
+    # -- running ------------------------------------------------------------------------------
+    def drain(self, advance_time: bool = True) -> None:
+        """Run everything due in this thread until nothing is left.
+
+        With ``advance_time`` and a VirtualClock, jump the clock to the next timer, retry or
+        lease expiry and go on. This is the tool for deterministic tests.
+        """
+        with self._drain_lock:
+            while True:
+                if self._drain_round():
+                    continue
+                clock = self.store.clock
+                if not advance_time or not isinstance(clock, VirtualClock):
+                    return
+                due = self.store.next_due_time(clock.now())
+                if due is None:
+                    return
+                clock.advance_to(due)
+
+    def _drain_round(self) -> bool:
+        worked = 0
+        if self.leader.step():
+            worked += self.workflow_scheduler.step()
+            worked += self.activity_scheduler.step()
+        worked += self.workflow_worker.poll_once()
+        worked += self.buffer.flush()
+        worked += self.activity_worker.poll_once()
+        worked += self.buffer.flush()
+        return worked > 0
+
+    def start(self) -> None:
+        """Start background workers, schedulers, leader election and maintenance."""
+        if self._threads:
+            raise InvalidStateError("the engine is already started")
+        self._stopping.clear()
+        self._pool = activity_pool(self._activity_concurrency)
+        loops: list[tuple[str, Callable[[], int]]] = [
+            ("dex-scheduler", self._schedule_round),
+            ("dex-workflow-worker", self._workflow_round),
+            ("dex-activity-worker", self._activity_round),
+            ("dex-flusher", self._flush_round),
+        ]
+        for name, step in loops:
+            thread = PollingThread(name, step, self._nudge.channel(), self._stopping, interval=self._poll_interval)
+            self._threads.append(thread)
+            thread.start()
+
+    def _schedule_round(self) -> int:
+        if not self.leader.step():
+            return 0
+        worked = self.workflow_scheduler.step() + self.activity_scheduler.step()
+        self.maintenance.step()
+        if worked:
+            self._nudge()
+        return worked
+
+    def _workflow_round(self) -> int:
+        worked = self.workflow_worker.poll_once()
+        if not worked:
+            self.buffer.flush()  # idle: do not make finished work wait for a full batch
+        return worked
+
+    def _activity_round(self) -> int:
+        free = self._free_slots()
+        if free == 0:
+            return 0
+        tasks = self.activity_worker.claim(free)
+        assert self._pool is not None
+        for task in tasks:
+            self._in_flight.acquire()
+            future = self._pool.submit(self.activity_worker.run, task)
+            future.add_done_callback(lambda _f: self._activity_done())
+        if not tasks:
+            self.buffer.flush()
+        return len(tasks)
+
+    def _free_slots(self) -> int:
+        free = 0
+        while self._in_flight.acquire(blocking=False):
+            free += 1
+        for _ in range(free):
+            self._in_flight.release()
+        return free
+
+    def _activity_done(self) -> None:
+        self._in_flight.release()
+        self._nudge()
+
+    def _flush_round(self) -> int:
+        self.buffer.wait_until_full(self._poll_interval)
+        return self.buffer.flush()
+
+    def stop(self, timeout: float = 30) -> None:
+        """Stop polling, let in-flight tasks finish, flush buffers, release leadership."""
+        deadline = time.monotonic() + timeout
+        self._stopping.set()
+        self._nudge()
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self.buffer.flush()
+        self.leader.release()
+        self._async.close()
+        self._threads.clear()
+
+    def __enter__(self) -> Engine:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- queues ------------------------------------------------------------------------------
+    def create_queue(self, name: str, kind: str, capacity: int = 100) -> None:
+        self.store.create_queue(name, _kind(kind), capacity)
+
+    def pause_queue(self, name: str, kind: str) -> None:
+        self.store.set_queue_paused(name, _kind(kind), True)
+
+    def resume_queue(self, name: str, kind: str) -> None:
+        self.store.set_queue_paused(name, _kind(kind), False)
+        self._nudge()
+
+    def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
+        self.store.set_queue_capacity(name, _kind(kind), capacity)
+        self._nudge()
+
+    def list_queues(self) -> list[QueueInfo]:
+        return self.store.list_queues()
+
+
+def _kind(kind: str) -> str:
+    if kind not in QUEUE_KINDS:
+        raise ValueError(f"queue kind must be 'workflow' or 'activity', got {kind!r}")
+    return kind

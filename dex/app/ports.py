@@ -1,0 +1,233 @@
+"""Ports: what the engine needs from a store, in domain terms.
+
+Each adapter (in-memory, PostgreSQL) implements every protocol here. The methods are whole
+domain operations (create a run, claim workflow tasks, complete them), never single queries,
+so that an adapter is free to do each in one transaction or one lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+
+import attrs
+
+from dex.domain import events as ev
+from dex.domain.retry import RetryPolicy
+from dex.domain.status import RunStatus
+from dex.domain.task import InboxMessage, WorkflowTaskResult
+from dex.domain.values import FailureInfo, Payload
+
+WORKFLOW = "workflow"
+ACTIVITY = "activity"
+QUEUE_KINDS = (WORKFLOW, ACTIVITY)
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, UTC and aware."""
+        ...
+
+
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """A run as the store keeps it."""
+
+    run_id: str
+    workflow_name: str
+    queue: str
+    status: RunStatus
+    instance_id: str | None
+    priority: int
+    concurrency_key: str | None
+    labels: ev.Labels
+    parent_run_id: str | None
+    created_at: datetime
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    custom_status: str | None = None
+    result: Payload | None = None
+    failure: FailureInfo | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunFilter:
+    workflow_name: str | None = None
+    statuses: frozenset[RunStatus] | None = None
+    labels: ev.Labels = ()
+    instance_id: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    limit: int = 100
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """Who holds a task and until when; ``version`` grows with every claim."""
+
+    owner: str
+    until: datetime
+    version: int
+
+
+@attrs.frozen(kw_only=True)
+class WorkflowTask:
+    task_id: int
+    run_id: str
+    workflow_name: str
+    queue: str
+    lease: Lease
+
+
+@attrs.frozen(kw_only=True)
+class ActivityTask:
+    task_id: int
+    run_id: str
+    created_seq: int
+    name: str
+    input: tuple[Payload, ...]
+    queue: str
+    priority: int
+    attempt: int
+    retry_policy: RetryPolicy
+    lock_timeout: timedelta
+    lease: Lease
+
+
+@attrs.frozen(kw_only=True)
+class ActivityOutcome:
+    """How an activity attempt ended: a result, a final failure, or a retry at ``retry_at``."""
+
+    task: ActivityTask
+    result: Payload | None = None
+    failure: FailureInfo | None = None
+    retry_at: datetime | None = None
+
+    @property
+    def message(self) -> ev.Message | None:
+        """The message the run receives, or None for a retry (retried attempts are not history)."""
+        if self.retry_at is not None:
+            return None
+        if self.failure is not None:
+            return ev.ActivityTaskFailed(created_seq=self.task.created_seq, failure=self.failure)
+        assert self.result is not None
+        return ev.ActivityTaskCompleted(created_seq=self.task.created_seq, result=self.result)
+
+
+@attrs.frozen(kw_only=True)
+class QueueInfo:
+    """A task queue: ``kind`` is "workflow" or "activity"; ``status`` "ACTIVE" or "PAUSED"."""
+
+    name: str
+    kind: str
+    status: str
+    capacity: int
+    depth: int
+
+
+class RunStore(Protocol):
+    def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        """Create a run (history ``[RunCreated]``, inbox ``[RunStarted]``) and return its id.
+
+        When a non-terminal run has the same ``instance_id``, create nothing and return its id.
+        """
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
+        """Runs matching the filter, newest first."""
+        ...
+
+    def load_history(self, run_id: str) -> list[ev.HistoryEvent]: ...
+
+    def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
+        """Put a message in a run's inbox. RunNotFoundError / InvalidStateError (terminal run)."""
+        ...
+
+    def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
+        """Check ``target`` against the run's status and put ``message`` in its inbox.
+
+        SUSPENDED and RUNNING (resume) take effect on the status at once; CANCELLED takes
+        effect when the run's workflow task processes the message.
+        """
+        ...
+
+
+class WorkflowTaskQueue(Protocol):
+    def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
+        """Create workflow tasks for runs with visible messages (capacity, pause and
+        concurrency keys permitting); return how many were created."""
+        ...
+
+    def claim_workflow_tasks(
+        self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[WorkflowTask]: ...
+
+    def load_workflow_task(self, task: WorkflowTask, now: datetime) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
+        """The run's history and its inbox messages visible at ``now``, oldest first."""
+        ...
+
+    def complete_workflow_tasks(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
+    ) -> list[bool]:
+        """Apply each result while its lease holds and its history is unchanged; False: discarded."""
+        ...
+
+
+class ActivityTaskQueue(Protocol):
+    def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
+        """Make visible activity tasks claimable, capacity and pause permitting."""
+        ...
+
+    def claim_activity_tasks(self, names: Collection[str], owner: str, now: datetime, limit: int) -> list[ActivityTask]: ...
+
+    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
+        """Heartbeats: push each lease ``lock_timeout`` past now, if still held."""
+        ...
+
+    def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
+        """Apply each outcome while its lease holds; False: discarded."""
+        ...
+
+
+class QueueAdmin(Protocol):
+    def ensure_queue(self, name: str, kind: str, capacity: int = 100) -> None:
+        """Create the queue if it does not exist (idempotent)."""
+        ...
+
+    def create_queue(self, name: str, kind: str, capacity: int) -> None: ...
+
+    def set_queue_paused(self, name: str, kind: str, paused: bool) -> None: ...
+
+    def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None: ...
+
+    def list_queues(self) -> list[QueueInfo]: ...
+
+
+class Leadership(Protocol):
+    def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:
+        """Take or renew the leadership lease; True while this node leads."""
+        ...
+
+    def release_leadership(self, node_id: str) -> None: ...
+
+
+class Maintenance(Protocol):
+    def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` terminal runs completed before the cut-off (with history)."""
+        ...
+
+    def next_due_time(self, now: datetime) -> datetime | None:
+        """The earliest future moment at which a message, task or lease becomes due."""
+        ...
+
+
+class Store(RunStore, WorkflowTaskQueue, ActivityTaskQueue, QueueAdmin, Leadership, Maintenance, Protocol):
+    """Everything an engine needs from one adapter."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def close(self) -> None: ...

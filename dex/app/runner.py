@@ -1,0 +1,76 @@
+"""Background threads for ``Engine.start()``: each one calls a component's step in a loop.
+
+The threads hold no logic of their own. A shared ``wake`` event lets whoever creates work in
+this process (a started workflow, a flushed batch) nudge the pollers instead of waiting for
+their next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger("dex.runner")
+
+
+class Nudge:
+    """A wake-up call shared by the pollers of one engine."""
+
+    def __init__(self) -> None:
+        self._events: list[threading.Event] = []
+
+    def channel(self) -> threading.Event:
+        event = threading.Event()
+        self._events.append(event)
+        return event
+
+    def __call__(self) -> None:
+        for event in self._events:
+            event.set()
+
+
+class PollingThread:
+    """Calls ``step`` until stopped; sleeps up to ``interval`` after a round with no work."""
+
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[], int],
+        wake: threading.Event,
+        stopping: threading.Event,
+        *,
+        interval: float,
+        max_backoff: float = 2.0,
+    ) -> None:
+        self._step, self._wake, self._stopping = step, wake, stopping
+        self._interval, self._max_backoff = interval, max_backoff
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None) -> None:
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                worked = self._step()
+                failures = 0
+            except Exception:
+                # the store is unreachable or refused: back off, then try again
+                failures += 1
+                worked = 0
+                log.warning("%s failed (attempt %d); backing off", self._thread.name, failures, exc_info=True)
+                self._stopping.wait(min(self._interval * 2**failures, self._max_backoff))
+                continue
+            if not worked:
+                self._wake.wait(self._interval)
+                self._wake.clear()
+
+
+def activity_pool(concurrency: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="dex-activity")

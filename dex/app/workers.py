@@ -1,0 +1,215 @@
+"""Workers: claim tasks, execute them, hand the outcomes to the result buffer.
+
+Each worker is a plain object whose ``poll_once()`` does one round; the engine's threads call
+it in a loop and ``Engine.drain()`` calls it inline, which is what makes a whole engine
+steppable from one thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from datetime import timedelta
+from typing import Any
+
+from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
+from dex.app.buffer import ResultBuffer
+from dex.app.ports import ActivityOutcome, ActivityTask, Store, WorkflowTask
+from dex.app.registry import Registry
+from dex.domain import events as ev
+from dex.domain.definitions import PayloadConverter
+from dex.domain.errors import ApplicationError, NotRegisteredError, SerializationError
+from dex.domain.status import RunStatus
+from dex.domain.task import InboxMessage, WorkflowTaskResult, decide
+from dex.domain.values import FailureInfo
+
+log = logging.getLogger("dex.worker")
+
+
+class WorkflowWorker:
+    """Runs workflow tasks: load history and inbox, decide purely, buffer the result."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        converter: PayloadConverter,
+        buffer: ResultBuffer,
+        node_id: str,
+        *,
+        lease: timedelta = timedelta(seconds=60),
+        batch_size: int = 16,
+    ) -> None:
+        self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
+        self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
+        self._names = frozenset(registry.workflows)
+
+    def poll_once(self) -> int:
+        """Claim and execute up to one batch of workflow tasks; return how many ran."""
+        if not self._names:
+            return 0
+        now = self._store.clock.now()
+        tasks = self._store.claim_workflow_tasks(self._names, self._node_id, now, self._lease, self._batch_size)
+        for task in tasks:
+            self._buffer.add_workflow_result(task, self.execute(task))
+        return len(tasks)
+
+    def execute(self, task: WorkflowTask) -> WorkflowTaskResult:
+        now = self._store.clock.now()
+        history, inbox = self._store.load_workflow_task(task, now)
+        definition = self._registry.workflows[task.workflow_name]
+        try:
+            return decide(
+                definition,
+                task.run_id,
+                history,
+                inbox,
+                now,
+                self._converter,
+                activities=self._registry.find_activity,
+                workflows=self._registry.find_workflow,
+            )
+        except Exception as exc:  # a history the core cannot read fails that run, not the worker
+            log.exception("workflow task for run %s failed", task.run_id)
+            return failed_result(task.run_id, history, inbox, now, FailureInfo.from_exception(exc, terminal=True))
+
+
+def failed_result(
+    run_id: str,
+    history: list[ev.HistoryEvent],
+    inbox: list[InboxMessage],
+    now: Any,
+    failure: FailureInfo,
+) -> WorkflowTaskResult:
+    """A result that ends the run FAILED with ``failure``, consuming its whole inbox."""
+    last = history[-1].sequence_number if history else 0
+    completion = ev.RunCompleted(status=RunStatus.FAILED, failure=failure)
+    events = [ev.WorkflowTaskStarted(), completion, ev.WorkflowTaskCompleted()]
+    return WorkflowTaskResult(
+        run_id=run_id,
+        expected_last_seq=last,
+        new_events=tuple(
+            ev.HistoryEvent(sequence_number=last + i + 1, timestamp=now, event=e) for i, e in enumerate(events)
+        ),
+        consumed=tuple(m.message_id for m in inbox),
+        completion=completion,
+    )
+
+
+class AsyncRunner:
+    """An event loop in its own thread, owned by the worker, on which async activities run."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, coro: Any) -> Any:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="dex-async-activities", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._loop is not None and self._thread is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=5)
+                self._loop.close()
+            self._loop, self._thread = None, None
+
+
+class ActivityWorker:
+    """Runs activity attempts and turns each into a result, a final failure or a retry."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        converter: PayloadConverter,
+        buffer: ResultBuffer,
+        node_id: str,
+        *,
+        rng: random.Random,
+        async_runner: AsyncRunner,
+        batch_size: int = 16,
+    ) -> None:
+        self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
+        self._node_id, self._rng, self._async, self._batch_size = node_id, rng, async_runner, batch_size
+        self._names = frozenset(registry.activities)
+        self._rng_lock = threading.Lock()
+
+    def claim(self, limit: int | None = None) -> list[ActivityTask]:
+        if not self._names:
+            return []
+        limit = self._batch_size if limit is None else min(limit, self._batch_size)
+        if limit <= 0:
+            return []
+        return self._store.claim_activity_tasks(self._names, self._node_id, self._store.clock.now(), limit)
+
+    def poll_once(self, executor: Executor | None = None, on_done: Callable[[], None] | None = None) -> int:
+        """Claim a batch; run each attempt inline, or on ``executor`` when one is given."""
+        tasks = self.claim()
+        for task in tasks:
+            if executor is None:
+                self.run(task)
+            else:
+                future: Future[None] = executor.submit(self.run, task)
+                if on_done is not None:
+                    future.add_done_callback(lambda _f: on_done())
+        return len(tasks)
+
+    def run(self, task: ActivityTask) -> None:
+        self._buffer.add_activity_outcome(self.execute(task))
+
+    def execute(self, task: ActivityTask) -> ActivityOutcome:
+        context = ActivityContext(
+            run_id=task.run_id,
+            activity_name=task.name,
+            attempt=task.attempt,
+            heartbeat_fn=lambda: self._store.extend_activity_leases([task], self._store.clock.now())[0],
+        )
+        token = set_activity_context(context)
+        try:
+            try:
+                definition = self._registry.activity(task.name)
+                signature = definition.signature
+                signature.check_arity(len(task.input), f"activity {task.name!r}")
+                args = [self._converter.decode(p, signature.hint_for(i)) for i, p in enumerate(task.input)]
+            except (NotRegisteredError, SerializationError, TypeError) as exc:
+                # bad input does not get better by retrying
+                return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
+            try:
+                value = definition.fn(*args)
+                if definition.is_async or asyncio.iscoroutine(value):
+                    value = self._async.run(value)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from user code are failures too
+                return self._failed(task, exc)
+            try:
+                return ActivityOutcome(task=task, result=self._converter.encode(value))
+            except SerializationError as exc:
+                return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
+        finally:
+            reset_activity_context(token)
+
+    def _failed(self, task: ActivityTask, exc: BaseException) -> ActivityOutcome:
+        failure = FailureInfo.from_exception(exc)
+        if failure.terminal:
+            return ActivityOutcome(task=task, failure=failure)
+        now = self._store.clock.now()
+        with self._rng_lock:
+            delay = task.retry_policy.next_delay(task.attempt, self._rng)
+        if delay is None:
+            return ActivityOutcome(task=task, failure=failure)
+        if isinstance(exc, ApplicationError) and exc.retry_after is not None:
+            delay = exc.retry_after
+        return ActivityOutcome(task=task, failure=failure, retry_at=now + delay)

@@ -1,0 +1,149 @@
+"""WorkflowContext: the only door from workflow code to the outside world (SPEC §3).
+
+Every member is deterministic: time is the time of the current workflow task, randomness is
+seeded per run, and each step is a command that replay matches against the history.
+"""
+
+from __future__ import annotations
+
+import logging
+import random as _random
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from dex.domain.coroutines import DexFuture
+from dex.domain.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from dex.domain.replay import WorkflowExecutor
+
+T = TypeVar("T")
+
+
+class ContinueAsNew(BaseException):
+    """Raised by :meth:`WorkflowContext.continue_as_new` to end the current generation.
+
+    A BaseException so that ``except Exception`` in workflow code does not swallow it.
+    """
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        super().__init__("continue_as_new")
+        self.args_to_continue = args
+
+
+class _ReplayFilter(logging.Filter):
+    def __init__(self, executor: WorkflowExecutor) -> None:
+        super().__init__()
+        self._executor = executor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self._executor.is_replaying
+
+
+class WorkflowContext:
+    """Passed as the first argument to every workflow function."""
+
+    def __init__(self, executor: WorkflowExecutor) -> None:
+        self._executor = executor
+        self._random = _random.Random(f"dex-random:{executor.run_id}:{executor.generation}")
+        self._uuid_random = _random.Random(f"dex-uuid:{executor.run_id}:{executor.generation}")
+        logger = logging.Logger(f"dex.workflow.{executor.workflow_name}")
+        logger.parent = logging.getLogger("dex.workflow")
+        logger.addFilter(_ReplayFilter(executor))
+        self.logger: logging.Logger = logger
+
+    # -- metadata -------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self._executor.run_id
+
+    @property
+    def workflow_name(self) -> str:
+        return self._executor.workflow_name
+
+    @property
+    def instance_id(self) -> str | None:
+        return self._executor.created.instance_id
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return dict(self._executor.created.labels)
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the code re-runs steps that the history already recorded."""
+        return self._executor.is_replaying
+
+    # -- deterministic sources ------------------------------------------------------------
+    def now(self) -> datetime:
+        """The time of the current workflow task (UTC, aware), the same on every replay."""
+        return self._executor.now
+
+    def random(self) -> _random.Random:
+        """A random generator seeded per run: it yields the same values on replay."""
+        return self._random
+
+    def uuid4(self) -> uuid.UUID:
+        """A version-4 UUID from the run's seeded generator."""
+        return uuid.UUID(int=self._uuid_random.getrandbits(128), version=4)
+
+    # -- steps ----------------------------------------------------------------------------
+    def activity(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        *args: Any,
+        queue: str | None = None,
+        retry: RetryPolicy | None = None,
+        priority: int | None = None,
+    ) -> DexFuture[Any]:
+        """Schedule an activity now; await the returned future for its result."""
+        return self._executor.schedule_activity(fn_or_name, args, queue=queue, retry=retry, priority=priority)
+
+    def sleep(self, delay: timedelta | float) -> DexFuture[None]:
+        """A durable timer: await it to wait ``delay`` (seconds or a timedelta)."""
+        return self._executor.start_timer(delay)
+
+    def wait_for_event(self, event_id: str, timeout: timedelta | float | None = None) -> DexFuture[Any]:
+        """Await the payload of the next external event ``event_id`` (FIFO per id)."""
+        return self._executor.wait_for_event(event_id, timeout)
+
+    def child(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        *args: Any,
+        instance_id: str | None = None,
+        queue: str | None = None,
+        concurrency_key: str | None = None,
+        priority: int | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> DexFuture[Any]:
+        """Start a child workflow now; await the returned future for its result."""
+        return self._executor.start_child(
+            fn_or_name,
+            args,
+            instance_id=instance_id,
+            queue=queue,
+            concurrency_key=concurrency_key,
+            priority=priority,
+            labels=labels,
+        )
+
+    def gather(self, *awaitables: Awaitable[Any]) -> DexFuture[list[Any]]:
+        """Await several steps (or coroutines) at once; results come in argument order."""
+        return self._executor.gather(awaitables)
+
+    def side_effect(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` once and record its result; replay returns the recorded value."""
+        return self._executor.side_effect(name, fn, args)  # type: ignore[no-any-return]
+
+    def set_status(self, text: str | None) -> None:
+        """Set the custom status shown in ``RunInfo.custom_status``."""
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"set_status takes a str or None, got {type(text).__name__}")
+        self._executor.custom_status = text
+
+    def continue_as_new(self, *args: Any) -> NoReturn:
+        """End this generation and start the same run afresh with ``args``."""
+        raise ContinueAsNew(args)

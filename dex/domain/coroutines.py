@@ -1,0 +1,152 @@
+"""Deterministic stepping of workflow coroutines, without an asyncio event loop.
+
+Workflow code awaits only :class:`DexFuture` objects. A :class:`CoroutineStepper` sends into
+each coroutine until it yields a future that is not done, and resumes it from a FIFO ready
+queue when that future completes. Which coroutine runs next depends only on the order in
+which futures complete, which replay reproduces from history, so every run of the same
+history takes the same path.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+_FOREIGN_AWAIT_HINT = (
+    "workflow code may await only what WorkflowContext returns "
+    "(ctx.activity, ctx.sleep, ctx.wait_for_event, ctx.child, ctx.gather); "
+    "use ctx.sleep instead of asyncio.sleep and run I/O in an activity"
+)
+
+
+class DexFuture(Generic[T]):
+    """The awaitable that every WorkflowContext step returns."""
+
+    __slots__ = ("_done", "_value", "_exception", "_callbacks", "label")
+
+    def __init__(self, label: str = "") -> None:
+        self._done = False
+        self._value: Any = None
+        self._exception: BaseException | None = None
+        self._callbacks: list[Callable[[DexFuture[T]], None]] = []
+        self.label = label
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> T:
+        if not self._done:
+            raise RuntimeError(f"{self.label or 'future'} is not done yet")
+        if self._exception is not None:
+            raise self._exception
+        return self._value  # type: ignore[no-any-return]
+
+    def exception(self) -> BaseException | None:
+        return self._exception
+
+    def set_result(self, value: T) -> None:
+        self._finish(value, None)
+
+    def set_exception(self, exception: BaseException) -> None:
+        self._finish(None, exception)
+
+    def _finish(self, value: Any, exception: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done, self._value, self._exception = True, value, exception
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def add_done_callback(self, callback: Callable[[DexFuture[T]], None]) -> None:
+        if self._done:
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        if not self._done:
+            yield self
+        return self.result()
+
+    def __repr__(self) -> str:
+        state = "done" if self._done else "pending"
+        return f"<DexFuture {self.label} {state}>"
+
+
+def resolved(value: T, label: str = "") -> DexFuture[T]:
+    """A future that is already done with ``value``."""
+    future: DexFuture[T] = DexFuture(label)
+    future.set_result(value)
+    return future
+
+
+class _Task:
+    __slots__ = ("coro", "future", "throw")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], label: str) -> None:
+        self.coro = coro
+        self.future: DexFuture[Any] = DexFuture(label)
+        self.throw: BaseException | None = None
+
+
+class CoroutineStepper:
+    """Runs workflow coroutines until every one of them waits on a pending future."""
+
+    def __init__(self) -> None:
+        self._ready: deque[_Task] = deque()
+        self._tasks: list[_Task] = []
+
+    def spawn(self, coro: Coroutine[Any, Any, T], label: str = "") -> DexFuture[T]:
+        """Schedule ``coro``; the returned future completes with its result or exception."""
+        task = _Task(coro, label)
+        self._tasks.append(task)
+        self._ready.append(task)
+        return task.future
+
+    def run_until_blocked(self) -> None:
+        """Step ready coroutines (FIFO) until none can make progress."""
+        while self._ready:
+            self._step(self._ready.popleft())
+
+    def _step(self, task: _Task) -> None:
+        try:
+            if task.throw is not None:
+                exc, task.throw = task.throw, None
+                yielded = task.coro.throw(exc)
+            else:
+                yielded = task.coro.send(None)
+        except StopIteration as stop:
+            task.future.set_result(stop.value)
+            return
+        except BaseException as exc:  # the workflow's own failure, reported through its future
+            task.future.set_exception(_explain_missing_loop(exc))
+            return
+        if isinstance(yielded, DexFuture):
+            yielded.add_done_callback(lambda _f: self._ready.append(task))
+        else:
+            task.throw = TypeError(f"workflow awaited {yielded!r}: {_FOREIGN_AWAIT_HINT}")
+            self._ready.append(task)
+
+    def close(self) -> None:
+        """Stop every coroutine at its current await (runs their ``finally`` blocks)."""
+        self._ready.clear()
+        for task in self._tasks:
+            try:
+                task.coro.close()
+            except BaseException:  # noqa: BLE001 - code that awaits in `finally` cannot stop us
+                pass
+        self._tasks.clear()
+
+
+def _explain_missing_loop(exc: BaseException) -> BaseException:
+    # asyncio primitives look for a running loop before they yield anything; their error
+    # alone would not tell the author what to do instead.
+    if isinstance(exc, RuntimeError) and "no running event loop" in str(exc):
+        replacement = TypeError(f"workflow used an asyncio awaitable: {_FOREIGN_AWAIT_HINT}")
+        replacement.__traceback__ = exc.__traceback__
+        return replacement
+    return exc

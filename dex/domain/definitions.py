@@ -1,0 +1,123 @@
+"""What the decorators register: workflow and activity definitions, and the converter port.
+
+Definitions are plain values; the core reads their options and type hints, never the
+decorators themselves.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Protocol
+
+import attrs
+
+from dex.domain.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from dex.domain.values import Payload
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+QUEUE_PATTERN = re.compile(r"^[a-z0-9_-]{1,40}$")
+DEFAULT_QUEUE = "default"
+DEFAULT_LOCK_TIMEOUT = timedelta(minutes=5)
+
+
+def validate_name(name: object, what: str = "name") -> str:
+    """Return ``name`` if it is a valid workflow, activity or event name, else raise ValueError."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise ValueError(f"invalid {what} {name!r}: it must match {NAME_PATTERN.pattern}")
+    return name
+
+
+def validate_queue(queue: object) -> str:
+    """Return ``queue`` if it is a valid queue name, else raise ValueError."""
+    if not isinstance(queue, str) or not QUEUE_PATTERN.match(queue):
+        raise ValueError(f"invalid queue name {queue!r}: it must match {QUEUE_PATTERN.pattern}")
+    return queue
+
+
+def validate_priority(priority: object) -> int:
+    """Return ``priority`` if it is an int in 0..100, else raise ValueError."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 100:
+        raise ValueError(f"invalid priority {priority!r}: it must be an int from 0 to 100")
+    return priority
+
+
+class PayloadConverter(Protocol):
+    """Turns Python values into payloads and back; the hint guides decoding."""
+
+    def encode(self, value: object) -> Payload: ...
+
+    def decode(self, payload: Payload, hint: object = None) -> Any: ...
+
+
+@attrs.frozen(kw_only=True)
+class Signature:
+    """The type hints of a function's positional parameters and of its return value."""
+
+    parameters: tuple[object, ...]
+    returns: object
+    accepts_varargs: bool
+    required: int
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any], *, skip: int = 0) -> Signature:
+        """Read ``fn``'s signature; ``skip`` leading parameters (a workflow's context) are left out."""
+        sig = inspect.signature(fn)
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception:  # unresolvable forward references: decode without hints
+            hints = {}
+        params = list(sig.parameters.values())[skip:]
+        positional = [
+            p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        return cls(
+            parameters=tuple(hints.get(p.name) for p in positional),
+            returns=hints.get("return"),
+            accepts_varargs=any(p.kind == p.VAR_POSITIONAL for p in params),
+            required=sum(1 for p in positional if p.default is p.empty),
+        )
+
+    def check_arity(self, count: int, what: str) -> None:
+        """Raise TypeError naming ``what`` when ``count`` positional arguments do not fit."""
+        if count < self.required or (not self.accepts_varargs and count > len(self.parameters)):
+            expected = (
+                f"at least {self.required}"
+                if self.accepts_varargs
+                else (
+                    str(self.required)
+                    if self.required == len(self.parameters)
+                    else f"{self.required} to {len(self.parameters)}"
+                )
+            )
+            raise TypeError(f"{what} takes {expected} argument(s), got {count}")
+
+    def hint_for(self, index: int) -> object:
+        return self.parameters[index] if index < len(self.parameters) else None
+
+
+@attrs.frozen(kw_only=True)
+class WorkflowDefinition:
+    """A registered workflow: its name, default queue, version and code."""
+
+    name: str = attrs.field(validator=lambda _i, _a, v: validate_name(v, "workflow name"))
+    fn: Callable[..., Any] = attrs.field(eq=False)
+    queue: str = attrs.field(default=DEFAULT_QUEUE, validator=lambda _i, _a, v: validate_queue(v))
+    version: int = 1
+    signature: Signature = attrs.field(eq=False)
+
+
+@attrs.frozen(kw_only=True)
+class ActivityDefinition:
+    """A registered activity: its name, default queue, retry policy, lease length and code."""
+
+    name: str = attrs.field(validator=lambda _i, _a, v: validate_name(v, "activity name"))
+    fn: Callable[..., Any] = attrs.field(eq=False)
+    queue: str = attrs.field(default=DEFAULT_QUEUE, validator=lambda _i, _a, v: validate_queue(v))
+    retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY
+    lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT
+    signature: Signature = attrs.field(eq=False)
+    is_async: bool = False

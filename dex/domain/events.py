@@ -1,0 +1,218 @@
+"""History events: everything that happened to a run, in the past tense.
+
+A run's history is a sequence of :class:`HistoryEvent` with gapless sequence numbers from 1.
+Events that reference an earlier one (an activity's outcome, an elapsed timer) carry that
+event's sequence number as ``created_seq``; a child's outcome names the child run. Some events first wait in the run's inbox as messages
+(:data:`MESSAGE_TYPES`) and enter the history when a workflow task consumes them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import attrs
+
+from dex.domain.retry import RetryPolicy
+from dex.domain.status import RunStatus
+from dex.domain.values import FailureInfo, Payload
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@attrs.frozen(kw_only=True)
+class RunCreated:
+    workflow_name: str
+    input: tuple[Payload, ...]
+    queue: str
+    instance_id: str | None = None
+    priority: int = 0
+    concurrency_key: str | None = None
+    labels: Labels = ()
+    parent_run_id: str | None = None
+    generation: int = 1
+
+
+@attrs.frozen(kw_only=True)
+class RunStarted:
+    pass
+
+
+@attrs.frozen(kw_only=True)
+class WorkflowTaskStarted:
+    pass
+
+
+@attrs.frozen(kw_only=True)
+class WorkflowTaskCompleted:
+    pass
+
+
+@attrs.frozen(kw_only=True)
+class ActivityTaskCreated:
+    name: str
+    input: tuple[Payload, ...]
+    queue: str
+    priority: int
+    retry_policy: RetryPolicy
+    lock_timeout: timedelta
+
+
+@attrs.frozen(kw_only=True)
+class ActivityTaskCompleted:
+    created_seq: int
+    result: Payload
+
+
+@attrs.frozen(kw_only=True)
+class ActivityTaskFailed:
+    created_seq: int
+    failure: FailureInfo
+
+
+@attrs.frozen(kw_only=True)
+class TimerCreated:
+    fire_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class TimerElapsed:
+    created_seq: int
+
+
+@attrs.frozen(kw_only=True)
+class ExternalEventReceived:
+    event_id: str
+    payload: Payload
+
+
+@attrs.frozen(kw_only=True)
+class ChildRunCreated:
+    child_run_id: str
+    workflow_name: str
+    input: tuple[Payload, ...]
+    queue: str
+    instance_id: str | None = None
+    priority: int = 0
+    concurrency_key: str | None = None
+    labels: Labels = ()
+
+
+@attrs.frozen(kw_only=True)
+class ChildRunCompleted:
+    child_run_id: str
+    result: Payload
+
+
+@attrs.frozen(kw_only=True)
+class ChildRunFailed:
+    child_run_id: str
+    failure: FailureInfo
+
+
+@attrs.frozen(kw_only=True)
+class SideEffectExecuted:
+    name: str
+    result: Payload
+
+
+@attrs.frozen(kw_only=True)
+class RunSuspended:
+    pass
+
+
+@attrs.frozen(kw_only=True)
+class RunResumed:
+    pass
+
+
+@attrs.frozen(kw_only=True)
+class RunCancelled:
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class RunCompleted:
+    """The one terminal outcome of a run; ``status`` says which."""
+
+    status: RunStatus
+    result: Payload | None = None
+    failure: FailureInfo | None = None
+
+
+Event = (
+    RunCreated
+    | RunStarted
+    | WorkflowTaskStarted
+    | WorkflowTaskCompleted
+    | ActivityTaskCreated
+    | ActivityTaskCompleted
+    | ActivityTaskFailed
+    | TimerCreated
+    | TimerElapsed
+    | ExternalEventReceived
+    | ChildRunCreated
+    | ChildRunCompleted
+    | ChildRunFailed
+    | SideEffectExecuted
+    | RunSuspended
+    | RunResumed
+    | RunCancelled
+    | RunCompleted
+)
+
+# Events that other parties send to a run; they wait in its inbox until a workflow task takes them.
+Message = (
+    RunStarted
+    | ActivityTaskCompleted
+    | ActivityTaskFailed
+    | TimerElapsed
+    | ExternalEventReceived
+    | ChildRunCompleted
+    | ChildRunFailed
+    | RunSuspended
+    | RunResumed
+    | RunCancelled
+)
+MESSAGE_TYPES: tuple[type, ...] = (
+    RunStarted,
+    ActivityTaskCompleted,
+    ActivityTaskFailed,
+    TimerElapsed,
+    ExternalEventReceived,
+    ChildRunCompleted,
+    ChildRunFailed,
+    RunSuspended,
+    RunResumed,
+    RunCancelled,
+)
+
+# Events that workflow code causes; replay matches them against what the code asks for.
+COMMAND_EVENT_TYPES: tuple[type, ...] = (
+    ActivityTaskCreated,
+    TimerCreated,
+    ChildRunCreated,
+    SideEffectExecuted,
+    RunCompleted,
+)
+
+EVENT_TYPES: tuple[type, ...] = (
+    RunCreated,
+    WorkflowTaskStarted,
+    WorkflowTaskCompleted,
+    *MESSAGE_TYPES,
+    *COMMAND_EVENT_TYPES,
+)
+
+
+@attrs.frozen(kw_only=True)
+class HistoryEvent:
+    """One entry of a run's history."""
+
+    sequence_number: int
+    timestamp: datetime
+    event: Event
+
+    @property
+    def kind(self) -> str:
+        """The event's class name, e.g. ``"ActivityTaskCompleted"``."""
+        return type(self.event).__name__

@@ -1,0 +1,48 @@
+"""The run status machine of SPEC §5."""
+
+from __future__ import annotations
+
+import enum
+
+from dex.domain.errors import InvalidStateError
+
+
+class RunStatus(enum.Enum):
+    """Where a run is in its life. The last three are terminal."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.CREATED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    RunStatus.RUNNING: frozenset(
+        {RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+    ),
+    RunStatus.SUSPENDED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    RunStatus.COMPLETED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+
+
+def can_transition(current: RunStatus, target: RunStatus) -> bool:
+    """Whether SPEC §5 allows ``current -> target``."""
+    return target in ALLOWED_TRANSITIONS[current]
+
+
+def transition(current: RunStatus, target: RunStatus) -> RunStatus:
+    """Return ``target`` if the move is legal, else raise :class:`InvalidStateError`."""
+    if not can_transition(current, target):
+        raise InvalidStateError(f"a run cannot go from {current.value} to {target.value}")
+    return target
