@@ -258,10 +258,10 @@ class Engine:
                 clock.advance_to(due)
 
     def _drain_round(self) -> bool:
-        worked = 0
-        if self.leader.step():
-            worked += self.workflow_scheduler.step()
-            worked += self.activity_scheduler.step()
+        # drain schedules whether or not this node leads: it is the caller's explicit request
+        # to run everything due, and scheduling is atomic in every store
+        worked = self.workflow_scheduler.step()
+        worked += self.activity_scheduler.step()
         worked += self.workflow_worker.poll_once()
         worked += self.buffer.flush()
         worked += self.activity_worker.poll_once()

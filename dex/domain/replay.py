@@ -133,12 +133,8 @@ class WorkflowExecutor:
         self._recorded, self._cursor, self._next_seq, self._new = recorded, 0, next_seq, []
         if self.nondeterminism is not None:
             if recorded is None:
-                self._issue(
-                    cmd.CompleteRun(
-                        status=RunStatus.FAILED,
-                        failure=FailureInfo(type=NonDeterminismError.__name__, message=self.nondeterminism),
-                    )
-                )
+                failure = FailureInfo(type=NonDeterminismError.__name__, message=self.nondeterminism, terminal=True)
+                self._new.append((next_seq, cmd.CompleteRun(status=RunStatus.FAILED, failure=failure)))
             return self._new
         for seq, message in messages:
             self._apply(seq, message)

@@ -85,7 +85,7 @@ class InMemoryAdapter:
         if run_id in self._runs:
             raise ValueError(f"run {run_id} exists already")
         self.ensure_queue(created.queue, WORKFLOW)
-        row = RunRow(run_id=run_id, created=created, status=RunStatus.CREATED, created_at=now)
+        row = RunRow(run_id=run_id, position=next(self._ids), created=created, status=RunStatus.CREATED, created_at=now)
         row.history.append(ev.HistoryEvent(sequence_number=1, timestamp=now, event=created))
         self._runs[run_id] = row
         self._inbox[run_id] = []
@@ -118,7 +118,7 @@ class InMemoryAdapter:
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
         with self._lock:
             rows = [row for row in self._runs.values() if _matches(row, run_filter)]
-            rows.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+            rows.sort(key=lambda r: (r.created_at, r.position), reverse=True)
             return [row.record() for row in rows[: run_filter.limit]]
 
     def load_history(self, run_id: str) -> list[ev.HistoryEvent]:
@@ -163,7 +163,7 @@ class InMemoryAdapter:
                 if row.status is RunStatus.SUSPENDED and not cancel:
                     continue
                 candidates.append((row, cancel))
-            candidates.sort(key=lambda c: (-c[0].created.priority, c[0].created_at, c[0].run_id))
+            candidates.sort(key=lambda c: (-c[0].created.priority, c[0].created_at, c[0].position))
             created = 0
             for row, cancel in candidates:
                 if created >= limit:

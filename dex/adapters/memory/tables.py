@@ -16,6 +16,7 @@ from dex.domain.values import FailureInfo, Payload
 @attrs.define(kw_only=True)
 class RunRow:
     run_id: str
+    position: int  # creation order, which breaks ties between runs created at the same instant
     created: ev.RunCreated
     status: RunStatus
     created_at: datetime

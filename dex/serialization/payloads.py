@@ -1,0 +1,247 @@
+"""The payload converter: Python values to :class:`~dex.domain.values.Payload` and back (SPEC §2).
+
+Three encodings cover everything dex sends:
+
+* ``json/plain`` — JSON-compatible values (None, bool, int, float, str, lists, tuples, dicts
+  with str keys) and attrs classes / dataclasses, which cattrs unstructures to JSON data
+  first and structures back from the receiver's type hint;
+* ``binary/plain`` — a ``bytes`` value, as is;
+* ``binary/protobuf`` — a protobuf message, with its full name in ``message_type``.
+
+Anything else raises :class:`~dex.domain.errors.SerializationError` naming the type and where
+it was found, so a user learns at the call that tried to send it, not on some worker later.
+Nothing is ever pickled.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import types
+import typing
+from typing import Any
+
+import cattrs
+from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as ProtoMessage
+
+from dex.domain.errors import SerializationError
+from dex.domain.values import Payload
+
+JSON_PLAIN = "json/plain"
+BINARY_PLAIN = "binary/plain"
+BINARY_PROTOBUF = "binary/protobuf"
+
+DEFAULT_MAX_PAYLOAD_SIZE = 2 * 1024 * 1024
+
+_ACCEPTED = (
+    "dex sends only JSON-compatible values (None, bool, int, float, str, list, dict with str keys), "
+    "bytes, protobuf messages, attrs classes and dataclasses"
+)
+_NO_HINT: tuple[object, ...] = (None, Any, object, type(None))
+
+
+class PayloadConverter:
+    """Encodes values into payloads and decodes them back, guided by a type hint.
+
+    Implements the domain's ``PayloadConverter`` protocol. ``max_payload_size`` bounds the
+    encoded data in bytes; a larger value raises :class:`SerializationError` when encoded.
+    Each instance owns its cattrs converter, so two engines never share hooks.
+    """
+
+    def __init__(self, *, max_payload_size: int = DEFAULT_MAX_PAYLOAD_SIZE) -> None:
+        if max_payload_size < 1:
+            raise ValueError(f"max_payload_size must be positive, got {max_payload_size}")
+        self.max_payload_size = max_payload_size
+        self._cattrs = _make_cattrs_converter()
+
+    def encode(self, value: object) -> Payload:
+        """Turn ``value`` into a payload; raise :class:`SerializationError` if it cannot be sent."""
+        if isinstance(value, bytes):
+            payload = Payload(encoding=BINARY_PLAIN, data=bytes(value))
+        elif isinstance(value, ProtoMessage):
+            # Deterministic output keeps replayed arguments byte-equal (map fields are sorted).
+            payload = Payload(
+                encoding=BINARY_PROTOBUF,
+                data=value.SerializeToString(deterministic=True),
+                message_type=value.DESCRIPTOR.full_name,
+            )
+        else:
+            payload = Payload(encoding=JSON_PLAIN, data=self._encode_json(value))
+        if len(payload.data) > self.max_payload_size:
+            raise SerializationError(
+                f"payload of {len(payload.data)} bytes exceeds the limit of {self.max_payload_size} bytes"
+            )
+        return payload
+
+    def decode(self, payload: Payload, hint: object = None) -> Any:
+        """Read the value in ``payload``; ``hint`` (a type) restores classes and checks the shape.
+
+        With no hint (None, ``typing.Any`` or ``object``) JSON payloads come back as plain data.
+        """
+        if payload.encoding == JSON_PLAIN:
+            return self._decode_json(payload, hint)
+        if payload.encoding == BINARY_PLAIN:
+            return _check_instance(bytes(payload.data), hint)
+        if payload.encoding == BINARY_PROTOBUF:
+            return _check_instance(_decode_protobuf(payload, hint), hint)
+        raise SerializationError(f"unknown payload encoding {payload.encoding!r}")
+
+    def _encode_json(self, value: object) -> bytes:
+        try:
+            data = self._cattrs.unstructure(value)
+            # cattrs passes objects it does not know through unchanged, so check the result.
+            _validate_json(data, ())
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+            return text.encode("utf-8")
+        except SerializationError:
+            raise
+        except RecursionError:
+            raise SerializationError(
+                f"value of type {_type_name(value)} is not serialisable: it is nested too deeply or contains itself"
+            ) from None
+        except UnicodeEncodeError as exc:
+            raise SerializationError(
+                f"value of type {_type_name(value)} is not serialisable: it holds a string that is not valid Unicode ({exc.reason})"
+            ) from None
+        except Exception as exc:
+            raise SerializationError(f"value of type {_type_name(value)} is not serialisable: {exc}") from exc
+
+    def _decode_json(self, payload: Payload, hint: object) -> Any:
+        try:
+            data = json.loads(payload.data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise SerializationError(f"payload is not valid UTF-8 JSON: {exc}") from exc
+        if not _wants_structuring(hint):
+            return data
+        try:
+            return self._cattrs.structure(data, typing.cast(Any, hint))
+        except Exception as exc:
+            details = "; ".join(cattrs.transform_error(exc))
+            raise SerializationError(f"cannot decode the payload as {describe_hint(hint)}: {details}") from exc
+
+
+def describe_hint(hint: object) -> str:
+    """A short readable name of a type hint, for error messages."""
+    if isinstance(hint, type) and not typing.get_args(hint):
+        return hint.__qualname__
+    return repr(hint).replace("typing.", "")
+
+
+def _make_cattrs_converter() -> cattrs.Converter:
+    converter = cattrs.Converter()
+    # cattrs calls int(x), str(x) ... on primitives, which would turn 1.5 into 1 or 5 into "5";
+    # a payload that does not match its hint is a bug to report, not to paper over.
+    converter.register_structure_hook(int, _strict_primitive((int,), "an int"))
+    converter.register_structure_hook(bool, _strict_primitive((bool,), "a bool"))
+    converter.register_structure_hook(float, _strict_primitive((int, float), "a number"))
+    converter.register_structure_hook(str, _strict_primitive((str,), "a str"))
+    converter.register_structure_hook(bytes, _strict_primitive((), "bytes (JSON cannot hold bytes)"))
+    return converter
+
+
+def _strict_primitive(accepts: tuple[type, ...], expected: str) -> typing.Callable[[Any, type], Any]:
+    def structure(value: Any, cls: type) -> Any:
+        if issubclass(cls, enum.Enum):  # IntEnum / StrEnum reach this hook through their base
+            return typing.cast(Any, cls)(value)
+        if isinstance(value, bool) and bool not in accepts and cls is not bool:
+            raise TypeError(f"expected {expected}, got bool")
+        if not isinstance(value, accepts):
+            raise TypeError(f"expected {expected}, got {type(value).__name__}")
+        return typing.cast(Any, cls)(value)
+
+    return structure
+
+
+def _validate_json(data: object, path: tuple[object, ...]) -> None:
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return
+    if isinstance(data, (list, tuple)):
+        for index, item in enumerate(data):
+            _validate_json(item, (*path, index))
+        return
+    if isinstance(data, dict):
+        for key, item in data.items():
+            if not isinstance(key, str):
+                raise SerializationError(
+                    f"{_where(data, path)} is not serialisable: its key {key!r} is of type "
+                    f"{_type_name(key)}; only str keys are allowed"
+                )
+            _validate_json(item, (*path, key))
+        return
+    if isinstance(data, (bytes, bytearray)):
+        reason = "bytes can be sent only as a whole value, not inside a list, dict or class"
+    elif isinstance(data, ProtoMessage):
+        reason = "protobuf messages can be sent only as a whole value, not inside a list, dict or class"
+    else:
+        reason = _ACCEPTED
+    raise SerializationError(f"{_where(data, path)} is not serialisable: {reason}")
+
+
+def _where(value: object, path: tuple[object, ...]) -> str:
+    text = f"value of type {_type_name(value)}"
+    if path:
+        text += " at " + "".join(f"[{step!r}]" for step in path)
+    return text
+
+
+def _type_name(value: object) -> str:
+    return type(value).__qualname__
+
+
+def _wants_structuring(hint: object) -> bool:
+    # Unresolved forward references (strings) and type variables carry no usable type.
+    return not (hint in _NO_HINT or isinstance(hint, (str, typing.TypeVar)))
+
+
+def _union_members(hint: object) -> tuple[object, ...]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return tuple(arg for arg in typing.get_args(hint) if arg is not type(None))
+    return (hint,)
+
+
+def _message_class_of(hint: object) -> type[ProtoMessage] | None:
+    for member in _union_members(hint):
+        if isinstance(member, type) and issubclass(member, ProtoMessage):
+            return member
+    return None
+
+
+def _decode_protobuf(payload: Payload, hint: object) -> ProtoMessage:
+    cls = _message_class_of(hint)
+    if cls is None:
+        try:
+            descriptor = descriptor_pool.Default().FindMessageTypeByName(payload.message_type)
+        except KeyError:
+            raise SerializationError(
+                f"unknown protobuf message type {payload.message_type!r}: import its _pb2 module "
+                "or give a type hint"
+            ) from None
+        cls = message_factory.GetMessageClass(descriptor)
+    elif payload.message_type and cls.DESCRIPTOR.full_name != payload.message_type:
+        raise SerializationError(
+            f"payload holds a {payload.message_type} message, not the {cls.DESCRIPTOR.full_name} of "
+            f"the type hint {describe_hint(hint)}"
+        )
+    try:
+        return cls.FromString(payload.data)
+    except DecodeError as exc:
+        raise SerializationError(f"cannot decode the payload as {cls.DESCRIPTOR.full_name}: {exc}") from exc
+
+
+def _check_instance(value: object, hint: object) -> Any:
+    """Return ``value`` if it can be what ``hint`` asks for; a JSON-free payload is never converted."""
+    if not _wants_structuring(hint):
+        return value
+    classes = []
+    for member in _union_members(hint):
+        cls = typing.get_origin(member) or member
+        if not isinstance(cls, type) or cls is object:
+            return value  # a hint we cannot check with isinstance (Any in a union, Literal, ...)
+        classes.append(cls)
+    if not isinstance(value, tuple(classes)):
+        raise SerializationError(
+            f"cannot decode the payload as {describe_hint(hint)}: it holds a value of type {_type_name(value)}"
+        )
+    return value

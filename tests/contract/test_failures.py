@@ -1,0 +1,212 @@
+"""Failures, retries and determinism on every adapter."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import dex
+from dex.testing import VirtualClock
+
+attempts: dict[str, list[int]] = {}
+
+
+def _record(name: str) -> int:
+    attempt = dex.activity_context().attempt
+    attempts.setdefault(name, []).append(attempt)
+    return attempt
+
+
+@dex.activity(retry=dex.RetryPolicy(initial_delay=timedelta(seconds=10), max_attempts=4, randomization_factor=0))
+def flaky(fail_times: int) -> str:
+    attempt = _record("flaky")
+    if attempt <= fail_times:
+        raise ConnectionError(f"attempt {attempt} failed")
+    return f"ok after {attempt}"
+
+
+@dex.workflow
+async def uses_flaky(ctx: dex.WorkflowContext, fail_times: int) -> str:
+    return await ctx.activity(flaky, fail_times)  # type: ignore[no-any-return]
+
+
+def test_retryable_failures_are_retried_with_backoff(make_engine: Any, clock: VirtualClock) -> None:
+    attempts.clear()
+    engine = make_engine([uses_flaky], [flaky])
+    start = clock.now()
+    run_id = engine.start_workflow(uses_flaky, 2)
+    engine.drain()
+    assert engine.wait(run_id, timeout=1) == "ok after 3"
+    assert attempts["flaky"] == [1, 2, 3]
+    # delays of 10 s and 15 s (multiplier 1.5, no randomisation)
+    assert clock.now() - start >= timedelta(seconds=25)
+    kinds = [e.kind for e in engine.history(run_id)]
+    assert "ActivityTaskFailed" not in kinds  # retried attempts are not history
+
+
+def test_exhausted_retries_fail_the_activity(make_engine: Any) -> None:
+    attempts.clear()
+    engine = make_engine([uses_flaky], [flaky])
+    run_id = engine.start_workflow(uses_flaky, 10)
+    engine.drain()
+    with pytest.raises(dex.WorkflowFailedError) as caught:
+        engine.wait(run_id, timeout=1)
+    assert attempts["flaky"] == [1, 2, 3, 4]
+    failure = caught.value.failure
+    assert failure.type == "ActivityFailedError"
+    assert failure.cause is not None and failure.cause.type == "ConnectionError"
+    assert "attempt 4 failed" in failure.cause.message
+    assert [e.kind for e in engine.history(run_id)].count("ActivityTaskFailed") == 1
+
+
+@dex.activity
+def refuses(kind: str) -> None:
+    _record("refuses")
+    if kind == "terminal":
+        raise dex.TerminalError("card declined")
+    raise dex.ApplicationError("try later", retry_after=timedelta(hours=1))
+
+
+@dex.workflow
+async def handles_failure(ctx: dex.WorkflowContext, kind: str) -> dict[str, Any]:
+    try:
+        await ctx.activity(refuses, kind, retry=dex.RetryPolicy(max_attempts=2))
+    except dex.ActivityFailedError as exc:
+        return {"type": exc.failure.type, "message": exc.failure.message, "terminal": exc.failure.terminal}
+    return {}
+
+
+def test_terminal_errors_stop_retries(make_engine: Any) -> None:
+    attempts.clear()
+    engine = make_engine([handles_failure], [refuses])
+    run_id = engine.start_workflow(handles_failure, "terminal")
+    engine.drain()
+    assert engine.wait(run_id, timeout=1) == {"type": "TerminalError", "message": "card declined", "terminal": True}
+    assert attempts["refuses"] == [1]
+
+
+def test_retry_after_overrides_the_policy_delay(make_engine: Any, clock: VirtualClock) -> None:
+    attempts.clear()
+    engine = make_engine([handles_failure], [refuses])
+    start = clock.now()
+    run_id = engine.start_workflow(handles_failure, "later")
+    engine.drain()
+    assert engine.wait(run_id, timeout=1)["type"] == "ApplicationError"
+    assert attempts["refuses"] == [1, 2]
+    assert clock.now() - start >= timedelta(hours=1)
+
+
+@dex.activity
+def exits() -> None:
+    raise SystemExit(3)
+
+
+@dex.workflow
+async def calls_exit(ctx: dex.WorkflowContext) -> None:
+    await ctx.activity(exits, retry=dex.RetryPolicy(max_attempts=1))
+
+
+def test_base_exceptions_from_activities_are_failures_not_crashes(make_engine: Any) -> None:
+    engine = make_engine([calls_exit], [exits])
+    run_id = engine.start_workflow(calls_exit)
+    engine.drain()
+    info = engine.get_run(run_id)
+    assert info.status is dex.RunStatus.FAILED
+    assert info.failure is not None and info.failure.cause is not None
+    assert info.failure.cause.type == "SystemExit"
+
+
+@dex.workflow
+async def raises(ctx: dex.WorkflowContext) -> None:
+    raise KeyError("missing")
+
+
+def test_an_exception_escaping_the_workflow_fails_the_run(make_engine: Any) -> None:
+    engine = make_engine([raises])
+    run_id = engine.start_workflow(raises)
+    engine.drain()
+    with pytest.raises(dex.WorkflowFailedError) as caught:
+        engine.wait(run_id)
+    assert caught.value.failure.type == "KeyError"
+    assert "raise KeyError" in caught.value.failure.stack_trace
+    assert engine.history(run_id)[-2].kind == "RunCompleted"
+
+
+@dex.workflow
+async def awaits_asyncio(ctx: dex.WorkflowContext) -> None:
+    await asyncio.sleep(1)
+
+
+@dex.workflow
+async def awaits_foreign_future(ctx: dex.WorkflowContext) -> None:
+    class Foreign:
+        def __await__(self) -> Any:
+            yield "something"
+
+    await Foreign()
+
+
+@pytest.mark.parametrize("workflow", [awaits_asyncio, awaits_foreign_future])
+def test_awaiting_a_foreign_awaitable_fails_with_a_clear_message(make_engine: Any, workflow: Any) -> None:
+    engine = make_engine([workflow])
+    run_id = engine.start_workflow(workflow)
+    engine.drain()
+    info = engine.get_run(run_id)
+    assert info.status is dex.RunStatus.FAILED
+    assert info.failure is not None
+    assert "may await only what WorkflowContext returns" in info.failure.message
+    assert "ctx.sleep instead of asyncio.sleep" in info.failure.message
+
+
+@dex.activity
+def step_a() -> str:
+    return "a"
+
+
+@dex.activity
+def step_b() -> str:
+    return "b"
+
+
+@dex.workflow(name="evolving")
+async def evolving_v1(ctx: dex.WorkflowContext) -> str:
+    first = await ctx.activity(step_a)
+    await ctx.wait_for_event("continue")
+    return first
+
+
+@dex.workflow(name="evolving")
+async def evolving_v2(ctx: dex.WorkflowContext) -> str:
+    first = await ctx.activity(step_b)  # a deploy changed the first step
+    await ctx.wait_for_event("continue")
+    return first
+
+
+def test_non_deterministic_code_after_a_deploy_fails_the_run(make_engine: Any) -> None:
+    old = make_engine([evolving_v1], [step_a, step_b])
+    run_id = old.start_workflow(evolving_v1)
+    old.drain()
+    new = make_engine([evolving_v2], [step_a, step_b])
+    new.send_event(run_id, "continue")
+    new.drain()
+    info = new.get_run(run_id)
+    assert info.status is dex.RunStatus.FAILED
+    assert info.failure is not None and info.failure.type == "NonDeterminismError"
+    assert "activity 'step_a'" in info.failure.message and "activity 'step_b'" in info.failure.message
+    with pytest.raises(dex.NonDeterminismError, match="step_a"):
+        dex.testing.replay(evolving_v2, old.history(run_id))
+
+
+def test_replay_accepts_the_code_that_recorded_the_history(make_engine: Any) -> None:
+    engine = make_engine([evolving_v1], [step_a])
+    run_id = engine.start_workflow(evolving_v1)
+    engine.send_event(run_id, "continue")
+    engine.drain()
+    assert engine.wait(run_id) == "a"
+    dex.testing.replay(evolving_v1, engine.history(run_id))
+    dex.testing.replay(evolving_v1, engine.export_history(run_id))
+    loaded = dex.testing.load_history(engine.export_history(run_id))
+    assert [e.kind for e in loaded] == [e.kind for e in engine.history(run_id)]
