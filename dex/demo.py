@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from datetime import timedelta
+from typing import TextIO
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
@@ -46,9 +47,9 @@ async def order_workflow(ctx: dex.WorkflowContext, order_id: str, items: list[st
     return {"reservation": reservation, "charge": charge, "packed_by": packed_by, "parcel": parcel}
 
 
-def run_demo(out: object = None) -> int:
+def run_demo(out: TextIO | None = None) -> int:
     """Run one order to completion on background workers, printing each step as it happens."""
-    write = (out or sys.stdout).write  # type: ignore[attr-defined]
+    write = (out or sys.stdout).write
     engine = dex.Engine(
         InMemoryAdapter(),
         workflows=[order_workflow],

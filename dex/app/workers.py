@@ -13,7 +13,7 @@ import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
@@ -82,13 +82,13 @@ def failed_result(
     run_id: str,
     history: list[ev.HistoryEvent],
     inbox: list[InboxMessage],
-    now: Any,
+    now: datetime,
     failure: FailureInfo,
 ) -> WorkflowTaskResult:
     """A result that ends the run FAILED with ``failure``, consuming its whole inbox."""
     last = history[-1].sequence_number if history else 0
     completion = ev.RunCompleted(status=RunStatus.FAILED, failure=failure)
-    events = [ev.WorkflowTaskStarted(), completion, ev.WorkflowTaskCompleted()]
+    events: list[ev.Event] = [ev.WorkflowTaskStarted(), completion, ev.WorkflowTaskCompleted()]
     return WorkflowTaskResult(
         run_id=run_id,
         expected_last_seq=last,

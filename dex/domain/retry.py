@@ -17,10 +17,12 @@ def _positive_delay(instance: object, attribute: attrs.Attribute[timedelta], val
         raise ValueError(f"RetryPolicy.{attribute.name} must be a non-negative timedelta, got {value!r}")
 
 
-def _to_timedelta(value: timedelta | float | int) -> timedelta:
+def _to_timedelta(value: timedelta | float) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return timedelta(seconds=value)
-    return value
+    raise TypeError(f"a delay is a timedelta or a number of seconds, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)

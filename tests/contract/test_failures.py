@@ -210,3 +210,40 @@ def test_replay_accepts_the_code_that_recorded_the_history(make_engine: Any) -> 
     dex.testing.replay(evolving_v1, engine.export_history(run_id))
     loaded = dex.testing.load_history(engine.export_history(run_id))
     assert [e.kind for e in loaded] == [e.kind for e in engine.history(run_id)]
+
+
+@dex.activity
+def echo(value: Any) -> Any:
+    return value
+
+
+@dex.activity
+def returns_a_set() -> Any:
+    return {1, 2}
+
+
+@dex.workflow
+async def sends_bad_values(ctx: dex.WorkflowContext) -> list[str]:
+    seen = []
+    try:
+        ctx.activity(echo, object())
+    except dex.SerializationError as exc:
+        seen.append(f"argument: {exc}")
+    try:
+        await ctx.activity(returns_a_set)
+    except dex.ActivityFailedError as exc:
+        seen.append(f"result: {exc.failure.type} terminal={exc.failure.terminal}")
+    return seen
+
+
+def test_unserialisable_values_fail_at_the_call_that_sent_them(make_engine: Any) -> None:
+    engine = make_engine([sends_bad_values], [echo, returns_a_set])
+    run_id = engine.start_workflow(sends_bad_values)
+    engine.drain()
+    argument, result = engine.wait(run_id, timeout=1)
+    assert argument.startswith("argument: ") and "object" in argument
+    assert result == "result: SerializationError terminal=True"
+    # the refused activity call created nothing
+    assert [e.event.name for e in engine.history(run_id) if e.kind == "ActivityTaskCreated"] == ["returns_a_set"]
+    with pytest.raises(dex.SerializationError):
+        engine.send_event(run_id, "evt", {"when": object()})
