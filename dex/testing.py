@@ -10,7 +10,7 @@ from dex.app.registry import ACTIVITY_ATTRIBUTE, WORKFLOW_ATTRIBUTE
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition
 from dex.domain.events import HistoryEvent
 from dex.domain.task import check_replay
-from dex.serialization.history import decode_history
+from dex.serialization.history import decode_exported_history, decode_history
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 __all__ = ["VirtualClock", "load_history", "replay"]
@@ -37,20 +37,18 @@ def replay(
     definition: WorkflowDefinition | None = getattr(workflow_fn, WORKFLOW_ATTRIBUTE, None)
     if definition is None:
         raise TypeError(f"{workflow_fn!r} is not a dex workflow: decorate it with @dex.workflow")
+    run_id = "replay"  # replay needs no run id: ctx.random() is seeded from the history
     if isinstance(history, (bytes, bytearray)):
-        history = decode_history(bytes(history))
+        exported = decode_exported_history(bytes(history))
+        run_id, history = exported.run_id, list(exported.events)
     activity_table = {getattr(fn, ACTIVITY_ATTRIBUTE).name: getattr(fn, ACTIVITY_ATTRIBUTE) for fn in activities}
     workflow_table = {getattr(fn, WORKFLOW_ATTRIBUTE).name: getattr(fn, WORKFLOW_ATTRIBUTE) for fn in workflows}
     check_replay(
         definition,
-        _run_id_of(history),
+        run_id,
         history,
         converter or DefaultPayloadConverter(),
         activities=activity_table.get,
         workflows=workflow_table.get,
     )
 
-
-def _run_id_of(history: Sequence[HistoryEvent]) -> str:
-    # the run id only seeds ctx.random()/uuid4(); replays of exported histories pass it along
-    return getattr(history, "run_id", "") or "replay"

@@ -43,7 +43,9 @@ def generate(out_dir: Path, *, stubs: bool = True) -> list[Path]:
 
     ``stubs=False`` skips the ``.pyi`` files even when the mypy plugin is available.
     """
-    from grpc_tools import protoc  # imported here so that --help works without grpcio-tools
+    from grpc_tools import (
+        protoc,  # imported here so that --help works without grpcio-tools
+    )
 
     include = Path(protoc.__file__).parent / "_proto"
     out_dir.mkdir(parents=True, exist_ok=True)

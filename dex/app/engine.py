@@ -58,6 +58,7 @@ class Engine:
         self.registry = Registry(workflows, activities)
         self.node_id = node_id or f"node-{uuid.uuid4()}"
         self.converter: PayloadConverter = converter or DefaultPayloadConverter()
+        self._rng = rng or random.Random()
         self._activity_concurrency = activity_concurrency
         self._poll_interval = poll_interval
         self._nudge = Nudge()
@@ -76,7 +77,7 @@ class Engine:
             self.converter,
             self.buffer,
             self.node_id,
-            rng=rng or random.Random(),
+            rng=self._rng,
             async_runner=self._async,
         )
         self._drain_lock = threading.Lock()
@@ -114,6 +115,7 @@ class Engine:
             priority=validate_priority(priority),
             concurrency_key=concurrency_key,
             labels=normalize_labels(labels),
+            random_seed=self._rng.getrandbits(64),
         )
         run_id = self.store.create_run(str(uuid.uuid4()), created, self.store.clock.now())
         self._nudge()

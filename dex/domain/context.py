@@ -47,8 +47,9 @@ class WorkflowContext:
 
     def __init__(self, executor: WorkflowExecutor) -> None:
         self._executor = executor
-        self._random = _random.Random(f"dex-random:{executor.run_id}:{executor.generation}")
-        self._uuid_random = _random.Random(f"dex-uuid:{executor.run_id}:{executor.generation}")
+        seed = executor.created.random_seed
+        self._random = _random.Random(f"dex-random:{seed}:{executor.generation}")
+        self._uuid_random = _random.Random(f"dex-uuid:{seed}:{executor.generation}")
         logger = logging.Logger(f"dex.workflow.{executor.workflow_name}")
         logger.parent = logging.getLogger("dex.workflow")
         logger.addFilter(_ReplayFilter(executor))

@@ -30,6 +30,8 @@ class RunCreated:
     labels: Labels = ()
     parent_run_id: str | None = None
     generation: int = 1
+    # seeds ctx.random() and ctx.uuid4(): a history alone is enough to replay them
+    random_seed: int = 0
 
 
 @attrs.frozen(kw_only=True)

@@ -9,6 +9,7 @@ parent and children. Adapters carry out a result; they do not interpret workflow
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -268,6 +269,7 @@ def decide(
                             concurrency_key=event.concurrency_key,
                             labels=event.labels,
                             parent_run_id=run_id,
+                            random_seed=uuid.UUID(event.child_run_id).int >> 64,
                         ),
                     )
                 )

@@ -12,7 +12,7 @@ storage adapter can fail the affected run with a clear message instead of crashi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, assert_never, cast
 
 import attrs
@@ -28,7 +28,7 @@ from dex.v1 import failure_pb2, history_pb2, payload_pb2, retry_pb2
 
 _M = TypeVar("_M", bound=ProtoMessage)
 _T = TypeVar("_T")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 _STATUS_TO_PROTO: dict[RunStatus, history_pb2.RunStatus.ValueType] = {
@@ -109,7 +109,7 @@ def decode_message(data: bytes) -> ev.Message:
             raise ValueError("the inbox message holds no event (written by a newer dex?)")
         event = _body_from_proto(getattr(message, field), "inbox message")
         if not isinstance(event, ev.MESSAGE_TYPES):  # InboxMessage's oneof only has message kinds
-            raise ValueError(f"{type(event).__name__} is not an inbox message kind")
+            raise ValueError(f"{type(event).__name__} is not an inbox message kind")  # noqa: TRY004 - bad bytes
         return cast(ev.Message, event)
 
     return _decoding("an inbox message", data, decode)
@@ -250,7 +250,7 @@ def failure_from_proto(message: failure_pb2.FailureInfo) -> FailureInfo:
         message=message.message,
         stack_trace=message.stack_trace,
         terminal=message.terminal,
-        cause=None,
+        cause=failure_from_proto(message.cause) if message.HasField("cause") else None,
     )
 
 
@@ -295,7 +295,7 @@ def _required(message: ProtoMessage, field: str, where: str) -> Any:
 # --- the per-kind mapping -----------------------------------------------------------------
 
 
-def _body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:  # noqa: C901 - one case per kind
+def _body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
     """The oneof field name and message for an event; mypy checks that every kind is here."""
     match event:
         case ev.RunCreated():
@@ -309,6 +309,7 @@ def _body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:  # noqa: C901 -
                 labels=_labels_to_proto(event.labels),
                 parent_run_id=event.parent_run_id,
                 generation=event.generation,
+                random_seed=event.random_seed,
             )
         case ev.RunStarted():
             return "run_started", history_pb2.RunStarted()
@@ -380,7 +381,7 @@ def _body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:  # noqa: C901 -
             assert_never(event)
 
 
-def _body_from_proto(body: ProtoMessage, where: str) -> ev.Event:  # noqa: C901 - one case per kind
+def _body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
     """The domain event for one of the per-kind messages; ``ValueError`` if a field is missing."""
     match body:
         case history_pb2.RunCreated():
@@ -394,6 +395,7 @@ def _body_from_proto(body: ProtoMessage, where: str) -> ev.Event:  # noqa: C901 
                 labels=tuple((label.key, label.value) for label in body.labels),
                 parent_run_id=body.parent_run_id if body.HasField("parent_run_id") else None,
                 generation=body.generation,
+                random_seed=body.random_seed,
             )
         case history_pb2.RunStarted():
             return ev.RunStarted()

@@ -131,6 +131,9 @@ def describe_hint(hint: object) -> str:
 
 def _make_cattrs_converter() -> cattrs.Converter:
     converter = cattrs.Converter()
+    # Some messages (Struct, ListValue) pose as mappings or sequences; keep every message whole so
+    # that the JSON check refuses it inside a container, as it does all other messages.
+    converter.register_unstructure_hook_func(_is_message_class, lambda message: message)
     # cattrs calls int(x), str(x) ... on primitives, which would turn 1.5 into 1 or 5 into "5";
     # a payload that does not match its hint is a bug to report, not to paper over.
     converter.register_structure_hook(int, _strict_primitive((int,), "an int"))
@@ -139,6 +142,10 @@ def _make_cattrs_converter() -> cattrs.Converter:
     converter.register_structure_hook(str, _strict_primitive((str,), "a str"))
     converter.register_structure_hook(bytes, _strict_primitive((), "bytes (JSON cannot hold bytes)"))
     return converter
+
+
+def _is_message_class(cls: object) -> bool:
+    return isinstance(cls, type) and issubclass(cls, ProtoMessage)
 
 
 def _strict_primitive(accepts: tuple[type, ...], expected: str) -> typing.Callable[[Any, type], Any]:

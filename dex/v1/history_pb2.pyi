@@ -90,6 +90,7 @@ class RunCreated(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    RANDOM_SEED_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     queue: _builtins.str
     instance_id: _builtins.str
@@ -98,6 +99,8 @@ class RunCreated(_message.Message):
     parent_run_id: _builtins.str
     generation: _builtins.int
     """1 for a new run; continue-as-new starts the next generation."""
+    random_seed: _builtins.int
+    """Seeds ctx.random() and ctx.uuid4(), so that any replay of this history sees the same values."""
     @_builtins.property
     def input(self) -> _containers.RepeatedCompositeFieldContainer[_payload_pb2.Payload]: ...
     @_builtins.property
@@ -114,10 +117,11 @@ class RunCreated(_message.Message):
         labels: _abc.Iterable[Global___Label] | None = ...,
         parent_run_id: _builtins.str | None = ...,
         generation: _builtins.int = ...,
+        random_seed: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "instance_id", b"instance_id", "parent_run_id", b"parent_run_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__concurrency_key: _TypeAlias = _typing.Literal["concurrency_key"]  # noqa: Y015
     _WhichOneofArgType__concurrency_key: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key"]  # noqa: Y015

@@ -300,3 +300,27 @@ def test_logger_is_silent_while_replaying(make_engine: Any, caplog: pytest.LogCa
     engine.wait(run_id, timeout=1)
     messages = [r.getMessage() for r in caplog.records if r.name.startswith("dex.workflow")]
     assert messages == ["step one", "step two"]
+
+
+@dex.activity
+def remember(value: str) -> str:
+    return value
+
+
+@dex.workflow
+async def random_driven(ctx: dex.WorkflowContext) -> str:
+    token = str(ctx.uuid4())
+    if ctx.random().random() < 2:
+        await ctx.activity(remember, token)
+    return token
+
+
+def test_replay_of_a_bare_history_sees_the_same_random_values(make_engine: Any) -> None:
+    engine = make_engine([random_driven], [remember])
+    run_id = engine.start_workflow(random_driven)
+    engine.drain()
+    token = engine.wait(run_id, timeout=1)
+    (created,) = [e for e in engine.history(run_id) if e.kind == "ActivityTaskCreated"]
+    assert token in created.event.input[0].data.decode()
+    dex.testing.replay(random_driven, engine.history(run_id))
+    dex.testing.replay(random_driven, engine.export_history(run_id))
