@@ -56,5 +56,8 @@ __all__ = [
     "WorkflowFailedError",
     "activity",
     "activity_context",
+    "testing",
     "workflow",
 ]
+
+from dex import testing  # noqa: E402  (dex.testing.replay etc. without a separate import)

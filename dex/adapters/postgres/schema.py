@@ -1,0 +1,237 @@
+"""The PostgreSQL schema: versioned migrations, per-queue partitions and statement composition.
+
+Everything lives in one schema (``dex`` unless configured), so several deployments or test
+cases can share a database. Migrations are numbered; ``schema_version`` records the applied
+ones, and :func:`migrate` applies the missing ones under a transaction-scoped advisory lock,
+so that engines starting together serialise instead of racing on ``CREATE TABLE``.
+
+Identifiers (the schema, partition names) only ever reach SQL through
+:class:`psycopg.sql.Identifier`, values through parameters or :class:`psycopg.sql.Literal`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import psycopg
+from psycopg import sql
+
+from dex.domain.definitions import validate_queue
+
+# Status lists are spelled out literally (not passed as parameters) wherever a partial index
+# must match: the planner can only use a partial index whose predicate the query implies.
+LIVE = "('CREATED', 'RUNNING', 'SUSPENDED')"
+TERMINAL = "('COMPLETED', 'FAILED', 'CANCELLED')"
+
+# advisory lock classes (first key of pg_advisory_xact_lock(int, int)); the second key is the
+# hash of the schema name, so two schemas in one database do not wait for each other
+LOCK_MIGRATE = 0x0DE1
+LOCK_SCHEDULE_WORKFLOWS = 0x0DE2
+LOCK_SCHEDULE_ACTIVITIES = 0x0DE3
+
+PARTITIONED_TABLES = {"workflow": "workflow_tasks", "activity": "activity_tasks"}
+
+_V1 = [
+    """
+    CREATE TABLE {s}.queues (
+        kind text COLLATE "C" NOT NULL CHECK (kind IN ('workflow', 'activity')),
+        name text COLLATE "C" NOT NULL,
+        capacity integer NOT NULL CHECK (capacity > 0),
+        paused boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (kind, name)
+    )
+    """,
+    """
+    CREATE TABLE {s}.runs (
+        run_id text COLLATE "C" PRIMARY KEY,
+        workflow_name text COLLATE "C" NOT NULL,
+        queue text COLLATE "C" NOT NULL,
+        status text NOT NULL CHECK (status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'COMPLETED', 'FAILED', 'CANCELLED')),
+        instance_id text COLLATE "C",
+        priority integer NOT NULL,
+        concurrency_key text COLLATE "C",
+        labels jsonb NOT NULL,
+        parent_run_id text COLLATE "C",
+        created_at timestamptz NOT NULL,
+        started_at timestamptz,
+        completed_at timestamptz,
+        custom_status text,
+        result bytea,
+        failure bytea,
+        -- the run holds its concurrency key from its first workflow task until it ends
+        holds_key boolean NOT NULL DEFAULT false,
+        -- sequence number of the last history event: completions compare it under the row lock
+        last_seq integer NOT NULL
+    )
+    """,
+    # one live run per instance id; a run leaves the index when it ends
+    "CREATE UNIQUE INDEX runs_live_instance ON {s}.runs (instance_id) "
+    "WHERE instance_id IS NOT NULL AND status IN " + LIVE,
+    "CREATE INDEX runs_newest ON {s}.runs (created_at DESC, run_id DESC)",
+    "CREATE INDEX runs_finished ON {s}.runs (completed_at) WHERE status IN " + TERMINAL,
+    "CREATE INDEX runs_key_holders ON {s}.runs (concurrency_key) WHERE holds_key",
+    "CREATE INDEX runs_labels ON {s}.runs USING gin (labels jsonb_path_ops)",
+    """
+    CREATE TABLE {s}.history (
+        run_id text COLLATE "C" NOT NULL REFERENCES {s}.runs ON DELETE CASCADE,
+        seq integer NOT NULL,
+        event bytea NOT NULL,
+        -- a racing duplicate workflow task that got past the last_seq check still loses here
+        PRIMARY KEY (run_id, seq)
+    )
+    """,
+    """
+    CREATE TABLE {s}.inbox (
+        message_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        run_id text COLLATE "C" NOT NULL REFERENCES {s}.runs ON DELETE CASCADE,
+        kind text NOT NULL,
+        message bytea NOT NULL,
+        visible_from timestamptz NOT NULL
+    )
+    """,
+    "CREATE INDEX inbox_run ON {s}.inbox (run_id, message_id)",
+    "CREATE INDEX inbox_visible ON {s}.inbox (visible_from, run_id)",
+    """
+    CREATE TABLE {s}.workflow_tasks (
+        queue text COLLATE "C" NOT NULL,
+        task_id bigserial,
+        run_id text COLLATE "C" NOT NULL REFERENCES {s}.runs ON DELETE CASCADE,
+        workflow_name text COLLATE "C" NOT NULL,
+        priority integer NOT NULL,
+        locked_by text,
+        locked_until timestamptz,
+        lock_version integer NOT NULL DEFAULT 0,
+        PRIMARY KEY (queue, task_id),
+        UNIQUE (run_id, queue)  -- at most one workflow task per run (a run never changes queue)
+    ) PARTITION BY LIST (queue)
+    """,
+    # completed workflow tasks are deleted, so the table only ever holds live tasks
+    "CREATE INDEX workflow_tasks_claim ON {s}.workflow_tasks (priority DESC, task_id)",
+    "CREATE INDEX workflow_tasks_lease ON {s}.workflow_tasks (locked_until) WHERE locked_until IS NOT NULL",
+    """
+    CREATE TABLE {s}.activity_tasks (
+        queue text COLLATE "C" NOT NULL,
+        task_id bigserial,
+        run_id text COLLATE "C" NOT NULL REFERENCES {s}.runs ON DELETE CASCADE,
+        created_seq integer NOT NULL,
+        name text COLLATE "C" NOT NULL,
+        input bytea NOT NULL,
+        priority integer NOT NULL,
+        retry_policy bytea NOT NULL,
+        lock_timeout interval NOT NULL,
+        visible_from timestamptz NOT NULL,
+        attempt integer NOT NULL DEFAULT 1,
+        -- CREATED: waiting to become visible (first attempt or retry); QUEUED: claimable or claimed
+        state text NOT NULL DEFAULT 'CREATED' CHECK (state IN ('CREATED', 'QUEUED')),
+        locked_by text,
+        locked_until timestamptz,
+        lock_version integer NOT NULL DEFAULT 0,
+        PRIMARY KEY (queue, task_id)
+    ) PARTITION BY LIST (queue)
+    """,
+    "CREATE INDEX activity_tasks_waiting ON {s}.activity_tasks (priority DESC, task_id) WHERE state = 'CREATED'",
+    "CREATE INDEX activity_tasks_due ON {s}.activity_tasks (visible_from) WHERE state = 'CREATED'",
+    "CREATE INDEX activity_tasks_claim ON {s}.activity_tasks (priority DESC, task_id) WHERE state = 'QUEUED'",
+    "CREATE INDEX activity_tasks_lease ON {s}.activity_tasks (locked_until) WHERE locked_until IS NOT NULL",
+    "CREATE INDEX activity_tasks_run ON {s}.activity_tasks (run_id)",
+    # UNLOGGED: a lease is worthless after a crash anyway, and renewals then cost no WAL
+    """
+    CREATE UNLOGGED TABLE {s}.leader (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        node_id text NOT NULL,
+        lease_until timestamptz NOT NULL
+    )
+    """,
+]
+
+# (version, statements); append new versions, never edit an applied one
+MIGRATIONS: Sequence[tuple[int, Sequence[str]]] = ((1, _V1),)
+LATEST_VERSION = MIGRATIONS[-1][0]
+
+
+def validate_schema(schema: object) -> str:
+    """Return ``schema`` if it can name a PostgreSQL schema, else raise ValueError."""
+    if not isinstance(schema, str) or not 1 <= len(schema.encode()) <= 63 or "\x00" in schema:
+        raise ValueError(f"schema must be a non-empty str of at most 63 bytes, got {schema!r}")
+    return schema
+
+
+class Statements:
+    """Composes SQL text whose ``{s}`` stands for the configured schema (cached per text)."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = validate_schema(schema)
+        self._ident = sql.Identifier(self.schema)
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Statements per adapter, texts are constants
+    def __call__(self, text: str) -> sql.Composed:
+        return sql.SQL(text).format(s=self._ident)
+
+
+def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
+    """Bring ``schema`` up to the latest version; return the version it is at.
+
+    ``target`` is a DSN or an open connection (its transaction is committed, or a savepoint is
+    used if one is already open). Idempotent; concurrent callers serialise on an advisory lock.
+    """
+    if isinstance(target, str):
+        with psycopg.connect(target) as conn:
+            return migrate(conn, schema)
+    q = Statements(schema)
+    with target.transaction():
+        # held until commit: a second migrator waits here, then finds everything applied
+        target.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [LOCK_MIGRATE, q.schema])
+        target.execute(q("CREATE SCHEMA IF NOT EXISTS {s}"))
+        target.execute(
+            q(
+                "CREATE TABLE IF NOT EXISTS {s}.schema_version ("
+                " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+        )
+        row = target.execute(q("SELECT coalesce(max(version), 0) FROM {s}.schema_version")).fetchone()
+        current = row[0] if row else 0
+        if current > LATEST_VERSION:
+            raise RuntimeError(
+                f"schema {q.schema!r} is at version {current}, newer than this dex ({LATEST_VERSION}); upgrade dex"
+            )
+        for version, statements in MIGRATIONS:
+            if version <= current:
+                continue
+            for statement in statements:
+                target.execute(q(statement))
+            target.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [version])
+            current = version
+    return current
+
+
+def schema_version(conn: psycopg.Connection, schema: str) -> int:
+    """The applied version of ``schema`` (0 when it has none)."""
+    q = Statements(schema)
+    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [f"{sql.Identifier(schema).as_string(conn)}.schema_version"]).fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = conn.execute(q("SELECT coalesce(max(version), 0) FROM {s}.schema_version")).fetchone()
+    return row[0] if row else 0
+
+
+def partition_name(kind: str, queue: str) -> str:
+    """The partition of ``kind``'s task table that holds queue ``queue``."""
+    return f"{PARTITIONED_TABLES[kind]}__{validate_queue(queue)}"
+
+
+def create_partition(conn: psycopg.Connection, schema: str, kind: str, queue: str) -> None:
+    """Create the task partition of a queue if it is missing.
+
+    ``CREATE TABLE .. PARTITION OF`` takes an ACCESS EXCLUSIVE lock on the parent table, so it
+    waits for in-flight claims and blocks new ones until commit; callers run it in a short
+    transaction of its own, and only for a queue they just inserted into ``queues``.
+    """
+    parent = PARTITIONED_TABLES[kind]
+    conn.execute(
+        sql.SQL("CREATE TABLE IF NOT EXISTS {partition} PARTITION OF {parent} FOR VALUES IN ({queue})").format(
+            partition=sql.Identifier(schema, partition_name(kind, queue)),
+            parent=sql.Identifier(schema, parent),
+            queue=sql.Literal(queue),
+        )
+    )
