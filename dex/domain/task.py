@@ -182,11 +182,8 @@ def select_messages(
     for message in inbox:
         match message.event:
             case ev.RunSuspended():
-                if not suspended:
-                    taken.append(message)
-                    suspended = True
-                else:
-                    taken.append(message)
+                taken.append(message)
+                suspended = True
             case ev.RunResumed():
                 taken.append(message)
                 suspended = False

@@ -324,3 +324,26 @@ def test_replay_of_a_bare_history_sees_the_same_random_values(make_engine: Any) 
     assert token in created.event.input[0].data.decode()
     dex.testing.replay(random_driven, engine.history(run_id))
     dex.testing.replay(random_driven, engine.export_history(run_id))
+
+
+@dex.workflow
+async def starts_named_children(ctx: dex.WorkflowContext) -> list[str]:
+    first = ctx.child(child_forever, instance_id="singleton", labels={"role": "child"})
+    try:
+        await ctx.child(child_forever, instance_id="singleton")
+    except dex.ChildWorkflowFailedError as exc:
+        outcome = exc.failure.message
+    await ctx.sleep(1)
+    del first
+    return [outcome]
+
+
+def test_a_child_whose_instance_id_is_taken_fails_in_the_parent(make_engine: Any) -> None:
+    engine = make_engine([starts_named_children, child_forever])
+    run_id = engine.start_workflow(starts_named_children)
+    engine.drain()
+    (message,) = engine.wait(run_id, timeout=1)
+    assert "singleton" in message and "in use" in message
+    (child,) = engine.list_runs(workflow_name="child-forever")
+    assert child.labels == {"role": "child"} and child.instance_id == "singleton"
+    assert child.status is dex.RunStatus.CANCELLED  # the parent ended
