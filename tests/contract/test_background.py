@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import dex
-from dex.adapters.memory import InMemoryAdapter
 from dex.testing import VirtualClock
 
 
@@ -25,8 +23,8 @@ async def three_steps(ctx: dex.WorkflowContext, x: int) -> int:
     return await ctx.activity(add, x, -1)  # type: ignore[no-any-return]
 
 
-def test_started_engine_runs_workflows_in_background_threads() -> None:
-    engine = dex.Engine(InMemoryAdapter(), workflows=[three_steps], activities=[add], poll_interval=0.01)
+def test_started_engine_runs_workflows_in_background_threads(adapter_factory: Any) -> None:
+    engine = dex.Engine(adapter_factory(), workflows=[three_steps], activities=[add], poll_interval=0.01)
     with engine:
         run_ids = [engine.start_workflow(three_steps, i) for i in range(20)]
         results = [engine.wait(r, timeout=20) for r in run_ids]
@@ -34,24 +32,22 @@ def test_started_engine_runs_workflows_in_background_threads() -> None:
     assert engine.buffer.discarded == 0
 
 
-def test_wait_times_out_with_a_clear_error() -> None:
-    engine = dex.Engine(InMemoryAdapter(), workflows=[three_steps], activities=[add])
+def test_wait_times_out_with_a_clear_error(adapter_factory: Any) -> None:
+    engine = dex.Engine(adapter_factory(), workflows=[three_steps], activities=[add])
     run_id = engine.start_workflow(three_steps, 1)
     with pytest.raises(TimeoutError, match="did not finish"):
         engine.wait(run_id, timeout=0.05)
 
 
-def test_two_engines_share_one_store_and_lose_nothing() -> None:
-    store = InMemoryAdapter()
-    first = dex.Engine(store, workflows=[three_steps], activities=[add], poll_interval=0.01)
-    second = dex.Engine(store, workflows=[three_steps], activities=[add], poll_interval=0.01)
+def test_two_engines_share_one_store_and_lose_nothing(adapter_factory: Any) -> None:
+    first = dex.Engine(adapter_factory(), workflows=[three_steps], activities=[add], poll_interval=0.01)
+    second = dex.Engine(adapter_factory(), workflows=[three_steps], activities=[add], poll_interval=0.01)
     with first, second:
         run_ids = [first.start_workflow(three_steps, i) for i in range(30)]
         results = [second.wait(r, timeout=30) for r in run_ids]
     assert results == [(i + 1) * 2 - 1 for i in range(30)]
 
 
-blocker = threading.Event()
 executions: list[int] = []
 
 
@@ -66,10 +62,9 @@ async def one_slow(ctx: dex.WorkflowContext, x: int) -> int:
     return await ctx.activity(slow_once, x)  # type: ignore[no-any-return]
 
 
-def test_an_activity_whose_worker_died_runs_again_after_its_lease_expires(clock: VirtualClock) -> None:
+def test_an_activity_whose_worker_died_runs_again_after_its_lease_expires(adapter_factory: Any) -> None:
     executions.clear()
-    store = InMemoryAdapter(clock=clock)
-    crashed = dex.Engine(store, workflows=[one_slow], activities=[slow_once])
+    crashed = dex.Engine(adapter_factory(), workflows=[one_slow], activities=[slow_once])
     run_id = crashed.start_workflow(one_slow, 7)
     crashed.workflow_scheduler.step()
     crashed.workflow_worker.poll_once()
@@ -77,7 +72,7 @@ def test_an_activity_whose_worker_died_runs_again_after_its_lease_expires(clock:
     crashed.activity_scheduler.step()
     claimed = crashed.activity_worker.claim()
     assert len(claimed) == 1  # ... and then this worker dies without completing it
-    survivor = dex.Engine(store, workflows=[one_slow], activities=[slow_once])
+    survivor = dex.Engine(adapter_factory(), workflows=[one_slow], activities=[slow_once])
     survivor.drain(advance_time=False)
     assert executions == []  # the lease still holds
     survivor.drain()  # jumps to the lease expiry
@@ -94,12 +89,12 @@ def test_an_activity_whose_worker_died_runs_again_after_its_lease_expires(clock:
 def heartbeating(clock_steps: int) -> str:
     ctx = dex.activity_context()
     for _ in range(clock_steps):
-        HEARTBEAT_CLOCK.advance(timedelta(seconds=6))
+        HEARTBEAT_CLOCK[0].advance(timedelta(seconds=6))
         assert ctx.heartbeat()
     return "alive"
 
 
-HEARTBEAT_CLOCK = VirtualClock()
+HEARTBEAT_CLOCK: list[VirtualClock] = []
 
 
 @dex.workflow
@@ -107,9 +102,9 @@ async def uses_heartbeats(ctx: dex.WorkflowContext) -> str:
     return await ctx.activity(heartbeating, 5)  # type: ignore[no-any-return]
 
 
-def test_heartbeats_keep_the_lease_alive() -> None:
-    store = InMemoryAdapter(clock=HEARTBEAT_CLOCK)
-    engine = dex.Engine(store, workflows=[uses_heartbeats], activities=[heartbeating])
+def test_heartbeats_keep_the_lease_alive(adapter_factory: Any, clock: VirtualClock) -> None:
+    HEARTBEAT_CLOCK[:] = [clock]
+    engine = dex.Engine(adapter_factory(), workflows=[uses_heartbeats], activities=[heartbeating])
     run_id = engine.start_workflow(uses_heartbeats)
     engine.workflow_scheduler.step()
     engine.workflow_worker.poll_once()
@@ -119,7 +114,7 @@ def test_heartbeats_keep_the_lease_alive() -> None:
     # 30 virtual seconds pass inside the activity, well past the 10 s lock timeout
     outcome = engine.activity_worker.execute(task)
     assert outcome.result is not None
-    rival = dex.Engine(store, workflows=[uses_heartbeats], activities=[heartbeating])
+    rival = dex.Engine(adapter_factory(), workflows=[uses_heartbeats], activities=[heartbeating])
     assert rival.activity_worker.claim() == []  # the heartbeats kept it
     engine.buffer.add_activity_outcome(outcome)
     engine.buffer.flush()
@@ -127,14 +122,13 @@ def test_heartbeats_keep_the_lease_alive() -> None:
     assert engine.wait(run_id, timeout=1) == "alive"
 
 
-def test_graceful_stop_loses_nothing_it_acknowledged() -> None:
-    store = InMemoryAdapter()
-    engine = dex.Engine(store, workflows=[three_steps], activities=[add], poll_interval=0.01)
+def test_graceful_stop_loses_nothing_it_acknowledged(adapter_factory: Any) -> None:
+    engine = dex.Engine(adapter_factory(), workflows=[three_steps], activities=[add], poll_interval=0.01)
     engine.start()
     run_ids = [engine.start_workflow(three_steps, i) for i in range(50)]
     engine.stop()
     # whatever was in flight was flushed; a fresh engine finishes the rest
-    successor = dex.Engine(store, workflows=[three_steps], activities=[add], poll_interval=0.01)
+    successor = dex.Engine(adapter_factory(), workflows=[three_steps], activities=[add], poll_interval=0.01)
     with successor:
         results = [successor.wait(r, timeout=30) for r in run_ids]
     assert results == [(i + 1) * 2 - 1 for i in range(50)]
