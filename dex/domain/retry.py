@@ -6,6 +6,7 @@ caller injects, so tests and the simulator can reproduce every schedule.
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import timedelta
 
@@ -38,6 +39,11 @@ class RetryPolicy:
     max_attempts: int = 6
 
     def __attrs_post_init__(self) -> None:
+        if not math.isfinite(self.multiplier) or not math.isfinite(self.randomization_factor):
+            raise ValueError(
+                f"RetryPolicy.multiplier and randomization_factor must be finite numbers, got "
+                f"{self.multiplier!r} and {self.randomization_factor!r}"
+            )
         if self.multiplier < 1:
             raise ValueError(f"RetryPolicy.multiplier must be >= 1, got {self.multiplier!r}")
         if not 0 <= self.randomization_factor <= 1:

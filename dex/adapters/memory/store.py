@@ -214,11 +214,13 @@ class InMemoryAdapter:
     def load_workflow_task(self, task: WorkflowTask, now: datetime) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
         with self._lock:
             row = self._runs[task.run_id]
-            inbox = [
-                InboxMessage(message_id=m.message_id, event=m.event)
-                for m in self._inbox.get(task.run_id, [])
-                if m.visible_from <= now
-            ]
+            # in the order the messages became visible: a timer inserted early but due late
+            # must not overtake an event that arrived before it fired
+            visible = sorted(
+                (m for m in self._inbox.get(task.run_id, []) if m.visible_from <= now),
+                key=lambda m: (m.visible_from, m.message_id),
+            )
+            inbox = [InboxMessage(message_id=m.message_id, event=m.event) for m in visible]
             return list(row.history), inbox
 
     def complete_workflow_tasks(

@@ -1,0 +1,139 @@
+"""Golden histories: runs recorded by earlier code (``tests/golden/*.binpb``) must keep replaying.
+
+Each file holds a ``dex.v1.WorkflowHistory`` exported by ``tests/golden/record.py`` from the
+workflows in ``tests/golden/workflows.py``. A failure here means today's engine no longer
+reads or replays what it wrote before: a change to the wire format, the codec or replay
+that would strand running workflows after an upgrade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dex
+from dex.domain import events as ev
+from dex.domain.state import fold
+from tests.golden import workflows as golden
+from tests.golden.workflows import ACTIVITIES, GOLDEN_FILES, WORKFLOWS
+
+GOLDEN_DIR = Path(golden.__file__).resolve().parent
+
+# What each file exists to cover; a re-recording that lost one of these would go unnoticed.
+REQUIRED_KINDS = {
+    "order": {"ActivityTaskCreated", "ActivityTaskCompleted", "SideEffectExecuted"},
+    "approval": {"TimerCreated", "TimerElapsed", "ExternalEventReceived"},
+    "parent": {"ChildRunCreated", "ChildRunCompleted", "ChildRunFailed"},
+    "child": {"ActivityTaskCreated", "TimerCreated", "TimerElapsed"},
+}
+
+
+def golden_bytes(name: str) -> bytes:
+    return (GOLDEN_DIR / f"{name}.binpb").read_bytes()
+
+
+def test_every_golden_file_has_a_workflow_and_every_workflow_a_file() -> None:
+    files = {path.stem for path in GOLDEN_DIR.glob("*.binpb")}
+    assert files == set(GOLDEN_FILES) == set(REQUIRED_KINDS)
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_FILES))
+def test_golden_history_replays(name: str) -> None:
+    history = dex.testing.load_history(golden_bytes(name))
+    workflow = GOLDEN_FILES[name]
+    assert isinstance(history[0].event, ev.RunCreated)
+    assert history[0].event.workflow_name == workflow.__dex_workflow__.name  # type: ignore[attr-defined]
+    assert REQUIRED_KINDS[name] <= {item.kind for item in history}
+    completed = history[-2].event
+    assert isinstance(completed, ev.RunCompleted) and completed.status is dex.RunStatus.COMPLETED
+    assert fold(history).status is dex.RunStatus.COMPLETED
+
+    calls_before = sum(golden.SIDE_EFFECT_CALLS.values())
+    dex.testing.replay(workflow, history, activities=ACTIVITIES, workflows=WORKFLOWS)
+    dex.testing.replay(workflow, golden_bytes(name), activities=ACTIVITIES, workflows=WORKFLOWS)
+    assert sum(golden.SIDE_EFFECT_CALLS.values()) == calls_before, "replay ran a recorded side effect again"
+
+
+def test_golden_order_records_the_retried_activity_once() -> None:
+    # the first attempt of golden-reserve failed and was retried 2 s later: only the outcome is history
+    history = dex.testing.load_history(golden_bytes("order"))
+    reserve_created = [
+        i for i in history if isinstance(i.event, ev.ActivityTaskCreated) and i.event.name == "golden-reserve"
+    ]
+    assert len(reserve_created) == 1
+    outcome = next(
+        i
+        for i in history
+        if isinstance(i.event, ev.ActivityTaskCompleted) and i.event.created_seq == reserve_created[0].sequence_number
+    )
+    assert outcome.timestamp - reserve_created[0].timestamp == timedelta(seconds=2)
+
+
+# -- changed code is caught -----------------------------------------------------------------------
+
+
+@dex.workflow(name="golden-order")
+async def order_reserving_differently(ctx: dex.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+    # changed: reserves one more than asked
+    reservation = await ctx.activity(golden.reserve, request["item"], request["quantity"] + 1)
+    prices = await ctx.gather(*(ctx.activity(golden.price, extra) for extra in request["extras"]))
+    code = ctx.side_effect("confirmation-code", golden.confirmation_code, request["item"])
+    await ctx.activity(golden.notify, f"{reservation} ({code})")
+    return {"reservation": reservation, "total": sum(prices), "code": code}
+
+
+@dex.workflow(name="golden-order")
+async def order_pricing_first(ctx: dex.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+    # changed: prices the extras before reserving
+    prices = await ctx.gather(*(ctx.activity(golden.price, extra) for extra in request["extras"]))
+    reservation = await ctx.activity(golden.reserve, request["item"], request["quantity"])
+    return {"reservation": reservation, "total": sum(prices)}
+
+
+@dex.workflow(name="golden-approval")
+async def approval_with_a_shorter_timer(ctx: dex.WorkflowContext, request: str) -> dict[str, Any]:
+    # changed: sleeps 5 minutes instead of 10
+    await ctx.sleep(timedelta(minutes=5))
+    first = await ctx.wait_for_event("approve")
+    return {"request": request, "approvers": [first]}
+
+
+@dex.workflow(name="golden-parent")
+async def parent_with_an_activity(ctx: dex.WorkflowContext, n: int) -> dict[str, Any]:
+    # changed: an activity where the first child was started
+    first = await ctx.activity(golden.double, n)
+    return {"children": [first]}
+
+
+@pytest.mark.parametrize(
+    ("name", "changed", "recorded", "requested"),
+    [
+        (
+            "order",
+            order_reserving_differently,
+            "activity 'golden-reserve' at event 4",
+            "activity 'golden-reserve' with a different arguments",
+        ),
+        ("order", order_pricing_first, "activity 'golden-reserve' at event 4", "activity 'golden-price'"),
+        (
+            "approval",
+            approval_with_a_shorter_timer,
+            "timer firing at 2024-01-01T00:10:00+00:00",
+            "timer firing at 2024-01-01T00:05:00+00:00",
+        ),
+        ("parent", parent_with_an_activity, "child workflow 'golden-child' at event 4", "activity 'golden-double'"),
+    ],
+    ids=["argument", "order-of-steps", "timer", "child-vs-activity"],
+)
+def test_changed_workflow_fails_replay_of_a_golden_file(
+    name: str, changed: Callable[..., Any], recorded: str, requested: str
+) -> None:
+    with pytest.raises(dex.NonDeterminismError) as caught:
+        dex.testing.replay(changed, golden_bytes(name), activities=ACTIVITIES, workflows=WORKFLOWS)
+    message = str(caught.value)
+    assert f"history recorded {recorded}" in message
+    assert f"asked for {requested}" in message

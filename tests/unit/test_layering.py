@@ -1,0 +1,122 @@
+"""Dependencies point inwards: domain <- app <- adapters (STYLE "The shape", SPEC §1).
+
+``dex/domain`` imports only the standard library, attrs and itself; nothing in ``dex/domain``
+or ``dex/app`` imports an adapter. The checks read each module's AST, so imports under
+``if TYPE_CHECKING:`` and inside functions count too.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "dex"
+DOMAIN_ALLOWED_THIRD_PARTY = {"attrs"}
+
+
+def modules(subpackage: str) -> list[Path]:
+    return sorted((PACKAGE_ROOT / subpackage).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(source: str, name: str, is_package: bool) -> Iterator[str]:
+    """Every module ``source`` imports, relative imports resolved against module ``name``."""
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield target
+            # `from dex import adapters` imports the module dex.adapters
+            for alias in node.names:
+                yield f"{target}.{alias.name}"
+
+
+def _imports_of(path: Path) -> list[str]:
+    return list(imported_modules(path.read_text(), module_name(path), path.name == "__init__.py"))
+
+
+def domain_violations(imports: list[str]) -> list[str]:
+    bad = []
+    for target in imports:
+        top = target.split(".")[0]
+        if top in sys.stdlib_module_names or top == "__future__" or top in DOMAIN_ALLOWED_THIRD_PARTY:
+            continue
+        if target == "dex.domain" or target.startswith("dex.domain."):
+            continue
+        if target == "dex":
+            # `from dex import x` is judged by the dex.x entry that follows it
+            continue
+        bad.append(target)
+    return bad
+
+
+def adapter_imports(imports: list[str]) -> list[str]:
+    return [t for t in imports if t == "dex.adapters" or t.startswith("dex.adapters.")]
+
+
+def test_the_package_has_the_layers_this_test_checks() -> None:
+    assert len(modules("domain")) >= 5
+    assert len(modules("app")) >= 3
+    assert (PACKAGE_ROOT / "adapters").is_dir()
+
+
+@pytest.mark.parametrize("path", modules("domain"), ids=lambda p: p.name)
+def test_domain_imports_only_the_standard_library_attrs_and_itself(path: Path) -> None:
+    assert domain_violations(_imports_of(path)) == []
+
+
+@pytest.mark.parametrize("path", modules("domain") + modules("app"), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_domain_and_app_never_import_an_adapter(path: Path) -> None:
+    assert adapter_imports(_imports_of(path)) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        ("import psycopg", ["psycopg"]),
+        ("from google.protobuf import message", ["google.protobuf", "google.protobuf.message"]),
+        ("from dex.app.engine import Engine", ["dex.app.engine", "dex.app.engine.Engine"]),
+        ("from dex import serialization", ["dex.serialization"]),
+        ("from .. import app", ["dex.app"]),
+        ("from ..adapters.memory import store", ["dex.adapters.memory", "dex.adapters.memory.store"]),
+        ("if TYPE_CHECKING:\n    import cattrs", ["cattrs"]),
+        ("def f():\n    import attr_helpers", ["attr_helpers"]),
+        ("import json, attrs\nfrom typing import Any\nfrom . import events\nfrom dex.domain.retry import X", []),
+        ("from __future__ import annotations", []),
+    ],
+)
+def test_the_domain_check_catches_what_it_must(source: str, bad: list[str]) -> None:
+    # as if the source were dex/domain/replay.py
+    assert domain_violations(list(imported_modules(source, "dex.domain.replay", False))) == bad
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        ("import dex.adapters.memory", ["dex.adapters.memory"]),
+        ("from dex import adapters", ["dex.adapters"]),
+        (
+            "from ..adapters.memory import InMemoryAdapter",
+            ["dex.adapters.memory", "dex.adapters.memory.InMemoryAdapter"],
+        ),
+        ("from dex.app.ports import Store\nfrom . import clock", []),
+    ],
+)
+def test_the_adapter_check_catches_what_it_must(source: str, bad: list[str]) -> None:
+    # as if the source were dex/app/engine.py
+    assert adapter_imports(list(imported_modules(source, "dex.app.engine", False))) == bad
