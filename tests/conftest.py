@@ -11,7 +11,7 @@ import dex
 from dex.adapters.memory import InMemoryAdapter
 from dex.testing import VirtualClock
 
-ADAPTERS = ["memory"]
+ADAPTERS = ["memory", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture
@@ -25,7 +25,23 @@ def adapter_factory(request: pytest.FixtureRequest, clock: VirtualClock) -> Iter
     if request.param == "memory":
         shared = InMemoryAdapter(clock=clock)
         yield lambda: shared
-    else:  # pragma: no cover - filled in by the postgres adapter
+    elif request.param == "postgres":
+        from dex.adapters.postgres import PostgresAdapter
+        from tests.pg import fresh_schema, postgres_dsn
+
+        dsn = postgres_dsn()
+        with fresh_schema(dsn) as schema:
+            adapters: list[PostgresAdapter] = []
+
+            def make() -> PostgresAdapter:  # a new pool per call, one schema per test
+                adapter = PostgresAdapter(dsn, schema=schema, clock=clock, max_connections=4)
+                adapters.append(adapter)
+                return adapter
+
+            yield make
+            for adapter in adapters:
+                adapter.close()
+    else:  # pragma: no cover
         raise AssertionError(request.param)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dex.domain.errors import DexError
 
@@ -88,7 +88,7 @@ def open_pool(conninfo: str, *, min_size: int, max_size: int, timeout: float, na
     )
     try:
         pool.open(wait=True, timeout=timeout)
-    except Exception as exc:
+    except PoolTimeout as exc:
         pool.close()
         raise DatabaseConnectionError(
             f"cannot open a connection pool to PostgreSQL at {describe_dsn(conninfo)}: {exc}"

@@ -11,7 +11,6 @@ Identifiers (the schema, partition names) only ever reach SQL through
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import psycopg
@@ -45,6 +44,8 @@ _V1 = [
     """
     CREATE TABLE {s}.runs (
         run_id text COLLATE "C" PRIMARY KEY,
+        -- creation order: breaks ties between runs created at the same instant
+        position bigint GENERATED ALWAYS AS IDENTITY,
         workflow_name text COLLATE "C" NOT NULL,
         queue text COLLATE "C" NOT NULL,
         status text NOT NULL CHECK (status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'COMPLETED', 'FAILED', 'CANCELLED')),
@@ -68,7 +69,7 @@ _V1 = [
     # one live run per instance id; a run leaves the index when it ends
     "CREATE UNIQUE INDEX runs_live_instance ON {s}.runs (instance_id) "
     "WHERE instance_id IS NOT NULL AND status IN " + LIVE,
-    "CREATE INDEX runs_newest ON {s}.runs (created_at DESC, run_id DESC)",
+    "CREATE INDEX runs_newest ON {s}.runs (created_at DESC, position DESC)",
     "CREATE INDEX runs_finished ON {s}.runs (completed_at) WHERE status IN " + TERMINAL,
     "CREATE INDEX runs_key_holders ON {s}.runs (concurrency_key) WHERE holds_key",
     "CREATE INDEX runs_labels ON {s}.runs USING gin (labels jsonb_path_ops)",
@@ -163,10 +164,14 @@ class Statements:
     def __init__(self, schema: str) -> None:
         self.schema = validate_schema(schema)
         self._ident = sql.Identifier(self.schema)
+        self._cache: dict[str, sql.Composed] = {}
 
-    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Statements per adapter, texts are constants
     def __call__(self, text: str) -> sql.Composed:
-        return sql.SQL(text).format(s=self._ident)
+        composed = self._cache.get(text)
+        if composed is None:
+            # the same text always gives the same query string, which psycopg then prepares
+            composed = self._cache[text] = sql.SQL(text).format(s=self._ident)
+        return composed
 
 
 def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
@@ -207,11 +212,13 @@ def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
 
 def schema_version(conn: psycopg.Connection, schema: str) -> int:
     """The applied version of ``schema`` (0 when it has none)."""
-    q = Statements(schema)
-    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [f"{sql.Identifier(schema).as_string(conn)}.schema_version"]).fetchone()
-    if not exists or not exists[0]:
+    exists = conn.execute(
+        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'schema_version'",
+        [validate_schema(schema)],
+    ).fetchone()
+    if exists is None:
         return 0
-    row = conn.execute(q("SELECT coalesce(max(version), 0) FROM {s}.schema_version")).fetchone()
+    row = conn.execute(Statements(schema)("SELECT coalesce(max(version), 0) FROM {s}.schema_version")).fetchone()
     return row[0] if row else 0
 
 

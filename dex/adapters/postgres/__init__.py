@@ -1,0 +1,11 @@
+"""The PostgreSQL adapter: psycopg 3, a connection pool, one partition per task queue.
+
+``PostgresAdapter(dsn, schema="dex")`` implements every port the engine needs; ``migrate``
+creates or upgrades the schema (the adapter calls it on construction).
+"""
+
+from dex.adapters.postgres.adapter import PostgresAdapter
+from dex.adapters.postgres.connection import DatabaseConnectionError
+from dex.adapters.postgres.schema import LATEST_VERSION, migrate, schema_version
+
+__all__ = ["LATEST_VERSION", "DatabaseConnectionError", "PostgresAdapter", "migrate", "schema_version"]

@@ -1,0 +1,199 @@
+"""Activity tasks: make them claimable, claim them, extend and honour their leases.
+
+A task is CREATED (waiting for ``visible_from``: a first attempt or a retry) or QUEUED
+(claimable, or claimed under a lease). The scheduler moves CREATED tasks to QUEUED while the
+queue has room (capacity counts QUEUED tasks); workers claim QUEUED ones.
+
+Lock order, to keep every pair of transactions deadlock-free: ``runs`` rows first, in run id
+order; then task rows, in (queue, task_id) order. Claims and the scheduler only ever skip
+locked rows (``SKIP LOCKED``), so they never wait at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+
+import psycopg
+
+from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, activity_task, inbox_row, insert_inbox
+from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_ACTIVITIES, Statements
+from dex.app.ports import ActivityOutcome, ActivityTask
+
+# the (queue, task_id, owner, version) of each given task, as a relation
+_WANTED = "unnest(%s::text[], %s::bigint[], %s::text[], %s::integer[]) AS w(queue, task_id, owner, version)"
+
+
+def _lease_arrays(tasks: Sequence[ActivityTask]) -> list[list[object]]:
+    return [
+        [t.queue for t in tasks],
+        [t.task_id for t in tasks],
+        [t.lease.owner for t in tasks],
+        [t.lease.version for t in tasks],
+    ]
+
+
+def schedule_activity_tasks(conn: psycopg.Connection, q: Statements, now: datetime, limit: int) -> int:
+    if limit <= 0:
+        return 0
+    # serialises schedulers, so two of them cannot both fill the same free slots
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [LOCK_SCHEDULE_ACTIVITIES, q.schema])
+    # Per active queue, the best visible CREATED tasks up to its free slots (an index scan of
+    # activity_tasks_waiting in each partition), then the best of those overall. SKIP LOCKED
+    # passes over tasks being deleted by a run's completion.
+    moved = conn.execute(
+        q(
+            """
+            WITH free AS (
+                SELECT q.name AS queue,
+                       q.capacity - (SELECT count(*) FROM {s}.activity_tasks t
+                                     WHERE t.queue = q.name AND t.state = 'QUEUED') AS slots
+                FROM {s}.queues q WHERE q.kind = 'activity' AND NOT q.paused
+            ),
+            chosen AS (
+                SELECT w.queue, w.task_id FROM free f
+                CROSS JOIN LATERAL (
+                    SELECT t.queue, t.task_id, t.priority FROM {s}.activity_tasks t
+                    WHERE t.queue = f.queue AND t.state = 'CREATED' AND t.visible_from <= %(now)s
+                    ORDER BY t.priority DESC, t.task_id
+                    LIMIT greatest(least(f.slots, %(limit)s), 0)
+                    FOR UPDATE OF t SKIP LOCKED
+                ) w
+                ORDER BY w.priority DESC, w.task_id
+                LIMIT %(limit)s
+            )
+            UPDATE {s}.activity_tasks t SET state = 'QUEUED'
+            FROM chosen c WHERE t.queue = c.queue AND t.task_id = c.task_id
+            """
+        ),
+        {"now": now, "limit": limit},
+    )
+    return moved.rowcount
+
+
+def claim_activity_tasks(
+    conn: psycopg.Connection, q: Statements, names: Collection[str], owner: str, now: datetime, limit: int
+) -> list[ActivityTask]:
+    if not names or limit <= 0:
+        return []
+    # as for workflow tasks: SKIP LOCKED, a lease until now + the task's lock_timeout, and a new
+    # lock_version; a task taken over from an expired lease counts as a new attempt
+    rows = conn.execute(
+        q(
+            """
+            WITH claimable AS (
+                SELECT t.queue, t.task_id FROM {s}.activity_tasks t
+                WHERE t.state = 'QUEUED' AND t.name = ANY(%(names)s)
+                  AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
+                  AND t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'activity' AND NOT paused)
+                ORDER BY t.priority DESC, t.task_id
+                LIMIT %(limit)s
+                FOR UPDATE OF t SKIP LOCKED
+            )
+            UPDATE {s}.activity_tasks t
+            SET attempt = t.attempt + CASE WHEN t.locked_by IS NULL THEN 0 ELSE 1 END,
+                locked_by = %(owner)s, locked_until = %(now)s + t.lock_timeout, lock_version = t.lock_version + 1
+            FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
+            RETURNING """
+            + ", ".join(f"t.{column.strip()}" for column in ACTIVITY_TASK_COLUMNS.split(","))
+        ),
+        {"names": sorted(names), "now": now, "limit": limit, "owner": owner},
+    ).fetchall()
+    rows.sort(key=lambda row: (-row[6], row[0]))
+    return [activity_task(row) for row in rows]
+
+
+def extend_activity_leases(
+    conn: psycopg.Connection, q: Statements, tasks: Sequence[ActivityTask], now: datetime
+) -> list[bool]:
+    if not tasks:
+        return []
+    # the CTE locks the rows in (queue, task_id) order before the UPDATE touches them, the same
+    # order a completion locks them in; the lease condition is re-checked after any wait
+    rows = conn.execute(
+        q(
+            "WITH held AS ("
+            " SELECT t.queue, t.task_id FROM {s}.activity_tasks t JOIN "
+            + _WANTED
+            + "  ON t.queue = w.queue AND t.task_id = w.task_id"
+            " WHERE t.locked_by = w.owner AND t.lock_version = w.version"
+            " ORDER BY t.queue, t.task_id FOR UPDATE OF t)"
+            " UPDATE {s}.activity_tasks t SET locked_until = %s + t.lock_timeout"
+            " FROM held h WHERE t.queue = h.queue AND t.task_id = h.task_id"
+            " RETURNING t.task_id"
+        ),
+        [*_lease_arrays(tasks), now],
+    ).fetchall()
+    extended = {row[0] for row in rows}
+    return [task.task_id in extended for task in tasks]
+
+
+def complete_activity_tasks(
+    conn: psycopg.Connection, q: Statements, outcomes: Sequence[ActivityOutcome], now: datetime
+) -> list[bool]:
+    if not outcomes:
+        return []
+    tasks = [outcome.task for outcome in outcomes]
+    # 1. the runs that receive a message, FOR SHARE and in order: a run that a concurrent
+    #    workflow task is ending makes us wait, and then it is no longer live (message dropped)
+    live_runs = {
+        row[0]
+        for row in conn.execute(
+            q(
+                "SELECT run_id FROM {s}.runs WHERE run_id = ANY(%s) AND status IN "
+                + LIVE
+                + " ORDER BY run_id FOR SHARE"
+            ),
+            [sorted({task.run_id for task in tasks})],
+        ).fetchall()
+    }
+    # 2. the task rows, FOR UPDATE in (queue, task_id) order, with their current lease
+    leases = {
+        (queue, task_id): (owner, version)
+        for queue, task_id, owner, version in conn.execute(
+            q(
+                "SELECT t.queue, t.task_id, t.locked_by, t.lock_version FROM {s}.activity_tasks t"
+                " WHERE (t.queue, t.task_id) IN (SELECT w.queue, w.task_id FROM " + _WANTED + ")"
+                " ORDER BY t.queue, t.task_id FOR UPDATE OF t"
+            ),
+            _lease_arrays(tasks),
+        ).fetchall()
+    }
+    applied: list[bool] = []
+    retries: list[ActivityOutcome] = []
+    finished: list[ActivityOutcome] = []
+    for outcome in outcomes:
+        key = (outcome.task.queue, outcome.task.task_id)
+        if leases.get(key) != (outcome.task.lease.owner, outcome.task.lease.version):
+            applied.append(False)  # the lease was lost: another worker owns (or finished) this task
+            continue
+        del leases[key]  # the lease is used up: a second outcome for this attempt finds it gone
+        (retries if outcome.retry_at is not None else finished).append(outcome)
+        applied.append(True)
+    if retries:
+        conn.execute(
+            q(
+                "UPDATE {s}.activity_tasks t"
+                " SET state = 'CREATED', visible_from = r.retry_at, attempt = t.attempt + 1,"
+                "     locked_by = NULL, locked_until = NULL"
+                " FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[]) AS r(queue, task_id, retry_at)"
+                " WHERE t.queue = r.queue AND t.task_id = r.task_id"
+            ),
+            [[o.task.queue for o in retries], [o.task.task_id for o in retries], [o.retry_at for o in retries]],
+        )
+    if finished:
+        conn.execute(
+            q(
+                "DELETE FROM {s}.activity_tasks t USING unnest(%s::text[], %s::bigint[]) AS d(queue, task_id)"
+                " WHERE t.queue = d.queue AND t.task_id = d.task_id"
+            ),
+            [[o.task.queue for o in finished], [o.task.task_id for o in finished]],
+        )
+        messages = []
+        for outcome in finished:
+            message = outcome.message
+            assert message is not None
+            if outcome.task.run_id in live_runs:  # a finished or deleted run gets nothing
+                messages.append(inbox_row(outcome.task.run_id, message, now))
+        insert_inbox(conn, q, messages)
+    return applied

@@ -1,0 +1,219 @@
+"""PostgresAdapter: every port of :mod:`dex.app.ports` over a PostgreSQL schema.
+
+Each method is one short transaction on a pooled connection (``autocommit`` off; the pool
+commits when the block ends and rolls back on an exception). The SQL lives in one module per
+concern; this class owns the pool, the clock and the cache of queues known to exist.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+import psycopg
+
+from dex.adapters.postgres import activity_tasks, completion, queues, runs, workflow_tasks
+from dex.adapters.postgres.connection import connect, open_pool, prepare_conninfo
+from dex.adapters.postgres.schema import Statements, migrate
+from dex.app.clock import SystemClock
+from dex.app.ports import (
+    ACTIVITY,
+    WORKFLOW,
+    ActivityOutcome,
+    ActivityTask,
+    Clock,
+    QueueInfo,
+    RunFilter,
+    RunRecord,
+    WorkflowTask,
+)
+from dex.domain import events as ev
+from dex.domain.status import RunStatus
+from dex.domain.task import InboxMessage, WorkflowTaskResult
+from dex.serialization.history import decode_event
+
+
+class PostgresAdapter:
+    """A store in PostgreSQL; several adapters (in one or many processes) may share a schema.
+
+    ``dsn`` is a libpq connection string or URL. The schema is created or upgraded on
+    construction (``migrate=False`` skips that). Times come from the callers' ``now``
+    arguments, which engines take from ``clock``, so a VirtualClock works here too.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "dex",
+        clock: Clock | None = None,
+        min_connections: int = 1,
+        max_connections: int = 10,
+        connect_timeout: float = 5,
+        migrate: bool = True,
+    ) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._q = Statements(schema)
+        conninfo = prepare_conninfo(dsn, connect_timeout)
+        # one plain connection first: a bad DSN or a server that is down fails here, at once
+        with connect(conninfo) as conn:
+            if migrate:
+                _migrate(conn, schema)
+        self._pool = open_pool(
+            conninfo,
+            min_size=min_connections,
+            max_size=max_connections,
+            timeout=connect_timeout + 5,
+            name=f"dex-{schema}",
+        )
+        self._known_queues: set[tuple[str, str]] = set()
+        self._known_lock = threading.Lock()
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def schema(self) -> str:
+        return self._q.schema
+
+    def close(self) -> None:
+        """Close the pool's connections (idempotent)."""
+        self._pool.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection]:
+        with self._pool.connection() as conn, conn.transaction():
+            yield conn
+
+    # -- runs ------------------------------------------------------------------------------
+    def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        self._ensure_queues([(created.queue, WORKFLOW)])
+        with self._transaction() as conn:
+            return runs.create_run(conn, self._q, run_id, created, now)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        with self._transaction() as conn:
+            return runs.get_run(conn, self._q, run_id)
+
+    def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
+        with self._transaction() as conn:
+            return runs.list_runs(conn, self._q, run_filter)
+
+    def load_history(self, run_id: str) -> list[ev.HistoryEvent]:
+        with self._transaction() as conn:
+            encoded = runs.load_history(conn, self._q, run_id)
+        return [decode_event(data) for data in encoded]
+
+    def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
+        with self._transaction() as conn:
+            runs.send_message(conn, self._q, run_id, message, now)
+
+    def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
+        with self._transaction() as conn:
+            runs.request_transition(conn, self._q, run_id, target, message, now)
+
+    # -- workflow tasks ----------------------------------------------------------------------
+    def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
+        with self._transaction() as conn:
+            return workflow_tasks.schedule_workflow_tasks(conn, self._q, now, limit)
+
+    def claim_workflow_tasks(
+        self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[WorkflowTask]:
+        with self._transaction() as conn:
+            return workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
+
+    def load_workflow_task(self, task: WorkflowTask, now: datetime) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
+        with self._transaction() as conn:
+            return workflow_tasks.load_workflow_task(conn, self._q, task, now)
+
+    def complete_workflow_tasks(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
+    ) -> list[bool]:
+        # queues the results start using get their rows and partitions first, in transactions
+        # of their own (DDL), so that the batch itself only inserts rows
+        needed = [(spec.queue, ACTIVITY) for _, result in results for spec in result.activity_tasks]
+        needed += [(child.created.queue, WORKFLOW) for _, result in results for child in result.child_runs]
+        self._ensure_queues(needed)
+        with self._transaction() as conn:
+            return completion.complete_workflow_tasks(conn, self._q, results, now)
+
+    # -- activity tasks ------------------------------------------------------------------------
+    def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
+        with self._transaction() as conn:
+            return activity_tasks.schedule_activity_tasks(conn, self._q, now, limit)
+
+    def claim_activity_tasks(self, names: Collection[str], owner: str, now: datetime, limit: int) -> list[ActivityTask]:
+        with self._transaction() as conn:
+            return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, limit)
+
+    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
+        with self._transaction() as conn:
+            return activity_tasks.extend_activity_leases(conn, self._q, tasks, now)
+
+    def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
+        with self._transaction() as conn:
+            return activity_tasks.complete_activity_tasks(conn, self._q, outcomes, now)
+
+    # -- queues ------------------------------------------------------------------------------
+    def _ensure_queues(self, wanted: Iterable[tuple[str, str]]) -> None:
+        with self._known_lock:
+            missing = sorted(set(wanted) - self._known_queues)
+        for name, kind in missing:
+            self.ensure_queue(name, kind)
+
+    def ensure_queue(self, name: str, kind: str, capacity: int = 100) -> None:
+        queues.check_queue(name, kind, capacity)
+        with self._known_lock:
+            if (name, kind) in self._known_queues:
+                return
+        with self._transaction() as conn:
+            queues.ensure_queue(conn, self._q, name, kind, capacity)
+        with self._known_lock:  # queues are never deleted, so once known, always known
+            self._known_queues.add((name, kind))
+
+    def create_queue(self, name: str, kind: str, capacity: int) -> None:
+        queues.check_queue(name, kind, capacity)
+        with self._transaction() as conn:
+            queues.create_queue(conn, self._q, name, kind, capacity)
+        with self._known_lock:
+            self._known_queues.add((name, kind))
+
+    def set_queue_paused(self, name: str, kind: str, paused: bool) -> None:
+        queues.check_queue(name, kind, 1)
+        with self._transaction() as conn:
+            queues.update_queue(conn, self._q, name, kind, "paused", bool(paused))
+
+    def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
+        queues.check_queue(name, kind, capacity)
+        with self._transaction() as conn:
+            queues.update_queue(conn, self._q, name, kind, "capacity", capacity)
+
+    def list_queues(self) -> list[QueueInfo]:
+        with self._transaction() as conn:
+            return queues.list_queues(conn, self._q)
+
+    # -- leadership and maintenance -------------------------------------------------------------
+    def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:
+        with self._transaction() as conn:
+            return queues.try_lead(conn, self._q, node_id, now, ttl)
+
+    def release_leadership(self, node_id: str) -> None:
+        with self._transaction() as conn:
+            queues.release_leadership(conn, self._q, node_id)
+
+    def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
+        with self._transaction() as conn:
+            return runs.delete_finished_runs(conn, self._q, completed_before, limit)
+
+    def next_due_time(self, now: datetime) -> datetime | None:
+        with self._transaction() as conn:
+            return queues.next_due_time(conn, self._q, now)
+
+
+def _migrate(conn: psycopg.Connection, schema: str) -> None:
+    migrate(conn, schema)
+    conn.commit()

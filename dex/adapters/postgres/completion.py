@@ -1,0 +1,314 @@
+"""Completing workflow tasks: a whole batch of results applied in one transaction.
+
+What one result does is fixed by the in-memory adapter's ``_complete_workflow_task``: drop
+the task; if the run's history still ends at ``expected_last_seq``, append the new events
+(or, for continue-as-new, replace the history and keep only unconsumed external events),
+remove the consumed messages, create child runs (an instance-id clash sends ChildRunFailed to
+the parent), activity tasks and messages, and when the run ends record its outcome and drop
+its inbox and activity tasks. Messages to unknown or ended runs are dropped.
+
+How the batch stays cheap and safe:
+
+* Every run the batch touches (the tasks' runs and every message target) is locked
+  ``FOR NO KEY UPDATE`` in one statement, in run id order, so two batches cannot deadlock and
+  a racing duplicate of a task waits here, then finds ``last_seq`` moved on and is discarded.
+  ``FOR NO KEY UPDATE`` does not block the ``FOR KEY SHARE`` of foreign-key checks.
+* The tasks whose lease still holds are deleted in one statement; the others are discarded.
+* The checks are then made in Python against the locked rows (check-before-apply), so a
+  discarded result never breaks the rest of the batch, and the writes of all applied results
+  go out as a handful of multi-row statements (``unnest``). A run that appears twice in a
+  batch starts a new round, so every round touches each run once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import attrs
+import psycopg
+
+from dex.adapters.postgres.rows import (
+    HistoryRow,
+    InboxRow,
+    history_row,
+    inbox_row,
+    insert_history,
+    insert_inbox,
+    labels_json,
+)
+from dex.adapters.postgres.schema import Statements
+from dex.app.ports import WorkflowTask
+from dex.domain import events as ev
+from dex.domain.status import RunStatus
+from dex.domain.task import NewRun, WorkflowTaskResult
+from dex.domain.values import FailureInfo
+from dex.serialization.values import encode_failure, encode_payload, encode_payloads, encode_retry_policy
+
+Item = tuple[WorkflowTask, WorkflowTaskResult]
+
+
+@attrs.define
+class _Run:
+    """What the batch knows of a locked run; updated as results apply."""
+
+    status: RunStatus
+    last_seq: int
+
+
+def complete_workflow_tasks(
+    conn: psycopg.Connection, q: Statements, results: Sequence[Item], now: datetime
+) -> list[bool]:
+    if not results:
+        return []
+    targets = {task.run_id for task, _ in results}
+    targets.update(message.run_id for _, result in results for message in result.messages)
+    runs = {
+        run_id: _Run(RunStatus(status), last_seq)
+        for run_id, status, last_seq in conn.execute(
+            q("SELECT run_id, status, last_seq FROM {s}.runs WHERE run_id = ANY(%s) ORDER BY run_id FOR NO KEY UPDATE"),
+            [sorted(targets)],
+        ).fetchall()
+    }
+    # the lease check: only tasks still held by this owner at this lock_version are deleted
+    deleted = {
+        (row[0], row[1])
+        for row in conn.execute(
+            q(
+                "DELETE FROM {s}.workflow_tasks t"
+                " USING unnest(%s::text[], %s::bigint[], %s::text[], %s::integer[]) AS l(queue, task_id, owner, version)"
+                " WHERE t.queue = l.queue AND t.task_id = l.task_id"
+                "   AND t.locked_by = l.owner AND t.lock_version = l.version"
+                " RETURNING t.queue, t.task_id"
+            ),
+            [
+                [task.queue for task, _ in results],
+                [task.task_id for task, _ in results],
+                [task.lease.owner for task, _ in results],
+                [task.lease.version for task, _ in results],
+            ],
+        ).fetchall()
+    }
+    applied: list[bool] = []
+    batch = _Round(conn, q, runs, now)
+    for task, result in results:
+        key = (task.queue, task.task_id)
+        if key not in deleted:
+            applied.append(False)  # the lease was lost: another worker owns (or finished) this task
+            continue
+        deleted.discard(key)  # a second result for the same claim finds the task gone
+        run = runs.get(task.run_id)
+        if run is None or run.last_seq != result.expected_last_seq:
+            applied.append(False)  # a racing duplicate already wrote this part of the history
+            continue
+        if task.run_id in batch.touched:
+            batch.flush()
+            batch = _Round(conn, q, runs, now)
+        batch.add(task.run_id, run, result)
+        applied.append(True)
+    batch.flush()
+    return applied
+
+
+class _Round:
+    """The writes of results for distinct runs, gathered and then issued in bulk."""
+
+    def __init__(self, conn: psycopg.Connection, q: Statements, runs: dict[str, _Run], now: datetime) -> None:
+        self._conn, self._q, self._runs, self._now = conn, q, runs, now
+        self.touched: set[str] = set()
+        self._results: list[tuple[str, WorkflowTaskResult]] = []
+        self._consumed: list[int] = []
+        self._reset: list[str] = []
+        self._history: list[HistoryRow] = []
+        self._updates: list[tuple[object, ...]] = []
+
+    def add(self, run_id: str, run: _Run, result: WorkflowTaskResult) -> None:
+        self.touched.add(run_id)
+        self._results.append((run_id, result))
+        self._consumed.extend(result.consumed)
+        if result.new_history is not None:
+            # continue-as-new: timers and results of the old generation must not reach the new one
+            self._reset.append(run_id)
+            events = result.new_history
+            run.last_seq = events[-1].sequence_number if events else 0
+        else:
+            events = result.new_events
+            if events:
+                run.last_seq = events[-1].sequence_number
+        self._history.extend(history_row(run_id, event) for event in events)
+        started = result.started and run.status is RunStatus.CREATED
+        if started:
+            run.status = RunStatus.RUNNING
+        completion = result.completion
+        if completion is not None:
+            # no transition check: a suspend that raced with the run's last task loses to its outcome
+            run.status = completion.status
+        self._updates.append(
+            (
+                run_id,
+                run.status.value,
+                started,
+                bool(result.new_events),
+                result.custom_status,
+                run.last_seq,
+                completion is not None,
+                encode_payload(completion.result) if completion is not None and completion.result is not None else None,
+                encode_failure(completion.failure)
+                if completion is not None and completion.failure is not None
+                else None,
+            )
+        )
+
+    def flush(self) -> None:
+        if not self._results:
+            return
+        conn, q = self._conn, self._q
+        if self._consumed:
+            conn.execute(
+                q("DELETE FROM {s}.inbox WHERE message_id = ANY(%s) AND run_id = ANY(%s)"),
+                [self._consumed, sorted(self.touched)],
+            )
+        if self._reset:
+            conn.execute(
+                q("DELETE FROM {s}.inbox WHERE run_id = ANY(%s) AND kind <> 'ExternalEventReceived'"), [self._reset]
+            )
+            conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%s)"), [self._reset])
+        self._update_runs()
+        children = self._insert_children()
+        insert_history(conn, q, self._history + [history_row(c.run_id, _first_event(c, self._now)) for c in children])
+        self._insert_activity_tasks()
+        finished = [run_id for run_id, result in self._results if result.completion is not None]
+        if finished:
+            # the ended runs' remaining messages and activity tasks go; task rows are locked in
+            # (queue, task_id) order, as everywhere else, before they are deleted
+            conn.execute(q("DELETE FROM {s}.inbox WHERE run_id = ANY(%s)"), [finished])
+            conn.execute(
+                q(
+                    "DELETE FROM {s}.activity_tasks t WHERE (t.queue, t.task_id) IN ("
+                    " SELECT queue, task_id FROM {s}.activity_tasks WHERE run_id = ANY(%s)"
+                    " ORDER BY queue, task_id FOR UPDATE)"
+                ),
+                [finished],
+            )
+        insert_inbox(conn, q, self._messages({c.run_id for c in children}))
+
+    def _update_runs(self) -> None:
+        columns = list(zip(*self._updates, strict=True))
+        self._conn.execute(
+            self._q(
+                "UPDATE {s}.runs r SET status = u.status,"
+                " started_at = CASE WHEN u.started THEN %s ELSE r.started_at END,"
+                " custom_status = CASE WHEN u.set_custom THEN u.custom_status ELSE r.custom_status END,"
+                " last_seq = u.last_seq,"
+                " completed_at = CASE WHEN u.finished THEN %s ELSE r.completed_at END,"
+                " result = CASE WHEN u.finished THEN u.result ELSE r.result END,"
+                " failure = CASE WHEN u.finished THEN u.failure ELSE r.failure END,"
+                " holds_key = r.holds_key AND NOT u.finished"
+                " FROM unnest(%s::text[], %s::text[], %s::boolean[], %s::boolean[], %s::text[], %s::integer[],"
+                "             %s::boolean[], %s::bytea[], %s::bytea[])"
+                "  AS u(run_id, status, started, set_custom, custom_status, last_seq, finished, result, failure)"
+                " WHERE r.run_id = u.run_id"
+            ),
+            [self._now, self._now, *(list(column) for column in columns)],
+        )
+
+    def _insert_children(self) -> list[NewRun]:
+        """Insert the child runs; return those created (the others clashed on instance id)."""
+        children = [child for _, result in self._results for child in result.child_runs]
+        if not children:
+            return []
+        created = [child.created for child in children]
+        # DO NOTHING on any unique conflict: the live-instance index decides clashes, also
+        # between two children of this very batch (the first one wins), and never aborts the batch
+        rows = self._conn.execute(
+            self._q(
+                "INSERT INTO {s}.runs (run_id, workflow_name, queue, status, instance_id, priority,"
+                " concurrency_key, labels, parent_run_id, created_at, last_seq)"
+                " SELECT c.run_id, c.workflow_name, c.queue, 'CREATED', c.instance_id, c.priority,"
+                "  c.concurrency_key, c.labels, c.parent_run_id, %s, 1"
+                " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::integer[], %s::text[],"
+                "             %s::jsonb[], %s::text[]) WITH ORDINALITY"
+                "  AS c(run_id, workflow_name, queue, instance_id, priority, concurrency_key, labels, parent_run_id, ord)"
+                " ORDER BY c.ord"
+                " ON CONFLICT DO NOTHING RETURNING run_id"
+            ),
+            [
+                self._now,
+                [child.run_id for child in children],
+                [c.workflow_name for c in created],
+                [c.queue for c in created],
+                [c.instance_id for c in created],
+                [c.priority for c in created],
+                [c.concurrency_key for c in created],
+                [labels_json(c.labels) for c in created],
+                [c.parent_run_id for c in created],
+            ],
+        ).fetchall()
+        inserted = {row[0] for row in rows}
+        for child in children:
+            if child.run_id in inserted:
+                self._runs[child.run_id] = _Run(RunStatus.CREATED, 1)
+        return [child for child in children if child.run_id in inserted]
+
+    def _insert_activity_tasks(self) -> None:
+        specs = [
+            spec for run_id, result in self._results if not self._runs[run_id].status.is_terminal
+            for spec in result.activity_tasks
+        ]  # fmt: skip
+        if not specs:
+            return
+        self._conn.execute(
+            self._q(
+                "INSERT INTO {s}.activity_tasks (queue, run_id, created_seq, name, input, priority,"
+                " retry_policy, lock_timeout, visible_from)"
+                " SELECT a.queue, a.run_id, a.created_seq, a.name, a.input, a.priority, a.retry_policy,"
+                "  a.lock_timeout, a.visible_from"
+                " FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::bytea[], %s::integer[],"
+                "             %s::bytea[], %s::interval[], %s::timestamptz[]) WITH ORDINALITY"
+                "  AS a(queue, run_id, created_seq, name, input, priority, retry_policy, lock_timeout, visible_from, ord)"
+                " ORDER BY a.ord"
+            ),
+            [
+                [s.queue for s in specs],
+                [s.run_id for s in specs],
+                [s.created_seq for s in specs],
+                [s.name for s in specs],
+                [encode_payloads(s.input) for s in specs],
+                [s.priority for s in specs],
+                [encode_retry_policy(s.retry_policy) for s in specs],
+                [s.lock_timeout for s in specs],
+                [s.visible_from for s in specs],
+            ],
+        )
+
+    def _messages(self, created_children: set[str]) -> list[InboxRow]:
+        """Inbox rows in the order the in-memory adapter would append them, for live runs only.
+
+        A run that ended in this batch ends with an empty inbox, whatever was sent to it before
+        or after it ended, so its messages are simply not written.
+        """
+        rows: list[InboxRow] = []
+
+        def deliver(run_id: str, message: ev.Message, visible_from: datetime) -> None:
+            run = self._runs.get(run_id)
+            if run is not None and not run.status.is_terminal:
+                rows.append(inbox_row(run_id, message, visible_from))
+
+        for run_id, result in self._results:
+            for child in result.child_runs:
+                if child.run_id in created_children:
+                    deliver(child.run_id, ev.RunStarted(), self._now)
+                else:
+                    failure = FailureInfo(
+                        type="InvalidStateError",
+                        message=f"instance id {child.created.instance_id!r} is in use by a running run",
+                        terminal=True,
+                    )
+                    deliver(run_id, ev.ChildRunFailed(child_run_id=child.run_id, failure=failure), self._now)
+            for message in result.messages:
+                deliver(message.run_id, message.event, message.visible_from)
+        return rows
+
+
+def _first_event(child: NewRun, now: datetime) -> ev.HistoryEvent:
+    return ev.HistoryEvent(sequence_number=1, timestamp=now, event=child.created)

@@ -1,0 +1,113 @@
+"""Queue administration, the leadership lease and the due-time query.
+
+A queue is a row of ``queues`` plus a partition of its kind's task table. The partition is
+created in the same transaction that inserts the row, and only by the transaction whose
+insert succeeded: a concurrent creator waits on the uncommitted row, finds the conflict and
+does no DDL, so the ACCESS EXCLUSIVE lock that ``CREATE TABLE .. PARTITION OF`` takes on the
+parent is taken once per queue, not on every ``ensure_queue``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import psycopg
+
+from dex.adapters.postgres.schema import Statements, create_partition
+from dex.app.ports import QUEUE_KINDS, QueueInfo
+from dex.domain.definitions import validate_queue
+
+
+def check_queue(name: str, kind: str, capacity: int) -> None:
+    """ValueError unless name, kind and capacity are valid (as the in-memory adapter checks)."""
+    validate_queue(name)
+    if kind not in QUEUE_KINDS:
+        raise ValueError(f"queue kind must be 'workflow' or 'activity', got {kind!r}")
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"queue capacity must be a positive int, got {capacity!r}")
+
+
+def ensure_queue(conn: psycopg.Connection, q: Statements, name: str, kind: str, capacity: int) -> None:
+    """Create the queue and its partition unless the queue exists."""
+    row = conn.execute(
+        q("INSERT INTO {s}.queues (kind, name, capacity) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING name"),
+        [kind, name, capacity],
+    ).fetchone()
+    if row is not None:
+        create_partition(conn, q.schema, kind, name)
+
+
+def create_queue(conn: psycopg.Connection, q: Statements, name: str, kind: str, capacity: int) -> None:
+    """Create the queue, or set the capacity of the existing one."""
+    row = conn.execute(
+        q(
+            "INSERT INTO {s}.queues (kind, name, capacity) VALUES (%s, %s, %s)"
+            " ON CONFLICT (kind, name) DO UPDATE SET capacity = excluded.capacity"
+            " RETURNING (xmax = 0) AS inserted"
+        ),
+        [kind, name, capacity],
+    ).fetchone()
+    if row is not None and row[0]:
+        create_partition(conn, q.schema, kind, name)
+
+
+def update_queue(conn: psycopg.Connection, q: Statements, name: str, kind: str, column: str, value: object) -> None:
+    """Set ``paused`` or ``capacity`` of an existing queue; ValueError if there is none."""
+    statement = {
+        "paused": "UPDATE {s}.queues SET paused = %s WHERE kind = %s AND name = %s",
+        "capacity": "UPDATE {s}.queues SET capacity = %s WHERE kind = %s AND name = %s",
+    }[column]
+    if conn.execute(q(statement), [value, kind, name]).rowcount == 0:
+        raise ValueError(f"there is no {kind} queue named {name!r}")
+
+
+def list_queues(conn: psycopg.Connection, q: Statements) -> list[QueueInfo]:
+    rows = conn.execute(
+        q(
+            "SELECT q.name, q.kind, q.paused, q.capacity, CASE q.kind"
+            "  WHEN 'workflow' THEN (SELECT count(*) FROM {s}.workflow_tasks t WHERE t.queue = q.name)"
+            "  ELSE (SELECT count(*) FROM {s}.activity_tasks t WHERE t.queue = q.name) END"
+            " FROM {s}.queues q"
+        )
+    ).fetchall()
+    infos = [
+        QueueInfo(name=name, kind=kind, status="PAUSED" if paused else "ACTIVE", capacity=capacity, depth=depth)
+        for name, kind, paused, capacity, depth in rows
+    ]
+    return sorted(infos, key=lambda info: (info.name, info.kind))
+
+
+def try_lead(conn: psycopg.Connection, q: Statements, node_id: str, now: datetime, ttl: timedelta) -> bool:
+    """Take the lease if it is free or expired, renew it if it is ours; True while we lead."""
+    # The single row's lock serialises contenders: a second INSERT waits for the first to
+    # commit, then its WHERE sees the first one's fresh lease and leaves it alone.
+    row = conn.execute(
+        q(
+            "INSERT INTO {s}.leader AS l (singleton, node_id, lease_until) VALUES (true, %s, %s)"
+            " ON CONFLICT (singleton) DO UPDATE SET node_id = excluded.node_id, lease_until = excluded.lease_until"
+            " WHERE l.node_id = excluded.node_id OR l.lease_until <= %s"
+            " RETURNING node_id"
+        ),
+        [node_id, now + ttl, now],
+    ).fetchone()
+    return row is not None
+
+
+def release_leadership(conn: psycopg.Connection, q: Statements, node_id: str) -> None:
+    conn.execute(q("DELETE FROM {s}.leader WHERE node_id = %s"), [node_id])
+
+
+def next_due_time(conn: psycopg.Connection, q: Statements, now: datetime) -> datetime | None:
+    """The earliest moment after ``now`` when a message, a waiting activity task or a lease
+    becomes due (each branch is one index probe)."""
+    row = conn.execute(
+        q(
+            "SELECT least("
+            " (SELECT min(visible_from) FROM {s}.inbox WHERE visible_from > %(now)s),"
+            " (SELECT min(visible_from) FROM {s}.activity_tasks WHERE state = 'CREATED' AND visible_from > %(now)s),"
+            " (SELECT min(locked_until) FROM {s}.activity_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s),"
+            " (SELECT min(locked_until) FROM {s}.workflow_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s))"
+        ),
+        {"now": now},
+    ).fetchone()
+    return row[0] if row is not None else None

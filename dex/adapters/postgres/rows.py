@@ -1,0 +1,132 @@
+"""Rows to domain values and back, and the bulk inserts that several operations share.
+
+Events, messages, payloads, failures and retry policies are stored as protobuf bytes through
+:mod:`dex.serialization.history`; the columns beside them (status, kind, times) exist so that
+SQL can filter and order without decoding anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from dex.adapters.postgres.schema import Statements
+from dex.app.ports import ActivityTask, Lease, RunRecord, WorkflowTask
+from dex.domain import events as ev
+from dex.domain.status import RunStatus
+from dex.serialization.history import encode_event, encode_message
+from dex.serialization.values import decode_failure, decode_payload, decode_payloads, decode_retry_policy
+
+RUN_COLUMNS = (
+    "run_id, workflow_name, queue, status, instance_id, priority, concurrency_key, labels, parent_run_id,"
+    " created_at, started_at, completed_at, custom_status, result, failure"
+)
+
+WORKFLOW_TASK_COLUMNS = "task_id, run_id, workflow_name, queue, priority, locked_by, locked_until, lock_version"
+
+ACTIVITY_TASK_COLUMNS = (
+    "task_id, run_id, created_seq, name, input, queue, priority, attempt, retry_policy, lock_timeout,"
+    " locked_by, locked_until, lock_version"
+)
+
+InboxRow = tuple[str, str, bytes, datetime]  # run_id, kind, message, visible_from
+HistoryRow = tuple[str, int, bytes]  # run_id, seq, event
+
+
+def run_record(row: Sequence[Any]) -> RunRecord:
+    """A RunRecord from a row selected with :data:`RUN_COLUMNS`."""
+    (run_id, workflow_name, queue, status, instance_id, priority, key, labels, parent,
+     created_at, started_at, completed_at, custom_status, result, failure) = row  # fmt: skip
+    return RunRecord(
+        run_id=run_id,
+        workflow_name=workflow_name,
+        queue=queue,
+        status=RunStatus(status),
+        instance_id=instance_id,
+        priority=priority,
+        concurrency_key=key,
+        labels=tuple(sorted(labels.items())),
+        parent_run_id=parent,
+        created_at=created_at,
+        started_at=started_at,
+        completed_at=completed_at,
+        custom_status=custom_status,
+        result=decode_payload(result) if result is not None else None,
+        failure=decode_failure(failure) if failure is not None else None,
+    )
+
+
+def labels_json(labels: ev.Labels) -> Jsonb:
+    return Jsonb(dict(labels))
+
+
+def workflow_task(row: Sequence[Any]) -> WorkflowTask:
+    """A claimed WorkflowTask from a row selected with :data:`WORKFLOW_TASK_COLUMNS`."""
+    task_id, run_id, workflow_name, queue, _priority, owner, until, version = row
+    return WorkflowTask(
+        task_id=task_id,
+        run_id=run_id,
+        workflow_name=workflow_name,
+        queue=queue,
+        lease=Lease(owner=owner, until=until, version=version),
+    )
+
+
+def activity_task(row: Sequence[Any]) -> ActivityTask:
+    """A claimed ActivityTask from a row selected with :data:`ACTIVITY_TASK_COLUMNS`."""
+    (task_id, run_id, created_seq, name, input_, queue, priority, attempt, retry_policy, lock_timeout,
+     owner, until, version) = row  # fmt: skip
+    return ActivityTask(
+        task_id=task_id,
+        run_id=run_id,
+        created_seq=created_seq,
+        name=name,
+        input=decode_payloads(input_),
+        queue=queue,
+        priority=priority,
+        attempt=attempt,
+        retry_policy=decode_retry_policy(retry_policy),
+        lock_timeout=lock_timeout,
+        lease=Lease(owner=owner, until=until, version=version),
+    )
+
+
+def inbox_row(run_id: str, message: ev.Message, visible_from: datetime) -> InboxRow:
+    # the kind column lets the scheduler see a RunCancelled without decoding messages
+    return (run_id, type(message).__name__, encode_message(message), visible_from)
+
+
+def history_row(run_id: str, event: ev.HistoryEvent) -> HistoryRow:
+    return (run_id, event.sequence_number, encode_event(event))
+
+
+def insert_inbox(conn: psycopg.Connection, q: Statements, rows: Sequence[InboxRow]) -> None:
+    """Append messages; message ids follow the order of ``rows`` (one statement for all)."""
+    if not rows:
+        return
+    run_ids, kinds, messages, visible = zip(*rows, strict=True)
+    conn.execute(
+        q(
+            "INSERT INTO {s}.inbox (run_id, kind, message, visible_from)"
+            " SELECT m.run_id, m.kind, m.message, m.visible_from"
+            " FROM unnest(%s::text[], %s::text[], %s::bytea[], %s::timestamptz[]) WITH ORDINALITY"
+            "  AS m(run_id, kind, message, visible_from, ord)"
+            " ORDER BY m.ord"
+        ),
+        [list(run_ids), list(kinds), list(messages), list(visible)],
+    )
+
+
+def insert_history(conn: psycopg.Connection, q: Statements, rows: Sequence[HistoryRow]) -> None:
+    """Append history events; the (run_id, seq) primary key refuses a duplicate."""
+    if not rows:
+        return
+    run_ids, seqs, events = zip(*rows, strict=True)
+    conn.execute(
+        q("INSERT INTO {s}.history (run_id, seq, event) SELECT * FROM unnest(%s::text[], %s::integer[], %s::bytea[])"),
+        [list(run_ids), list(seqs), list(events)],
+    )

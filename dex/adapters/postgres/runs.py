@@ -1,0 +1,172 @@
+"""Runs: create, read, list, message and transition them, and delete finished ones.
+
+Each function runs inside the caller's transaction (one ``pool.connection()`` block). Row
+locks on ``runs`` follow one rule throughout the adapter: whoever changes a run's status or
+history holds its row ``FOR NO KEY UPDATE``; whoever only puts a message in its inbox holds
+it ``FOR SHARE``. The two conflict, so a message can never slip into the inbox of a run that
+is ending in a concurrent transaction (the inserter waits, then sees the run has ended).
+Neither conflicts with the ``FOR KEY SHARE`` that foreign-key checks take.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+
+from dex.adapters.postgres.rows import (
+    RUN_COLUMNS,
+    history_row,
+    inbox_row,
+    insert_history,
+    insert_inbox,
+    labels_json,
+    run_record,
+)
+from dex.adapters.postgres.schema import LIVE, TERMINAL, Statements
+from dex.app.ports import RunFilter, RunRecord
+from dex.domain import events as ev
+from dex.domain.errors import InvalidStateError, RunNotFoundError
+from dex.domain.status import RunStatus, transition
+
+
+def create_run(conn: psycopg.Connection, q: Statements, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+    """Insert a run with history ``[RunCreated]`` and inbox ``[RunStarted]``, or return the id
+    of the live run that already has this instance id."""
+    for _ in range(10):
+        try:
+            inserted = conn.execute(
+                q(
+                    "INSERT INTO {s}.runs (run_id, workflow_name, queue, status, instance_id, priority,"
+                    " concurrency_key, labels, parent_run_id, created_at, last_seq)"
+                    " VALUES (%s, %s, %s, 'CREATED', %s, %s, %s, %s, %s, %s, 1)"
+                    # the arbiter is the partial unique index runs_live_instance: a live
+                    # run with this instance id wins, and an insert racing with ours waits
+                    " ON CONFLICT (instance_id) WHERE instance_id IS NOT NULL AND status IN "
+                    + LIVE
+                    + " DO NOTHING RETURNING run_id"
+                ),
+                [
+                    run_id,
+                    created.workflow_name,
+                    created.queue,
+                    created.instance_id,
+                    created.priority,
+                    created.concurrency_key,
+                    labels_json(created.labels),
+                    created.parent_run_id,
+                    now,
+                ],
+            ).fetchone()
+        except psycopg.errors.UniqueViolation:
+            raise ValueError(f"run {run_id} exists already") from None
+        if inserted is not None:
+            insert_history(
+                conn, q, [history_row(run_id, ev.HistoryEvent(sequence_number=1, timestamp=now, event=created))]
+            )
+            insert_inbox(conn, q, [inbox_row(run_id, ev.RunStarted(), now)])
+            return run_id
+        existing = conn.execute(
+            q("SELECT run_id FROM {s}.runs WHERE instance_id = %s AND status IN " + LIVE),
+            [created.instance_id],
+        ).fetchone()
+        if existing is not None:
+            return str(existing[0])
+        # the clashing run ended between our insert and our select: try again
+    raise InvalidStateError(f"instance id {created.instance_id!r} is contended; try again")
+
+
+def get_run(conn: psycopg.Connection, q: Statements, run_id: str) -> RunRecord | None:
+    row = conn.execute(q("SELECT " + RUN_COLUMNS + " FROM {s}.runs WHERE run_id = %s"), [run_id]).fetchone()
+    return run_record(row) if row is not None else None
+
+
+def list_runs(conn: psycopg.Connection, q: Statements, run_filter: RunFilter) -> list[RunRecord]:
+    """Runs matching the filter, newest first (created_at, then creation order, descending)."""
+    conditions: list[sql.Composable] = []
+    params: list[object] = []
+    if run_filter.workflow_name is not None:
+        conditions.append(sql.SQL("workflow_name = %s"))
+        params.append(run_filter.workflow_name)
+    if run_filter.statuses is not None:
+        conditions.append(sql.SQL("status = ANY(%s)"))
+        params.append([status.value for status in run_filter.statuses])
+    if run_filter.instance_id is not None:
+        conditions.append(sql.SQL("instance_id = %s"))
+        params.append(run_filter.instance_id)
+    if run_filter.created_after is not None:
+        conditions.append(sql.SQL("created_at > %s"))
+        params.append(run_filter.created_after)
+    if run_filter.created_before is not None:
+        conditions.append(sql.SQL("created_at < %s"))
+        params.append(run_filter.created_before)
+    if run_filter.labels:
+        conditions.append(sql.SQL("labels @> %s"))  # served by the GIN index runs_labels
+        params.append(labels_json(run_filter.labels))
+    where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
+    query = sql.Composed(
+        [
+            q("SELECT " + RUN_COLUMNS + " FROM {s}.runs"),
+            where,
+            sql.SQL(" ORDER BY created_at DESC, position DESC LIMIT %s"),
+        ]
+    )
+    params.append(run_filter.limit)
+    return [run_record(row) for row in conn.execute(query, params).fetchall()]
+
+
+def load_history(conn: psycopg.Connection, q: Statements, run_id: str) -> list[bytes]:
+    """The encoded history of a run, oldest first; RunNotFoundError if there is no such run."""
+    rows = conn.execute(q("SELECT event FROM {s}.history WHERE run_id = %s ORDER BY seq"), [run_id]).fetchall()
+    if not rows:  # every run has at least RunCreated
+        raise RunNotFoundError(f"no run with id {run_id!r}")
+    return [row[0] for row in rows]
+
+
+def _live_status(conn: psycopg.Connection, q: Statements, run_id: str, lock: str) -> RunStatus:
+    row = conn.execute(q("SELECT status FROM {s}.runs WHERE run_id = %s " + lock), [run_id]).fetchone()
+    if row is None:
+        raise RunNotFoundError(f"no run with id {run_id!r}")
+    status = RunStatus(row[0])
+    if status.is_terminal:
+        raise InvalidStateError(f"run {run_id} has ended ({status.value})")
+    return status
+
+
+def send_message(conn: psycopg.Connection, q: Statements, run_id: str, message: ev.Message, now: datetime) -> None:
+    # FOR SHARE: waits for a completion that is ending the run, then sees it ended
+    _live_status(conn, q, run_id, "FOR SHARE")
+    insert_inbox(conn, q, [inbox_row(run_id, message, now)])
+
+
+def request_transition(
+    conn: psycopg.Connection, q: Statements, run_id: str, target: RunStatus, message: ev.Message, now: datetime
+) -> None:
+    # FOR NO KEY UPDATE: the status check and the change are one step against other transitions
+    status = _live_status(conn, q, run_id, "FOR NO KEY UPDATE")
+    transition(status, target)
+    if target is not RunStatus.CANCELLED:
+        conn.execute(q("UPDATE {s}.runs SET status = %s WHERE run_id = %s"), [target.value, run_id])
+    else:
+        pending = conn.execute(
+            q("SELECT 1 FROM {s}.inbox WHERE run_id = %s AND kind = 'RunCancelled' LIMIT 1"), [run_id]
+        ).fetchone()
+        if pending is not None:
+            return  # a cancel is already on its way
+    insert_inbox(conn, q, [inbox_row(run_id, message, now)])
+
+
+def delete_finished_runs(conn: psycopg.Connection, q: Statements, completed_before: datetime, limit: int) -> int:
+    """Delete up to ``limit`` ended runs; history, inbox and tasks go with them (ON DELETE CASCADE)."""
+    # SKIP LOCKED: a run row locked by someone (a late message checking it) is left for next time
+    deleted = conn.execute(
+        q(
+            "DELETE FROM {s}.runs WHERE run_id IN ("
+            " SELECT run_id FROM {s}.runs"
+            " WHERE status IN " + TERMINAL + " AND completed_at < %s"
+            " ORDER BY completed_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+        ),
+        [completed_before, limit],
+    )
+    return deleted.rowcount

@@ -1,0 +1,178 @@
+"""Workflow tasks: schedule them from visible inbox messages, claim them, load their input.
+
+A run has at most one workflow task (``UNIQUE (run_id, queue)``). The scheduler creates it
+when the run's inbox has a visible message, its queue is active and has room, and its
+concurrency key (if any) is free; workers claim tasks with ``FOR UPDATE SKIP LOCKED`` and a
+lease. Completing a task is :mod:`dex.adapters.postgres.completion`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime, timedelta
+
+import psycopg
+
+from dex.adapters.postgres.rows import WORKFLOW_TASK_COLUMNS, workflow_task
+from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, Statements
+from dex.app.ports import WorkflowTask
+from dex.domain import events as ev
+from dex.domain.errors import RunNotFoundError
+from dex.domain.task import InboxMessage
+from dex.serialization.history import decode_event, decode_message
+
+# Candidates in the order the in-memory adapter takes them (priority, then oldest run). Two
+# window functions stand in for its loop: per concurrency key only the first run that needs
+# the key is taken, and per queue only as many runs as the queue has free slots.
+_CHOOSE = (
+    """
+    WITH visible AS (
+        SELECT i.run_id, bool_or(i.kind = 'RunCancelled') AS cancel
+        FROM {s}.inbox i WHERE i.visible_from <= %(now)s GROUP BY i.run_id
+    ),
+    free AS (
+        SELECT q.name AS queue,
+               q.capacity - (SELECT count(*) FROM {s}.workflow_tasks t WHERE t.queue = q.name) AS slots
+        FROM {s}.queues q WHERE q.kind = 'workflow' AND NOT q.paused
+    ),
+    candidates AS (
+        SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.created_at, r.position, r.concurrency_key,
+               (r.concurrency_key IS NOT NULL AND NOT r.holds_key AND NOT v.cancel) AS needs_key
+        FROM visible v
+        JOIN {s}.runs r ON r.run_id = v.run_id
+        JOIN free f ON f.queue = r.queue AND f.slots > 0
+        WHERE (r.status IN ('CREATED', 'RUNNING') OR (r.status = 'SUSPENDED' AND v.cancel))
+          AND NOT EXISTS (SELECT 1 FROM {s}.workflow_tasks t WHERE t.run_id = r.run_id AND t.queue = r.queue)
+    ),
+    keyed AS (
+        SELECT c.*, row_number() OVER (
+                   PARTITION BY c.needs_key, c.concurrency_key ORDER BY c.priority DESC, c.created_at, c.position
+               ) AS key_rank
+        FROM candidates c
+        WHERE NOT c.needs_key OR NOT EXISTS (
+            SELECT 1 FROM {s}.runs h
+            WHERE h.holds_key AND h.concurrency_key = c.concurrency_key AND h.status IN """
+    + LIVE
+    + """
+        )
+    ),
+    ranked AS (
+        SELECT o.*, row_number() OVER (
+                   PARTITION BY o.queue ORDER BY o.priority DESC, o.created_at, o.position
+               ) AS queue_rank
+        FROM keyed o WHERE NOT o.needs_key OR o.key_rank = 1
+    )
+    SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.needs_key
+    FROM ranked r JOIN free f ON f.queue = r.queue
+    WHERE r.queue_rank <= f.slots
+    ORDER BY r.priority DESC, r.created_at, r.position
+    LIMIT %(limit)s
+    """
+)
+
+
+def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: datetime, limit: int) -> int:
+    if limit <= 0:
+        return 0
+    # Only this transaction grants concurrency keys and queue slots until it commits: a second
+    # scheduler (a leader that has not yet noticed it was replaced) waits here, then counts
+    # again with a fresh snapshot.
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [LOCK_SCHEDULE_WORKFLOWS, q.schema])
+    chosen = conn.execute(q(_CHOOSE), {"now": now, "limit": limit}).fetchall()
+    if not chosen:
+        return 0
+    wanting_key = [run_id for run_id, _n, _q, _p, needs_key in chosen if needs_key]
+    taken: set[str] = set()
+    if wanting_key:
+        # SKIP LOCKED: a run row held by a completion or a transition is left for the next
+        # round instead of waiting on it, so the scheduler never takes part in a deadlock
+        rows = conn.execute(
+            q(
+                "SELECT run_id FROM {s}.runs WHERE run_id = ANY(%s) AND status IN "
+                + LIVE
+                + " ORDER BY run_id FOR NO KEY UPDATE SKIP LOCKED"
+            ),
+            [wanting_key],
+        ).fetchall()
+        taken = {row[0] for row in rows}
+        if taken:
+            conn.execute(q("UPDATE {s}.runs SET holds_key = true WHERE run_id = ANY(%s)"), [list(taken)])
+    tasks = [row for row in chosen if not row[4] or row[0] in taken]
+    if not tasks:
+        return 0
+    run_ids, names, queues, priorities, _ = zip(*tasks, strict=True)
+    # task ids follow the scheduling order, which is also the order of claims at equal priority
+    conn.execute(
+        q(
+            "INSERT INTO {s}.workflow_tasks (queue, run_id, workflow_name, priority)"
+            " SELECT t.queue, t.run_id, t.workflow_name, t.priority"
+            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[]) WITH ORDINALITY"
+            "  AS t(run_id, workflow_name, queue, priority, ord)"
+            " ORDER BY t.ord"
+        ),
+        [list(run_ids), list(names), list(queues), list(priorities)],
+    )
+    return len(tasks)
+
+
+def claim_workflow_tasks(
+    conn: psycopg.Connection,
+    q: Statements,
+    names: Collection[str],
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    limit: int,
+) -> list[WorkflowTask]:
+    if not names or limit <= 0:
+        return []
+    # FOR UPDATE SKIP LOCKED: rows another worker is claiming right now are passed over, not
+    # waited for, and do not count against the LIMIT; a row whose claim committed in between is
+    # re-checked against the lease condition and dropped. Each claim bumps lock_version, which
+    # is what a completion must still match.
+    rows = conn.execute(
+        q(
+            """
+            WITH claimable AS (
+                SELECT t.queue, t.task_id FROM {s}.workflow_tasks t
+                WHERE t.workflow_name = ANY(%(names)s)
+                  AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
+                  AND t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'workflow' AND NOT paused)
+                ORDER BY t.priority DESC, t.task_id
+                LIMIT %(limit)s
+                FOR UPDATE OF t SKIP LOCKED
+            )
+            UPDATE {s}.workflow_tasks t
+            SET locked_by = %(owner)s, locked_until = %(until)s, lock_version = t.lock_version + 1
+            FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
+            RETURNING """
+            + ", ".join(f"t.{column.strip()}" for column in WORKFLOW_TASK_COLUMNS.split(","))
+        ),
+        {"names": sorted(names), "now": now, "limit": limit, "owner": owner, "until": now + lease},
+    ).fetchall()
+    rows.sort(key=lambda row: (-row[4], row[0]))
+    return [workflow_task(row) for row in rows]
+
+
+def load_workflow_task(
+    conn: psycopg.Connection, q: Statements, task: WorkflowTask, now: datetime
+) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
+    """The run's history and visible inbox, read in one statement (so from one snapshot)."""
+    rows = conn.execute(
+        q(
+            # messages in the order they became visible: a timer inserted early but due late
+            # must not overtake an event that arrived before it fired
+            "SELECT 0 AS part, NULL::timestamptz AS due, seq::bigint AS n, event AS data"
+            " FROM {s}.history WHERE run_id = %(run)s"
+            " UNION ALL"
+            " SELECT 1, visible_from, message_id, message FROM {s}.inbox"
+            " WHERE run_id = %(run)s AND visible_from <= %(now)s"
+            " ORDER BY part, due, n"
+        ),
+        {"run": task.run_id, "now": now},
+    ).fetchall()
+    history = [decode_event(data) for part, _due, _n, data in rows if part == 0]
+    if not history:
+        raise RunNotFoundError(f"no run with id {task.run_id!r}")
+    inbox = [InboxMessage(message_id=n, event=decode_message(data)) for part, _due, n, data in rows if part == 1]
+    return history, inbox

@@ -1,0 +1,109 @@
+"""A PostgreSQL server for tests, and a fresh schema per test.
+
+:func:`postgres_dsn` finds a server once per test session, in this order:
+
+1. ``DEX_TEST_DATABASE_URL``, if set (CI with a service container, a developer's database);
+2. a testcontainers ``PostgresContainer``, if a Docker daemon answers within about a second;
+3. an embedded server from ``pgserver`` in a temporary directory (stopped and deleted when
+   the test process exits).
+
+:func:`fresh_schema` gives each test its own schema, so tests never see each other's rows
+and one server serves the whole session.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+ENV_VAR = "DEX_TEST_DATABASE_URL"
+
+_lock = threading.Lock()
+_dsn: str | None = None
+
+
+def postgres_dsn() -> str:
+    """The DSN of the session's test server (started on first use)."""
+    global _dsn
+    with _lock:
+        if _dsn is None:
+            _dsn = os.environ.get(ENV_VAR) or (_container_dsn() if docker_available() else None) or _embedded_dsn()
+        return _dsn
+
+
+def docker_available(timeout: float = 1.0) -> bool:
+    """Whether a Docker daemon answers on its socket (or DOCKER_HOST) within ``timeout`` seconds."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        if host.startswith("unix://"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout)
+                sock.connect(host[len("unix://") :])
+                sock.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+                return sock.recv(16).startswith(b"HTTP/")
+        if host.startswith("tcp://"):
+            address, _, port = host[len("tcp://") :].rpartition(":")
+            with socket.create_connection((address, int(port)), timeout=timeout):
+                return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _container_dsn() -> str | None:
+    try:
+        from testcontainers.postgres import PostgresContainer
+
+        container = PostgresContainer("postgres:16-alpine", driver=None)
+        container.start()
+    except Exception:  # noqa: BLE001 - a daemon that cannot run the image: fall back to pgserver
+        return None
+    atexit.register(container.stop)
+    return str(container.get_connection_url())
+
+
+def _embedded_dsn() -> str:
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (CI, root)
+        warnings.simplefilter("ignore")
+        import pgserver
+
+    # Run as root, pgserver starts the server as the system user "pgserver", which must be
+    # able to enter the directory that holds the data directory and the socket.
+    base = Path(tempfile.mkdtemp(prefix="dex-test-pg-", dir="/tmp"))
+    base.chmod(0o777)
+    # atexit runs last-in first-out: pgserver's own cleanup (stop, delete data) runs first
+    atexit.register(shutil.rmtree, base, ignore_errors=True)
+    server = pgserver.get_server(base / "data", cleanup_mode="delete")
+    return str(server.get_uri())
+
+
+def new_schema_name(prefix: str = "dex_test") -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@contextmanager
+def fresh_schema(dsn: str | None = None, prefix: str = "dex_test") -> Iterator[str]:
+    """A schema name no other test uses; the schema is dropped afterwards (if it was created)."""
+    dsn = dsn or postgres_dsn()
+    schema = new_schema_name(prefix)
+    try:
+        yield schema
+    finally:
+        drop_schema(dsn, schema)
