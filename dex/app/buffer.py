@@ -1,8 +1,10 @@
-"""The result buffer: task outcomes gathered and written to the store in batches.
+"""The write buffer: task outcomes, external events and heartbeats, written in batches.
 
-Writing a batch in one call (one transaction in PostgreSQL) instead of one per task is what
-makes completions cheap. Whoever has nothing else to do flushes at once, so a lone workflow
-is not slowed by the buffer.
+Writing a batch in one call (a few multi-row statements in PostgreSQL) instead of one call per
+item is what makes completions cheap. Whoever has nothing else to do flushes at once, so a lone
+workflow is not slowed by the buffer. External events are a group commit: ``send_event``
+returns only once its batch is written, so the caller still learns about a missing or finished
+run, while concurrent senders share one write.
 """
 
 from __future__ import annotations
@@ -10,15 +12,31 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from datetime import datetime
 
-from dex.app.ports import ActivityOutcome, Store, WorkflowTask
+import attrs
+
+from dex.app.ports import ActivityOutcome, ActivityTask, Store, WorkflowTask
+from dex.domain import events as ev
 from dex.domain.task import WorkflowTaskResult
 
 log = logging.getLogger("dex.buffer")
 
 
+@attrs.define
+class _PendingMessage:
+    run_id: str
+    message: ev.Message
+    written: threading.Event = attrs.Factory(threading.Event)
+    error: BaseException | None = None
+
+
 class ResultBuffer:
-    """Completed workflow tasks and activity attempts waiting to be written."""
+    """Writes waiting to go to the store.
+
+    With ``background`` set (a started engine has a flusher thread), adders return at once and
+    the flusher writes batches; otherwise the adder flushes itself, as ``drain()`` needs.
+    """
 
     def __init__(self, store: Store, *, max_batch: int = 256, on_flush: Callable[[], None] | None = None) -> None:
         self._store = store
@@ -26,55 +44,106 @@ class ResultBuffer:
         self._on_flush = on_flush
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._full = threading.Condition(self._lock)
+        self._wanted = threading.Condition(self._lock)
         self._workflow_results: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
         self._activity_outcomes: list[ActivityOutcome] = []
+        self._messages: list[_PendingMessage] = []
+        self._heartbeats: dict[int, ActivityTask] = {}
+        self._lost_leases: set[int] = set()
+        self.background = False
         self.discarded = 0
+
+    def __len__(self) -> int:
+        return len(self._workflow_results) + len(self._activity_outcomes) + len(self._messages) + len(self._heartbeats)
 
     def add_workflow_result(self, task: WorkflowTask, result: WorkflowTaskResult) -> None:
         with self._lock:
             self._workflow_results.append((task, result))
             if len(self) >= self._max_batch:
-                self._full.notify_all()
+                self._wanted.notify_all()
 
     def add_activity_outcome(self, outcome: ActivityOutcome) -> None:
         with self._lock:
             self._activity_outcomes.append(outcome)
+            self._heartbeats.pop(outcome.task.task_id, None)
+            self._lost_leases.discard(outcome.task.task_id)
             if len(self) >= self._max_batch:
-                self._full.notify_all()
+                self._wanted.notify_all()
 
-    def __len__(self) -> int:
-        return len(self._workflow_results) + len(self._activity_outcomes)
+    def send_message(self, run_id: str, message: ev.Message) -> None:
+        """Write a message to a run's inbox with the next batch, and wait until it is written.
 
-    def wait_until_full(self, timeout: float) -> None:
-        """Block until a batch is full or ``timeout`` seconds passed (the flusher's pacing)."""
+        Raises what the store reports for this message (RunNotFoundError, InvalidStateError).
+        """
+        pending = _PendingMessage(run_id, message)
         with self._lock:
-            if len(self) < self._max_batch:
-                self._full.wait(timeout)
+            self._messages.append(pending)
+            self._wanted.notify_all()  # someone waits: do not hold the batch back
+        if not self.background:
+            self.flush()
+        pending.written.wait()
+        if pending.error is not None:
+            raise pending.error
+
+    def heartbeat(self, task: ActivityTask) -> bool:
+        """Queue a lease extension for ``task``; False once a flush found the lease lost."""
+        with self._lock:
+            if task.task_id in self._lost_leases:
+                return False
+            self._heartbeats[task.task_id] = task
+        if not self.background:
+            self.flush()
+        with self._lock:
+            return task.task_id not in self._lost_leases
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Block until a batch is full, a sender waits, or ``timeout`` seconds passed."""
+        with self._lock:
+            if len(self) < self._max_batch and not self._messages:
+                self._wanted.wait(timeout)
 
     def flush(self) -> int:
-        """Write everything buffered; return how many outcomes were written (applied or not)."""
+        """Write everything buffered; return how many items were written (applied or not)."""
         with self._flush_lock:
             with self._lock:
                 workflow_results, self._workflow_results = self._workflow_results, []
                 activity_outcomes, self._activity_outcomes = self._activity_outcomes, []
-            if not workflow_results and not activity_outcomes:
+                messages, self._messages = self._messages, []
+                heartbeats, self._heartbeats = list(self._heartbeats.values()), {}
+            count = len(workflow_results) + len(activity_outcomes) + len(messages) + len(heartbeats)
+            if not count:
                 return 0
             now = self._store.clock.now()
             try:
+                if messages:
+                    self._write_messages(messages, now)
+                if heartbeats:
+                    held = self._store.extend_activity_leases(heartbeats, now)
+                    with self._lock:
+                        self._lost_leases.update(t.task_id for t, ok in zip(heartbeats, held, strict=True) if not ok)
                 if activity_outcomes:
                     applied = self._store.complete_activity_tasks(activity_outcomes, now)
                     self._count_discarded("activity", [o.task.task_id for o in activity_outcomes], applied)
                 if workflow_results:
                     applied = self._store.complete_workflow_tasks(workflow_results, now)
                     self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
-            except Exception:
-                # nothing was acknowledged: the tasks' leases expire and they run again
-                log.exception("flushing %d results failed", len(workflow_results) + len(activity_outcomes))
+            except BaseException as exc:
+                # nothing unwritten was acknowledged: those tasks' leases expire and they run again
+                for pending in messages:
+                    if not pending.written.is_set():
+                        pending.error = exc
+                        pending.written.set()
+                log.exception("flushing %d buffered writes failed", count)
                 raise
             if self._on_flush is not None:
                 self._on_flush()
-            return len(workflow_results) + len(activity_outcomes)
+            return count
+
+    def _write_messages(self, messages: list[_PendingMessage], now: datetime) -> None:
+        errors = self._store.send_messages([(p.run_id, p.message) for p in messages], now)
+        for pending, error in zip(messages, errors, strict=True):
+            pending.error = error
+            pending.written.set()
 
     def _count_discarded(self, kind: str, task_ids: list[int], applied: list[bool]) -> None:
         for task_id, ok in zip(task_ids, applied, strict=True):

@@ -134,7 +134,7 @@ class Engine:
         """Deliver an external event to a run; it is buffered until the run waits for it."""
         validate_name(event_id, "event id")
         message = ev.ExternalEventReceived(event_id=event_id, payload=self.converter.encode(payload))
-        self.store.send_message(run_id, message, self.store.clock.now())
+        self.buffer.send_message(run_id, message)
         self._nudge()
 
     def cancel(self, run_id: str, reason: str = "") -> None:
@@ -276,6 +276,7 @@ class Engine:
             raise InvalidStateError("the engine is already started")
         self._stopping.clear()
         self._pool = activity_pool(self._activity_concurrency)
+        self.buffer.background = True
         loops: list[tuple[str, Callable[[], int]]] = [
             ("dex-scheduler", self._schedule_round),
             ("dex-workflow-worker", self._workflow_round),
@@ -329,7 +330,7 @@ class Engine:
         self._nudge()
 
     def _flush_round(self) -> int:
-        self.buffer.wait_until_full(self._poll_interval)
+        self.buffer.wait_for_work(self._poll_interval)
         return self.buffer.flush()
 
     def stop(self, timeout: float = 30) -> None:
@@ -342,6 +343,7 @@ class Engine:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        self.buffer.background = False
         self.buffer.flush()
         self.leader.release()
         self._async.close()

@@ -14,6 +14,7 @@ from typing import Protocol
 import attrs
 
 from dex.domain import events as ev
+from dex.domain.errors import DexError
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
@@ -144,6 +145,11 @@ class RunStore(Protocol):
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         """Put a message in a run's inbox. RunNotFoundError / InvalidStateError (terminal run)."""
+        ...
+
+    def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
+        """Put each message in its run's inbox, as one batch; per item, None or the error
+        ``send_message`` would raise (RunNotFoundError, InvalidStateError)."""
         ...
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:

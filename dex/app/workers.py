@@ -174,7 +174,7 @@ class ActivityWorker:
             run_id=task.run_id,
             activity_name=task.name,
             attempt=task.attempt,
-            heartbeat_fn=lambda: self._store.extend_activity_leases([task], self._store.clock.now())[0],
+            heartbeat_fn=lambda: self._buffer.heartbeat(task),
         )
         token = set_activity_context(context)
         try:

@@ -132,3 +132,26 @@ def test_graceful_stop_loses_nothing_it_acknowledged(adapter_factory: Any) -> No
     with successor:
         results = [successor.wait(r, timeout=30) for r in run_ids]
     assert results == [(i + 1) * 2 - 1 for i in range(50)]
+
+
+@dex.workflow
+async def counts_events(ctx: dex.WorkflowContext, expected: int) -> int:
+    total = 0
+    for _ in range(expected):
+        total += await ctx.wait_for_event("n")
+    return total
+
+
+def test_events_from_many_threads_share_batches_and_all_arrive(adapter_factory: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    engine = dex.Engine(adapter_factory(), workflows=[counts_events], poll_interval=0.01)
+    with engine:
+        run_id = engine.start_workflow(counts_events, 40)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: engine.send_event(run_id, "n", i), range(40)))
+        with pytest.raises(dex.RunNotFoundError):
+            engine.send_event("missing-run", "n", 1)  # errors still reach the sender
+        assert engine.wait(run_id, timeout=20) == sum(range(40))
+        with pytest.raises(dex.InvalidStateError):
+            engine.send_event(run_id, "n", 1)

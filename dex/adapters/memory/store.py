@@ -36,7 +36,7 @@ from dex.app.ports import (
 )
 from dex.domain import events as ev
 from dex.domain.definitions import validate_queue
-from dex.domain.errors import InvalidStateError, RunNotFoundError
+from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, transition
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
@@ -132,6 +132,18 @@ class InMemoryAdapter:
         with self._lock:
             self._live_run(run_id)
             self._push(run_id, message, now)
+
+    def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
+        with self._lock:
+            errors: list[DexError | None] = []
+            for run_id, message in items:
+                try:
+                    self.send_message(run_id, message, now)
+                except (RunNotFoundError, InvalidStateError) as exc:
+                    errors.append(exc)
+                else:
+                    errors.append(None)
+            return errors
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
         with self._lock:

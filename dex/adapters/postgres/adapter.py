@@ -30,6 +30,7 @@ from dex.app.ports import (
     WorkflowTask,
 )
 from dex.domain import events as ev
+from dex.domain.errors import DexError
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.serialization.history import decode_event
@@ -110,6 +111,10 @@ class PostgresAdapter:
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         with self._transaction() as conn:
             runs.send_message(conn, self._q, run_id, message, now)
+
+    def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
+        with self._transaction() as conn:
+            return runs.send_messages(conn, self._q, list(items), now)
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
         with self._transaction() as conn:

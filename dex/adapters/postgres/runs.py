@@ -27,7 +27,7 @@ from dex.adapters.postgres.rows import (
 from dex.adapters.postgres.schema import LIVE, TERMINAL, Statements
 from dex.app.ports import RunFilter, RunRecord
 from dex.domain import events as ev
-from dex.domain.errors import InvalidStateError, RunNotFoundError
+from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, transition
 
 
@@ -138,6 +138,32 @@ def send_message(conn: psycopg.Connection, q: Statements, run_id: str, message: 
     # FOR SHARE: waits for a completion that is ending the run, then sees it ended
     _live_status(conn, q, run_id, "FOR SHARE")
     insert_inbox(conn, q, [inbox_row(run_id, message, now)])
+
+
+def send_messages(
+    conn: psycopg.Connection, q: Statements, items: list[tuple[str, ev.Message]], now: datetime
+) -> list[DexError | None]:
+    """A batch of ``send_message``: one status read, one insert; per item None or its error."""
+    run_ids = sorted({run_id for run_id, _ in items})
+    # FOR SHARE, in run id order like every other locker: waits for completions ending these runs
+    rows = conn.execute(
+        q("SELECT run_id, status FROM {s}.runs WHERE run_id = ANY(%s) ORDER BY run_id FOR SHARE"), [run_ids]
+    ).fetchall()
+    statuses = {run_id: RunStatus(status) for run_id, status in rows}
+    errors: list[DexError | None] = []
+    accepted = []
+    for run_id, message in items:
+        status = statuses.get(run_id)
+        if status is None:
+            errors.append(RunNotFoundError(f"no run with id {run_id!r}"))
+        elif status.is_terminal:
+            errors.append(InvalidStateError(f"run {run_id} has ended ({status.value})"))
+        else:
+            errors.append(None)
+            accepted.append(inbox_row(run_id, message, now))
+    if accepted:
+        insert_inbox(conn, q, accepted)
+    return errors
 
 
 def request_transition(
