@@ -47,6 +47,7 @@ class Engine:
         *,
         node_id: str | None = None,
         converter: PayloadConverter | None = None,
+        max_payload_size: int | None = None,
         activity_concurrency: int = 16,
         poll_interval: float = 0.05,
         workflow_task_lease: timedelta = timedelta(seconds=60),
@@ -57,7 +58,13 @@ class Engine:
         self.store = adapter
         self.registry = Registry(workflows, activities)
         self.node_id = node_id or f"node-{uuid.uuid4()}"
-        self.converter: PayloadConverter = converter or DefaultPayloadConverter()
+        if converter is not None and max_payload_size is not None:
+            raise ValueError("pass max_payload_size to your converter, not to the engine")
+        self.converter: PayloadConverter = converter or (
+            DefaultPayloadConverter()
+            if max_payload_size is None
+            else DefaultPayloadConverter(max_payload_size=max_payload_size)
+        )
         self._rng = rng or random.Random()
         self._activity_concurrency = activity_concurrency
         self._poll_interval = poll_interval

@@ -247,3 +247,35 @@ def test_unserialisable_values_fail_at_the_call_that_sent_them(make_engine: Any)
     assert [e.event.name for e in engine.history(run_id) if e.kind == "ActivityTaskCreated"] == ["returns_a_set"]
     with pytest.raises(dex.SerializationError):
         engine.send_event(run_id, "evt", {"when": object()})
+
+
+@dex.activity
+def big_result(size: int) -> str:
+    return "x" * size
+
+
+@dex.workflow
+async def asks_for_big_result(ctx: dex.WorkflowContext, size: int) -> str:
+    try:
+        await ctx.activity(big_result, size)
+    except dex.ActivityFailedError as exc:
+        return exc.failure.cause.message if exc.failure.cause else exc.failure.message
+    return "fits"
+
+
+def test_oversized_payloads_are_refused_where_they_are_sent(make_engine: Any) -> None:
+    engine = make_engine([asks_for_big_result], [big_result], max_payload_size=1024)
+    with pytest.raises(dex.SerializationError, match="exceeds the limit of 1024 bytes"):
+        engine.start_workflow(asks_for_big_result, "y" * 2000)
+    assert engine.list_runs() == []
+    run_id = engine.start_workflow(asks_for_big_result, 5000)
+    engine.drain()
+    assert "exceeds the limit of 1024 bytes" in engine.wait(run_id, timeout=1)
+    with pytest.raises(dex.SerializationError):
+        engine.send_event(run_id, "e", "z" * 5000)
+
+
+def test_the_default_payload_limit_is_two_mebibytes(make_engine: Any) -> None:
+    engine = make_engine([asks_for_big_result], [big_result])
+    with pytest.raises(dex.SerializationError, match="2097152"):
+        engine.start_workflow(asks_for_big_result, "y" * (2 * 1024 * 1024 + 1))
