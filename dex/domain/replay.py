@@ -101,7 +101,9 @@ class WorkflowExecutor:
         self._event_buffer: dict[str, deque[Payload]] = {}
         self._event_waiters: dict[str, deque[DexFuture[Any]]] = {}
         self._cancel_requested = False
-        self._suspended = False
+        self.suspended = False
+        self.completed_in_history = False
+        self.closed = False
         self.outcome: cmd.CompleteRun | ContinueAsNewRequest | None = None
         self.nondeterminism: str | None = None
         # the block being applied
@@ -130,6 +132,8 @@ class WorkflowExecutor:
         """
         self.now = now
         self.is_replaying = recorded is not None
+        if recorded is not None and any(isinstance(item.event, ev.RunCompleted) for item in recorded):
+            self.completed_in_history = True
         self._recorded, self._cursor, self._next_seq, self._new = recorded, 0, next_seq, []
         if self.nondeterminism is not None:
             if recorded is None:
@@ -141,7 +145,7 @@ class WorkflowExecutor:
         if self._cancel_requested and self.outcome is None:
             self._stepper.close()
             self._issue(cmd.CompleteRun(status=RunStatus.CANCELLED))
-        elif not self._suspended:
+        elif not self.suspended:
             self._stepper.run_until_blocked()
         if self.nondeterminism is None and recorded is not None and self._cursor < len(recorded):
             missing = recorded[self._cursor]
@@ -155,13 +159,19 @@ class WorkflowExecutor:
             self._stepper.close()
         return self._new
 
+    def close(self) -> None:
+        """Stop the workflow code for good (its ``finally`` blocks run, silently, issuing nothing)."""
+        self.closed = True
+        self.is_replaying = True  # keeps the logger quiet while the code unwinds
+        self._stepper.close()
+
     def _mismatch(self, text: str) -> None:
         if self.nondeterminism is None:
             self.nondeterminism = f"workflow {self.workflow_name!r} is not deterministic: {text}"
 
     def _issue(self, command: cmd.Command) -> tuple[int, ev.Event] | None:
         """Record a command: match it against history when replaying, else number it as new."""
-        if self.nondeterminism is not None:
+        if self.nondeterminism is not None or self.closed:
             return None
         if self._recorded is None:
             seq = self._next_seq
@@ -242,9 +252,9 @@ class WorkflowExecutor:
             case ev.RunCancelled():
                 self._cancel_requested = True
             case ev.RunSuspended():
-                self._suspended = True  # the code waits; later messages are held back in the inbox
+                self.suspended = True  # the code waits; later messages are held back in the inbox
             case ev.RunResumed():
-                self._suspended = False
+                self.suspended = False
             case _:
                 raise ValueError(f"{type(message).__name__} is not a message a run can receive")
 

@@ -163,20 +163,13 @@ def check_replay(
         raise NonDeterminismError(executor.nondeterminism)
 
 
-def select_messages(
-    history: Sequence[ev.HistoryEvent], inbox: Sequence[InboxMessage]
-) -> list[InboxMessage]:
+def select_messages(suspended: bool, inbox: Sequence[InboxMessage]) -> list[InboxMessage]:
     """The inbox messages a task consumes now, in the order it applies them.
 
-    While the run is suspended, only control messages (resume, cancel) are taken; the others
-    stay in the inbox and follow a resume in their original order.
+    While the run is suspended (``suspended`` says whether its history ends so), only control
+    messages (resume, cancel) are taken; the others stay in the inbox and follow a resume in
+    their original order.
     """
-    suspended = False
-    for item in history:
-        if isinstance(item.event, ev.RunSuspended):
-            suspended = True
-        elif isinstance(item.event, ev.RunResumed):
-            suspended = False
     taken: list[InboxMessage] = []
     held: list[InboxMessage] = []
     for message in inbox:
@@ -207,15 +200,27 @@ def decide(
     activities: ActivityLookup = lambda _n: None,
     workflows: WorkflowLookup = lambda _n: None,
 ) -> WorkflowTaskResult:
-    """Decide one workflow task of run ``run_id``."""
-    last_seq = history[-1].sequence_number if history else 0
-    if any(isinstance(item.event, ev.RunCompleted) for item in history):
+    """Decide one workflow task of run ``run_id`` from its whole history."""
+    executor = replay_history(definition, run_id, history, converter, activities=activities, workflows=workflows)
+    try:
+        return advance(executor, history[-1].sequence_number, inbox, now)
+    finally:
+        executor.close()
+
+
+def advance(
+    executor: WorkflowExecutor, last_seq: int, inbox: Sequence[InboxMessage], now: datetime
+) -> WorkflowTaskResult:
+    """Decide the next workflow task with an executor that has replayed the history up to
+    ``last_seq`` (freshly, or kept from the run's previous task); the executor moves on with it.
+    """
+    run_id = executor.run_id
+    if executor.completed_in_history:
         # a finished run: whatever still arrives is dropped
         return WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq, consumed=tuple(m.message_id for m in inbox))
-    taken = select_messages(history, inbox)
+    taken = select_messages(executor.suspended, inbox)
     if not taken:
         return WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq)
-    executor = replay_history(definition, run_id, history, converter, activities=activities, workflows=workflows)
     created = executor.created
 
     seq = last_seq + 1

@@ -41,7 +41,7 @@ failures: st.SearchStrategy[FailureInfo] = st.recursive(
 retry_policies = st.builds(
     RetryPolicy,
     initial_delay=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=3_650_000)),
-    multiplier=st.floats(min_value=1, allow_nan=False),
+    multiplier=st.floats(min_value=1, allow_nan=False, allow_infinity=False),
     randomization_factor=st.floats(min_value=0, max_value=1),
     max_delay=st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=3_650_000)),
     max_attempts=st.integers(min_value=1, max_value=2**31 - 1),
