@@ -38,8 +38,16 @@ class ResultBuffer:
     the flusher writes batches; otherwise the adder flushes itself, as ``drain()`` needs.
     """
 
-    def __init__(self, store: Store, *, max_batch: int = 256, on_flush: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 256,
+        on_flush: Callable[[], None] | None = None,
+        on_discard: Callable[[WorkflowTask], None] | None = None,
+    ) -> None:
         self._store = store
+        self._on_discard = on_discard
         self._max_batch = max_batch
         self._on_flush = on_flush
         self._lock = threading.Lock()
@@ -127,8 +135,15 @@ class ResultBuffer:
                 if workflow_results:
                     applied = self._store.complete_workflow_tasks(workflow_results, now)
                     self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
+                    if self._on_discard is not None:
+                        for (task, _result), ok in zip(workflow_results, applied, strict=True):
+                            if not ok:
+                                self._on_discard(task)
             except BaseException as exc:
                 # nothing unwritten was acknowledged: those tasks' leases expire and they run again
+                if self._on_discard is not None:
+                    for task, _result in workflow_results:
+                        self._on_discard(task)
                 for pending in messages:
                     if not pending.written.is_set():
                         pending.error = exc

@@ -15,7 +15,7 @@ from typing import Any
 from dex.app.buffer import ResultBuffer
 from dex.app.clock import VirtualClock
 from dex.app.info import RunInfo
-from dex.app.ports import QUEUE_KINDS, QueueInfo, RunFilter, RunRecord, Store
+from dex.app.ports import QUEUE_KINDS, QueueInfo, RunFilter, RunRecord, Store, WorkflowTask
 from dex.app.registry import Registry
 from dex.app.runner import Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
@@ -54,6 +54,7 @@ class Engine:
         leader_lease: timedelta = timedelta(seconds=15),
         retention: timedelta = timedelta(days=7),
         rng: random.Random | None = None,
+        executor_cache_size: int = 1000,
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
@@ -69,14 +70,20 @@ class Engine:
         self._activity_concurrency = activity_concurrency
         self._poll_interval = poll_interval
         self._nudge = Nudge()
-        self.buffer = ResultBuffer(adapter, on_flush=self._nudge)
+        self.buffer = ResultBuffer(adapter, on_flush=self._nudge, on_discard=self._workflow_discarded)
         self._async = AsyncRunner()
         self.leader = LeaderElection(adapter, self.node_id, ttl=leader_lease)
         self.workflow_scheduler = WorkflowTaskScheduler(adapter)
         self.activity_scheduler = ActivityTaskScheduler(adapter)
         self.maintenance = RetentionMaintenance(adapter, retention=retention)
         self.workflow_worker = WorkflowWorker(
-            adapter, self.registry, self.converter, self.buffer, self.node_id, lease=workflow_task_lease
+            adapter,
+            self.registry,
+            self.converter,
+            self.buffer,
+            self.node_id,
+            lease=workflow_task_lease,
+            cache_size=executor_cache_size,
         )
         self.activity_worker = ActivityWorker(
             adapter,
@@ -96,6 +103,9 @@ class Engine:
             adapter.ensure_queue(definition.queue, "workflow")
         for activity in self.registry.activities.values():
             adapter.ensure_queue(activity.queue, "activity")
+
+    def _workflow_discarded(self, task: WorkflowTask) -> None:
+        self.workflow_worker.discarded(task)
 
     # -- runs ---------------------------------------------------------------------------------
     def start_workflow(
@@ -352,6 +362,7 @@ class Engine:
             self._pool = None
         self.buffer.background = False
         self.buffer.flush()
+        self.workflow_worker.cache.clear()
         self.leader.release()
         self._async.close()
         self._threads.clear()

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
@@ -24,10 +25,64 @@ from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import ApplicationError, NotRegisteredError, SerializationError
 from dex.domain.status import RunStatus
-from dex.domain.task import InboxMessage, WorkflowTaskResult, decide
+from dex.domain.replay import WorkflowExecutor
+from dex.domain.task import InboxMessage, WorkflowTaskResult, advance, replay_history
 from dex.domain.values import FailureInfo
 
 log = logging.getLogger("dex.worker")
+
+
+class ExecutorCache:
+    """Executors of recently advanced runs, so a run's next task applies only what is new.
+
+    An entry is valid only for the history it was advanced to (``last_seq``); a task that
+    finds the run's history elsewhere, or a result of ours the store discarded, drops it.
+    Bounded (least recently used first out), because each entry holds live coroutines.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, tuple[WorkflowExecutor, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, run_id: str, last_seq: int) -> WorkflowExecutor | None:
+        """The cached executor for ``run_id`` if it stands exactly at ``last_seq``."""
+        with self._lock:
+            entry = self._entries.pop(run_id, None)
+        if entry is None:
+            return None
+        executor, cached_seq = entry
+        if cached_seq != last_seq:
+            executor.close()
+            return None
+        return executor
+
+    def put(self, run_id: str, executor: WorkflowExecutor, last_seq: int) -> None:
+        evicted = []
+        with self._lock:
+            if self._capacity <= 0:
+                evicted.append(executor)
+            else:
+                self._entries[run_id] = (executor, last_seq)
+                while len(self._entries) > self._capacity:
+                    evicted.append(self._entries.popitem(last=False)[1][0])
+        for old in evicted:
+            old.close()
+
+    def discard(self, run_id: str) -> None:
+        with self._lock:
+            entry = self._entries.pop(run_id, None)
+        if entry is not None:
+            entry[0].close()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            entries, self._entries = list(self._entries.values()), OrderedDict()
+        for executor, _seq in entries:
+            executor.close()
 
 
 class WorkflowWorker:
@@ -43,10 +98,12 @@ class WorkflowWorker:
         *,
         lease: timedelta = timedelta(seconds=60),
         batch_size: int = 16,
+        cache_size: int = 1000,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
         self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
         self._names = frozenset(registry.workflows)
+        self.cache = ExecutorCache(cache_size)
 
     def poll_once(self) -> int:
         """Claim and execute up to one batch of workflow tasks; return how many ran."""
@@ -61,21 +118,33 @@ class WorkflowWorker:
     def execute(self, task: WorkflowTask) -> WorkflowTaskResult:
         now = self._store.clock.now()
         history, inbox = self._store.load_workflow_task(task, now)
-        definition = self._registry.workflows[task.workflow_name]
+        last_seq = history[-1].sequence_number
+        executor = self.cache.take(task.run_id, last_seq)
         try:
-            return decide(
-                definition,
-                task.run_id,
-                history,
-                inbox,
-                now,
-                self._converter,
-                activities=self._registry.find_activity,
-                workflows=self._registry.find_workflow,
-            )
+            if executor is None:
+                executor = replay_history(
+                    self._registry.workflows[task.workflow_name],
+                    task.run_id,
+                    history,
+                    self._converter,
+                    activities=self._registry.find_activity,
+                    workflows=self._registry.find_workflow,
+                )
+            result = advance(executor, last_seq, inbox, now)
         except Exception as exc:  # a history the core cannot read fails that run, not the worker
             log.exception("workflow task for run %s failed", task.run_id)
+            if executor is not None:
+                executor.close()
             return failed_result(task.run_id, history, inbox, now, FailureInfo.from_exception(exc, terminal=True))
+        if executor.finished or result.new_history is not None:
+            executor.close()
+        else:
+            self.cache.put(task.run_id, executor, result.new_events[-1].sequence_number if result.new_events else last_seq)
+        return result
+
+    def discarded(self, task: WorkflowTask) -> None:
+        """The store refused our result for ``task``: our executor ran ahead of the history."""
+        self.cache.discard(task.run_id)
 
 
 def failed_result(

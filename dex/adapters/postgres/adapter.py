@@ -15,7 +15,14 @@ from datetime import datetime, timedelta
 import psycopg
 
 from dex.adapters.postgres import activity_tasks, completion, queues, runs, workflow_tasks
-from dex.adapters.postgres.connection import connect, open_pool, prepare_conninfo
+from dex.adapters.postgres.connection import (
+    IDLE_IN_TRANSACTION_TIMEOUT,
+    STATEMENT_TIMEOUT,
+    connect,
+    open_pool,
+    prepare_conninfo,
+    session_settings,
+)
 from dex.adapters.postgres.schema import Statements, migrate
 from dex.app.clock import SystemClock
 from dex.app.ports import (
@@ -42,6 +49,24 @@ class PostgresAdapter:
     ``dsn`` is a libpq connection string or URL. The schema is created or upgraded on
     construction (``migrate=False`` skips that). Times come from the callers' ``now``
     arguments, which engines take from ``clock``, so a VirtualClock works here too.
+
+    Connections come from a pool of ``min_connections`` to ``max_connections``. An engine
+    uses at most one per background thread at a time (four: scheduler, workflow worker,
+    activity worker, flusher), plus one per activity heartbeat in progress and one per call
+    of its API (``start_workflow``, ``wait``, ...) made by the application; the default of 10
+    covers a started engine with room for heartbeats and callers. A caller waits up to 30 s
+    for a free connection. Raise it for many concurrent heartbeats or API callers, mind the
+    server's ``max_connections`` (100 by default) across all processes.
+
+    Each pooled session runs with ``statement_timeout`` (default 30 s: every statement here
+    takes milliseconds) and ``idle_in_transaction_session_timeout`` (default 60 s: the adapter
+    never pauses inside a transaction, so a session idle in one belongs to a stuck process and
+    its row locks are released). A zero timedelta turns a limit off.
+
+    If the server restarts, connections it closed are replaced when the pool hands them out;
+    a statement under way fails with ``psycopg.OperationalError``, which the engine's
+    background threads log before backing off. While the server is down, callers wait for a
+    connection (up to 30 s) and then get ``psycopg_pool.PoolTimeout``.
     """
 
     def __init__(
@@ -53,6 +78,8 @@ class PostgresAdapter:
         min_connections: int = 1,
         max_connections: int = 10,
         connect_timeout: float = 5,
+        statement_timeout: timedelta = STATEMENT_TIMEOUT,
+        idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
         migrate: bool = True,
     ) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -68,6 +95,7 @@ class PostgresAdapter:
             max_size=max_connections,
             timeout=connect_timeout + 5,
             name=f"dex-{schema}",
+            configure=session_settings(statement_timeout, idle_in_transaction_timeout),
         )
         self._known_queues: set[tuple[str, str]] = set()
         self._known_lock = threading.Lock()

@@ -4,9 +4,21 @@ A wrong DSN or an unreachable server must fail at once with a message naming the
 (never the password), not as a pool retrying in the background until a timeout. So the
 adapter first opens one plain connection with a ``connect_timeout``; only when that works
 does it open the pool.
+
+Once running, the server may go away and come back (a restart, a failover). A pooled
+connection the server closed is noticed when the pool hands it out (:func:`check_idle`) and
+replaced, so a restart costs the callers a short wait, not one error per pooled connection;
+a statement that was running when the server went away fails, and the engine's pollers back
+off and try again. Each pooled session also carries server-side time limits
+(:data:`STATEMENT_TIMEOUT`, :data:`IDLE_IN_TRANSACTION_TIMEOUT`) so that a stuck statement or
+a client that stalls inside a transaction cannot hold row locks indefinitely.
 """
 
 from __future__ import annotations
+
+import select
+from collections.abc import Callable
+from datetime import timedelta
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -15,6 +27,14 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from dex.domain.errors import DexError
 
 DEFAULT_CONNECT_TIMEOUT = 5  # seconds; libpq's own default is to wait forever
+
+# Every statement the adapter issues is a short indexed operation (milliseconds); the longest
+# are a retention batch and a completion waiting for a run row another transaction holds.
+# Thirty seconds leaves those ample room and still ends a runaway statement.
+STATEMENT_TIMEOUT = timedelta(seconds=30)
+# The adapter never waits for anything between the statements of a transaction; a session idle
+# inside one belongs to a process that is stuck (or stopped), and its row locks block others.
+IDLE_IN_TRANSACTION_TIMEOUT = timedelta(seconds=60)
 
 
 class DatabaseConnectionError(DexError, ConnectionError):
@@ -63,27 +83,76 @@ def connect(conninfo: str) -> psycopg.Connection:
         raise DatabaseConnectionError(f"cannot connect to PostgreSQL at {describe_dsn(conninfo)}: {reason}") from None
 
 
-def configure(conn: psycopg.Connection) -> None:
-    """Session settings of every pooled connection.
+def _milliseconds(limit: timedelta) -> str:
+    return str(max(0, round(limit.total_seconds() * 1000)))  # 0 turns the limit off
+
+
+def session_settings(
+    statement_timeout: timedelta = STATEMENT_TIMEOUT,
+    idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
+) -> Callable[[psycopg.Connection], None]:
+    """The ``configure`` callback of the pool: session settings of every pooled connection.
 
     Timestamps are computed from the caller's clock and stored as timestamptz; reading them in
     UTC, and adding intervals (lease timeouts) in UTC, keeps them exact and free of DST jumps.
+    The time limits are enforced by the server: it cancels the statement (the caller gets an
+    error, its transaction rolls back) or closes the idle session (its locks are released).
     """
-    conn.execute("SET TIME ZONE 'UTC'")
-    conn.commit()
+
+    def configure(conn: psycopg.Connection) -> None:
+        conn.execute("SET TIME ZONE 'UTC'")
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", [_milliseconds(statement_timeout)])
+        conn.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+            [_milliseconds(idle_in_transaction_timeout)],
+        )
+        conn.commit()
+
+    return configure
 
 
-def open_pool(conninfo: str, *, min_size: int, max_size: int, timeout: float, name: str) -> ConnectionPool:
+def check_idle(conn: psycopg.Connection) -> None:
+    """The pool's check of a connection it is about to hand out; raises if it is unusable.
+
+    An idle connection has nothing to read unless the server closed it (a restart, an idle
+    timeout, an administrator) or sent a notice; only then is it pinged, so the common case
+    costs one ``poll()`` on the socket, not a round trip.
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    if _readable(conn.pgconn.socket):
+        ConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)  # pragma: no cover - platforms without poll()
+    return bool(readable)
+
+
+def open_pool(
+    conninfo: str,
+    *,
+    min_size: int,
+    max_size: int,
+    timeout: float,
+    name: str,
+    configure: Callable[[psycopg.Connection], None] | None = None,
+) -> ConnectionPool:
     """A pool of non-autocommit connections; each ``pool.connection()`` block is one transaction."""
     pool = ConnectionPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": False},
-        configure=configure,
+        configure=configure or session_settings(),
+        check=check_idle,
         open=False,
         name=name,
-        timeout=30.0,  # how long a caller waits for a free connection
+        timeout=30.0,  # how long a caller waits for a free connection (e.g. while the server restarts)
         reconnect_timeout=60.0,
     )
     try:

@@ -30,7 +30,7 @@ def embedded_dsn(data_dir: Path | str = DEFAULT_DATA_DIR) -> str:
         # run as root, pgserver starts the server as the system user "pgserver", which must be
         # able to write the data directory and its socket
         base.chmod(0o777)
-    server = pgserver.get_server(base / "pg", cleanup_mode="stop")
+    server = pgserver.get_server(base / "pg", cleanup_mode="stop")  # type: ignore[attr-defined]
     return str(server.get_uri())
 
 

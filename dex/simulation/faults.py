@@ -1,0 +1,50 @@
+"""Faults the simulator injects between two steps, and the schedule that says when.
+
+A fault schedule is a tuple of :class:`Fault` values, each naming the step before which it
+strikes, what happens, and a number that picks its target (a node, a result to re-deliver).
+Together with the seed it determines a simulation completely, so its ``repr`` is what a
+failure prints for the run to be replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+FAULT_KINDS: dict[str, str] = {
+    "crash": "a node dies now: its claims lapse with their leases, its unflushed results are lost",
+    "crash-after-claim": "a node claims what it can, then dies",
+    "crash-after-execute": "a node runs the tasks it holds into its buffer, then dies before flushing",
+    "crash-mid-flush": "a node writes the first half of its buffer, then dies",
+    "restart": "a node stops gracefully (finishes what it holds, flushes, hands back leadership)",
+    "duplicate": "a result already written is delivered once more",
+    "hang": "an activity a node holds never finishes",
+    "lease-expiry": "time jumps past every task lease while work is in flight",
+    "leader-loss": "time jumps past the leader lease and another node takes over",
+    "activity-fails": "the next two activity executions raise a retryable error",
+    "activity-fails-terminally": "the next activity execution raises a terminal error",
+}
+
+
+def _check_kind(_instance: object, _attribute: object, value: str) -> None:
+    if value not in FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {value!r}; known: {', '.join(FAULT_KINDS)}")
+
+
+@attrs.frozen
+class Fault:
+    """``kind`` strikes just before step ``at_step``; ``pick`` chooses its target."""
+
+    at_step: int
+    kind: str = attrs.field(validator=_check_kind)
+    pick: int = 0
+
+    def __repr__(self) -> str:
+        return f"Fault({self.at_step}, {self.kind!r}, {self.pick})"
+
+
+def schedule(faults: Iterable[Fault | tuple[int, str, int]]) -> tuple[Fault, ...]:
+    """The faults in the order they strike (stable for faults at the same step)."""
+    items = [f if isinstance(f, Fault) else Fault(*f) for f in faults]
+    return tuple(sorted(items, key=lambda f: f.at_step))

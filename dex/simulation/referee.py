@@ -1,0 +1,297 @@
+"""The store as the simulated engines see it: the in-memory adapter, watched by a referee.
+
+:class:`ObservedAdapter` is the in-memory adapter with every call that grants, extends or
+gives back a lease, writes a workflow result or changes the leadership reported to a
+:class:`Referee`, which checks it at once against its ledgers and keeps its own copy of each
+run's history (every generation). The end-of-run checks read those copies, so they still see
+runs that retention has deleted. The adapter also names new runs from a seeded generator
+instead of ``uuid4``, so that a seed replays exactly, run ids included.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter, deque
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+
+from dex.adapters.memory import InMemoryAdapter
+from dex.app.ports import ActivityOutcome, ActivityTask, Clock, RunRecord, WorkflowTask
+from dex.domain import events as ev
+from dex.domain.definitions import PayloadConverter
+from dex.domain.errors import InvalidStateError
+from dex.domain.state import fold
+from dex.domain.status import RunStatus
+from dex.domain.task import WorkflowTaskResult, split_blocks
+from dex.simulation.invariants import (
+    InvariantViolation,
+    LeaderLedger,
+    LeaseLedger,
+    StatusWatch,
+    check_activity_results,
+    check_events_received,
+    check_history,
+    check_replays,
+)
+from dex.simulation.workload import Workload
+
+
+@attrs.define
+class RunLog:
+    """What the referee knows of one run: its histories and what clients asked of it."""
+
+    run_id: str
+    workflow_name: str
+    parent_run_id: str | None
+    history: list[ev.HistoryEvent]  # the current generation
+    generations: list[list[ev.HistoryEvent]] = attrs.Factory(list)  # generations continued as new
+    sent: Counter[tuple[str, bytes]] = attrs.Factory(Counter)
+    requests: list[tuple[RunStatus, datetime]] = attrs.Factory(list)  # accepted cancel/suspend/resume
+
+    def all_generations(self) -> list[list[ev.HistoryEvent]]:
+        return [*self.generations, self.history]
+
+
+Delivery = tuple[str, Any]  # ("workflow", (task, result)) or ("activity", outcome)
+
+
+class Referee:
+    """Checks every store call as it happens and everything written at the end."""
+
+    def __init__(self, retention: timedelta) -> None:
+        self.leases = LeaseLedger()
+        self.leader = LeaderLedger()
+        self.statuses = StatusWatch(retention)
+        self.runs: dict[str, RunLog] = {}
+        self.deliveries: deque[Delivery] = deque(maxlen=32)  # recent completions, to deliver again
+        self.counts: Counter[str] = Counter()
+
+    # -- during the run ---------------------------------------------------------------------------
+    def run_created(self, run_id: str, history: list[ev.HistoryEvent]) -> None:
+        created = history[0].event
+        assert isinstance(created, ev.RunCreated)
+        if run_id in self.runs:
+            raise InvariantViolation("history-as-decided", f"run {run_id} was created twice")
+        self.runs[run_id] = RunLog(run_id, created.workflow_name, created.parent_run_id, history)
+        check_history(run_id, history)
+
+    def workflow_result(self, task: WorkflowTask, result: WorkflowTaskResult, applied: bool, again: bool) -> None:
+        self.leases.completed("workflow", task.task_id, task.lease, applied)
+        self._delivered(("workflow", (task, result)), applied, again)
+        if not applied:
+            return
+        log = self.runs.get(result.run_id)
+        if log is None:
+            raise InvariantViolation("history-as-decided", f"a result was applied to unknown run {result.run_id}")
+        if result.expected_last_seq != log.history[-1].sequence_number:
+            raise InvariantViolation(
+                "unique-sequence-numbers",
+                f"run {log.run_id}: a result expecting event {result.expected_last_seq} was applied "
+                f"after event {log.history[-1].sequence_number}",
+            )
+        written = [*log.history, *result.new_events]
+        check_history(log.run_id, written)
+        if result.new_history is not None:
+            log.generations.append(written)
+            log.history = list(result.new_history)
+            check_history(log.run_id, log.history)
+        else:
+            log.history = written
+
+    def activity_outcome(self, outcome: ActivityOutcome, applied: bool, again: bool) -> None:
+        self.leases.completed("activity", outcome.task.task_id, outcome.task.lease, applied)
+        self._delivered(("activity", outcome), applied, again)
+
+    def _delivered(self, delivery: Delivery, applied: bool, again: bool) -> None:
+        if again:
+            self.counts["redelivered"] += 1
+            if applied:
+                raise InvariantViolation("duplicates-discarded", f"a {delivery[0]} result delivered twice was applied twice")
+            return
+        self.counts["applied" if applied else "discarded"] += 1
+        self.deliveries.append(delivery)
+
+    def records(self, store: InMemoryAdapter) -> dict[str, RunRecord | None]:
+        return {run_id: store.get_run(run_id) for run_id in self.runs}
+
+    # -- at the end -------------------------------------------------------------------------------
+    def final_checks(self, store: InMemoryAdapter, workload: Workload, executions: Any, converter: PayloadConverter) -> None:
+        """Every run ended exactly once, replays, and got only what really happened."""
+        for run_id, log in self.runs.items():
+            record = store.get_run(run_id)
+            if record is None:
+                record = self.statuses.last[run_id]  # deleted by retention: it was terminal then
+            else:
+                actual = store.load_history(run_id)
+                if actual != log.history:
+                    raise InvariantViolation("history-as-decided", f"run {run_id}: the store's history is not the one written")
+            if not record.status.is_terminal:
+                raise InvariantViolation("every-run-ends", f"run {run_id} ({log.workflow_name}) is still {record.status.value}")
+            self._check_run(log, record, workload, executions, converter)
+
+    def _check_run(
+        self, log: RunLog, record: RunRecord, workload: Workload, executions: Any, converter: PayloadConverter
+    ) -> None:
+        fn = workload.workflow(log.workflow_name)
+        for index, history in enumerate(log.all_generations()):
+            last = index == len(log.generations)
+            check_history(log.run_id, history, finished=last)
+            if not last and any(isinstance(item.event, ev.RunCompleted) for item in history):
+                raise InvariantViolation("one-terminal-state", f"run {log.run_id}: a generation ended twice")
+            check_replays(fn, log.run_id, history, activities=workload.activities, workflows=workload.workflows)
+            check_activity_results(log.run_id, history, executions, workload.activity_result, converter)
+            check_events_received(log.run_id, history, log.sent)
+        completion = log.history[-2].event
+        assert isinstance(completion, ev.RunCompleted)
+        if completion.status is not record.status or completion.result != record.result:
+            raise InvariantViolation(
+                "one-terminal-state",
+                f"run {log.run_id}: history says {completion.status.value}, the store {record.status.value}",
+            )
+        try:
+            folded = fold(log.history).status
+        except InvalidStateError as exc:
+            raise InvariantViolation("history-folds", f"run {log.run_id}: {exc}") from None
+        if folded is not record.status:
+            raise InvariantViolation("history-folds", f"run {log.run_id}: folds to {folded.value}, is {record.status.value}")
+        self._check_requests_honoured(log)
+        created = log.history[0].event
+        assert isinstance(created, ev.RunCreated)
+        inputs = [converter.decode(p) for p in created.input]
+        result = converter.decode(record.result) if record.result is not None else None
+        problem = workload.check_outcome(record, inputs, result)
+        if problem is not None:
+            raise InvariantViolation("workflow-results", f"run {log.run_id} ({log.workflow_name}{inputs}): {problem}")
+        self._check_children(log)
+
+    def _check_requests_honoured(self, log: RunLog) -> None:
+        """An accepted cancel or suspend reaches the history, unless a task that started no
+        later than the request ended the run first."""
+        _created, blocks = split_blocks(log.history)
+        ended_at = blocks[-1].started.timestamp
+        recorded = Counter(type(item.event) for history in log.all_generations() for item in history)
+        early = Counter(target for target, at in log.requests if at < ended_at)
+        # a second cancel while one is on its way is accepted and merged with it
+        missing = [
+            target.value
+            for target, kind, needed in (
+                (RunStatus.CANCELLED, ev.RunCancelled, min(early[RunStatus.CANCELLED], 1)),
+                (RunStatus.SUSPENDED, ev.RunSuspended, early[RunStatus.SUSPENDED]),
+            )
+            if recorded[kind] < needed
+        ]
+        if missing:
+            raise InvariantViolation(
+                "requests-honoured",
+                f"run {log.run_id}: an accepted {' and '.join(missing)} request never reached the history, "
+                f"though the run went on until a task at {ended_at.isoformat()}",
+            )
+
+    def _check_children(self, log: RunLog) -> None:
+        """A parent learns exactly how its child ended."""
+        for history in log.all_generations():
+            for item in history:
+                if isinstance(item.event, ev.ChildRunCompleted):
+                    child = self.runs.get(item.event.child_run_id)
+                    end = child.history[-2].event if child is not None else None
+                    if not isinstance(end, ev.RunCompleted) or end.result != item.event.result:
+                        raise InvariantViolation(
+                            "child-outcomes", f"run {log.run_id} got a result its child {item.event.child_run_id} never returned"
+                        )
+
+
+class ObservedAdapter(InMemoryAdapter):
+    """The in-memory adapter, reporting to a referee (see the module docstring)."""
+
+    def __init__(self, clock: Clock, referee: Referee, ids: random.Random) -> None:
+        super().__init__(clock=clock)
+        self.referee = referee
+        self._ids = ids
+        self._again = False
+
+    def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        run_id = str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
+        got = super().create_run(run_id, created, now)
+        if got == run_id:
+            self.referee.run_created(run_id, self.load_history(run_id))
+        return got
+
+    def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
+        super().send_message(run_id, message, now)
+        if isinstance(message, ev.ExternalEventReceived):
+            self.referee.runs[run_id].sent[(message.event_id, message.payload.data)] += 1
+
+    def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
+        super().request_transition(run_id, target, message, now)
+        self.referee.runs[run_id].requests.append((target, now))
+
+    def claim_workflow_tasks(self, names: Any, owner: str, now: datetime, lease: timedelta, limit: int) -> list[WorkflowTask]:
+        tasks = super().claim_workflow_tasks(names, owner, now, lease, limit)
+        for task in tasks:
+            self.referee.leases.claimed("workflow", task.task_id, task.run_id, task.lease, now)
+        return tasks
+
+    def claim_activity_tasks(self, names: Any, owner: str, now: datetime, limit: int) -> list[ActivityTask]:
+        tasks = super().claim_activity_tasks(names, owner, now, limit)
+        for task in tasks:
+            self.referee.leases.claimed("activity", task.task_id, task.run_id, task.lease, now)
+        return tasks
+
+    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
+        extended = super().extend_activity_leases(tasks, now)
+        for task, ok in zip(tasks, extended, strict=True):
+            if ok:
+                self.referee.leases.extended("activity", task.task_id, task.lease, now + task.lock_timeout)
+        return extended
+
+    def complete_workflow_tasks(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
+    ) -> list[bool]:
+        applied = super().complete_workflow_tasks(results, now)
+        touched: set[str] = set()
+        for (task, result), ok in zip(results, applied, strict=True):
+            self.referee.workflow_result(task, result, ok, self._again)
+            if ok:
+                touched.add(result.run_id)
+                for child in result.child_runs:
+                    if self.get_run(child.run_id) is not None and child.run_id not in self.referee.runs:
+                        self.referee.run_created(child.run_id, self.load_history(child.run_id))
+        for run_id in sorted(touched):
+            if self.load_history(run_id) != self.referee.runs[run_id].history:
+                raise InvariantViolation("history-as-decided", f"run {run_id}: the store wrote another history than decided")
+        return applied
+
+    def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
+        applied = super().complete_activity_tasks(outcomes, now)
+        for outcome, ok in zip(outcomes, applied, strict=True):
+            self.referee.activity_outcome(outcome, ok, self._again)
+        return applied
+
+    def deliver_again(self, pick: int, now: datetime) -> str | None:
+        """Deliver a recent completion once more (a duplicate); say which, or None if none."""
+        if not self.referee.deliveries:
+            return None
+        kind, item = self.referee.deliveries[pick % len(self.referee.deliveries)]
+        self._again = True
+        try:
+            if kind == "workflow":
+                self.complete_workflow_tasks([item], now)
+                return f"workflow result of task {item[0].task_id}"
+            self.complete_activity_tasks([item], now)
+            return f"activity outcome of task {item.task.task_id}"
+        finally:
+            self._again = False
+
+    def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:
+        leading = super().try_lead(node_id, now, ttl)
+        if leading:
+            self.referee.leader.granted(node_id, now, ttl)
+        return leading
+
+    def release_leadership(self, node_id: str) -> None:
+        super().release_leadership(node_id)
+        self.referee.leader.released(node_id)
