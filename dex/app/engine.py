@@ -70,7 +70,9 @@ class Engine:
         self._activity_concurrency = activity_concurrency
         self._poll_interval = poll_interval
         self._nudge = Nudge()
-        self.buffer = ResultBuffer(adapter, on_flush=self._nudge, on_discard=self._workflow_discarded)
+        self._progress = threading.Condition()
+        self._flushes = 0
+        self.buffer = ResultBuffer(adapter, on_flush=self._flushed, on_discard=self._workflow_discarded)
         self._async = AsyncRunner()
         self.leader = LeaderElection(adapter, self.node_id, ttl=leader_lease)
         self.workflow_scheduler = WorkflowTaskScheduler(adapter)
@@ -103,6 +105,12 @@ class Engine:
             adapter.ensure_queue(definition.queue, "workflow")
         for activity in self.registry.activities.values():
             adapter.ensure_queue(activity.queue, "activity")
+
+    def _flushed(self) -> None:
+        self._nudge()
+        with self._progress:  # wakes wait(): a run of ours may have just ended
+            self._flushes += 1
+            self._progress.notify_all()
 
     def _workflow_discarded(self, task: WorkflowTask) -> None:
         self.workflow_worker.discarded(task)
@@ -242,6 +250,7 @@ class Engine:
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.002
         while True:
+            flushes = self._flushes
             info = self.get_run(run_id)
             if info.status is RunStatus.COMPLETED:
                 return info.result
@@ -254,7 +263,12 @@ class Engine:
                 raise WorkflowCancelledError(f"run {run_id} was cancelled")
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {run_id} did not finish within {timeout} s (status {info.status.value})")
-            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            # woken at once by our own flushes; the timeout covers runs that other processes end
+            with self._progress:
+                if self._flushes == flushes:
+                    self._progress.wait(
+                        pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
+                    )
             pause = min(pause * 1.5, 0.05)
 
     # -- running ------------------------------------------------------------------------------
