@@ -25,6 +25,18 @@ ACTIVITY = "activity"
 QUEUE_KINDS = (WORKFLOW, ACTIVITY)
 
 
+class UnreadableHistoryError(Exception):
+    """A store found rows of a run that it cannot decode (corrupted, or written by a newer dex).
+
+    Carries what a worker needs to fail that run cleanly: the last sequence number and the
+    ids of the visible inbox messages, so the run ends FAILED instead of blocking its worker.
+    """
+
+    def __init__(self, run_id: str, last_seq: int, message_ids: Sequence[int], detail: str) -> None:
+        super().__init__(f"the history of run {run_id} cannot be read: {detail}")
+        self.run_id, self.last_seq, self.message_ids, self.detail = run_id, last_seq, tuple(message_ids), detail
+
+
 class Clock(Protocol):
     def now(self) -> datetime:
         """The current time, UTC and aware."""

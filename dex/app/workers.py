@@ -12,21 +12,21 @@ import logging
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.buffer import ResultBuffer
-from dex.app.ports import ActivityOutcome, ActivityTask, Store, WorkflowTask
+from dex.app.ports import ActivityOutcome, ActivityTask, Store, UnreadableHistoryError, WorkflowTask
 from dex.app.registry import Registry
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import ApplicationError, NotRegisteredError, SerializationError
-from dex.domain.status import RunStatus
 from dex.domain.replay import WorkflowExecutor
-from dex.domain.task import InboxMessage, WorkflowTaskResult, advance, replay_history
+from dex.domain.status import RunStatus
+from dex.domain.task import WorkflowTaskResult, advance, replay_history
 from dex.domain.values import FailureInfo
 
 log = logging.getLogger("dex.worker")
@@ -117,7 +117,13 @@ class WorkflowWorker:
 
     def execute(self, task: WorkflowTask) -> WorkflowTaskResult:
         now = self._store.clock.now()
-        history, inbox = self._store.load_workflow_task(task, now)
+        try:
+            history, inbox = self._store.load_workflow_task(task, now)
+        except UnreadableHistoryError as exc:
+            log.error("%s; the run fails", exc)
+            self.cache.discard(task.run_id)
+            failure = FailureInfo(type="UnreadableHistoryError", message=str(exc), terminal=True)
+            return failed_result(task.run_id, exc.last_seq, exc.message_ids, now, failure)
         last_seq = history[-1].sequence_number
         executor = self.cache.take(task.run_id, last_seq)
         try:
@@ -135,7 +141,8 @@ class WorkflowWorker:
             log.exception("workflow task for run %s failed", task.run_id)
             if executor is not None:
                 executor.close()
-            return failed_result(task.run_id, history, inbox, now, FailureInfo.from_exception(exc, terminal=True))
+            failure = FailureInfo.from_exception(exc, terminal=True)
+            return failed_result(task.run_id, last_seq, [m.message_id for m in inbox], now, failure)
         if executor.finished or result.new_history is not None:
             executor.close()
         else:
@@ -148,14 +155,9 @@ class WorkflowWorker:
 
 
 def failed_result(
-    run_id: str,
-    history: list[ev.HistoryEvent],
-    inbox: list[InboxMessage],
-    now: datetime,
-    failure: FailureInfo,
+    run_id: str, last: int, message_ids: Sequence[int], now: datetime, failure: FailureInfo
 ) -> WorkflowTaskResult:
-    """A result that ends the run FAILED with ``failure``, consuming its whole inbox."""
-    last = history[-1].sequence_number if history else 0
+    """A result that ends the run FAILED with ``failure``, consuming the given inbox messages."""
     completion = ev.RunCompleted(status=RunStatus.FAILED, failure=failure)
     events: list[ev.Event] = [ev.WorkflowTaskStarted(), completion, ev.WorkflowTaskCompleted()]
     return WorkflowTaskResult(
@@ -164,7 +166,7 @@ def failed_result(
         new_events=tuple(
             ev.HistoryEvent(sequence_number=last + i + 1, timestamp=now, event=e) for i, e in enumerate(events)
         ),
-        consumed=tuple(m.message_id for m in inbox),
+        consumed=tuple(message_ids),
         completion=completion,
     )
 
