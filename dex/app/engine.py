@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
+from dex.app.aio import AsyncEngineMixin
 from dex.app.buffer import ResultBuffer
 from dex.app.clock import VirtualClock
 from dex.app.info import RunInfo
@@ -36,7 +37,7 @@ from dex.serialization.history import encode_history
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 
-class Engine:
+class Engine(AsyncEngineMixin):
     """Runs the registered workflows and activities over one store (an adapter)."""
 
     def __init__(

@@ -1,0 +1,107 @@
+"""The asyncio face of the engine: the same calls, awaitable, never blocking the event loop.
+
+Store calls run in the default executor (``asyncio.to_thread``), so an application serving
+requests on an event loop (FastAPI, aiohttp) can start, signal and wait for runs without
+stalling its loop. ``wait_async`` polls with ``asyncio.sleep``, backing off up to 50 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from dex.app.info import RunInfo
+from dex.domain import events as ev
+from dex.domain.status import RunStatus
+
+if TYPE_CHECKING:
+    from dex.app.engine import Engine
+
+
+class AsyncEngineMixin:
+    """Awaitable versions of the engine's calls (mixed into :class:`dex.Engine`)."""
+
+    @property
+    def _sync(self) -> Engine:
+        return cast("Engine", self)
+
+    async def start_workflow_async(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        *args: Any,
+        instance_id: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            lambda: self._sync.start_workflow(
+                fn_or_name,
+                *args,
+                instance_id=instance_id,
+                queue=queue,
+                priority=priority,
+                concurrency_key=concurrency_key,
+                labels=labels,
+            )
+        )
+
+    async def send_event_async(self, run_id: str, event_id: str, payload: Any = None) -> None:
+        await asyncio.to_thread(self._sync.send_event, run_id, event_id, payload)
+
+    async def cancel_async(self, run_id: str, reason: str = "") -> None:
+        await asyncio.to_thread(self._sync.cancel, run_id, reason)
+
+    async def suspend_async(self, run_id: str) -> None:
+        await asyncio.to_thread(self._sync.suspend, run_id)
+
+    async def resume_async(self, run_id: str) -> None:
+        await asyncio.to_thread(self._sync.resume, run_id)
+
+    async def get_run_async(self, run_id: str) -> RunInfo:
+        return await asyncio.to_thread(self._sync.get_run, run_id)
+
+    async def list_runs_async(
+        self,
+        *,
+        workflow_name: str | None = None,
+        statuses: Iterable[RunStatus | str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        instance_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]:
+        return await asyncio.to_thread(
+            lambda: self._sync.list_runs(
+                workflow_name=workflow_name,
+                statuses=statuses,
+                labels=labels,
+                instance_id=instance_id,
+                created_after=created_after,
+                created_before=created_before,
+                limit=limit,
+            )
+        )
+
+    async def history_async(self, run_id: str) -> list[ev.HistoryEvent]:
+        return await asyncio.to_thread(self._sync.history, run_id)
+
+    async def wait_async(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
+        """Like ``wait``: the result, or WorkflowFailedError / WorkflowCancelledError / TimeoutError."""
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.002
+        while True:
+            info = await self.get_run_async(run_id)
+            if info.status.is_terminal:
+                return await asyncio.to_thread(self._sync.wait, run_id, 0)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} did not finish within {timeout} s (status {info.status.value})")
+            await asyncio.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 0.05)
