@@ -1,0 +1,143 @@
+"""``dex worker MODULE:ENGINE``: run the engine that application code defines until told to stop.
+
+The engine is the application's own ``dex.Engine`` (with its adapter, workflows and
+activities), found like other tools find an app object (``uvicorn main:app``): the module is
+imported with the application directory (the current one unless ``--app-dir`` says otherwise)
+first on ``sys.path``. The attribute may also be a function that takes no arguments and
+returns an engine.
+
+SIGTERM or SIGINT (Ctrl-C) stops the worker gracefully: ``Engine.stop`` stops polling, lets
+in-flight tasks finish, flushes buffered outcomes and releases leadership, so nothing the
+worker acknowledged is lost. A second signal while it waits exits at once; the tasks it still
+held are retried by other workers when their leases expire.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from dex.app.engine import Engine
+from dex.cli.database import CommandError, progress
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def load_engine(spec: str, app_dir: str = ".") -> Engine:
+    """Import ``module:attribute`` (the attribute may be dotted) and return the engine it names."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"{spec!r} is not MODULE:ENGINE (e.g. myapp.workers:engine)", param_hint="'TARGET'")
+    directory = str(Path(app_dir).resolve())
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise CommandError(f"cannot import {module_name!r}: {exc} (looked in {directory} and sys.path)") from None
+        raise CommandError(f"importing {module_name!r} failed: {_where(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module raised: say what and where, in one line
+        raise CommandError(f"importing {module_name!r} failed: {_where(exc)}") from None
+    target: Any = module
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise CommandError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(target, Engine) and callable(target):
+        try:
+            target = target()
+        except Exception as exc:  # noqa: BLE001
+            raise CommandError(f"calling {spec} failed: {_where(exc)}") from None
+    if not isinstance(target, Engine):
+        raise CommandError(f"{spec} is a {type(target).__name__}, not a dex.Engine (or a function returning one)")
+    return target
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    place = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{place}"
+
+
+def describe(engine: Engine) -> str:
+    workflows = ", ".join(f"{name} [{d.queue}]" for name, d in sorted(engine.registry.workflows.items())) or "none"
+    activities = ", ".join(f"{name} [{d.queue}]" for name, d in sorted(engine.registry.activities.items())) or "none"
+    return f"workflows: {workflows}; activities: {activities}"
+
+
+def run_worker(engine: Engine, stop_timeout: float) -> int:
+    """Start ``engine``, wait for SIGTERM/SIGINT, stop it gracefully; return the exit code."""
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():  # a second signal: the user does not want to wait
+            progress(f"received {signal.Signals(signum).name} again: exiting without waiting for in-flight tasks")
+            os._exit(130)
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in SIGNALS}
+    try:
+        engine.start()
+        progress(f"worker {engine.node_id} started ({describe(engine)})")
+        progress("stop with Ctrl-C or SIGTERM")
+        while not stop.wait(0.5):  # a timed wait, so the signal handler gets to run promptly
+            pass
+        progress(f"received {received[0]}: stopping (in-flight tasks may take up to {stop_timeout:g} s) ...")
+        engine.stop(timeout=stop_timeout)
+        progress(f"worker {engine.node_id} stopped")
+        return 0
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        engine.store.close()
+
+
+@click.command(short_help="Run an engine defined in application code until SIGTERM or Ctrl-C.")
+@click.argument("target", metavar="MODULE:ENGINE")
+@click.option(
+    "--app-dir",
+    default=".",
+    show_default=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory put first on sys.path before importing MODULE.",
+)
+@click.option(
+    "--stop-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a graceful stop waits for in-flight tasks.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="Level of the engine's log on stderr.",
+)
+def worker(target: str, app_dir: str, stop_timeout: float, log_level: str) -> int:
+    """Run the dex.Engine named MODULE:ENGINE (e.g. myapp.workers:engine) until SIGTERM or Ctrl-C.
+
+    The engine brings its own database connection (its adapter); --database-url and --schema
+    do not apply.
+    """
+    engine = load_engine(target, app_dir)
+    # after the import: logging the application configured itself is left alone
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return run_worker(engine, stop_timeout)
