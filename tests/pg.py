@@ -8,7 +8,8 @@
    the test process exits).
 
 :func:`fresh_schema` gives each test its own schema, so tests never see each other's rows
-and one server serves the whole session.
+and one server serves the whole session. A test that restarts its server takes one of its own
+from :func:`dedicated_server` instead.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import tempfile
 import threading
 import uuid
@@ -107,3 +110,83 @@ def fresh_schema(dsn: str | None = None, prefix: str = "dex_test") -> Iterator[s
         yield schema
     finally:
         drop_schema(dsn, schema)
+
+
+class EmbeddedServer:
+    """A PostgreSQL server of a test's own (pgserver), which the test may restart at will.
+
+    The session's server is shared by every test; a test that restarts its server must not
+    pull it from under the others, so it takes one of these instead.
+    """
+
+    def __init__(self, base: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver
+            from pgserver._commands import POSTGRES_BIN_PATH
+
+        self._base = base
+        self.pgdata = base / "data"
+        self.log = base / "server.log"
+        # cleanup_mode=None: pgserver tracks the first postmaster only, so after a restart it
+        # could not stop the server; close() stops it (whatever its pid) and deletes the files
+        server = pgserver.get_server(self.pgdata, cleanup_mode=None)
+        self.dsn = str(server.get_uri())
+        self._pg_ctl = str(POSTGRES_BIN_PATH / "pg_ctl")
+        self._as_owner = ["runuser", "-u", "pgserver", "--"] if os.geteuid() == 0 else []
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def pg_ctl(self, *args: str, timeout: float = 60) -> None:
+        """Run ``pg_ctl -D <data> args`` as the server's owner.
+
+        The output goes to the log file, never to a pipe: the server ``pg_ctl`` starts inherits
+        its stdout, and a pipe would keep the caller waiting for as long as the server lives.
+        """
+        with open(self.log, "ab") as log:
+            subprocess.run(
+                [*self._as_owner, self._pg_ctl, "-D", str(self.pgdata), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                check=True,
+                timeout=timeout,
+            )
+
+    def restart(self, mode: str = "immediate") -> None:
+        """Restart the server (``immediate``: a crash, then recovery) and wait until it is up."""
+        self.pg_ctl("restart", "-w", "-m", mode, "-l", str(self.pgdata / "log"))
+
+    def stop(self, mode: str = "fast") -> None:
+        self.pg_ctl("stop", "-w", "-m", mode)
+
+    def start(self) -> None:
+        """Start the stopped server as pgserver does: no TCP, the socket in its directory."""
+        socket_dir = psycopg.conninfo.conninfo_to_dict(self.dsn)["host"]
+        self.pg_ctl("start", "-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.pgdata / "log"))
+
+    def close(self) -> None:
+        if self.postmaster_pid() is not None:
+            try:
+                self.pg_ctl("stop", "-w", "-m", "fast")
+            except (subprocess.SubprocessError, OSError):
+                pid = self.postmaster_pid()
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self._base, ignore_errors=True)
+
+
+@contextmanager
+def dedicated_server() -> Iterator[EmbeddedServer]:
+    """A fresh embedded server in its own temporary directory, stopped and deleted afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="dex-test-pg-own-", dir="/tmp"))
+    base.chmod(0o777)
+    server = EmbeddedServer(base)
+    try:
+        yield server
+    finally:
+        server.close()

@@ -141,6 +141,9 @@ def _make_cattrs_converter() -> cattrs.Converter:
     converter.register_structure_hook(float, _strict_primitive((int, float), "a number"))
     converter.register_structure_hook(str, _strict_primitive((str,), "a str"))
     converter.register_structure_hook(bytes, _strict_primitive((), "bytes (JSON cannot hold bytes)"))
+    # `object` (as in dict[str, object]) accepts any JSON value as it is, like Any
+    # (a predicate, not a class hook: a hook on `object` would catch every class)
+    converter.register_structure_hook_func(lambda cls: cls is object, lambda value, _cls: value)
     return converter
 
 

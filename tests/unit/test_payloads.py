@@ -313,3 +313,10 @@ def test_encoding_larger_than_the_limit_is_refused(value: object, size: int) -> 
 def test_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_payload_size"):
         PayloadConverter(max_payload_size=0)
+
+
+def test_object_inside_a_generic_hint_takes_any_json_value() -> None:
+    converter = PayloadConverter()
+    value = {"a": 1, "b": [1, "x"], "c": None}
+    assert converter.decode(converter.encode(value), dict[str, object]) == value
+    assert converter.decode(converter.encode([1, "two"]), list[object]) == [1, "two"]

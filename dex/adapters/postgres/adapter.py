@@ -13,12 +13,15 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from dex.adapters.postgres import activity_tasks, completion, queues, runs, workflow_tasks
 from dex.adapters.postgres.connection import (
     IDLE_IN_TRANSACTION_TIMEOUT,
     STATEMENT_TIMEOUT,
+    DatabaseConnectionError,
     connect,
+    describe_dsn,
     open_pool,
     prepare_conninfo,
     session_settings,
@@ -50,13 +53,14 @@ class PostgresAdapter:
     construction (``migrate=False`` skips that). Times come from the callers' ``now``
     arguments, which engines take from ``clock``, so a VirtualClock works here too.
 
-    Connections come from a pool of ``min_connections`` to ``max_connections``. An engine
-    uses at most one per background thread at a time (four: scheduler, workflow worker,
-    activity worker, flusher), plus one per activity heartbeat in progress and one per call
-    of its API (``start_workflow``, ``wait``, ...) made by the application; the default of 10
-    covers a started engine with room for heartbeats and callers. A caller waits up to 30 s
-    for a free connection. Raise it for many concurrent heartbeats or API callers, mind the
-    server's ``max_connections`` (100 by default) across all processes.
+    Connections come from a pool of ``min_connections`` to ``max_connections``. A started
+    engine uses at most one per background thread at a time (four: scheduler, workflow
+    worker, activity worker, flusher; heartbeats and results are written by the flusher, in
+    batches), plus one per call of its API (``start_workflow``, ``wait``, ...) that the
+    application makes at the same moment; the default of 10 covers the threads with room for
+    six concurrent callers. A caller waits up to ``pool_timeout`` (30 s) for a free
+    connection. Raise ``max_connections`` for more concurrent callers; mind the server's
+    ``max_connections`` (100 by default) across all processes.
 
     Each pooled session runs with ``statement_timeout`` (default 30 s: every statement here
     takes milliseconds) and ``idle_in_transaction_session_timeout`` (default 60 s: the adapter
@@ -66,7 +70,7 @@ class PostgresAdapter:
     If the server restarts, connections it closed are replaced when the pool hands them out;
     a statement under way fails with ``psycopg.OperationalError``, which the engine's
     background threads log before backing off. While the server is down, callers wait for a
-    connection (up to 30 s) and then get ``psycopg_pool.PoolTimeout``.
+    connection (up to ``pool_timeout``) and then get :class:`DatabaseConnectionError`.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class PostgresAdapter:
         min_connections: int = 1,
         max_connections: int = 10,
         connect_timeout: float = 5,
+        pool_timeout: float = 30,
         statement_timeout: timedelta = STATEMENT_TIMEOUT,
         idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
         migrate: bool = True,
@@ -94,9 +99,11 @@ class PostgresAdapter:
             min_size=min_connections,
             max_size=max_connections,
             timeout=connect_timeout + 5,
+            wait_timeout=pool_timeout,
             name=f"dex-{schema}",
             configure=session_settings(statement_timeout, idle_in_transaction_timeout),
         )
+        self._where = describe_dsn(conninfo)
         self._known_queues: set[tuple[str, str]] = set()
         self._known_lock = threading.Lock()
 
@@ -114,8 +121,12 @@ class PostgresAdapter:
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection]:
-        with self._pool.connection() as conn, conn.transaction():
-            yield conn
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield conn
+        except PoolTimeout as exc:
+            # no connection came free, or none could be made: the server is down or overloaded
+            raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
 
     # -- runs ------------------------------------------------------------------------------
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:

@@ -6,8 +6,8 @@ adapter first opens one plain connection with a ``connect_timeout``; only when t
 does it open the pool.
 
 Once running, the server may go away and come back (a restart, a failover). A pooled
-connection the server closed is noticed when the pool hands it out (:func:`check_idle`) and
-replaced, so a restart costs the callers a short wait, not one error per pooled connection;
+connection the server closed is noticed when the pool hands it out (:class:`LivenessCheck`)
+and replaced, so a restart costs the callers a short wait, not one error per pooled connection;
 a statement that was running when the server went away fails, and the engine's pollers back
 off and try again. Each pooled session also carries server-side time limits
 (:data:`STATEMENT_TIMEOUT`, :data:`IDLE_IN_TRANSACTION_TIMEOUT`) so that a stuck statement or
@@ -97,10 +97,17 @@ def session_settings(
     UTC, and adding intervals (lease timeouts) in UTC, keeps them exact and free of DST jumps.
     The time limits are enforced by the server: it cancels the statement (the caller gets an
     error, its transaction rolls back) or closes the idle session (its locks are released).
+
+    Plans are always made for the actual parameters (``plan_cache_mode``). psycopg prepares a
+    statement after a few executions, and PostgreSQL may then switch it to a generic plan,
+    made without the values: it would guess that ``visible_from <= $1`` matches a third of the
+    inbox and scan the inbox and ``runs`` whole, and a connection keeps that plan. The polling
+    statements are planned in well under a millisecond; a scan of every finished run is not.
     """
 
     def configure(conn: psycopg.Connection) -> None:
         conn.execute("SET TIME ZONE 'UTC'")
+        conn.execute("SET plan_cache_mode = force_custom_plan")
         conn.execute("SELECT set_config('statement_timeout', %s, false)", [_milliseconds(statement_timeout)])
         conn.execute(
             "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
@@ -111,17 +118,30 @@ def session_settings(
     return configure
 
 
-def check_idle(conn: psycopg.Connection) -> None:
+class LivenessCheck:
     """The pool's check of a connection it is about to hand out; raises if it is unusable.
 
     An idle connection has nothing to read unless the server closed it (a restart, an idle
     timeout, an administrator) or sent a notice; only then is it pinged, so the common case
-    costs one ``poll()`` on the socket, not a round trip.
+    costs one ``poll()`` on the socket, not a round trip. A dead connection rarely comes alone:
+    after a restart every idle one is dead, and the pool, which tries the next one only after
+    a growing pause (1 s, 2 s, 4 s, ...), would make a caller wait for each in turn. So the
+    first dead one found makes the pool check all its idle connections at once and replace
+    the dead ones.
     """
-    if conn.closed or conn.broken:
-        raise psycopg.OperationalError("the connection is closed")
-    if _readable(conn.pgconn.socket):
-        ConnectionPool.check_connection(conn)
+
+    def __init__(self) -> None:
+        self.pool: ConnectionPool | None = None
+
+    def __call__(self, conn: psycopg.Connection) -> None:
+        if not (conn.closed or conn.broken or _readable(conn.pgconn.socket)):
+            return
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            if self.pool is not None:
+                self.pool.check()
+            raise
 
 
 def _readable(fd: int) -> bool:
@@ -140,21 +160,28 @@ def open_pool(
     max_size: int,
     timeout: float,
     name: str,
+    wait_timeout: float = 30.0,
     configure: Callable[[psycopg.Connection], None] | None = None,
 ) -> ConnectionPool:
-    """A pool of non-autocommit connections; each ``pool.connection()`` block is one transaction."""
+    """A pool of non-autocommit connections; each ``pool.connection()`` block is one transaction.
+
+    ``timeout`` bounds the wait for the first ``min_size`` connections when the pool opens,
+    ``wait_timeout`` how long a caller later waits for a connection (``PoolTimeout`` after).
+    """
+    liveness = LivenessCheck()
     pool = ConnectionPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": False},
         configure=configure or session_settings(),
-        check=check_idle,
+        check=liveness,
         open=False,
         name=name,
-        timeout=30.0,  # how long a caller waits for a free connection (e.g. while the server restarts)
+        timeout=wait_timeout,  # how long a caller waits for a free connection (e.g. while the server restarts)
         reconnect_timeout=60.0,
     )
+    liveness.pool = pool
     try:
         pool.open(wait=True, timeout=timeout)
     except PoolTimeout as exc:
