@@ -139,16 +139,20 @@ class ResultBuffer:
                         for (task, _result), ok in zip(workflow_results, applied, strict=True):
                             if not ok:
                                 self._on_discard(task)
-            except BaseException as exc:
-                # nothing unwritten was acknowledged: those tasks' leases expire and they run again
-                if self._on_discard is not None:
-                    for task, _result in workflow_results:
-                        self._on_discard(task)
+            except Exception as exc:
+                # The store may be restarting. Keep what was not acknowledged and send it again
+                # with the next flush: if a write did land after all, its lease check discards
+                # the repeat. Senders of events are told now; they decide whether to retry.
+                with self._lock:
+                    self._workflow_results[:0] = workflow_results
+                    self._activity_outcomes[:0] = activity_outcomes
+                    for task in heartbeats:
+                        self._heartbeats.setdefault(task.task_id, task)
                 for pending in messages:
                     if not pending.written.is_set():
                         pending.error = exc
                         pending.written.set()
-                log.exception("flushing %d buffered writes failed", count)
+                log.warning("flushing %d buffered writes failed (%s); they will be sent again", count, exc)
                 raise
             if self._on_flush is not None:
                 self._on_flush()

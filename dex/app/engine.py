@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -36,6 +37,8 @@ from dex.domain.values import describe_failure
 from dex.serialization.history import encode_history
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
+log = logging.getLogger("dex.engine")
+
 
 class Engine(AsyncEngineMixin):
     """Runs the registered workflows and activities over one store (an adapter)."""
@@ -51,7 +54,7 @@ class Engine(AsyncEngineMixin):
         max_payload_size: int | None = None,
         activity_concurrency: int = 16,
         poll_interval: float = 0.05,
-        workflow_task_lease: timedelta = timedelta(seconds=60),
+        workflow_task_lease: timedelta = timedelta(seconds=10),
         leader_lease: timedelta = timedelta(seconds=15),
         retention: timedelta = timedelta(days=7),
         rng: random.Random | None = None,
@@ -376,11 +379,18 @@ class Engine(AsyncEngineMixin):
             self._pool.shutdown(wait=True)
             self._pool = None
         self.buffer.background = False
-        self.buffer.flush()
-        self.workflow_worker.cache.clear()
-        self.leader.release()
-        self._async.close()
-        self._threads.clear()
+        try:
+            self.buffer.flush()
+        except Exception:  # the store is down: what is unwritten comes back when its leases expire
+            log.exception("the final flush failed; unwritten results will be redone after their leases expire")
+        finally:
+            self.workflow_worker.cache.clear()
+            try:
+                self.leader.release()
+            except Exception:  # the lease lapses on its own
+                log.warning("could not release leadership; it lapses with its lease", exc_info=True)
+            self._async.close()
+            self._threads.clear()
 
     def __enter__(self) -> Engine:
         self.start()

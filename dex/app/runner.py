@@ -64,7 +64,10 @@ class PollingThread:
                 # the store is unreachable or refused: back off, then try again
                 failures += 1
                 worked = 0
-                log.warning("%s failed (attempt %d); backing off", self._thread.name, failures, exc_info=True)
+                # the whole traceback once per outage; one line for each further failure
+                log.warning(
+                    "%s failed (%d in a row); backing off", self._thread.name, failures, exc_info=failures == 1
+                )
                 self._stopping.wait(min(self._interval * 2**failures, self._max_backoff))
                 continue
             if not worked:

@@ -96,7 +96,7 @@ class WorkflowWorker:
         buffer: ResultBuffer,
         node_id: str,
         *,
-        lease: timedelta = timedelta(seconds=60),
+        lease: timedelta = timedelta(seconds=10),
         batch_size: int = 16,
         cache_size: int = 1000,
     ) -> None:
