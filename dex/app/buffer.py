@@ -125,13 +125,16 @@ class ResultBuffer:
             try:
                 if messages:
                     self._write_messages(messages, now)
+                    messages = []
                 if heartbeats:
                     held = self._store.extend_activity_leases(heartbeats, now)
                     with self._lock:
                         self._lost_leases.update(t.task_id for t, ok in zip(heartbeats, held, strict=True) if not ok)
+                    heartbeats = []
                 if activity_outcomes:
                     applied = self._store.complete_activity_tasks(activity_outcomes, now)
                     self._count_discarded("activity", [o.task.task_id for o in activity_outcomes], applied)
+                    activity_outcomes = []
                 if workflow_results:
                     applied = self._store.complete_workflow_tasks(workflow_results, now)
                     self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
@@ -140,14 +143,14 @@ class ResultBuffer:
                             if not ok:
                                 self._on_discard(task)
             except Exception as exc:
-                # The store may be restarting. Keep what was not acknowledged and send it again
-                # with the next flush: if a write did land after all, its lease check discards
-                # the repeat. Senders of events are told now; they decide whether to retry.
+                # The store may be restarting. Keep what was not written and send it again with
+                # the next flush: if a write did land after all, its lease check discards the
+                # repeat. Senders of events are told now; they decide whether to retry.
                 with self._lock:
                     self._workflow_results[:0] = workflow_results
                     self._activity_outcomes[:0] = activity_outcomes
-                    for task in heartbeats:
-                        self._heartbeats.setdefault(task.task_id, task)
+                    for beat in heartbeats:
+                        self._heartbeats.setdefault(beat.task_id, beat)
                 for pending in messages:
                     if not pending.written.is_set():
                         pending.error = exc

@@ -183,8 +183,16 @@ class WorkflowTaskQueue(Protocol):
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[WorkflowTask]: ...
 
-    def load_workflow_task(self, task: WorkflowTask, now: datetime) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
-        """The run's history and its inbox messages visible at ``now``, oldest first."""
+    def load_workflow_task(
+        self, task: WorkflowTask, now: datetime, after_seq: int = 0
+    ) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
+        """The run's history events with ``sequence_number >= after_seq`` (all of it for 0), and
+        its inbox messages visible at ``now`` in the order they became visible.
+
+        A worker that holds the run's executor up to ``after_seq`` asks for just that event:
+        getting exactly it back proves nothing happened since. RunNotFoundError when the run
+        is gone; UnreadableHistoryError when a row cannot be decoded.
+        """
         ...
 
     def complete_workflow_tasks(

@@ -23,10 +23,10 @@ from dex.app.ports import ActivityOutcome, ActivityTask, Store, UnreadableHistor
 from dex.app.registry import Registry
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
-from dex.domain.errors import ApplicationError, NotRegisteredError, SerializationError
+from dex.domain.errors import ApplicationError, NotRegisteredError, RunNotFoundError, SerializationError
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.status import RunStatus
-from dex.domain.task import WorkflowTaskResult, advance, replay_history
+from dex.domain.task import InboxMessage, WorkflowTaskResult, advance, replay_history
 from dex.domain.values import FailureInfo
 
 log = logging.getLogger("dex.worker")
@@ -45,17 +45,10 @@ class ExecutorCache:
         self._entries: OrderedDict[str, tuple[WorkflowExecutor, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, run_id: str, last_seq: int) -> WorkflowExecutor | None:
-        """The cached executor for ``run_id`` if it stands exactly at ``last_seq``."""
+    def take(self, run_id: str) -> tuple[WorkflowExecutor, int] | None:
+        """Remove and return the executor cached for ``run_id`` and the sequence number it stands at."""
         with self._lock:
-            entry = self._entries.pop(run_id, None)
-        if entry is None:
-            return None
-        executor, cached_seq = entry
-        if cached_seq != last_seq:
-            executor.close()
-            return None
-        return executor
+            return self._entries.pop(run_id, None)
 
     def put(self, run_id: str, executor: WorkflowExecutor, last_seq: int) -> None:
         evicted = []
@@ -112,20 +105,24 @@ class WorkflowWorker:
         now = self._store.clock.now()
         tasks = self._store.claim_workflow_tasks(self._names, self._node_id, now, self._lease, self._batch_size)
         for task in tasks:
-            self._buffer.add_workflow_result(task, self.execute(task))
+            result = self.execute(task)
+            if result is not None:
+                self._buffer.add_workflow_result(task, result)
         return len(tasks)
 
-    def execute(self, task: WorkflowTask) -> WorkflowTaskResult:
+    def execute(self, task: WorkflowTask) -> WorkflowTaskResult | None:
+        """Decide ``task``; None when its run no longer exists (retention took it)."""
         now = self._store.clock.now()
+        executor: WorkflowExecutor | None = None
         try:
-            history, inbox = self._store.load_workflow_task(task, now)
+            executor, last_seq, history, inbox = self._load(task, now)
+        except RunNotFoundError:
+            log.info("dropping workflow task %s: run %s no longer exists", task.task_id, task.run_id)
+            return None
         except UnreadableHistoryError as exc:
             log.error("%s; the run fails", exc)
-            self.cache.discard(task.run_id)
             failure = FailureInfo(type="UnreadableHistoryError", message=str(exc), terminal=True)
             return failed_result(task.run_id, exc.last_seq, exc.message_ids, now, failure)
-        last_seq = history[-1].sequence_number
-        executor = self.cache.take(task.run_id, last_seq)
         try:
             if executor is None:
                 executor = replay_history(
@@ -148,6 +145,20 @@ class WorkflowWorker:
         else:
             self.cache.put(task.run_id, executor, result.new_events[-1].sequence_number if result.new_events else last_seq)
         return result
+
+    def _load(
+        self, task: WorkflowTask, now: datetime
+    ) -> tuple[WorkflowExecutor | None, int, list[ev.HistoryEvent], list[InboxMessage]]:
+        """The cached executor if the stored history still ends where it stands, else the full history."""
+        cached = self.cache.take(task.run_id)
+        if cached is not None:
+            executor, cached_seq = cached
+            tail, inbox = self._store.load_workflow_task(task, now, after_seq=cached_seq)
+            if len(tail) == 1 and tail[0].sequence_number == cached_seq:
+                return executor, cached_seq, [], inbox
+            executor.close()  # someone else moved the run on (or our last result was refused)
+        history, inbox = self._store.load_workflow_task(task, now)
+        return None, history[-1].sequence_number, history, inbox
 
     def discarded(self, task: WorkflowTask) -> None:
         """The store refused our result for ``task``: our executor ran ahead of the history."""

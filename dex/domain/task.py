@@ -282,7 +282,9 @@ def advance(
 
     new_history: tuple[ev.HistoryEvent, ...] | None = None
     if isinstance(executor.outcome, ContinueAsNewRequest):
-        new_history, messages, activity_tasks, child_runs = _continue_as_new(executor, executor.outcome, now)
+        new_history, messages, activity_tasks, child_runs = _continue_as_new(
+            executor, executor.outcome, now, first_seq=next_seq + 1
+        )
     elif completion is not None:
         messages.extend(_completion_messages(run_id, created, completion, executor.pending_children(), now))
     return WorkflowTaskResult(
@@ -325,10 +327,12 @@ def _completion_messages(
 
 
 def _continue_as_new(
-    executor: WorkflowExecutor, request: ContinueAsNewRequest, now: datetime
+    executor: WorkflowExecutor, request: ContinueAsNewRequest, now: datetime, first_seq: int
 ) -> tuple[tuple[ev.HistoryEvent, ...], list[OutgoingMessage], list[NewActivityTask], list[NewRun]]:
+    # the new generation numbers on from the old one: a run's sequence numbers never repeat,
+    # so (run, sequence) names one event for the run's whole life
     created = attrs.evolve(executor.created, input=request.input, generation=executor.created.generation + 1)
     carried: list[ev.Message] = [ev.RunStarted(), *executor.unconsumed_events()]
     messages = [OutgoingMessage(run_id=executor.run_id, event=event, visible_from=now) for event in carried]
-    history = (ev.HistoryEvent(sequence_number=1, timestamp=now, event=created),)
+    history = (ev.HistoryEvent(sequence_number=first_seq, timestamp=now, event=created),)
     return history, messages, [], []

@@ -223,9 +223,13 @@ class InMemoryAdapter:
                 claimed.append(task.claimed())
             return claimed
 
-    def load_workflow_task(self, task: WorkflowTask, now: datetime) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
+    def load_workflow_task(
+        self, task: WorkflowTask, now: datetime, after_seq: int = 0
+    ) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
         with self._lock:
-            row = self._runs[task.run_id]
+            row = self._runs.get(task.run_id)
+            if row is None:
+                raise RunNotFoundError(f"no run with id {task.run_id!r}")
             # in the order the messages became visible: a timer inserted early but due late
             # must not overtake an event that arrived before it fired
             visible = sorted(
@@ -233,7 +237,7 @@ class InMemoryAdapter:
                 key=lambda m: (m.visible_from, m.message_id),
             )
             inbox = [InboxMessage(message_id=m.message_id, event=m.event) for m in visible]
-            return list(row.history), inbox
+            return [e for e in row.history if e.sequence_number >= after_seq], inbox
 
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
@@ -442,6 +446,9 @@ class InMemoryAdapter:
             for run_id in doomed:
                 del self._runs[run_id]
                 self._inbox.pop(run_id, None)
+                task_id = self._workflow_task_of_run.pop(run_id, None)  # a stale claim's task goes too
+                if task_id is not None:
+                    del self._workflow_tasks[task_id]
             return len(doomed)
 
     def next_due_time(self, now: datetime) -> datetime | None:

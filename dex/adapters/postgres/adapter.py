@@ -170,9 +170,11 @@ class PostgresAdapter:
         with self._transaction() as conn:
             return workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
 
-    def load_workflow_task(self, task: WorkflowTask, now: datetime) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
+    def load_workflow_task(
+        self, task: WorkflowTask, now: datetime, after_seq: int = 0
+    ) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
         with self._transaction() as conn:
-            return workflow_tasks.load_workflow_task(conn, self._q, task, now)
+            return workflow_tasks.load_workflow_task(conn, self._q, task, now, after_seq)
 
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime

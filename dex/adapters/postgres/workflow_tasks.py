@@ -15,7 +15,7 @@ import psycopg
 
 from dex.adapters.postgres.rows import WORKFLOW_TASK_COLUMNS, workflow_task
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, Statements
-from dex.app.ports import WorkflowTask
+from dex.app.ports import UnreadableHistoryError, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.task import InboxMessage
@@ -155,24 +155,30 @@ def claim_workflow_tasks(
 
 
 def load_workflow_task(
-    conn: psycopg.Connection, q: Statements, task: WorkflowTask, now: datetime
+    conn: psycopg.Connection, q: Statements, task: WorkflowTask, now: datetime, after_seq: int = 0
 ) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
-    """The run's history and visible inbox, read in one statement (so from one snapshot)."""
+    """The run's history from ``after_seq`` on and its visible inbox, in one statement (one snapshot)."""
     rows = conn.execute(
         q(
             # messages in the order they became visible: a timer inserted early but due late
             # must not overtake an event that arrived before it fired
             "SELECT 0 AS part, NULL::timestamptz AS due, seq::bigint AS n, event AS data"
-            " FROM {s}.history WHERE run_id = %(run)s"
+            " FROM {s}.history WHERE run_id = %(run)s AND seq >= %(after)s"
             " UNION ALL"
             " SELECT 1, visible_from, message_id, message FROM {s}.inbox"
             " WHERE run_id = %(run)s AND visible_from <= %(now)s"
             " ORDER BY part, due, n"
         ),
-        {"run": task.run_id, "now": now},
+        {"run": task.run_id, "now": now, "after": after_seq},
     ).fetchall()
-    history = [decode_event(data) for part, _due, _n, data in rows if part == 0]
-    if not history:
+    events = [(n, data) for part, _due, n, data in rows if part == 0]
+    messages = [(n, data) for part, _due, n, data in rows if part == 1]
+    if not events and after_seq == 0:
         raise RunNotFoundError(f"no run with id {task.run_id!r}")
-    inbox = [InboxMessage(message_id=n, event=decode_message(data)) for part, _due, n, data in rows if part == 1]
+    try:
+        history = [decode_event(data) for _n, data in events]
+        inbox = [InboxMessage(message_id=n, event=decode_message(data)) for n, data in messages]
+    except ValueError as exc:
+        last_seq = max(n for n, _data in events) if events else after_seq
+        raise UnreadableHistoryError(task.run_id, last_seq, [n for n, _data in messages], str(exc)) from exc
     return history, inbox
