@@ -6,6 +6,13 @@ creates or upgrades the schema (the adapter calls it on construction).
 
 from dex.adapters.postgres.adapter import PostgresAdapter
 from dex.adapters.postgres.connection import DatabaseConnectionError
-from dex.adapters.postgres.schema import LATEST_VERSION, migrate, schema_version
+from dex.adapters.postgres.schema import LATEST_VERSION, DatabasePermissionError, migrate, schema_version
 
-__all__ = ["LATEST_VERSION", "DatabaseConnectionError", "PostgresAdapter", "migrate", "schema_version"]
+__all__ = [
+    "LATEST_VERSION",
+    "DatabaseConnectionError",
+    "DatabasePermissionError",
+    "PostgresAdapter",
+    "migrate",
+    "schema_version",
+]

@@ -17,6 +17,7 @@ import psycopg
 from psycopg import sql
 
 from dex.domain.definitions import validate_queue
+from dex.domain.errors import DexError
 
 # Status lists are spelled out literally (not passed as parameters) wherever a partial index
 # must match: the planner can only use a partial index whose predicate the query implies.
@@ -151,6 +152,10 @@ MIGRATIONS: Sequence[tuple[int, Sequence[str]]] = ((1, _V1),)
 LATEST_VERSION = MIGRATIONS[-1][0]
 
 
+class DatabasePermissionError(DexError, PermissionError):
+    """The database role lacks a privilege dex needs (docs/operations.md lists them)."""
+
+
 def validate_schema(schema: object) -> str:
     """Return ``schema`` if it can name a PostgreSQL schema, else raise ValueError."""
     if not isinstance(schema, str) or not 1 <= len(schema.encode()) <= 63 or "\x00" in schema:
@@ -187,7 +192,17 @@ def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
     with target.transaction():
         # held until commit: a second migrator waits here, then finds everything applied
         target.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [LOCK_MIGRATE, q.schema])
-        target.execute(q("CREATE SCHEMA IF NOT EXISTS {s}"))
+        # CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema exists;
+        # a role that merely owns its schema (the least dex needs) must not be asked for more
+        exists = target.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [q.schema]).fetchone()
+        if exists is None:
+            try:
+                target.execute(q("CREATE SCHEMA {s}"))
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise DatabasePermissionError(
+                    f"the database role may not create schema {q.schema!r}: create it once as an administrator "
+                    f"(CREATE SCHEMA {q.schema} AUTHORIZATION <role>) and run dex as its owner"
+                ) from exc
         target.execute(
             q(
                 "CREATE TABLE IF NOT EXISTS {s}.schema_version ("

@@ -1,0 +1,49 @@
+"""A history row that cannot be decoded fails its run with a clear failure; the worker serves the rest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import dex
+from dex.adapters.postgres import PostgresAdapter
+from dex.testing import VirtualClock
+from tests.pg import fresh_schema, postgres_dsn
+
+pytestmark = pytest.mark.postgres
+
+
+@dex.workflow
+async def waits(ctx: dex.WorkflowContext) -> Any:
+    return await ctx.wait_for_event("go")
+
+
+def test_an_undecodable_history_row_fails_only_its_run() -> None:
+    dsn = postgres_dsn()
+    with fresh_schema(dsn) as schema:
+        adapter = PostgresAdapter(dsn, schema=schema, clock=VirtualClock())
+        try:
+            first = dex.Engine(adapter, workflows=[waits])
+            broken, healthy = first.start_workflow(waits), first.start_workflow(waits)
+            first.drain()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("UPDATE {}.history SET event = %s WHERE run_id = %s AND seq = 3").format(
+                        sql.Identifier(schema)
+                    ),
+                    [b"\xff\x00 not protobuf", broken],
+                )
+            second = dex.Engine(adapter, workflows=[waits])  # a fresh node: nothing cached
+            for run_id in (broken, healthy):
+                second.send_event(run_id, "go", "ok")
+            second.drain()
+            assert second.wait(healthy, timeout=1) == "ok"
+            info = second.get_run(broken)
+            assert info.status is dex.RunStatus.FAILED
+            assert info.failure is not None and info.failure.type == "UnreadableHistoryError"
+            assert f"the history of run {broken} cannot be read" in info.failure.message
+        finally:
+            adapter.close()
