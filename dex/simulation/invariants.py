@@ -1,28 +1,29 @@
-"""The invariants a simulation must keep, as checkers that raise :class:`InvariantViolation`.
+"""The invariants of one history, as checkers that raise :class:`InvariantViolation`.
 
-Two kinds. Checkers over one history (a list of events) are pure functions; the simulator
-runs them on every history it sees written and on every history at the end. Ledgers keep
-what the store handed out (task leases, the leadership lease, run statuses) and object the
-moment a new grant contradicts an earlier one. Each can be fed a doctored history or call
-sequence, which is how the tests show that it catches what it must.
+Each checker is a pure function of a history (a list of events) and what else it names; the
+simulator runs them on every history it sees written and on every history at the end. The
+ledgers in :mod:`.ledgers` watch what the store hands out over time. Each checker can be fed
+a doctored history, which is how the tests show that it catches what it must.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-import attrs
-
 import dex
-from dex.app.ports import Lease, RunRecord
+from dex.app.registry import ACTIVITY_ATTRIBUTE, WORKFLOW_ATTRIBUTE
+from dex.domain import commands as cmd
 from dex.domain import events as ev
-from dex.domain.definitions import PayloadConverter
-from dex.domain.status import ALLOWED_TRANSITIONS, RunStatus
-from dex.domain.task import split_blocks
-from dex.serialization.history import encode_history
+from dex.domain.definitions import PayloadConverter, WorkflowDefinition
+from dex.domain.replay import ContinueAsNewRequest
+from dex.domain.status import RunStatus
+from dex.domain.task import replay_history, split_blocks
+from dex.domain.values import FailureInfo, Payload
+from dex.serialization.history import decode_history, encode_history
+from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 from dex.simulation.workload import args_key
 
 
@@ -38,14 +39,19 @@ class InvariantViolation(AssertionError):
 # -- one history ----------------------------------------------------------------------------------
 
 
-def check_sequence_numbers(run_id: str, history: Sequence[ev.HistoryEvent]) -> None:
-    """Sequence numbers run 1, 2, 3, ... : none used twice, none skipped."""
+def check_sequence_numbers(run_id: str, history: Sequence[ev.HistoryEvent], *, first: int | None = None) -> None:
+    """Sequence numbers run on without a gap or a repeat, from 1 in a run's first generation
+    (a generation that continues as new numbers on from its predecessor: ``first``)."""
+    created = history[0].event if history else None
+    if first is None:
+        first = 1 if not isinstance(created, ev.RunCreated) or created.generation == 1 else history[0].sequence_number
     numbers = [item.sequence_number for item in history]
-    if numbers != list(range(1, len(history) + 1)):
+    if numbers != list(range(first, first + len(history))):
         twice = sorted(n for n, count in Counter(numbers).items() if count > 1)
         raise InvariantViolation(
             "unique-sequence-numbers",
-            f"run {run_id}: sequence numbers {numbers}" + (f" use {twice} twice" if twice else " have gaps"),
+            f"run {run_id}: sequence numbers {numbers} (from {first})"
+            + (f" use {twice} twice" if twice else " have gaps"),
         )
 
 
@@ -153,9 +159,7 @@ def check_history(run_id: str, history: Sequence[ev.HistoryEvent], *, finished: 
 def check_appended(run_id: str, before: Sequence[ev.HistoryEvent], after: Sequence[ev.HistoryEvent]) -> None:
     """A history only grows: what was written at a sequence number stays written."""
     if list(after[: len(before)]) != list(before):
-        first = next(
-            (i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after))
-        )
+        first = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
         raise InvariantViolation(
             "unique-sequence-numbers",
             f"run {run_id}: event {first + 1} was rewritten "
@@ -171,19 +175,74 @@ def check_replays(
     *,
     activities: Iterable[Callable[..., Any]],
     workflows: Iterable[Callable[..., Any]],
+    continued_with: tuple[Payload, ...] | None = None,
+    converter: PayloadConverter | None = None,
 ) -> None:
-    """The workflow code replays the history (exported and read back, with its own run id)."""
+    """The workflow code replays the history (exported and read back, with its own run id)
+    and, replayed, reaches the outcome the history recorded: the same result or failure, or
+    for a generation that continued as new, the next generation's input."""
     created = history[0].event
     assert isinstance(created, ev.RunCreated)
+    exported = encode_history(run_id, created.workflow_name, history)
+    activities, workflows = tuple(activities), tuple(workflows)
+    converter = converter or DefaultPayloadConverter()
     try:
-        dex.testing.replay(
-            workflow_fn,
-            encode_history(run_id, created.workflow_name, history),
-            activities=activities,
-            workflows=workflows,
-        )
+        dex.testing.replay(workflow_fn, exported, activities=activities, workflows=workflows, converter=converter)
     except dex.NonDeterminismError as exc:
         raise InvariantViolation("replays-deterministically", f"run {run_id}: {exc}") from None
+    read_back = decode_history(exported)
+    if read_back != list(history):
+        raise InvariantViolation("replays-deterministically", f"run {run_id}: the exported history reads back changed")
+    definition: WorkflowDefinition = getattr(workflow_fn, WORKFLOW_ATTRIBUTE)
+    executor = replay_history(
+        definition,
+        run_id,
+        read_back,
+        converter,
+        activities={getattr(fn, ACTIVITY_ATTRIBUTE).name: getattr(fn, ACTIVITY_ATTRIBUTE) for fn in activities}.get,
+        workflows={getattr(fn, WORKFLOW_ATTRIBUTE).name: getattr(fn, WORKFLOW_ATTRIBUTE) for fn in workflows}.get,
+    )
+    outcome = executor.outcome
+    executor.close()
+    recorded = [item.event for item in history if isinstance(item.event, ev.RunCompleted)]
+    if continued_with is not None:
+        if not isinstance(outcome, ContinueAsNewRequest) or outcome.input != continued_with:
+            raise InvariantViolation(
+                "replays-deterministically",
+                f"run {run_id}: generation {created.generation} continued as new with {_texts(continued_with)}, "
+                f"but its code, replayed, {_describe_outcome(outcome)}",
+            )
+    elif recorded and recorded[0].status is not RunStatus.CANCELLED:  # a cancel ends no code path
+        end = recorded[0]
+        same = (
+            isinstance(outcome, cmd.CompleteRun)
+            and outcome.result == end.result
+            and _failure_key(outcome.failure) == _failure_key(end.failure)
+        )
+        if not same:
+            raise InvariantViolation(
+                "replays-deterministically",
+                f"run {run_id}: the history recorded {end.status.value} "
+                f"{_texts((end.result,)) if end.result else _failure_key(end.failure)}, "
+                f"but its code, replayed, {_describe_outcome(outcome)}",
+            )
+
+
+def _texts(payloads: tuple[Payload | None, ...]) -> str:
+    return ", ".join(p.data.decode(errors="replace") if p is not None else "None" for p in payloads)
+
+
+def _failure_key(failure: FailureInfo | None) -> tuple[str, str] | None:
+    return None if failure is None else (failure.type, failure.message)
+
+
+def _describe_outcome(outcome: object) -> str:
+    if isinstance(outcome, ContinueAsNewRequest):
+        return f"continues as new with {_texts(outcome.input)}"
+    if isinstance(outcome, cmd.CompleteRun):
+        detail = _texts((outcome.result,)) if outcome.result is not None else _failure_key(outcome.failure)
+        return f"ends {outcome.status.value} {detail}"
+    return "does not end"
 
 
 def check_activity_results(
@@ -215,9 +274,7 @@ def check_activity_results(
                 )
 
 
-def check_events_received(
-    run_id: str, history: Sequence[ev.HistoryEvent], sent: Counter[tuple[str, bytes]]
-) -> None:
+def check_events_received(run_id: str, history: Sequence[ev.HistoryEvent], sent: Counter[tuple[str, bytes]]) -> None:
     """A run receives only events that were sent to it, each at most as often as it was sent."""
     received = Counter(
         (item.event.event_id, item.event.payload.data)
@@ -227,152 +284,3 @@ def check_events_received(
     extra = received - sent
     if extra:
         raise InvariantViolation("events-delivered-once", f"run {run_id}: received {dict(extra)} never sent")
-
-
-# -- ledgers ----------------------------------------------------------------------------------------
-
-
-@attrs.define
-class _Claim:
-    run_id: str
-    owner: str
-    version: int
-    until: datetime
-    released: bool = False
-
-    def live(self, now: datetime) -> bool:
-        return not self.released and self.until > now
-
-
-class LeaseLedger:
-    """Every task lease the store granted; a grant must never overlap a live one."""
-
-    def __init__(self) -> None:
-        self._claims: dict[tuple[str, int], _Claim] = {}
-        self._workflow_task_of_run: dict[str, int] = {}
-
-    def claimed(self, kind: str, task_id: int, run_id: str, lease: Lease, now: datetime) -> None:
-        previous = self._claims.get((kind, task_id))
-        if previous is not None and previous.live(now):
-            raise InvariantViolation(
-                "no-two-live-leases",
-                f"{kind} task {task_id} of run {run_id} granted to {lease.owner} (v{lease.version}) while "
-                f"{previous.owner}'s lease v{previous.version} holds until {previous.until.isoformat()}",
-            )
-        if previous is not None and lease.version <= previous.version:
-            raise InvariantViolation(
-                "no-two-live-leases", f"{kind} task {task_id}: lease version {lease.version} did not grow"
-            )
-        if kind == "workflow":
-            other = self._workflow_task_of_run.get(run_id)
-            if other is not None and other != task_id and not self._claims[("workflow", other)].released:
-                raise InvariantViolation(
-                    "no-two-live-leases", f"run {run_id} has workflow tasks {other} and {task_id} at once"
-                )
-            self._workflow_task_of_run[run_id] = task_id
-        self._claims[(kind, task_id)] = _Claim(run_id, lease.owner, lease.version, lease.until)
-
-    def extended(self, kind: str, task_id: int, lease: Lease, until: datetime) -> None:
-        claim = self._claims.get((kind, task_id))
-        if claim is None or (claim.owner, claim.version) != (lease.owner, lease.version):
-            raise InvariantViolation("no-two-live-leases", f"{kind} task {task_id}: a lost lease was extended")
-        claim.until = until
-
-    def completed(self, kind: str, task_id: int, lease: Lease, applied: bool) -> None:
-        """A completion came back; the store's answer must fit the latest grant."""
-        claim = self._claims.get((kind, task_id))
-        latest = claim is not None and (claim.owner, claim.version) == (lease.owner, lease.version)
-        if applied and not latest:
-            raise InvariantViolation(
-                "no-two-live-leases",
-                f"{kind} task {task_id}: a completion under lost lease {lease.owner} v{lease.version} was applied",
-            )
-        if latest and claim is not None:
-            claim.released = True  # the task is done, retried or dropped: the lease ends here
-
-
-class LeaderLedger:
-    """Leadership leases: never two nodes whose leases overlap."""
-
-    def __init__(self) -> None:
-        self._holder: tuple[str, datetime] | None = None
-
-    def granted(self, node_id: str, now: datetime, ttl: timedelta) -> None:
-        if self._holder is not None and self._holder[0] != node_id and self._holder[1] > now:
-            raise InvariantViolation(
-                "one-leader",
-                f"{node_id} took the leadership at {now.isoformat()} while {self._holder[0]} "
-                f"holds it until {self._holder[1].isoformat()}",
-            )
-        self._holder = (node_id, now + ttl)
-
-    def released(self, node_id: str) -> None:
-        if self._holder is not None and self._holder[0] == node_id:
-            self._holder = None
-
-
-def _reachable(start: RunStatus) -> set[RunStatus]:
-    seen, todo = {start}, [start]
-    while todo:
-        for nxt in ALLOWED_TRANSITIONS[todo.pop()]:
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    return seen
-
-
-REACHABLE = {status: _reachable(status) for status in RunStatus}
-
-
-class StatusWatch:
-    """Run statuses as seen between steps: legal moves only, none out of a terminal status,
-    one live run per instance id and one started run per concurrency key, and deletions by
-    retention only."""
-
-    def __init__(self, retention: timedelta) -> None:
-        self.retention = retention
-        self.last: dict[str, RunRecord] = {}
-        self.deleted: set[str] = set()
-
-    def observe(self, records: Mapping[str, RunRecord | None], now: datetime) -> None:
-        holders: dict[str, str] = {}
-        instances: dict[str, str] = {}
-        for run_id, record in records.items():
-            before = self.last.get(run_id)
-            if record is None:
-                self._vanished(run_id, before, now)
-                continue
-            if run_id in self.deleted:
-                raise InvariantViolation("terminal-is-final", f"run {run_id} came back after it was deleted")
-            if before is not None and record.status not in REACHABLE[before.status]:
-                raise InvariantViolation(
-                    "terminal-is-final", f"run {run_id} went from {before.status.value} to {record.status.value}"
-                )
-            if before is not None and before.status.is_terminal and record != before:
-                raise InvariantViolation("terminal-is-final", f"run {run_id} changed after it ended: {record}")
-            if record.status.is_terminal and record.completed_at is None:
-                raise InvariantViolation("terminal-is-final", f"run {run_id} ended without completed_at")
-            self.last[run_id] = record
-            if record.status in (RunStatus.RUNNING, RunStatus.SUSPENDED) and record.concurrency_key is not None:
-                other = holders.setdefault(record.concurrency_key, run_id)
-                if other != run_id:
-                    raise InvariantViolation(
-                        "concurrency-key", f"runs {other} and {run_id} both run under key {record.concurrency_key!r}"
-                    )
-            if not record.status.is_terminal and record.instance_id is not None:
-                other = instances.setdefault(record.instance_id, run_id)
-                if other != run_id:
-                    raise InvariantViolation(
-                        "instance-id", f"runs {other} and {run_id} both live with instance id {record.instance_id!r}"
-                    )
-
-    def _vanished(self, run_id: str, before: RunRecord | None, now: datetime) -> None:
-        if run_id in self.deleted:
-            return
-        if before is None or not before.status.is_terminal or before.completed_at is None:
-            raise InvariantViolation("retention", f"run {run_id} vanished while {before.status.value if before else '?'}")
-        if before.completed_at >= now - self.retention:
-            raise InvariantViolation(
-                "retention", f"run {run_id} deleted at {now.isoformat()}, only {now - before.completed_at} after it ended"
-            )
-        self.deleted.add(run_id)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import random
 import uuid
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,14 +30,13 @@ from dex.domain.status import RunStatus
 from dex.domain.task import WorkflowTaskResult, split_blocks
 from dex.simulation.invariants import (
     InvariantViolation,
-    LeaderLedger,
-    LeaseLedger,
-    StatusWatch,
     check_activity_results,
     check_events_received,
     check_history,
     check_replays,
+    check_sequence_numbers,
 )
+from dex.simulation.ledgers import LeaderLedger, LeaseLedger, StatusWatch
 from dex.simulation.workload import Workload
 
 
@@ -69,6 +69,18 @@ class Referee:
         self.runs: dict[str, RunLog] = {}
         self.deliveries: deque[Delivery] = deque(maxlen=32)  # recent completions, to deliver again
         self.counts: Counter[str] = Counter()
+        # violations found inside store calls: the engine may catch what a store raises (a
+        # failed leadership renewal is logged and ignored), so the simulator looks here too
+        self.violations: list[InvariantViolation] = []
+
+    @contextmanager
+    def judging(self) -> Iterator[None]:
+        """Remember an invariant violation raised inside, then let it go on up."""
+        try:
+            yield
+        except InvariantViolation as violation:
+            self.violations.append(violation)
+            raise
 
     # -- during the run ---------------------------------------------------------------------------
     def run_created(self, run_id: str, history: list[ev.HistoryEvent]) -> None:
@@ -99,6 +111,8 @@ class Referee:
             log.generations.append(written)
             log.history = list(result.new_history)
             check_history(log.run_id, log.history)
+            # a run's sequence numbers never repeat: the new generation numbers on
+            check_sequence_numbers(log.run_id, log.history, first=written[-1].sequence_number + 1)
         else:
             log.history = written
 
@@ -110,16 +124,26 @@ class Referee:
         if again:
             self.counts["redelivered"] += 1
             if applied:
-                raise InvariantViolation("duplicates-discarded", f"a {delivery[0]} result delivered twice was applied twice")
+                raise InvariantViolation(
+                    "duplicates-discarded", f"a {delivery[0]} result delivered twice was applied twice"
+                )
             return
         self.counts["applied" if applied else "discarded"] += 1
         self.deliveries.append(delivery)
 
-    def records(self, store: InMemoryAdapter) -> dict[str, RunRecord | None]:
-        return {run_id: store.get_run(run_id) for run_id in self.runs}
+    def records(self, store: InMemoryAdapter, everything: bool = True) -> dict[str, RunRecord | None]:
+        """The runs as the store has them now (only those not seen ended, unless ``everything``)."""
+        last, deleted = self.statuses.last, self.statuses.deleted
+        return {
+            run_id: store.get_run(run_id)
+            for run_id in self.runs
+            if everything or not (run_id in deleted or (run_id in last and last[run_id].status.is_terminal))
+        }
 
     # -- at the end -------------------------------------------------------------------------------
-    def final_checks(self, store: InMemoryAdapter, workload: Workload, executions: Any, converter: PayloadConverter) -> None:
+    def final_checks(
+        self, store: InMemoryAdapter, workload: Workload, executions: Any, converter: PayloadConverter
+    ) -> None:
         """Every run ended exactly once, replays, and got only what really happened."""
         for run_id, log in self.runs.items():
             record = store.get_run(run_id)
@@ -128,21 +152,38 @@ class Referee:
             else:
                 actual = store.load_history(run_id)
                 if actual != log.history:
-                    raise InvariantViolation("history-as-decided", f"run {run_id}: the store's history is not the one written")
+                    raise InvariantViolation(
+                        "history-as-decided", f"run {run_id}: the store's history is not the one written"
+                    )
             if not record.status.is_terminal:
-                raise InvariantViolation("every-run-ends", f"run {run_id} ({log.workflow_name}) is still {record.status.value}")
+                raise InvariantViolation(
+                    "every-run-ends", f"run {run_id} ({log.workflow_name}) is still {record.status.value}"
+                )
             self._check_run(log, record, workload, executions, converter)
 
     def _check_run(
         self, log: RunLog, record: RunRecord, workload: Workload, executions: Any, converter: PayloadConverter
     ) -> None:
         fn = workload.workflow(log.workflow_name)
-        for index, history in enumerate(log.all_generations()):
+        generations = log.all_generations()
+        for index, history in enumerate(generations):
             last = index == len(log.generations)
+            following = None if last else generations[index + 1][0].event
             check_history(log.run_id, history, finished=last)
-            if not last and any(isinstance(item.event, ev.RunCompleted) for item in history):
-                raise InvariantViolation("one-terminal-state", f"run {log.run_id}: a generation ended twice")
-            check_replays(fn, log.run_id, history, activities=workload.activities, workflows=workload.workflows)
+            if not last:
+                if any(isinstance(item.event, ev.RunCompleted) for item in history):
+                    raise InvariantViolation("one-terminal-state", f"run {log.run_id}: a generation ended twice")
+                check_sequence_numbers(log.run_id, generations[index + 1], first=history[-1].sequence_number + 1)
+            assert following is None or isinstance(following, ev.RunCreated)
+            check_replays(
+                fn,
+                log.run_id,
+                history,
+                activities=workload.activities,
+                workflows=workload.workflows,
+                continued_with=None if following is None else following.input,
+                converter=converter,
+            )
             check_activity_results(log.run_id, history, executions, workload.activity_result, converter)
             check_events_received(log.run_id, history, log.sent)
         completion = log.history[-2].event
@@ -157,7 +198,9 @@ class Referee:
         except InvalidStateError as exc:
             raise InvariantViolation("history-folds", f"run {log.run_id}: {exc}") from None
         if folded is not record.status:
-            raise InvariantViolation("history-folds", f"run {log.run_id}: folds to {folded.value}, is {record.status.value}")
+            raise InvariantViolation(
+                "history-folds", f"run {log.run_id}: folds to {folded.value}, is {record.status.value}"
+            )
         self._check_requests_honoured(log)
         created = log.history[0].event
         assert isinstance(created, ev.RunCreated)
@@ -195,29 +238,53 @@ class Referee:
         """A parent learns exactly how its child ended."""
         for history in log.all_generations():
             for item in history:
+                if not isinstance(item.event, (ev.ChildRunCompleted, ev.ChildRunFailed)):
+                    continue
+                child = self.runs.get(item.event.child_run_id)
+                end = child.history[-2].event if child is not None else None
                 if isinstance(item.event, ev.ChildRunCompleted):
-                    child = self.runs.get(item.event.child_run_id)
-                    end = child.history[-2].event if child is not None else None
-                    if not isinstance(end, ev.RunCompleted) or end.result != item.event.result:
-                        raise InvariantViolation(
-                            "child-outcomes", f"run {log.run_id} got a result its child {item.event.child_run_id} never returned"
-                        )
+                    told_right = isinstance(end, ev.RunCompleted) and end.result == item.event.result
+                else:  # a child that could not be created (its instance id was taken) never ran
+                    told_right = end is None or (
+                        isinstance(end, ev.RunCompleted) and end.status is not RunStatus.COMPLETED
+                    )
+                if not told_right:
+                    raise InvariantViolation(
+                        "child-outcomes",
+                        f"run {log.run_id} was told {item.kind} by child {item.event.child_run_id}, which ended {end}",
+                    )
+
+
+class StoreUnavailable(Exception):
+    """A write the simulated database refused, or whose acknowledgement it lost."""
 
 
 class ObservedAdapter(InMemoryAdapter):
-    """The in-memory adapter, reporting to a referee (see the module docstring)."""
+    """The in-memory adapter, reporting to a referee (see the module docstring).
+
+    ``sabotage`` makes the next completion call fail: "refuse" before it writes anything,
+    "lose-ack" after it wrote everything (as a connection that drops before the commit's
+    acknowledgement arrives).
+    """
 
     def __init__(self, clock: Clock, referee: Referee, ids: random.Random) -> None:
         super().__init__(clock=clock)
         self.referee = referee
-        self._ids = ids
+        self._run_ids = ids
         self._again = False
+        self.sabotage: str | None = None
+
+    def _sabotaged(self, moment: str) -> None:
+        if self.sabotage == moment:
+            self.sabotage = None
+            raise StoreUnavailable(f"simulated database failure ({moment})")
 
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
-        run_id = str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
+        run_id = str(uuid.UUID(int=self._run_ids.getrandbits(128), version=4))
         got = super().create_run(run_id, created, now)
         if got == run_id:
-            self.referee.run_created(run_id, self.load_history(run_id))
+            with self.referee.judging():
+                self.referee.run_created(run_id, self.load_history(run_id))
         return got
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
@@ -229,29 +296,43 @@ class ObservedAdapter(InMemoryAdapter):
         super().request_transition(run_id, target, message, now)
         self.referee.runs[run_id].requests.append((target, now))
 
-    def claim_workflow_tasks(self, names: Any, owner: str, now: datetime, lease: timedelta, limit: int) -> list[WorkflowTask]:
+    def claim_workflow_tasks(
+        self, names: Any, owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[WorkflowTask]:
         tasks = super().claim_workflow_tasks(names, owner, now, lease, limit)
-        for task in tasks:
-            self.referee.leases.claimed("workflow", task.task_id, task.run_id, task.lease, now)
+        with self.referee.judging():
+            for task in tasks:
+                self.referee.leases.claimed("workflow", task.task_id, task.run_id, task.lease, now)
         return tasks
 
     def claim_activity_tasks(self, names: Any, owner: str, now: datetime, limit: int) -> list[ActivityTask]:
         tasks = super().claim_activity_tasks(names, owner, now, limit)
-        for task in tasks:
-            self.referee.leases.claimed("activity", task.task_id, task.run_id, task.lease, now)
+        with self.referee.judging():
+            for task in tasks:
+                self.referee.leases.claimed("activity", task.task_id, task.run_id, task.lease, now)
         return tasks
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
         extended = super().extend_activity_leases(tasks, now)
-        for task, ok in zip(tasks, extended, strict=True):
-            if ok:
-                self.referee.leases.extended("activity", task.task_id, task.lease, now + task.lock_timeout)
+        with self.referee.judging():
+            for task, ok in zip(tasks, extended, strict=True):
+                if ok:
+                    self.referee.leases.extended("activity", task.task_id, task.lease, now + task.lock_timeout)
         return extended
 
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
     ) -> list[bool]:
+        self._sabotaged("refuse")
         applied = super().complete_workflow_tasks(results, now)
+        with self.referee.judging():
+            self._judge_workflow_results(results, applied)
+        self._sabotaged("lose-ack")
+        return applied
+
+    def _judge_workflow_results(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], applied: list[bool]
+    ) -> None:
         touched: set[str] = set()
         for (task, result), ok in zip(results, applied, strict=True):
             self.referee.workflow_result(task, result, ok, self._again)
@@ -262,13 +343,17 @@ class ObservedAdapter(InMemoryAdapter):
                         self.referee.run_created(child.run_id, self.load_history(child.run_id))
         for run_id in sorted(touched):
             if self.load_history(run_id) != self.referee.runs[run_id].history:
-                raise InvariantViolation("history-as-decided", f"run {run_id}: the store wrote another history than decided")
-        return applied
+                raise InvariantViolation(
+                    "history-as-decided", f"run {run_id}: the store wrote another history than decided"
+                )
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
+        self._sabotaged("refuse")
         applied = super().complete_activity_tasks(outcomes, now)
-        for outcome, ok in zip(outcomes, applied, strict=True):
-            self.referee.activity_outcome(outcome, ok, self._again)
+        with self.referee.judging():
+            for outcome, ok in zip(outcomes, applied, strict=True):
+                self.referee.activity_outcome(outcome, ok, self._again)
+        self._sabotaged("lose-ack")
         return applied
 
     def deliver_again(self, pick: int, now: datetime) -> str | None:
@@ -289,7 +374,8 @@ class ObservedAdapter(InMemoryAdapter):
     def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:
         leading = super().try_lead(node_id, now, ttl)
         if leading:
-            self.referee.leader.granted(node_id, now, ttl)
+            with self.referee.judging():
+                self.referee.leader.granted(node_id, now, ttl)
         return leading
 
     def release_leadership(self, node_id: str) -> None:
