@@ -44,10 +44,10 @@ class ResultBuffer:
         *,
         max_batch: int = 256,
         on_flush: Callable[[], None] | None = None,
-        on_discard: Callable[[WorkflowTask], None] | None = None,
+        on_written: Callable[[WorkflowTask, bool], None] | None = None,
     ) -> None:
         self._store = store
-        self._on_discard = on_discard
+        self._on_written = on_written
         self._max_batch = max_batch
         self._on_flush = on_flush
         self._lock = threading.Lock()
@@ -138,10 +138,9 @@ class ResultBuffer:
                 if workflow_results:
                     applied = self._store.complete_workflow_tasks(workflow_results, now)
                     self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
-                    if self._on_discard is not None:
+                    if self._on_written is not None:
                         for (task, _result), ok in zip(workflow_results, applied, strict=True):
-                            if not ok:
-                                self._on_discard(task)
+                            self._on_written(task, ok)
             except Exception as exc:
                 # The store may be restarting. Keep what was not written and send it again with
                 # the next flush: if a write did land after all, its lease check discards the

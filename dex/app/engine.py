@@ -76,7 +76,7 @@ class Engine(AsyncEngineMixin):
         self._nudge = Nudge()
         self._progress = threading.Condition()
         self._flushes = 0
-        self.buffer = ResultBuffer(adapter, on_flush=self._flushed, on_discard=self._workflow_discarded)
+        self.buffer = ResultBuffer(adapter, on_flush=self._flushed, on_written=self._workflow_written)
         self._async = AsyncRunner()
         self.leader = LeaderElection(adapter, self.node_id, ttl=leader_lease)
         self.workflow_scheduler = WorkflowTaskScheduler(adapter)
@@ -116,8 +116,8 @@ class Engine(AsyncEngineMixin):
             self._flushes += 1
             self._progress.notify_all()
 
-    def _workflow_discarded(self, task: WorkflowTask) -> None:
-        self.workflow_worker.discarded(task)
+    def _workflow_written(self, task: WorkflowTask, applied: bool) -> None:
+        self.workflow_worker.written(task, applied)
 
     # -- runs ---------------------------------------------------------------------------------
     def start_workflow(
@@ -384,7 +384,7 @@ class Engine(AsyncEngineMixin):
         except Exception:  # the store is down: what is unwritten comes back when its leases expire
             log.exception("the final flush failed; unwritten results will be redone after their leases expire")
         finally:
-            self.workflow_worker.cache.clear()
+            self.workflow_worker.forget()
             try:
                 self.leader.release()
             except Exception:  # the lease lapses on its own

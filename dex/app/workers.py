@@ -97,6 +97,9 @@ class WorkflowWorker:
         self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
         self._names = frozenset(registry.workflows)
         self.cache = ExecutorCache(cache_size)
+        # keyed by claim (task id, lease version): a node may hold two claims of one task
+        self._unwritten: dict[tuple[int, int], tuple[WorkflowExecutor, int]] = {}
+        self._unwritten_lock = threading.Lock()
 
     def poll_once(self) -> int:
         """Claim and execute up to one batch of workflow tasks; return how many ran."""
@@ -142,9 +145,34 @@ class WorkflowWorker:
             return failed_result(task.run_id, last_seq, [m.message_id for m in inbox], now, failure)
         if executor.finished or result.new_history is not None:
             executor.close()
+        elif not result.new_events:
+            self.cache.put(task.run_id, executor, last_seq)  # nothing to write: it stands where it was
         else:
-            self.cache.put(task.run_id, executor, result.new_events[-1].sequence_number if result.new_events else last_seq)
+            # cached only once the store has applied the result: until then another node may
+            # redo this task and record different side effects at the same sequence numbers
+            with self._unwritten_lock:
+                self._unwritten[(task.task_id, task.lease.version)] = (executor, result.new_events[-1].sequence_number)
         return result
+
+    def forget(self) -> None:
+        """Close every executor this worker holds (the engine stops)."""
+        self.cache.clear()
+        with self._unwritten_lock:
+            unwritten, self._unwritten = list(self._unwritten.values()), {}
+        for executor, _seq in unwritten:
+            executor.close()
+
+    def written(self, task: WorkflowTask, applied: bool) -> None:
+        """The buffer wrote our result for ``task``: keep its executor if the store applied it."""
+        with self._unwritten_lock:
+            entry = self._unwritten.pop((task.task_id, task.lease.version), None)
+        if entry is None:
+            return
+        executor, seq = entry
+        if applied:
+            self.cache.put(task.run_id, executor, seq)
+        else:
+            executor.close()
 
     def _load(
         self, task: WorkflowTask, now: datetime
@@ -159,10 +187,6 @@ class WorkflowWorker:
             executor.close()  # someone else moved the run on (or our last result was refused)
         history, inbox = self._store.load_workflow_task(task, now)
         return None, history[-1].sequence_number, history, inbox
-
-    def discarded(self, task: WorkflowTask) -> None:
-        """The store refused our result for ``task``: our executor ran ahead of the history."""
-        self.cache.discard(task.run_id)
 
 
 def failed_result(

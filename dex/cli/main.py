@@ -70,7 +70,7 @@ class DexGroup(click.Group):
         except (click.Abort, KeyboardInterrupt):
             return _error("interrupted", 130)
         except BrokenPipeError:  # e.g. `dex runs list | head`: the reader left, nothing to report
-            sys.stdout = None  # type: ignore[assignment]  # no flush of the dead pipe at exit
+            sys.stdout = None  # no flush of the dead pipe at exit
             return 1
         return result if isinstance(result, int) else 0
 

@@ -23,7 +23,7 @@ _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-class Label(click.ParamType):
+class Label(click.ParamType[Any, Any]):
     """``key=value``; the value may be empty, the key may not."""
 
     name = "KEY=VALUE"
@@ -37,7 +37,7 @@ class Label(click.ParamType):
         return key, label_value
 
 
-class Moment(click.ParamType):
+class Moment(click.ParamType[Any, Any]):
     """An ISO 8601 date or time (UTC unless it names an offset), or an age such as ``30m``,
     ``2h``, ``7d`` (that long before now)."""
 
@@ -60,7 +60,7 @@ class Moment(click.ParamType):
         return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-class JsonValue(click.ParamType):
+class JsonValue(click.ParamType[Any, Any]):
     """JSON text; ``@PATH`` reads it from a file, ``-`` from standard input."""
 
     name = "JSON"
@@ -81,7 +81,7 @@ class JsonValue(click.ParamType):
             self.fail(f"{source} is not valid JSON: {exc}", param, ctx)
 
 
-class _Checked(click.ParamType):
+class _Checked(click.ParamType[Any, Any]):
     """A string that one of dex's own validators accepts."""
 
     def __init__(self, name: str, check: Any) -> None:

@@ -172,7 +172,10 @@ def select_messages(suspended: bool, inbox: Sequence[InboxMessage]) -> list[Inbo
     """
     taken: list[InboxMessage] = []
     held: list[InboxMessage] = []
-    for message in inbox:
+    # a generation's start precedes everything else: a request that arrived while the run was
+    # continuing as new (a suspend, a cancel) applies to the generation that has started
+    starts_first = sorted(inbox, key=lambda m: not isinstance(m.event, ev.RunStarted))
+    for message in starts_first:
         match message.event:
             case ev.RunSuspended():
                 taken.append(message)

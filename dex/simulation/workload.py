@@ -236,15 +236,15 @@ class Workload:
 
     - ``continue_as_new``: tickers run several rounds, continuing as new between them (off:
       one round).
-    - ``control_continuing_runs``: clients may cancel and suspend tickers. Off by default: a
-      cancel or suspend accepted while a continue-as-new task is in flight is lost (a known
-      bug, pinned in ``tests/simulation/test_known_bugs.py``); turn it on to see it again.
+    - ``control_continuing_runs``: clients may cancel and suspend tickers, also while they are
+      continuing as new (on by default; this once lost requests, see
+      ``tests/simulation/test_regressions.py``).
     """
 
     workflows = WORKFLOWS
     activities = ACTIVITIES
 
-    def __init__(self, *, continue_as_new: bool = True, control_continuing_runs: bool = False) -> None:
+    def __init__(self, *, continue_as_new: bool = True, control_continuing_runs: bool = True) -> None:
         self.continue_as_new = continue_as_new
         self.control_continuing_runs = control_continuing_runs
 

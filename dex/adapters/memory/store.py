@@ -259,8 +259,7 @@ class InMemoryAdapter:
         consumed = set(result.consumed)
         inbox = [m for m in self._inbox[run.run_id] if m.message_id not in consumed]
         if result.new_history is not None:
-            # continue-as-new: timers and results of the old generation must not reach the new one
-            inbox = [m for m in inbox if isinstance(m.event, ev.ExternalEventReceived)]
+            inbox = [m for m in inbox if isinstance(m.event, _SURVIVE_CONTINUE_AS_NEW)]
             run.history = list(result.new_history)
         else:
             run.history.extend(result.new_events)
@@ -459,6 +458,11 @@ class InMemoryAdapter:
             moments += [t.lease.until for t in self._workflow_tasks.values() if t.lease.until is not None]
             future = [m for m in moments if m > now]
             return min(future) if future else None
+
+
+# what a run's inbox keeps when it continues as new: events and requests addressed to the run
+# (timers and activity results belong to the old generation)
+_SURVIVE_CONTINUE_AS_NEW = (ev.ExternalEventReceived, ev.RunCancelled, ev.RunSuspended, ev.RunResumed)
 
 
 def _check_queue(name: str, kind: str, capacity: int) -> None:

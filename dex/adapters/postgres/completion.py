@@ -170,7 +170,12 @@ class _Round:
             )
         if self._reset:
             conn.execute(
-                q("DELETE FROM {s}.inbox WHERE run_id = ANY(%s) AND kind <> 'ExternalEventReceived'"), [self._reset]
+                # timers and results of the old generation go; events and requests to the run stay
+                q(
+                    "DELETE FROM {s}.inbox WHERE run_id = ANY(%s) AND kind NOT IN"
+                    " ('ExternalEventReceived', 'RunCancelled', 'RunSuspended', 'RunResumed')"
+                ),
+                [self._reset],
             )
             conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%s)"), [self._reset])
         self._update_runs()

@@ -1,0 +1,488 @@
+"""The deterministic simulator: a small dex cluster in one thread, driven by a seed.
+
+A :class:`Simulator` owns one in-memory store on a virtual clock and several nodes, each a
+``dex.Engine`` over that store that is never started: the simulator calls the components'
+steps itself (leader election, the two schedulers, maintenance, claiming, executing,
+flushing the result buffer), choosing with ``random.Random(seed)`` which node does what
+next, when the clock moves and when a client starts a run, sends an event, cancels, suspends
+or resumes. Before any step a fault from the schedule may strike (see :mod:`.faults`).
+
+After every step the referee's ledgers have checked each lease and result as it happened and
+the run statuses are compared with the last ones; at the end the surviving nodes finish
+what they hold, a fault-free drain runs everything left, and every run must have ended
+exactly once with a history that replays. Retention then must delete every run.
+
+Everything is a function of the seed and the fault schedule, so a failure names both, and
+``Simulator(seed, faults).run()`` replays it step for step.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import attrs
+
+import dex
+from dex.app.ports import ActivityTask, RunFilter, RunRecord, WorkflowTask
+from dex.app.registry import ACTIVITY_ATTRIBUTE
+from dex.domain.errors import InvalidStateError
+from dex.domain.status import RunStatus
+from dex.serialization.payloads import PayloadConverter
+from dex.simulation.faults import Fault, schedule
+from dex.simulation.invariants import InvariantViolation
+from dex.simulation.referee import ObservedAdapter, Referee, StoreUnavailable
+from dex.simulation.workload import STANDARD_WORKLOAD, Workload, World, inhabiting
+
+WORKFLOW_LEASE = timedelta(seconds=30)
+LEADER_LEASE = timedelta(seconds=15)
+RETENTION = timedelta(minutes=5)
+SETTLE_ROUNDS = 5000
+CONVERTER = PayloadConverter()  # stateless once built, and costly to build
+STALL_STEPS = 60
+
+
+@attrs.define
+class Node:
+    """One simulated engine process and the work it holds between steps."""
+
+    name: str
+    engine: dex.Engine
+    workflow_tasks: list[WorkflowTask] = attrs.Factory(list)  # claimed, not yet executed
+    activity_tasks: list[ActivityTask] = attrs.Factory(list)  # claimed, not yet executed
+    hung: list[ActivityTask] = attrs.Factory(list)  # claimed, never to finish
+    stalled_until: int = -1  # the step until which its writes stall
+
+
+@attrs.frozen
+class Report:
+    """What a simulation did: its trace, how the runs ended, what the store saw."""
+
+    seed: int
+    faults: tuple[Fault, ...]
+    trace: tuple[str, ...]
+    outcomes: dict[str, int]
+    counts: dict[str, int]
+
+
+class SimulationFailure(AssertionError):
+    """A simulation broke an invariant (or the engine raised); the message says how to replay it."""
+
+    def __init__(self, reproduction: str, cause: BaseException, trace: list[str]) -> None:
+        tail = "\n".join(trace[-40:])
+        super().__init__(f"{type(cause).__name__}: {cause}\n\nreplay with:\n    {reproduction}\n\nlast steps:\n{tail}")
+        self.reproduction = reproduction
+        self.cause = cause
+
+
+Action = tuple[float, str, Callable[[], str | None]]
+
+
+class Simulator:
+    """A seeded, single-threaded run of a dex cluster under a fault schedule."""
+
+    def __init__(
+        self,
+        seed: int,
+        faults: Iterable[Fault | tuple[int, str, int]] = (),
+        *,
+        steps: int = 300,
+        nodes: int = 3,
+        max_runs: int = 5,
+        workload: Workload = STANDARD_WORKLOAD,
+        adapter_class: type[ObservedAdapter] = ObservedAdapter,
+        engine_options: Mapping[str, Any] | None = None,
+        write_before_rerun: bool = False,
+    ) -> None:
+        self.seed, self.faults, self.steps = seed, schedule(faults), steps
+        self.node_count, self.max_runs, self.workload = nodes, max_runs, workload
+        self.engine_options = dict(engine_options or {})
+        # With write_before_rerun a node writes its buffer before deciding a run's next task.
+        # Off by default: deciding while an earlier result is unwritten once let the executor
+        # cache reuse decisions the store never took (tests/simulation/test_regressions.py).
+        self.write_before_rerun = write_before_rerun
+        self.rng = random.Random(seed)
+        self.world = World(random.Random(f"world:{seed}"))
+        self.clock = dex.testing.VirtualClock()
+        self.referee = Referee(RETENTION)
+        self.store = adapter_class(self.clock, self.referee, random.Random(f"ids:{seed}"))
+        self.converter = CONVERTER
+        self.trace: list[str] = []
+        self.step_no = 0
+        self._checks = 0
+        self._started = self.clock.now()
+        self._node_serial = 0
+        self._runs_started = 0
+        self.nodes = [self._new_node() for _ in range(nodes)]
+        # clients start runs and send requests through an engine that does no work: sending an
+        # event writes (and waits for) that event only, as it does from any application thread
+        self.client = self._engine("client")
+        self.longest_lease = max(
+            [WORKFLOW_LEASE, *(getattr(fn, ACTIVITY_ATTRIBUTE).lock_timeout for fn in workload.activities)]
+        )
+
+    def reproduction(self) -> str:
+        return (
+            f"Simulator(seed={self.seed}, faults={list(self.faults)!r}, steps={self.steps}, "
+            f"nodes={self.node_count}, max_runs={self.max_runs}"
+            + ("" if self.workload is STANDARD_WORKLOAD else f", workload={self.workload!r}")
+            + (f", engine_options={self.engine_options!r}" if self.engine_options else "")
+            + (", write_before_rerun=True" if self.write_before_rerun else "")
+            + ("" if type(self.store) is ObservedAdapter else f", adapter_class={type(self.store).__name__}")
+            + ").run()"
+        )
+
+    # -- the whole run -------------------------------------------------------------------------
+    def run(self) -> Report:
+        """Simulate, settle and check; raise SimulationFailure when an invariant breaks."""
+        faults_at: dict[int, list[Fault]] = {}
+        for fault in self.faults:
+            faults_at.setdefault(fault.at_step, []).append(fault)
+        with inhabiting(self.world):
+            try:
+                for step in range(self.steps):
+                    self.step_no = step
+                    for fault in faults_at.get(step, []):
+                        self._log("fault", fault.kind, self._inject(fault))
+                        self._check_step()
+                    self._act()
+                    self._check_step()
+                self.step_no = self.steps
+                self._check_step(everything=True)
+                self._settle()
+                self.referee.final_checks(self.store, self.workload, self.world.executions, self.converter)
+                self._sweep()
+            except Exception as exc:  # an invariant, or anything the engine raised: both are findings
+                raise SimulationFailure(self.reproduction(), exc, self.trace) from exc
+        outcomes = Counter(
+            f"{log.workflow_name}:{self.referee.statuses.last[run_id].status.value}"
+            for run_id, log in self.referee.runs.items()
+        )
+        return Report(self.seed, self.faults, tuple(self.trace), dict(outcomes), dict(self.referee.counts))
+
+    def _log(self, who: str, what: str, detail: str | None = None) -> None:
+        elapsed = (self.clock.now() - self._started).total_seconds()
+        self.trace.append(f"{self.step_no:4d} {elapsed:8.1f}s {who:<6} {what}" + (f": {detail}" if detail else ""))
+
+    def _check_step(self, everything: bool = False) -> None:
+        if self.referee.violations:  # raised inside a store call, perhaps caught by the engine
+            raise self.referee.violations[0]
+        # live runs after every step; ended runs (which must never change) every tenth
+        self._checks += 1
+        self.referee.statuses.observe(
+            self.referee.records(self.store, everything or self._checks % 10 == 0), self.clock.now()
+        )
+
+    # -- nodes -----------------------------------------------------------------------------------
+    def _engine(self, name: str) -> dex.Engine:
+        return dex.Engine(
+            self.store,
+            workflows=self.workload.workflows,
+            activities=self.workload.activities,
+            node_id=name,
+            workflow_task_lease=WORKFLOW_LEASE,
+            leader_lease=LEADER_LEASE,
+            retention=RETENTION,
+            rng=random.Random(self.rng.getrandbits(64)),
+            converter=self.converter,
+            **self.engine_options,
+        )
+
+    def _new_node(self) -> Node:
+        self._node_serial += 1
+        name = f"n{self._node_serial}"
+        engine = self._engine(name)
+        # as in a started engine: results and heartbeats wait in the buffer for a flush step
+        engine.buffer.background = True
+        return Node(name=name, engine=engine)
+
+    def _replace(self, index: int) -> str:
+        old = self.nodes[index]
+        self.nodes[index] = self._new_node()
+        lost = len(old.engine.buffer) + len(old.workflow_tasks) + len(old.activity_tasks) + len(old.hung)
+        return f"{old.name} gone ({lost} held or buffered), {self.nodes[index].name} joins"
+
+    def _claim_workflow_tasks(self, node: Node, limit: int) -> str:
+        engine = node.engine
+        tasks = self.store.claim_workflow_tasks(
+            frozenset(engine.registry.workflows), node.name, self.clock.now(), WORKFLOW_LEASE, limit
+        )
+        node.workflow_tasks.extend(tasks)
+        return _ids(tasks)
+
+    def _claim_activity_tasks(self, node: Node, limit: int) -> str:
+        tasks = node.engine.activity_worker.claim(limit)
+        node.activity_tasks.extend(tasks)
+        return _ids(tasks)
+
+    def _run_workflow_task(self, node: Node, task: WorkflowTask) -> str:
+        unwritten = any(t.run_id == task.run_id for t, _r in node.engine.buffer._workflow_results)
+        if self.write_before_rerun and unwritten:
+            if self.step_no < node.stalled_until:
+                node.workflow_tasks.append(task)
+                return f"task {task.task_id} waits: an earlier result of its run is not written yet"
+            node.engine.buffer.flush()
+        result = node.engine.workflow_worker.execute(task)
+        if result is None:
+            return f"task {task.task_id} dropped: retention deleted its run"
+        node.engine.buffer.add_workflow_result(task, result)
+        return f"task {task.task_id} -> {len(result.new_events)} events"
+
+    def _run_activity_task(self, node: Node, task: ActivityTask) -> str:
+        outcome = node.engine.activity_worker.execute(task)
+        node.engine.buffer.add_activity_outcome(outcome)
+        verdict = "ok" if outcome.result is not None else "retry" if outcome.retry_at is not None else "failed"
+        return f"task {task.task_id} {task.name} #{task.attempt} -> {verdict}"
+
+    def _finish_held(self, node: Node) -> None:
+        """Run every task the node holds (a task that must wait for a stalled write stays held)."""
+        workflow_tasks, node.workflow_tasks = node.workflow_tasks, []
+        for task in workflow_tasks:
+            self._log(node.name, "run-workflow", self._run_workflow_task(node, task))
+        activity_tasks, node.activity_tasks = node.activity_tasks, []
+        for activity_task in activity_tasks:
+            self._log(node.name, "run-activity", self._run_activity_task(node, activity_task))
+
+    # -- choosing a step ----------------------------------------------------------------------------
+    def _act(self) -> None:
+        options = self._client_actions() + self._clock_actions()
+        for node in self.nodes:
+            options += self._node_actions(node)
+        _weight, who_what, action = self.rng.choices(options, weights=[o[0] for o in options])[0]
+        who, _, what = who_what.partition(" ")
+        self._log(who, what, action())
+
+    def _node_actions(self, node: Node) -> list[Action]:
+        engine, rng = node.engine, self.rng
+        actions: list[Action] = [
+            (1.0, f"{node.name} lead", lambda: "leads" if engine.leader.step() else "follows"),
+            (2.0, f"{node.name} claim-workflows", lambda: self._claim_workflow_tasks(node, rng.randint(1, 3))),
+            (2.0, f"{node.name} claim-activities", lambda: self._claim_activity_tasks(node, rng.randint(1, 3))),
+        ]
+        if engine.leader.is_leader:  # possibly a stale belief: that is a race the store must survive
+            actions += [
+                (2.0, f"{node.name} schedule-workflows", lambda: f"{engine.workflow_scheduler.step()} tasks"),
+                (2.0, f"{node.name} schedule-activities", lambda: f"{engine.activity_scheduler.step()} tasks"),
+                (0.3, f"{node.name} maintain", lambda: f"{engine.maintenance.step()} deleted"),
+            ]
+        if node.workflow_tasks:
+            actions.append(
+                (
+                    3.0,
+                    f"{node.name} run-workflow",
+                    lambda: self._run_workflow_task(node, _pop(node.workflow_tasks, rng)),
+                )
+            )
+        if node.activity_tasks:
+            actions.append(
+                (
+                    3.0,
+                    f"{node.name} run-activity",
+                    lambda: self._run_activity_task(node, _pop(node.activity_tasks, rng)),
+                )
+            )
+        if len(engine.buffer) and self.step_no >= node.stalled_until:
+            actions.append((3.0, f"{node.name} flush", lambda: f"{engine.buffer.flush()} results"))
+        return actions
+
+    def _clock_actions(self) -> list[Action]:
+        def tick() -> str:
+            self.clock.advance(self.rng.choice([0.5, 1, 2, 3, 5]))
+            return ""
+
+        def jump() -> str:
+            due = self.store.next_due_time(self.clock.now())
+            if due is None:
+                return "nothing due"
+            self.clock.advance_to(due)
+            return "to the next due moment"
+
+        return [(3.0, "clock tick", tick), (1.0, "clock jump", jump)]
+
+    def _client_actions(self) -> list[Action]:
+        live = {
+            run_id: record
+            for run_id, record in self.referee.statuses.last.items()
+            if run_id not in self.referee.statuses.deleted and not record.status.is_terminal
+        }
+        actions: list[Action] = []
+        if self._runs_started < self.max_runs:
+            actions.append((2.0, "client start", self._start_run))
+        if live:
+            actions += [
+                (1.5, "client send-event", lambda: self._send_event(live)),
+                (0.08, "client cancel", lambda: self._request(live, "cancel", None)),
+                (0.3, "client suspend", lambda: self._request(live, "suspend", RunStatus.RUNNING)),
+            ]
+        if any(r.status is RunStatus.SUSPENDED for r in live.values()):
+            actions.append((1.0, "client resume", lambda: self._request(live, "resume", RunStatus.SUSPENDED)))
+        return actions
+
+    def _start_run(self) -> str:
+        self._runs_started += 1
+        run_id = self.workload.start(self.client, self.rng, self._runs_started)
+        return f"{self.referee.runs[run_id].workflow_name} {run_id[:8]}"
+
+    def _send_event(self, live: dict[str, RunRecord]) -> str:
+        listening = sorted(r for r, record in live.items() if self.workload.listens(record.workflow_name))
+        run_id = self.rng.choice(listening or sorted(live))
+        event = self.workload.event_for(self.referee.runs[run_id].workflow_name, self.rng)
+        if event is None:
+            return f"none for {run_id[:8]}"
+        self.client.send_event(run_id, *event)
+        return f"{event[0]}={event[1]!r} to {run_id[:8]}"
+
+    def _request(self, live: dict[str, RunRecord], what: str, status: RunStatus | None) -> str:
+        candidates = sorted(
+            run_id
+            for run_id, r in live.items()
+            if (status is None or r.status is status) and self.workload.accepts_requests(r.workflow_name)
+        )
+        if not candidates:
+            return "no candidate"
+        run_id = self.rng.choice(candidates)
+        try:
+            getattr(self.client, what)(run_id)
+        except InvalidStateError as exc:
+            return f"{run_id[:8]} refused: {exc}"
+        return run_id[:8]
+
+    # -- faults -----------------------------------------------------------------------------------
+    def _target(self, fault: Fault, wants: Callable[[Node], bool]) -> int:
+        """The index of the node a fault strikes: ``pick`` among those that ``wants``, if any."""
+        wanted = [i for i, node in enumerate(self.nodes) if wants(node)]
+        return wanted[fault.pick % len(wanted)] if wanted else fault.pick % len(self.nodes)
+
+    def _inject(self, fault: Fault) -> str | None:
+        holds: Callable[[Node], bool] = lambda n: bool(n.workflow_tasks or n.activity_tasks or len(n.engine.buffer))
+        wants: dict[str, Callable[[Node], bool]] = {
+            "crash": holds,
+            "crash-after-execute": lambda n: bool(n.workflow_tasks or n.activity_tasks),
+            "crash-mid-flush": lambda n: len(n.engine.buffer) > 1,
+            "write-fails": lambda n: len(n.engine.buffer) > 0,
+            "write-ack-lost": lambda n: len(n.engine.buffer) > 0,
+            "restart": holds,
+        }
+        index = self._target(fault, wants.get(fault.kind, lambda _n: True))
+        node = self.nodes[index]
+        now = self.clock.now()
+        match fault.kind:
+            case "crash":
+                return self._replace(index)
+            case "crash-after-claim":
+                claimed = self._claim_workflow_tasks(node, 3) + " " + self._claim_activity_tasks(node, 3)
+                return f"claimed {claimed.strip() or 'nothing'}; " + self._replace(index)
+            case "crash-after-execute":
+                self._finish_held(node)
+                return self._replace(index)
+            case "crash-mid-flush":
+                buffer = node.engine.buffer
+                # (heartbeats in the buffer die with it; only results and outcomes are written)
+                outcomes, results = list(buffer._activity_outcomes), list(buffer._workflow_results)
+                half = (len(outcomes) + len(results)) // 2
+                written_outcomes, written_results = outcomes[:half], results[: max(0, half - len(outcomes))]
+                if written_outcomes:
+                    self.store.complete_activity_tasks(written_outcomes, now)
+                if written_results:
+                    self.store.complete_workflow_tasks(written_results, now)
+                return f"wrote {half} of {len(outcomes) + len(results)}; " + self._replace(index)
+            case "restart":
+                self._finish_held(node)
+                node.engine.stop(timeout=0)
+                if len(node.engine.buffer):
+                    raise InvariantViolation("graceful-stop", f"{node.name} stopped with results still buffered")
+                return self._replace(index)
+            case "write-fails" | "write-ack-lost":
+                buffered = len(node.engine.buffer)
+                self.store.sabotage = "refuse" if fault.kind == "write-fails" else "lose-ack"
+                try:
+                    node.engine.buffer.flush()
+                except StoreUnavailable:
+                    pass
+                finally:
+                    self.store.sabotage = None
+                return f"{node.name} flushed {buffered}; {len(node.engine.buffer)} kept to send again"
+            case "duplicate":
+                return self.store.deliver_again(fault.pick, now) or "nothing delivered yet"
+            case "hang":
+                holders = [n for n in self.nodes[index:] + self.nodes[:index] if n.activity_tasks]
+                if not holders:
+                    return "no activity in flight"
+                task = holders[0].activity_tasks.pop(0)
+                holders[0].hung.append(task)
+                return f"{holders[0].name} task {task.task_id} {task.name} hangs"
+            case "flush-stall":
+                node.stalled_until = self.step_no + STALL_STEPS
+                return f"{node.name} writes nothing until step {node.stalled_until}"
+            case "lease-expiry":
+                self.clock.advance(self.longest_lease + timedelta(seconds=1))
+                return None
+            case "leader-loss":
+                leaders = [n.name for n in self.nodes if n.engine.leader.is_leader]
+                self.clock.advance(LEADER_LEASE + timedelta(seconds=1))
+                others = [n for n in self.nodes if n.name not in leaders] or self.nodes
+                taker = others[fault.pick % len(others)]
+                took = taker.engine.leader.step()
+                return f"{', '.join(leaders) or 'nobody'} led; {taker.name} {'takes over' if took else 'cannot lead'}"
+            case "activity-fails":
+                self.world.forced.extend(["retryable", "retryable"])
+                return None
+            case "activity-fails-terminally":
+                self.world.forced.append("terminal")
+                return None
+        raise AssertionError(fault.kind)  # pragma: no cover - Fault validates its kind
+
+    # -- the end ------------------------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Survivors finish what they hold; suspended runs resume; a fault-free drain runs the rest."""
+        self.world.forced.clear()
+        for node in self.nodes:
+            node.stalled_until = -1
+            self._finish_held(node)
+            node.engine.buffer.flush()
+        for run_id, record in self.referee.records(self.store).items():
+            if record is not None and record.status is RunStatus.SUSPENDED:
+                self.client.resume(run_id)
+        engine = self.nodes[0].engine
+        engine.buffer.background = False  # the drain flushes inline
+        self._log("settle", "drain", f"{sum(len(n.hung) for n in self.nodes)} activities left hanging")
+        for _ in range(SETTLE_ROUNDS):
+            worked = engine.workflow_scheduler.step() + engine.activity_scheduler.step()
+            worked += engine.workflow_worker.poll_once() + engine.buffer.flush()
+            worked += engine.activity_worker.poll_once() + engine.buffer.flush()
+            self._check_step()
+            if worked:
+                continue
+            due = self.store.next_due_time(self.clock.now())
+            if due is None:
+                return
+            self.clock.advance_to(due)
+        raise InvariantViolation("every-run-ends", f"the cluster did not settle in {SETTLE_ROUNDS} rounds")
+
+    def _sweep(self) -> None:
+        """Past the retention period, maintenance deletes every finished run."""
+        self.clock.advance(RETENTION + timedelta(minutes=2))
+        node = self.nodes[0]
+        while not node.engine.leader.step():
+            self.clock.advance(LEADER_LEASE)
+        while node.engine.maintenance.step():
+            pass
+        self._check_step(everything=True)
+        left = self.store.list_runs(RunFilter(limit=10**6))
+        if left:
+            raise InvariantViolation("retention", f"{len(left)} finished runs outlived the retention period")
+        self._log("settle", "swept", f"{len(self.referee.runs)} runs deleted")
+
+
+def _ids(tasks: list[WorkflowTask] | list[ActivityTask]) -> str:
+    return " ".join(str(t.task_id) for t in tasks)
+
+
+T = TypeVar("T")
+
+
+def _pop(items: list[T], rng: random.Random) -> T:
+    return items.pop(rng.randrange(len(items)))
