@@ -72,8 +72,10 @@ def test_a_discarded_result_drops_the_cache_entry() -> None:
     run_id = engine.start_workflow(counter_loop, 3)
     engine.workflow_scheduler.step()
     (task,) = store.claim_workflow_tasks({"counter_loop"}, "someone-else", store.clock.now(), engine.workflow_worker._lease, 1)
-    engine.buffer.add_workflow_result(task, engine.workflow_worker.execute(task))
-    assert len(engine.workflow_worker.cache) == 1
+    result = engine.workflow_worker.execute(task)
+    assert result is not None
+    engine.buffer.add_workflow_result(task, result)
+    assert len(engine.workflow_worker.cache) == 0  # not before the store has applied it
     # another node takes the task over before our result is written
     store.clock.advance(engine.workflow_worker._lease * 2)  # type: ignore[attr-defined]
     store.claim_workflow_tasks({"counter_loop"}, "usurper", store.clock.now(), engine.workflow_worker._lease, 1)
