@@ -1,0 +1,564 @@
+"""Run the benchmarks and print the figures: ``python -m benchmarks.run [--quick] [--only ...] [-n N]``.
+
+Parts (``--only`` takes a comma-separated list; ``scale`` means waiting,chain,memory):
+
+* ``throughput`` — dex: N workflows of three sequential activities, started with
+  ``start_workflow`` and waited for with ``wait``; rate and database transactions per workflow.
+* ``dbos``       — the same workflow on DBOS Transact (queue, worker_concurrency 64, 10 ms
+  polling), in a subprocess; rate, transactions per workflow, and the dex/DBOS ratio.
+* ``latency``    — one dex workflow alone, start to result, median of several.
+* ``waiting``    — dex throughput with 0, 10k and 100k runs waiting on a far timer and 100k
+  finished runs in the tables.
+* ``chain``      — one workflow of 10, 100 and 1000 sequential activities.
+* ``memory``     — resident memory of a worker process holding 10k waiting runs.
+
+PostgreSQL: ``DEX_DATABASE_URL`` if set, else an embedded server (pgserver) in a temporary
+directory. Each part uses a schema of its own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import pg
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTS = ("throughput", "dbos", "latency", "waiting", "chain", "memory")
+ALIASES = {"scale": ("waiting", "chain", "memory"), "all": PARTS}
+
+
+def profile(quick: bool) -> dict[str, Any]:
+    """How big each part is: --quick finishes in a few minutes, the full run in under ~20."""
+    if quick:
+        return {
+            "n": 300,
+            "latency_samples": 11,
+            "background": [(0, 0), (10_000, 0), (0, 10_000), (10_000, 10_000)],
+            "background_n": 300,
+            "chain": [10, 100, 1000],
+            "memory_runs": 10_000,
+            "timeout": 120,
+        }
+    return {
+        "n": 2000,
+        "latency_samples": 21,
+        "background": [(0, 0), (10_000, 0), (100_000, 0), (0, 100_000), (100_000, 100_000)],
+        "background_n": 1000,
+        "chain": [10, 100, 1000],
+        "memory_runs": 10_000,
+        "timeout": 300,
+    }
+
+
+# -- formatting ---------------------------------------------------------------------------------
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in header]] + [[fmt(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = [title, ""]
+    lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)) + " |")
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in cells[1:]:
+        lines.append(
+            "| "
+            + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.2f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+def mb(n: int | None) -> float | None:
+    return None if n is None else n / 2**20
+
+
+def pct(share: float | None) -> str | None:
+    return None if share is None else f"{share:.0%}"
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+# -- parts ------------------------------------------------------------------------------------------
+def child_env(dsn: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DEX_BENCH_DSN"] = dsn
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_child(module: str, args: list[str], dsn: str, timeout: float) -> dict[str, Any]:
+    """Run ``python -m module args`` and return the JSON object on its last stdout line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=child_env(dsn),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{module} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def part_throughput(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    from benchmarks import dex_bench
+
+    r = dex_bench.throughput(dsn, cfg["n"], cfg["timeout"])
+    results["throughput"] = r
+    rows = [
+        ["workflows", r["done"] if not r["timed_out"] else f"{r['done']} of {r['n']} (timed out)"],
+        ["start to last result (s)", r["seconds"]],
+        ["of which starting (s)", r["start_seconds"]],
+        ["workflows/s", r["rate"]],
+        ["transactions/workflow (server)", r["xacts_per_workflow"]],
+        ["port calls/workflow (client)", r["port_calls_per_workflow"]],
+        ["CPU ms/workflow, this process", r["client_cpu_seconds"] * 1000 / max(r["done"], 1)],
+        [
+            "CPU ms/workflow, PostgreSQL",
+            ms(r["server_cpu_seconds"] / max(r["done"], 1)) if r.get("server_cpu_seconds") is not None else None,
+        ],
+        ["other processes' share of the CPU meanwhile", pct(r.get("other_cpu_share"))],
+    ]
+    out = table("dex throughput (3 sequential activities)", ["", "dex"], rows)
+    ports = sorted(r["port_calls"], key=lambda k: -r["port_seconds"][k])
+    out += "\n" + table(
+        "dex port calls during the batch (each is one transaction)",
+        ["port method", "calls", "calls/workflow", "total s", "ms/call"],
+        [
+            [
+                name,
+                r["port_calls"][name],
+                r["port_calls"][name] / max(r["done"], 1),
+                r["port_seconds"][name],
+                r["port_seconds"][name] * 1000 / r["port_calls"][name],
+            ]
+            for name in ports
+        ],
+    )
+    return out
+
+
+def part_dbos(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    try:
+        import dbos  # noqa: F401
+    except ImportError:
+        results["dbos"] = {"skipped": True}
+        return "DBOS Transact: skipped (pip install -e '.[bench]')\n"
+    schema = pg.new_schema("bench_dbos")
+    try:
+        r = run_child(
+            "benchmarks.dbos_bench",
+            [
+                "--schema",
+                schema,
+                "--runs",
+                str(cfg["n"]),
+                "--latency-samples",
+                str(cfg["latency_samples"]),
+                "--timeout",
+                str(cfg["timeout"]),
+            ],
+            dsn,
+            timeout=cfg["timeout"] + 120,
+        )
+        if r.get("skipped"):
+            results["dbos"] = {"skipped": True}
+            return "DBOS Transact: skipped (pip install -e '.[bench]')\n"
+        after = pg.transactions(dsn)
+    finally:
+        pg.drop_schema(dsn, schema)
+    r["xacts_server"] = after - r["xacts_before"]
+    r["xacts_per_workflow"] = r["xacts_server"] / max(r["done"], 1)
+    results["dbos"] = r
+    rows: list[list[Any]] = [
+        ["workflows", r["done"]],
+        ["start to last result (s)", r["seconds"]],
+        ["of which enqueueing (s)", r["start_seconds"]],
+        ["workflows/s", r["rate"]],
+        ["transactions/workflow (server)", r["xacts_per_workflow"]],
+        ["CPU ms/workflow, this process", r["client_cpu_seconds"] * 1000 / max(r["done"], 1)],
+        [
+            "CPU ms/workflow, PostgreSQL",
+            ms(r["server_cpu_seconds"] / max(r["done"], 1)) if r.get("server_cpu_seconds") is not None else None,
+        ],
+        ["other processes' share of the CPU meanwhile", pct(r.get("other_cpu_share"))],
+        ["idle latency, median (ms)", ms(r.get("latency_median"))],
+    ]
+    out = table("DBOS Transact 3-step workflow (queue, worker_concurrency 64, 10 ms polling)", ["", "DBOS"], rows)
+    tp = results.get("throughput")
+    if tp:
+        dex_cpu, dbos_cpu = _cpu_ms(tp), _cpu_ms(r)
+        out += "\n" + table(
+            "dex vs DBOS, same machine, same PostgreSQL, same run",
+            ["", "dex", "DBOS", "dex/DBOS"],
+            [
+                ["workflows/s", tp["rate"], r["rate"], tp["rate"] / r["rate"]],
+                [
+                    "transactions/workflow",
+                    tp["xacts_per_workflow"],
+                    r["xacts_per_workflow"],
+                    tp["xacts_per_workflow"] / r["xacts_per_workflow"],
+                ],
+                ["CPU ms/workflow (process + PostgreSQL)", dex_cpu, dbos_cpu, ratio(dex_cpu, dbos_cpu)],
+            ],
+        )
+    return out
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _cpu_ms(r: dict[str, Any]) -> float | None:
+    if r.get("server_cpu_seconds") is None or r.get("client_cpu_seconds") is None:
+        return None
+    return (r["client_cpu_seconds"] + r["server_cpu_seconds"]) * 1000 / max(r["done"], 1)
+
+
+def part_latency(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    from benchmarks import dex_bench
+
+    r = dex_bench.latency(dsn, cfg["latency_samples"])
+    results["latency"] = r
+    rows: list[list[Any]] = [
+        ["median (ms)", ms(r["median"])],
+        ["p90 (ms)", ms(r["p90"])],
+        ["min / max (ms)", f"{fmt(ms(r['min']))} / {fmt(ms(r['max']))}"],
+        ["created_at → completed_at, median (ms)", ms(r["engine_median"])],
+        ["other processes' share of the CPU meanwhile", pct(r.get("other_cpu_share"))],
+    ]
+    return table(
+        f"dex idle latency: one 3-activity workflow alone, start → result ({r['samples']} samples)", ["", "dex"], rows
+    )
+
+
+def part_waiting(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    from benchmarks import dex_bench
+
+    points = []
+    base_rate = None
+    for waiting, finished in cfg["background"]:
+        r = dex_bench.with_background(dsn, waiting, finished, cfg["background_n"], cfg["timeout"])
+        points.append(r)
+        say(
+            f"  waiting={waiting:,} finished={finished:,}: {r['rate']:.1f} workflows/s (seeded in {r['seed_seconds']:.1f} s)"
+        )
+        if waiting == 0 and finished == 0:
+            base_rate = r["rate"]
+    results["waiting"] = points
+    rows = [
+        [
+            p["waiting"],
+            p["finished"],
+            p["rate"] if not p["timed_out"] else f"{p['rate']:.1f} (timed out)",
+            p["rate"] / base_rate if base_rate else None,
+            p["seed_seconds"],
+            pct(p.get("other_cpu_share")),
+        ]
+        for p in points
+    ]
+    return table(
+        f"dex throughput with runs already in the tables ({cfg['background_n']} 3-activity workflows each)",
+        ["waiting runs", "finished runs", "workflows/s", "vs empty", "seeding s", "other load"],
+        rows,
+    )
+
+
+def part_chain(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    from benchmarks import dex_bench
+
+    points = dex_bench.chains(dsn, cfg["chain"], timeout=cfg["timeout"] * 3)
+    results["chain"] = points
+    rows: list[list[Any]] = []
+    previous: dict[str, Any] | None = None
+    for p in points:
+        growth: float | None = (
+            p["seconds"] / previous["seconds"] if previous and p["seconds"] and previous["seconds"] else None
+        )
+        rows.append(
+            [
+                p["activities"],
+                p["seconds"] if not p["timed_out"] else "timed out",
+                p.get("ms_per_activity"),
+                p.get("history_events"),
+                growth,
+                pct(p.get("other_cpu_share")),
+            ]
+        )
+        previous = p
+    return table(
+        "dex: one workflow of n sequential activities, start → result (linear growth: ×10 per row)",
+        ["activities", "seconds", "ms/activity", "history events", "× previous", "other load"],
+        rows,
+    )
+
+
+def part_memory(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    schema = pg.new_schema("bench_mem")
+    try:
+        r = run_child(
+            "benchmarks.memory_worker",
+            ["--schema", schema, "--runs", str(cfg["memory_runs"]), "--timeout", str(cfg["timeout"] * 2)],
+            dsn,
+            timeout=cfg["timeout"] * 2 + 60,
+        )
+    finally:
+        pg.drop_schema(dsn, schema)
+    results["memory"] = r
+    rows = [
+        ["runs waiting on a timer", r["waiting"]],
+        ["RSS after start, before the runs (MB)", mb(r["baseline_rss"])],
+        ["RSS holding the waiting runs (MB)", mb(r["holding_rss"])],
+        ["peak RSS (MB)", mb(r["peak_rss"])],
+        ["time to drive them all to their timer (s)", r["drive_seconds"]],
+    ]
+    return table("dex worker memory (a subprocess that started the runs and drove them)", ["", "dex"], rows)
+
+
+RUNNERS: dict[str, Callable[[str, dict[str, Any], dict[str, Any]], str]] = {
+    "throughput": part_throughput,
+    "dbos": part_dbos,
+    "latency": part_latency,
+    "waiting": part_waiting,
+    "chain": part_chain,
+    "memory": part_memory,
+}
+
+
+# -- targets ----------------------------------------------------------------------------------------
+def targets(results: dict[str, Any]) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+
+    def row(name: str, wanted: str, got: str | None, ok: bool | None) -> None:
+        rows.append(
+            [
+                name,
+                wanted,
+                got if got is not None else "not measured",
+                "—" if ok is None else ("met" if ok else "NOT met"),
+            ]
+        )
+
+    tp, db = results.get("throughput"), results.get("dbos")
+    if tp and db and not db.get("skipped"):
+        ratio = tp["rate"] / db["rate"]
+        row(
+            "3-activity rate vs DBOS",
+            "≥ 10× DBOS",
+            f"{ratio:.2f}× ({tp['rate']:.0f} vs {db['rate']:.0f}/s)",
+            ratio >= 10,
+        )
+    else:
+        row("3-activity rate vs DBOS", "≥ 10× DBOS", None, None)
+    lat = results.get("latency")
+    row(
+        "idle latency, median",
+        "≤ 50 ms",
+        f"{lat['median'] * 1000:.1f} ms" if lat else None,
+        lat["median"] <= 0.050 if lat else None,
+    )
+    points = results.get("waiting") or []
+    base = next((p for p in points if p["waiting"] == 0 and p["finished"] == 0), None)
+    heavy = max(points, key=lambda p: (p["waiting"], p["finished"]), default=None)
+    if base and heavy and heavy is not base:
+        share = heavy["rate"] / base["rate"]
+        row(
+            f"rate with {heavy['waiting']:,} waiting + {heavy['finished']:,} finished",
+            "≥ 80% of empty",
+            f"{share:.0%}",
+            share >= 0.8 if heavy["waiting"] >= 100_000 and heavy["finished"] >= 100_000 else None,
+        )
+    else:
+        row("rate with 100k waiting + 100k finished", "≥ 80% of empty", None, None)
+    chain = {p["activities"]: p for p in results.get("chain") or []}
+    if 100 in chain and 1000 in chain and chain[100]["seconds"] and chain[1000]["seconds"]:
+        factor = chain[1000]["seconds"] / chain[100]["seconds"]
+        row("1000 vs 100 activities", "≤ 12×", f"{factor:.1f}×", factor <= 12)
+    else:
+        row("1000 vs 100 activities", "≤ 12×", "timed out" if 1000 in chain else None, False if 1000 in chain else None)
+    mem = results.get("memory")
+    rss = mb(mem["holding_rss"]) if mem else None
+    row(
+        f"worker RSS with {mem['waiting']:,} waiting runs" if mem else "worker RSS with 10k waiting runs",
+        "≤ 300 MB",
+        f"{rss:.0f} MB" if rss is not None else None,
+        rss <= 300 if rss is not None else None,
+    )
+    return rows
+
+
+def machine() -> dict[str, Any]:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "revision": revision(),
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def cpu_busy(seconds: float = 2.0) -> float | None:
+    """Share of the machine's CPU time that was busy over ``seconds`` (from /proc/stat)."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return idle, sum(fields)
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(seconds)
+        idle1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def wait_until_idle(limit: float, threshold: float = 0.15) -> float | None:
+    """Wait (at most ``limit`` seconds) until other processes leave the CPU mostly idle."""
+    deadline = time.monotonic() + limit
+    busy = cpu_busy()
+    while busy is not None and busy > threshold and time.monotonic() < deadline:
+        say(f"   the machine is {busy:.0%} busy with other work; waiting for it to calm down ...")
+        time.sleep(5)
+        busy = cpu_busy()
+    return busy
+
+
+def revision() -> str:
+    """The dex commit measured (and whether dex/ had uncommitted changes)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "dex"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" + uncommitted changes in dex/" if dirty else "")
+
+
+def parse_parts(text: str | None) -> list[str]:
+    if not text:
+        return list(PARTS)
+    wanted: list[str] = []
+    for item in (s.strip() for s in text.split(",") if s.strip()):
+        names = ALIASES.get(item, (item,))
+        for name in names:
+            if name not in PARTS:
+                raise SystemExit(f"unknown part {name!r}; choose from {', '.join(PARTS)} (or scale, all)")
+            if name not in wanted:
+                wanted.append(name)
+    # dbos compares against the dex rate: run dex's throughput first when both are asked for
+    return [p for p in PARTS if p in wanted]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes in all")
+    parser.add_argument("--only", help="comma-separated parts: " + ", ".join(PARTS) + " (or scale, all)")
+    parser.add_argument("-n", type=int, help="workflows in the throughput batches (dex and DBOS)")
+    parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="before each part, wait up to this long for other processes to leave the CPU idle",
+    )
+    args = parser.parse_args(argv)
+
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    cfg = profile(args.quick)
+    if args.n:
+        cfg["n"] = args.n
+        cfg["background_n"] = min(cfg["background_n"], args.n)
+    parts = parse_parts(args.only)
+    dsn, where = pg.server_dsn()
+    info = machine()
+    info.update(
+        postgres=f"{pg.server_version(dsn)}, {where}",
+        command=" ".join(["python -m benchmarks.run", *(sys.argv[1:] if argv is None else argv)]),
+    )
+    say(f"dex benchmarks — {info['date']} — {info['cores']} cores, {info['cpu']}, Python {info['python']}")
+    say(f"PostgreSQL {info['postgres']}; dex at {info['revision']}")
+    busy = cpu_busy()
+    info["busy_before"] = busy
+    say(f"parts: {', '.join(parts)}{' (quick)' if args.quick else ''}")
+    if busy is not None:
+        say(
+            f"CPU busy with other work before starting: {busy:.0%}"
+            + ("  (other processes compete for the cores: figures will be low)" if busy > 0.15 else "")
+        )
+    say("")
+    results: dict[str, Any] = {"machine": info, "config": {k: v for k, v in cfg.items()}}
+    outputs: list[str] = []
+    begun = time.perf_counter()
+    for part in parts:
+        if args.wait_idle:
+            results.setdefault("busy_before_part", {})[part] = wait_until_idle(args.wait_idle)
+        say(f"-- {part} ...")
+        t0 = time.perf_counter()
+        try:
+            text = RUNNERS[part](dsn, cfg, results)
+        except Exception as exc:  # noqa: BLE001 - one broken part must not lose the others' figures
+            text = f"{part}: FAILED: {type(exc).__name__}: {exc}\n"
+            results.setdefault("errors", {})[part] = f"{type(exc).__name__}: {exc}"
+        say(text)
+        say(f"   ({part} took {time.perf_counter() - t0:.0f} s)\n")
+        outputs.append(text)
+    summary = table("targets (issue 4; 2-core machine)", ["target", "wanted", "measured", ""], targets(results))
+    say(summary)
+    say(f"total {time.perf_counter() - begun:.0f} s")
+    results["seconds"] = time.perf_counter() - begun
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
