@@ -195,6 +195,13 @@ class WorkflowTaskQueue(Protocol):
         """
         ...
 
+    def load_workflow_tasks(
+        self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime
+    ) -> list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception]:
+        """``load_workflow_task`` for a claimed batch at once, each with its own ``after_seq``;
+        per task its history and inbox, or the RunNotFoundError / UnreadableHistoryError."""
+        ...
+
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
     ) -> list[bool]:

@@ -78,6 +78,14 @@ class ExecutorCache:
             executor.close()
 
 
+# what poll_once hands execute: the executor taken from the cache, the loaded input, the time
+_Preloaded = tuple[
+    "tuple[WorkflowExecutor, int] | None",
+    "tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception",
+    datetime,
+]
+
+
 class WorkflowWorker:
     """Runs workflow tasks: load history and inbox, decide purely, buffer the result."""
 
@@ -107,18 +115,25 @@ class WorkflowWorker:
             return 0
         now = self._store.clock.now()
         tasks = self._store.claim_workflow_tasks(self._names, self._node_id, now, self._lease, self._batch_size)
-        for task in tasks:
-            result = self.execute(task)
+        if not tasks:
+            return 0
+        # one round trip loads the whole batch: the tails after cached executors, else whole histories
+        now = self._store.clock.now()
+        cached = [self.cache.take(task.run_id) for task in tasks]
+        requests = [(task, entry[1] if entry is not None else 0) for task, entry in zip(tasks, cached, strict=True)]
+        loaded = self._store.load_workflow_tasks(requests, now)
+        for task, entry, item in zip(tasks, cached, loaded, strict=True):
+            result = self.execute(task, preloaded=(entry, item, now))
             if result is not None:
                 self._buffer.add_workflow_result(task, result)
         return len(tasks)
 
-    def execute(self, task: WorkflowTask) -> WorkflowTaskResult | None:
+    def execute(self, task: WorkflowTask, preloaded: _Preloaded | None = None) -> WorkflowTaskResult | None:
         """Decide ``task``; None when its run no longer exists (retention took it)."""
-        now = self._store.clock.now()
+        now = preloaded[2] if preloaded is not None else self._store.clock.now()
         executor: WorkflowExecutor | None = None
         try:
-            executor, last_seq, history, inbox = self._load(task, now)
+            executor, last_seq, history, inbox = self._load(task, now, preloaded)
         except RunNotFoundError:
             log.info("dropping workflow task %s: run %s no longer exists", task.task_id, task.run_id)
             return None
@@ -175,17 +190,27 @@ class WorkflowWorker:
             executor.close()
 
     def _load(
-        self, task: WorkflowTask, now: datetime
+        self, task: WorkflowTask, now: datetime, preloaded: _Preloaded | None
     ) -> tuple[WorkflowExecutor | None, int, list[ev.HistoryEvent], list[InboxMessage]]:
         """The cached executor if the stored history still ends where it stands, else the full history."""
-        cached = self.cache.take(task.run_id)
+        if preloaded is not None:
+            cached, item = preloaded[0], preloaded[1]
+        else:
+            cached = self.cache.take(task.run_id)
+            item = self._store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
+        if isinstance(item, Exception):
+            if cached is not None:
+                cached[0].close()
+            raise item
         if cached is not None:
             executor, cached_seq = cached
-            tail, inbox = self._store.load_workflow_task(task, now, after_seq=cached_seq)
+            tail, inbox = item
             if len(tail) == 1 and tail[0].sequence_number == cached_seq:
                 return executor, cached_seq, [], inbox
             executor.close()  # someone else moved the run on (or our last result was refused)
-        history, inbox = self._store.load_workflow_task(task, now)
+            history, inbox = self._store.load_workflow_task(task, now)
+        else:
+            history, inbox = item
         return None, history[-1].sequence_number, history, inbox
 
 

@@ -239,6 +239,18 @@ class InMemoryAdapter:
             inbox = [InboxMessage(message_id=m.message_id, event=m.event) for m in visible]
             return [e for e in row.history if e.sequence_number >= after_seq], inbox
 
+    def load_workflow_tasks(
+        self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime
+    ) -> list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception]:
+        with self._lock:
+            loaded: list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception] = []
+            for task, after_seq in requests:
+                try:
+                    loaded.append(self.load_workflow_task(task, now, after_seq))
+                except RunNotFoundError as exc:
+                    loaded.append(exc)
+            return loaded
+
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
     ) -> list[bool]:

@@ -7,6 +7,7 @@ concern; this class owns the pool, the clock and the cache of queues known to ex
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -120,6 +121,21 @@ class PostgresAdapter:
         self._pool.close()
 
     @contextmanager
+    def _statement(self) -> Iterator[psycopg.Connection]:
+        """A connection in autocommit, for operations that are one statement: no BEGIN and
+        COMMIT round trips around it (a single statement is atomic on its own)."""
+        try:
+            with self._pool.connection() as conn:
+                conn.autocommit = True
+                try:
+                    yield conn
+                finally:
+                    with contextlib.suppress(psycopg.Error):  # a broken connection: the pool drops it
+                        conn.autocommit = False
+        except PoolTimeout as exc:
+            raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
+
+    @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection]:
         try:
             with self._pool.connection() as conn, conn.transaction():
@@ -135,15 +151,15 @@ class PostgresAdapter:
             return runs.create_run(conn, self._q, run_id, created, now)
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return runs.get_run(conn, self._q, run_id)
 
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return runs.list_runs(conn, self._q, run_filter)
 
     def load_history(self, run_id: str) -> list[ev.HistoryEvent]:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             encoded = runs.load_history(conn, self._q, run_id)
         return [decode_event(data) for data in encoded]
 
@@ -167,14 +183,20 @@ class PostgresAdapter:
     def claim_workflow_tasks(
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[WorkflowTask]:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
 
     def load_workflow_task(
         self, task: WorkflowTask, now: datetime, after_seq: int = 0
     ) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return workflow_tasks.load_workflow_task(conn, self._q, task, now, after_seq)
+
+    def load_workflow_tasks(
+        self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime
+    ) -> list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception]:
+        with self._statement() as conn:
+            return workflow_tasks.load_workflow_tasks(conn, self._q, requests, now)
 
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
@@ -193,11 +215,11 @@ class PostgresAdapter:
             return activity_tasks.schedule_activity_tasks(conn, self._q, now, limit)
 
     def claim_activity_tasks(self, names: Collection[str], owner: str, now: datetime, limit: int) -> list[ActivityTask]:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, limit)
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return activity_tasks.extend_activity_leases(conn, self._q, tasks, now)
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
@@ -239,12 +261,12 @@ class PostgresAdapter:
             queues.update_queue(conn, self._q, name, kind, "capacity", capacity)
 
     def list_queues(self) -> list[QueueInfo]:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return queues.list_queues(conn, self._q)
 
     # -- leadership and maintenance -------------------------------------------------------------
     def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return queues.try_lead(conn, self._q, node_id, now, ttl)
 
     def release_leadership(self, node_id: str) -> None:
@@ -256,7 +278,7 @@ class PostgresAdapter:
             return runs.delete_finished_runs(conn, self._q, completed_before, limit)
 
     def next_due_time(self, now: datetime) -> datetime | None:
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return queues.next_due_time(conn, self._q, now)
 
 

@@ -8,7 +8,7 @@ lease. Completing a task is :mod:`dex.adapters.postgres.completion`.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
 import psycopg
@@ -182,3 +182,43 @@ def load_workflow_task(
         last_seq = max(n for n, _data in events) if events else after_seq
         raise UnreadableHistoryError(task.run_id, last_seq, [n for n, _data in messages], str(exc)) from exc
     return history, inbox
+
+
+def load_workflow_tasks(
+    conn: psycopg.Connection, q: Statements, requests: Sequence[tuple[WorkflowTask, int]], now: datetime
+) -> list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception]:
+    """:func:`load_workflow_task` for a claimed batch, in one statement (one snapshot, one round trip)."""
+    if not requests:
+        return []
+    run_ids = [task.run_id for task, _after in requests]
+    rows = conn.execute(
+        q(
+            "SELECT 0 AS part, h.run_id, NULL::timestamptz AS due, h.seq::bigint AS n, h.event AS data"
+            " FROM unnest(%(runs)s::text[], %(after)s::integer[]) AS w(run_id, after_seq)"
+            " JOIN {s}.history h ON h.run_id = w.run_id AND h.seq >= w.after_seq"
+            " UNION ALL"
+            " SELECT 1, i.run_id, i.visible_from, i.message_id, i.message FROM {s}.inbox i"
+            " WHERE i.run_id = ANY(%(runs)s) AND i.visible_from <= %(now)s"
+            " ORDER BY 2, 1, 3, 4"
+        ),
+        {"runs": run_ids, "after": [after for _task, after in requests], "now": now},
+    ).fetchall()
+    events: dict[str, list[tuple[int, bytes]]] = {}
+    messages: dict[str, list[tuple[int, bytes]]] = {}
+    for part, run_id, _due, n, data in rows:
+        (events if part == 0 else messages).setdefault(run_id, []).append((n, data))
+    loaded: list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception] = []
+    for task, after_seq in requests:
+        run_events, run_messages = events.get(task.run_id, []), messages.get(task.run_id, [])
+        if not run_events and after_seq == 0:
+            loaded.append(RunNotFoundError(f"no run with id {task.run_id!r}"))
+            continue
+        try:
+            history = [decode_event(data) for _n, data in run_events]
+            inbox = [InboxMessage(message_id=n, event=decode_message(data)) for n, data in run_messages]
+        except ValueError as exc:
+            last_seq = max(n for n, _data in run_events) if run_events else after_seq
+            loaded.append(UnreadableHistoryError(task.run_id, last_seq, [n for n, _d in run_messages], str(exc)))
+            continue
+        loaded.append((history, inbox))
+    return loaded
