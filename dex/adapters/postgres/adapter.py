@@ -147,7 +147,7 @@ class PostgresAdapter:
     # -- runs ------------------------------------------------------------------------------
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         self._ensure_queues([(created.queue, WORKFLOW)])
-        with self._transaction() as conn:
+        with self._statement() as conn:  # one statement per attempt; see runs.create_run
             return runs.create_run(conn, self._q, run_id, created, now)
 
     def get_run(self, run_id: str) -> RunRecord | None:

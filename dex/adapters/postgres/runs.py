@@ -19,7 +19,6 @@ from dex.adapters.postgres.rows import (
     RUN_COLUMNS,
     history_row,
     inbox_row,
-    insert_history,
     insert_inbox,
     labels_json,
     run_record,
@@ -33,39 +32,50 @@ from dex.domain.status import RunStatus, transition
 
 def create_run(conn: psycopg.Connection, q: Statements, run_id: str, created: ev.RunCreated, now: datetime) -> str:
     """Insert a run with history ``[RunCreated]`` and inbox ``[RunStarted]``, or return the id
-    of the live run that already has this instance id."""
+    of the live run that already has this instance id.
+
+    One statement (the history and inbox rows are inserted by data-modifying CTEs from the
+    runs row the first one returned), so it is atomic on its own and costs one round trip.
+    """
+    _run, _seq, event = history_row(run_id, ev.HistoryEvent(sequence_number=1, timestamp=now, event=created))
+    _run, kind, message, _visible = inbox_row(run_id, ev.RunStarted(), now)
     for _ in range(10):
         try:
             inserted = conn.execute(
                 q(
-                    "INSERT INTO {s}.runs (run_id, workflow_name, queue, status, instance_id, priority,"
+                    "WITH r AS ("
+                    " INSERT INTO {s}.runs (run_id, workflow_name, queue, status, instance_id, priority,"
                     " concurrency_key, labels, parent_run_id, created_at, last_seq)"
-                    " VALUES (%s, %s, %s, 'CREATED', %s, %s, %s, %s, %s, %s, 1)"
+                    " VALUES (%(run)s, %(name)s, %(queue)s, 'CREATED', %(instance)s, %(priority)s, %(key)s,"
+                    " %(labels)s, %(parent)s, %(now)s, 1)"
                     # the arbiter is the partial unique index runs_live_instance: a live
                     # run with this instance id wins, and an insert racing with ours waits
                     " ON CONFLICT (instance_id) WHERE instance_id IS NOT NULL AND status IN "
                     + LIVE
-                    + " DO NOTHING RETURNING run_id"
+                    + " DO NOTHING RETURNING run_id),"
+                    " h AS (INSERT INTO {s}.history (run_id, seq, event) SELECT run_id, 1, %(event)s FROM r),"
+                    " i AS (INSERT INTO {s}.inbox (run_id, kind, message, visible_from)"
+                    "  SELECT run_id, %(kind)s, %(message)s, %(now)s FROM r)"
+                    " SELECT run_id FROM r"
                 ),
-                [
-                    run_id,
-                    created.workflow_name,
-                    created.queue,
-                    created.instance_id,
-                    created.priority,
-                    created.concurrency_key,
-                    labels_json(created.labels),
-                    created.parent_run_id,
-                    now,
-                ],
+                {
+                    "run": run_id,
+                    "name": created.workflow_name,
+                    "queue": created.queue,
+                    "instance": created.instance_id,
+                    "priority": created.priority,
+                    "key": created.concurrency_key,
+                    "labels": labels_json(created.labels),
+                    "parent": created.parent_run_id,
+                    "now": now,
+                    "event": event,
+                    "kind": kind,
+                    "message": message,
+                },
             ).fetchone()
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"run {run_id} exists already") from None
         if inserted is not None:
-            insert_history(
-                conn, q, [history_row(run_id, ev.HistoryEvent(sequence_number=1, timestamp=now, event=created))]
-            )
-            insert_inbox(conn, q, [inbox_row(run_id, ev.RunStarted(), now)])
             return run_id
         existing = conn.execute(
             q("SELECT run_id FROM {s}.runs WHERE instance_id = %s AND status IN " + LIVE),
