@@ -29,6 +29,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import dex
 from dex.adapters.postgres import PostgresAdapter
@@ -161,8 +162,10 @@ class Cluster:
             info = self.engine.get_run(run_id)
             assert info.status is dex.RunStatus.COMPLETED, (run_id, info.status, info.failure)
             assert info.result == workload.expected(n)
-            kinds = Counter(event.kind for event in self.engine.history(run_id))
+            history = self.engine.history(run_id)
+            kinds = Counter(event.kind for event in history)
             assert kinds["RunCompleted"] == 1, kinds
+            dex.testing.replay(workload.pipeline, history, activities=workload.ACTIVITIES)  # it replays
             assert kinds["ActivityTaskCreated"] == kinds["ActivityTaskCompleted"] == len(workload.STEPS), kinds
         executions = self.executions()
         attempts = Counter((run_id, step, attempt) for run_id, step, attempt, _pid in executions)
@@ -288,13 +291,27 @@ def test_workers_ride_out_a_database_restart(spawn: Callable[..., Worker]) -> No
 @pytest.mark.slow
 def test_random_kills_lose_and_duplicate_nothing(cluster: Cluster, spawn: Callable[..., Worker]) -> None:
     rng = random.Random(20240601)
-    workers = [spawn(cluster.dsn, cluster.schema) for _ in range(4)]
+    # the workers' connections carry a name, so that only theirs are terminated below
+    worker_dsn = make_conninfo(cluster.dsn, application_name="dex-chaos-worker")
+    workers = [spawn(worker_dsn, cluster.schema) for _ in range(4)]
     for worker in workers:
         worker.wait_ready()
-    kills = 0
+    kills = terminated = 0
     deadline = time.monotonic() + 90
     next_kill = time.monotonic() + rng.uniform(1, 3)
+    next_terminate = time.monotonic() + rng.uniform(2, 5)
     while time.monotonic() < deadline:
+        if time.monotonic() >= next_terminate:
+            # kill one of the workers' database connections under them, as an operator or a
+            # proxy might: the pool must replace it and the interrupted work must be redone
+            rows = cluster.query(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM ("
+                " SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                " AND application_name = 'dex-chaos-worker'"
+                " ORDER BY random() LIMIT 1) AS victim"
+            )
+            terminated += int(rows[0][0])
+            next_terminate = time.monotonic() + rng.uniform(2, 5)
         cluster.start(4, pause=rng.choice((0.05, 0.2, 0.5)), activity="short-step")
         if time.monotonic() >= next_kill:
             victim = rng.choice([worker for worker in workers if worker.alive()])
@@ -302,7 +319,7 @@ def test_random_kills_lose_and_duplicate_nothing(cluster: Cluster, spawn: Callab
             victim.wait(10)
             kills += 1
             workers.remove(victim)
-            workers.append(spawn(cluster.dsn, cluster.schema))  # a replacement, as a supervisor would
+            workers.append(spawn(worker_dsn, cluster.schema))  # a replacement, as a supervisor would
             next_kill = time.monotonic() + rng.uniform(1, 3)
         time.sleep(0.25)
     cluster.wait_all(timeout=120)
@@ -315,7 +332,8 @@ def test_random_kills_lose_and_duplicate_nothing(cluster: Cluster, spawn: Callab
     lost = len(cluster.runs) - statuses["COMPLETED"]
     duplicated = sum(count for times, count in completions.items() if times > 1)
     print(
-        f"\n{len(cluster.runs)} runs, {kills} workers killed: {lost} lost, {duplicated} with more than one"
+        f"\n{len(cluster.runs)} runs, {kills} workers killed, {terminated} connections terminated:"
+        f" {lost} lost, {duplicated} with more than one"
         f" RunCompleted; {sum(per_step.values()) - len(per_step)} activity re-executions"
         f" over {len(per_step)} steps"
     )
