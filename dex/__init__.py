@@ -60,4 +60,9 @@ __all__ = [
     "workflow",
 ]
 
+import logging as _logging  # noqa: E402
+
+# quiet by default: applications decide where dex's records go (loggers "dex.*")
+_logging.getLogger("dex").addHandler(_logging.NullHandler())
+
 from dex import testing  # noqa: E402  (dex.testing.replay etc. without a separate import)

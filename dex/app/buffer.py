@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 
 import attrs
 
 from dex.app.ports import ActivityOutcome, ActivityTask, Store, WorkflowTask
+from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
 from dex.domain.task import WorkflowTaskResult
 
@@ -45,8 +47,10 @@ class ResultBuffer:
         max_batch: int = 256,
         on_flush: Callable[[], None] | None = None,
         on_written: Callable[[WorkflowTask, bool], None] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._store = store
+        self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self._on_written = on_written
         self._max_batch = max_batch
         self._on_flush = on_flush
@@ -122,6 +126,7 @@ class ResultBuffer:
             if not count:
                 return 0
             now = self._store.clock.now()
+            started = time.perf_counter()
             try:
                 if messages:
                     self._write_messages(messages, now)
@@ -156,6 +161,7 @@ class ResultBuffer:
                         pending.written.set()
                 log.warning("flushing %d buffered writes failed (%s); they will be sent again", count, exc)
                 raise
+            self._telemetry.flushed(count, time.perf_counter() - started)
             if self._on_flush is not None:
                 self._on_flush()
             return count
@@ -167,7 +173,11 @@ class ResultBuffer:
             pending.written.set()
 
     def _count_discarded(self, kind: str, task_ids: list[int], applied: list[bool]) -> None:
+        lost = 0
         for task_id, ok in zip(task_ids, applied, strict=True):
             if not ok:
-                self.discarded += 1
+                lost += 1
                 log.warning("discarded the result of %s task %s: its lease was lost", kind, task_id)
+        if lost:
+            self.discarded += lost
+            self._telemetry.leases_lost(kind, lost)

@@ -21,6 +21,7 @@ from dex.app.ports import QUEUE_KINDS, QueueInfo, RunFilter, RunRecord, Store, W
 from dex.app.registry import Registry
 from dex.app.runner import Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
+from dex.app.telemetry import TelemetryHub
 from dex.app.workers import ActivityWorker, AsyncRunner, WorkflowWorker
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, validate_name, validate_priority, validate_queue
@@ -74,11 +75,15 @@ class Engine(AsyncEngineMixin):
         self._activity_concurrency = activity_concurrency
         self._poll_interval = poll_interval
         self._nudge = Nudge()
+        self.telemetry = TelemetryHub()
+        self._depths_reported_at = 0.0
         self._progress = threading.Condition()
         self._flushes = 0
-        self.buffer = ResultBuffer(adapter, on_flush=self._flushed, on_written=self._workflow_written)
+        self.buffer = ResultBuffer(
+            adapter, on_flush=self._flushed, on_written=self._workflow_written, telemetry=self.telemetry
+        )
         self._async = AsyncRunner()
-        self.leader = LeaderElection(adapter, self.node_id, ttl=leader_lease)
+        self.leader = LeaderElection(adapter, self.node_id, ttl=leader_lease, telemetry=self.telemetry)
         self.workflow_scheduler = WorkflowTaskScheduler(adapter)
         self.activity_scheduler = ActivityTaskScheduler(adapter)
         self.maintenance = RetentionMaintenance(adapter, retention=retention)
@@ -90,6 +95,7 @@ class Engine(AsyncEngineMixin):
             self.node_id,
             lease=workflow_task_lease,
             cache_size=executor_cache_size,
+            telemetry=self.telemetry,
         )
         self.activity_worker = ActivityWorker(
             adapter,
@@ -99,6 +105,7 @@ class Engine(AsyncEngineMixin):
             self.node_id,
             rng=self._rng,
             async_runner=self._async,
+            telemetry=self.telemetry,
         )
         self._drain_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -305,10 +312,23 @@ class Engine(AsyncEngineMixin):
         worked += self.buffer.flush()
         return worked > 0
 
-    def start(self) -> None:
-        """Start background workers, schedulers, leader election and maintenance."""
+    def start(self, metrics_port: int | None = None, metrics_addr: str = "127.0.0.1") -> None:
+        """Start background workers, schedulers, leader election and maintenance.
+
+        ``metrics_port`` also serves Prometheus metrics on ``metrics_addr:metrics_port``
+        (needs the ``metrics`` extra); see ``dex.observability.prometheus`` to mount them
+        in your own application instead.
+        """
         if self._threads:
             raise InvalidStateError("the engine is already started")
+        if metrics_port is not None:
+            from dex.observability.prometheus import PrometheusTelemetry
+
+            prometheus = next((s for s in self.telemetry.sinks if isinstance(s, PrometheusTelemetry)), None)
+            if prometheus is None:
+                prometheus = PrometheusTelemetry()
+                self.telemetry.attach(prometheus)
+            prometheus.serve(metrics_port, metrics_addr)
         self._stopping.clear()
         self._pool = activity_pool(self._activity_concurrency)
         self.buffer.background = True
@@ -328,6 +348,9 @@ class Engine(AsyncEngineMixin):
             return 0
         worked = self.workflow_scheduler.step() + self.activity_scheduler.step()
         self.maintenance.step()
+        if self.telemetry and time.monotonic() - self._depths_reported_at >= 5:
+            self._depths_reported_at = time.monotonic()
+            self.telemetry.queue_depths(self.store.list_queues())
         if worked:
             self._nudge()
         return worked

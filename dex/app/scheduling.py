@@ -10,6 +10,7 @@ import logging
 from datetime import datetime, timedelta
 
 from dex.app.ports import Store
+from dex.app.telemetry import Telemetry, TelemetryHub
 
 log = logging.getLogger("dex.scheduler")
 
@@ -17,8 +18,11 @@ log = logging.getLogger("dex.scheduler")
 class LeaderElection:
     """Takes or renews the leadership lease; a node that cannot renew assumes it lost it."""
 
-    def __init__(self, store: Store, node_id: str, *, ttl: timedelta = timedelta(seconds=15)) -> None:
+    def __init__(
+        self, store: Store, node_id: str, *, ttl: timedelta = timedelta(seconds=15), telemetry: Telemetry | None = None
+    ) -> None:
         self._store, self._node_id, self._ttl = store, node_id, ttl
+        self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self.is_leader = False
         self._renewed_at: datetime | None = None
 
@@ -35,6 +39,7 @@ class LeaderElection:
         if leading != self.is_leader:
             log.info("node %s %s leadership", self._node_id, "took" if leading else "lost")
         self.is_leader = leading
+        self._telemetry.leadership(leading)
         self._renewed_at = now if leading else None
         return leading
 
@@ -42,6 +47,7 @@ class LeaderElection:
         if self.is_leader:
             self._store.release_leadership(self._node_id)
         self.is_leader = False
+        self._telemetry.leadership(False)
         self._renewed_at = None
 
 

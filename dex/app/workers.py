@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
@@ -21,6 +22,7 @@ from dex.app.activity_context import ActivityContext, reset_activity_context, se
 from dex.app.buffer import ResultBuffer
 from dex.app.ports import ActivityOutcome, ActivityTask, Store, UnreadableHistoryError, WorkflowTask
 from dex.app.registry import Registry
+from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import ApplicationError, NotRegisteredError, RunNotFoundError, SerializationError
@@ -100,8 +102,10 @@ class WorkflowWorker:
         lease: timedelta = timedelta(seconds=10),
         batch_size: int = 16,
         cache_size: int = 1000,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
+        self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
         self._names = frozenset(registry.workflows)
         self.cache = ExecutorCache(cache_size)
@@ -122,10 +126,14 @@ class WorkflowWorker:
         cached = [self.cache.take(task.run_id) for task in tasks]
         requests = [(task, entry[1] if entry is not None else 0) for task, entry in zip(tasks, cached, strict=True)]
         loaded = self._store.load_workflow_tasks(requests, now)
+        self._telemetry.tasks_claimed("workflow", len(tasks))
         for task, entry, item in zip(tasks, cached, loaded, strict=True):
+            started = time.perf_counter()
             result = self.execute(task, preloaded=(entry, item, now))
             if result is not None:
                 self._buffer.add_workflow_result(task, result)
+                outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
+                self._telemetry.task_finished("workflow", task.workflow_name, outcome, time.perf_counter() - started)
         return len(tasks)
 
     def execute(self, task: WorkflowTask, preloaded: _Preloaded | None = None) -> WorkflowTaskResult | None:
@@ -135,10 +143,15 @@ class WorkflowWorker:
         try:
             executor, last_seq, history, inbox = self._load(task, now, preloaded)
         except RunNotFoundError:
-            log.info("dropping workflow task %s: run %s no longer exists", task.task_id, task.run_id)
+            log.info(
+                "dropping workflow task %s: run %s no longer exists",
+                task.task_id,
+                task.run_id,
+                extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
+            )
             return None
         except UnreadableHistoryError as exc:
-            log.error("%s; the run fails", exc)
+            log.error("%s; the run fails", exc, extra={"run_id": task.run_id, "workflow_name": task.workflow_name})
             failure = FailureInfo(type="UnreadableHistoryError", message=str(exc), terminal=True)
             return failed_result(task.run_id, exc.last_seq, exc.message_ids, now, failure)
         try:
@@ -153,7 +166,11 @@ class WorkflowWorker:
                 )
             result = advance(executor, last_seq, inbox, now)
         except Exception as exc:  # a history the core cannot read fails that run, not the worker
-            log.exception("workflow task for run %s failed", task.run_id)
+            log.exception(
+                "workflow task for run %s failed",
+                task.run_id,
+                extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
+            )
             if executor is not None:
                 executor.close()
             failure = FailureInfo.from_exception(exc, terminal=True)
@@ -271,8 +288,10 @@ class ActivityWorker:
         rng: random.Random,
         async_runner: AsyncRunner,
         batch_size: int = 16,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
+        self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self._node_id, self._rng, self._async, self._batch_size = node_id, rng, async_runner, batch_size
         self._names = frozenset(registry.activities)
         self._rng_lock = threading.Lock()
@@ -283,7 +302,10 @@ class ActivityWorker:
         limit = self._batch_size if limit is None else min(limit, self._batch_size)
         if limit <= 0:
             return []
-        return self._store.claim_activity_tasks(self._names, self._node_id, self._store.clock.now(), limit)
+        tasks = self._store.claim_activity_tasks(self._names, self._node_id, self._store.clock.now(), limit)
+        if tasks:
+            self._telemetry.tasks_claimed("activity", len(tasks))
+        return tasks
 
     def poll_once(self, executor: Executor | None = None, on_done: Callable[[], None] | None = None) -> int:
         """Claim a batch; run each attempt inline, or on ``executor`` when one is given."""
@@ -298,7 +320,21 @@ class ActivityWorker:
         return len(tasks)
 
     def run(self, task: ActivityTask) -> None:
-        self._buffer.add_activity_outcome(self.execute(task))
+        started = time.perf_counter()
+        outcome = self.execute(task)
+        self._buffer.add_activity_outcome(outcome)
+        kind = "retried" if outcome.retry_at is not None else "failed" if outcome.failure is not None else "completed"
+        self._telemetry.task_finished("activity", task.name, kind, time.perf_counter() - started)
+        if outcome.failure is not None:
+            log.info(
+                "activity %s of run %s, attempt %d: %s (%s)",
+                task.name,
+                task.run_id,
+                task.attempt,
+                kind,
+                outcome.failure.message,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
 
     def execute(self, task: ActivityTask) -> ActivityOutcome:
         context = ActivityContext(

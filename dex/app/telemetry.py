@@ -1,0 +1,80 @@
+"""Telemetry hooks: what the engine reports about its work, for metrics back ends to count.
+
+Components call a :class:`Telemetry` at the points that matter to an operator (tasks claimed
+and finished, leases lost, buffer flushes, leadership, queue depths). The engine holds a
+:class:`TelemetryHub` that forwards to any number of sinks, so a back end (Prometheus, see
+:mod:`dex.observability.prometheus`) can be attached before or after the engine starts; with
+no sink every hook is a no-op.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from dex.app.ports import QueueInfo
+
+
+class Telemetry(Protocol):
+    def tasks_claimed(self, kind: str, count: int) -> None:
+        """``kind`` is "workflow" or "activity"."""
+        ...
+
+    def task_finished(self, kind: str, name: str, outcome: str, seconds: float) -> None:
+        """One task executed. Activities: "completed", "failed" or "retried"; workflow tasks:
+        "progressed" or the status the run ended in ("completed", "failed", "cancelled")."""
+        ...
+
+    def leases_lost(self, kind: str, count: int) -> None:
+        """Results the store discarded because their lease had been lost."""
+        ...
+
+    def flushed(self, size: int, seconds: float) -> None: ...
+
+    def leadership(self, leading: bool) -> None: ...
+
+    def queue_depths(self, queues: Sequence[QueueInfo]) -> None: ...
+
+
+class TelemetryHub:
+    """Forwards every hook to the attached sinks (none by default)."""
+
+    def __init__(self) -> None:
+        self._sinks: tuple[Telemetry, ...] = ()
+        self._lock = threading.Lock()
+
+    def attach(self, sink: Telemetry) -> None:
+        with self._lock:
+            self._sinks = (*self._sinks, sink)
+
+    @property
+    def sinks(self) -> tuple[Telemetry, ...]:
+        return self._sinks
+
+    def __bool__(self) -> bool:
+        return bool(self._sinks)
+
+    def tasks_claimed(self, kind: str, count: int) -> None:
+        for sink in self._sinks:
+            sink.tasks_claimed(kind, count)
+
+    def task_finished(self, kind: str, name: str, outcome: str, seconds: float) -> None:
+        for sink in self._sinks:
+            sink.task_finished(kind, name, outcome, seconds)
+
+    def leases_lost(self, kind: str, count: int) -> None:
+        for sink in self._sinks:
+            sink.leases_lost(kind, count)
+
+    def flushed(self, size: int, seconds: float) -> None:
+        for sink in self._sinks:
+            sink.flushed(size, seconds)
+
+    def leadership(self, leading: bool) -> None:
+        for sink in self._sinks:
+            sink.leadership(leading)
+
+    def queue_depths(self, queues: Sequence[QueueInfo]) -> None:
+        for sink in self._sinks:
+            sink.queue_depths(queues)

@@ -1,0 +1,68 @@
+"""Prometheus metrics for dex (``pip install 'dex-engine[metrics]'``).
+
+``engine.start(metrics_port=9464)`` attaches a :class:`PrometheusTelemetry` and serves it over
+HTTP; or attach one yourself (``engine.telemetry.attach(PrometheusTelemetry(registry))``) and
+expose ``registry`` through your application's own ``/metrics`` endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from dex.app.ports import QueueInfo
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class PrometheusTelemetry:
+    """The engine's hooks as Prometheus counters, histograms and gauges in ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.claimed = Counter("dex_tasks_claimed_total", "Tasks claimed by this process", ["kind"], registry=r)
+        self.finished = Counter(
+            "dex_tasks_finished_total", "Tasks executed, by outcome", ["kind", "name", "outcome"], registry=r
+        )
+        self.duration = Histogram(
+            "dex_task_duration_seconds", "Time to execute a task", ["kind"], buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.lost = Counter("dex_lease_losses_total", "Results discarded: the lease was lost", ["kind"], registry=r)
+        self.flush_size = Histogram("dex_flush_size", "Writes per buffer flush", buckets=_SIZE_BUCKETS, registry=r)
+        self.flush_duration = Histogram(
+            "dex_flush_duration_seconds", "Time to write one buffer flush", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.leader = Gauge("dex_leader", "1 while this process holds the leadership lease", registry=r)
+        self.depth = Gauge("dex_queue_depth", "Tasks in a queue", ["queue", "kind"], registry=r)
+        self.capacity = Gauge("dex_queue_capacity", "Capacity of a queue", ["queue", "kind"], registry=r)
+        self.paused = Gauge("dex_queue_paused", "1 while a queue is paused", ["queue", "kind"], registry=r)
+
+    def tasks_claimed(self, kind: str, count: int) -> None:
+        self.claimed.labels(kind).inc(count)
+
+    def task_finished(self, kind: str, name: str, outcome: str, seconds: float) -> None:
+        self.finished.labels(kind, name, outcome).inc()
+        self.duration.labels(kind).observe(seconds)
+
+    def leases_lost(self, kind: str, count: int) -> None:
+        self.lost.labels(kind).inc(count)
+
+    def flushed(self, size: int, seconds: float) -> None:
+        self.flush_size.observe(size)
+        self.flush_duration.observe(seconds)
+
+    def leadership(self, leading: bool) -> None:
+        self.leader.set(1 if leading else 0)
+
+    def queue_depths(self, queues: Sequence[QueueInfo]) -> None:
+        for queue in queues:
+            self.depth.labels(queue.name, queue.kind).set(queue.depth)
+            self.capacity.labels(queue.name, queue.kind).set(queue.capacity)
+            self.paused.labels(queue.name, queue.kind).set(1 if queue.status == "PAUSED" else 0)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        """Serve ``/metrics`` on ``addr:port`` from a daemon thread."""
+        start_http_server(port, addr=addr, registry=self.registry)
