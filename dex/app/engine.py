@@ -22,6 +22,7 @@ from dex.app.registry import Registry
 from dex.app.runner import Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
+from dex.app.tracing import NoTracing, Tracing
 from dex.app.workers import ActivityWorker, AsyncRunner, WorkflowWorker
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, validate_name, validate_priority, validate_queue
@@ -60,6 +61,7 @@ class Engine(AsyncEngineMixin):
         retention: timedelta = timedelta(days=7),
         rng: random.Random | None = None,
         executor_cache_size: int = 1000,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
@@ -76,6 +78,7 @@ class Engine(AsyncEngineMixin):
         self._poll_interval = poll_interval
         self._nudge = Nudge()
         self.telemetry = TelemetryHub()
+        self.tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._depths_reported_at = 0.0
         self._progress = threading.Condition()
         self._flushes = 0
@@ -96,6 +99,7 @@ class Engine(AsyncEngineMixin):
             lease=workflow_task_lease,
             cache_size=executor_cache_size,
             telemetry=self.telemetry,
+            tracing=self.tracing,
         )
         self.activity_worker = ActivityWorker(
             adapter,
@@ -106,6 +110,7 @@ class Engine(AsyncEngineMixin):
             rng=self._rng,
             async_runner=self._async,
             telemetry=self.telemetry,
+            tracing=self.tracing,
         )
         self._drain_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -143,17 +148,21 @@ class Engine(AsyncEngineMixin):
         for value, what in ((instance_id, "instance_id"), (concurrency_key, "concurrency_key")):
             if value is not None and (not isinstance(value, str) or not value or len(value) > 256):
                 raise ValueError(f"{what} must be a non-empty str of at most 256 characters, got {value!r}")
-        created = ev.RunCreated(
-            workflow_name=definition.name,
-            input=self._encode_all(args),
-            queue=validate_queue(queue) if queue is not None else definition.queue,
-            instance_id=instance_id,
-            priority=validate_priority(priority),
-            concurrency_key=concurrency_key,
-            labels=normalize_labels(labels),
-            random_seed=self._rng.getrandbits(64),
-        )
-        run_id = self.store.create_run(str(uuid.uuid4()), created, self.store.clock.now())
+        queue_name = validate_queue(queue) if queue is not None else definition.queue
+        payloads = self._encode_all(args)
+        with self.tracing.start_run(definition.name, {"dex.workflow": definition.name}) as trace_context:
+            created = ev.RunCreated(
+                workflow_name=definition.name,
+                input=payloads,
+                queue=queue_name,
+                instance_id=instance_id,
+                priority=validate_priority(priority),
+                concurrency_key=concurrency_key,
+                labels=normalize_labels(labels),
+                random_seed=self._rng.getrandbits(64),
+                trace_context=trace_context,
+            )
+            run_id = self.store.create_run(str(uuid.uuid4()), created, self.store.clock.now())
         self._nudge()
         return run_id
 

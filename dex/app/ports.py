@@ -106,6 +106,7 @@ class ActivityTask:
     retry_policy: RetryPolicy
     lock_timeout: timedelta
     lease: Lease
+    trace_context: ev.Labels = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -23,6 +23,7 @@ from dex.app.buffer import ResultBuffer
 from dex.app.ports import ActivityOutcome, ActivityTask, Store, UnreadableHistoryError, WorkflowTask
 from dex.app.registry import Registry
 from dex.app.telemetry import Telemetry, TelemetryHub
+from dex.app.tracing import NoTracing, Tracing
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import ApplicationError, NotRegisteredError, RunNotFoundError, SerializationError
@@ -103,9 +104,11 @@ class WorkflowWorker:
         batch_size: int = 16,
         cache_size: int = 1000,
         telemetry: Telemetry | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
+        self._tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
         self._names = frozenset(registry.workflows)
         self.cache = ExecutorCache(cache_size)
@@ -154,17 +157,25 @@ class WorkflowWorker:
             log.error("%s; the run fails", exc, extra={"run_id": task.run_id, "workflow_name": task.workflow_name})
             failure = FailureInfo(type="UnreadableHistoryError", message=str(exc), terminal=True)
             return failed_result(task.run_id, exc.last_seq, exc.message_ids, now, failure)
+        created = executor.created if executor is not None else history[0].event
+        trace_context = created.trace_context if isinstance(created, ev.RunCreated) else ()
+        attributes: dict[str, str | int] = {
+            "dex.run_id": task.run_id,
+            "dex.workflow": task.workflow_name,
+            "dex.task_id": task.task_id,
+        }
         try:
-            if executor is None:
-                executor = replay_history(
-                    self._registry.workflows[task.workflow_name],
-                    task.run_id,
-                    history,
-                    self._converter,
-                    activities=self._registry.find_activity,
-                    workflows=self._registry.find_workflow,
-                )
-            result = advance(executor, last_seq, inbox, now)
+            with self._tracing.span(f"dex.workflow-task {task.workflow_name}", trace_context, attributes):
+                if executor is None:
+                    executor = replay_history(
+                        self._registry.workflows[task.workflow_name],
+                        task.run_id,
+                        history,
+                        self._converter,
+                        activities=self._registry.find_activity,
+                        workflows=self._registry.find_workflow,
+                    )
+                result = advance(executor, last_seq, inbox, now)
         except Exception as exc:  # a history the core cannot read fails that run, not the worker
             log.exception(
                 "workflow task for run %s failed",
@@ -289,9 +300,11 @@ class ActivityWorker:
         async_runner: AsyncRunner,
         batch_size: int = 16,
         telemetry: Telemetry | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
+        self._tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._node_id, self._rng, self._async, self._batch_size = node_id, rng, async_runner, batch_size
         self._names = frozenset(registry.activities)
         self._rng_lock = threading.Lock()
@@ -353,10 +366,16 @@ class ActivityWorker:
             except (NotRegisteredError, SerializationError, TypeError) as exc:
                 # bad input does not get better by retrying
                 return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
+            attributes: dict[str, str | int] = {
+                "dex.run_id": task.run_id,
+                "dex.activity": task.name,
+                "dex.attempt": task.attempt,
+            }
             try:
-                value = definition.fn(*args)
-                if definition.is_async or asyncio.iscoroutine(value):
-                    value = self._async.run(value)
+                with self._tracing.span(f"dex.activity {task.name}", task.trace_context, attributes):
+                    value = definition.fn(*args)
+                    if definition.is_async or asyncio.iscoroutine(value):
+                        value = self._async.run(value)
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from user code are failures too

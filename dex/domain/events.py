@@ -32,6 +32,8 @@ class RunCreated:
     generation: int = 1
     # seeds ctx.random() and ctx.uuid4(): a history alone is enough to replay them
     random_seed: int = 0
+    # the tracing context of whoever started the run (e.g. W3C traceparent), for its spans
+    trace_context: Labels = ()
 
 
 @attrs.frozen(kw_only=True)

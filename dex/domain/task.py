@@ -49,6 +49,7 @@ class NewActivityTask:
     retry_policy: RetryPolicy
     lock_timeout: timedelta
     visible_from: datetime
+    trace_context: ev.Labels = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -255,6 +256,7 @@ def advance(
                         retry_policy=event.retry_policy,
                         lock_timeout=event.lock_timeout,
                         visible_from=now,
+                        trace_context=created.trace_context,
                     )
                 )
             case ev.TimerCreated():
@@ -275,6 +277,7 @@ def advance(
                             labels=event.labels,
                             parent_run_id=run_id,
                             random_seed=uuid.UUID(event.child_run_id).int >> 64,
+                            trace_context=created.trace_context,
                         ),
                     )
                 )

@@ -201,6 +201,7 @@ def _body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
                 parent_run_id=event.parent_run_id,
                 generation=event.generation,
                 random_seed=event.random_seed,
+                trace_context=_labels_to_proto(event.trace_context),
             )
         case ev.RunStarted():
             return "run_started", history_pb2.RunStarted()
@@ -287,6 +288,7 @@ def _body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 parent_run_id=body.parent_run_id if body.HasField("parent_run_id") else None,
                 generation=body.generation,
                 random_seed=body.random_seed,
+                trace_context=tuple((label.key, label.value) for label in body.trace_context),
             )
         case history_pb2.RunStarted():
             return ev.RunStarted()

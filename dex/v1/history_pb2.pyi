@@ -91,6 +91,7 @@ class RunCreated(_message.Message):
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     RANDOM_SEED_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     queue: _builtins.str
     instance_id: _builtins.str
@@ -105,6 +106,10 @@ class RunCreated(_message.Message):
     def input(self) -> _containers.RepeatedCompositeFieldContainer[_payload_pb2.Payload]: ...
     @_builtins.property
     def labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___Label]: ...
+    @_builtins.property
+    def trace_context(self) -> _containers.RepeatedCompositeFieldContainer[Global___Label]:
+        """The tracing context of whoever started the run (e.g. W3C traceparent), for its spans."""
+
     def __init__(
         self,
         *,
@@ -118,10 +123,11 @@ class RunCreated(_message.Message):
         parent_run_id: _builtins.str | None = ...,
         generation: _builtins.int = ...,
         random_seed: _builtins.int = ...,
+        trace_context: _abc.Iterable[Global___Label] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "instance_id", b"instance_id", "parent_run_id", b"parent_run_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "trace_context", b"trace_context", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__concurrency_key: _TypeAlias = _typing.Literal["concurrency_key"]  # noqa: Y015
     _WhichOneofArgType__concurrency_key: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key"]  # noqa: Y015

@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from dex.adapters.postgres import LATEST_VERSION
 from tests.cli.conftest import invoke, one_line_error
 from tests.pg import fresh_schema
 
@@ -68,12 +69,12 @@ def test_migrate_creates_the_schema_and_reports_progress(pg_dsn: str) -> None:
         first = invoke("migrate", "--schema", schema, env=env)
         assert first.exit_code == 0, first.output
         assert first.stderr.splitlines()[0].startswith("connecting to PostgreSQL at ")
-        assert first.stderr.splitlines()[1] == f"upgrading schema '{schema}' from version 0 to 1 ..."
-        assert first.stdout.startswith(f"schema '{schema}' is at version 1 (was 0; took ")
+        assert first.stderr.splitlines()[1] == f"upgrading schema '{schema}' from version 0 to {LATEST_VERSION} ..."
+        assert first.stdout.startswith(f"schema '{schema}' is at version {LATEST_VERSION} (was 0; took ")
         second = invoke("migrate", "--schema", schema, env=env)
-        assert second.stdout == f"schema '{schema}' is at version 1: nothing to do\n"
+        assert second.stdout == f"schema '{schema}' is at version {LATEST_VERSION}: nothing to do\n"
         as_json = invoke("--json", "migrate", "--schema", schema, env=env)
-        assert json.loads(as_json.stdout) == {"schema": schema, "previous_version": 1, "version": 1}
+        assert json.loads(as_json.stdout) == {"schema": schema, "previous_version": LATEST_VERSION, "version": LATEST_VERSION}
         listed = invoke("queues", "list", "--schema", schema, "--json", env=env)
         assert listed.exit_code == 0 and json.loads(listed.stdout) == []
 
@@ -93,7 +94,7 @@ def test_commands_do_not_migrate_a_missing_or_old_schema(pg_dsn: str) -> None:
             conn.execute(f'INSERT INTO "{schema}".schema_version (version) VALUES (99)')
         newer = invoke("runs", "list", "--schema", schema, env=env)
         assert newer.exit_code == 1
-        assert "is at version 99, newer than this dex knows (1): upgrade dex" in one_line_error(newer)
+        assert f"is at version 99, newer than this dex knows ({LATEST_VERSION}): upgrade dex" in one_line_error(newer)
 
 
 @pytest.mark.parametrize(

@@ -304,6 +304,7 @@ class InMemoryAdapter:
                 retry_policy=spec.retry_policy,
                 lock_timeout=spec.lock_timeout,
                 visible_from=spec.visible_from,
+                trace_context=spec.trace_context,
             )
         if result.completion is not None:
             self._finish_run(run, result, now)

@@ -113,6 +113,7 @@ class ActivityTaskRow:
     lock_timeout: timedelta
     visible_from: datetime
     attempt: int = 1
+    trace_context: ev.Labels = ()
     state: str = CREATED  # CREATED (waiting to become visible), QUEUED (claimable or claimed)
     lease: LeaseFields = attrs.Factory(LeaseFields)
 
@@ -130,6 +131,7 @@ class ActivityTaskRow:
             retry_policy=self.retry_policy,
             lock_timeout=self.lock_timeout,
             lease=Lease(owner=self.lease.owner, until=self.lease.until, version=self.lease.version),
+            trace_context=self.trace_context,
         )
 
 

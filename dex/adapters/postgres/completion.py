@@ -22,6 +22,7 @@ How the batch stays cheap and safe:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -265,12 +266,13 @@ class _Round:
         self._conn.execute(
             self._q(
                 "INSERT INTO {s}.activity_tasks (queue, run_id, created_seq, name, input, priority,"
-                " retry_policy, lock_timeout, visible_from)"
+                " retry_policy, lock_timeout, visible_from, trace_context)"
                 " SELECT a.queue, a.run_id, a.created_seq, a.name, a.input, a.priority, a.retry_policy,"
-                "  a.lock_timeout, a.visible_from"
+                "  a.lock_timeout, a.visible_from, a.trace_context"
                 " FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::bytea[], %s::integer[],"
-                "             %s::bytea[], %s::interval[], %s::timestamptz[]) WITH ORDINALITY"
-                "  AS a(queue, run_id, created_seq, name, input, priority, retry_policy, lock_timeout, visible_from, ord)"
+                "             %s::bytea[], %s::interval[], %s::timestamptz[], %s::text[]) WITH ORDINALITY"
+                "  AS a(queue, run_id, created_seq, name, input, priority, retry_policy, lock_timeout, visible_from,"
+                "       trace_context, ord)"
                 " ORDER BY a.ord"
             ),
             [
@@ -283,6 +285,7 @@ class _Round:
                 [encode_retry_policy(s.retry_policy) for s in specs],
                 [s.lock_timeout for s in specs],
                 [s.visible_from for s in specs],
+                [json.dumps(dict(s.trace_context)) if s.trace_context else None for s in specs],
             ],
         )
 

@@ -7,6 +7,7 @@ SQL can filter and order without decoding anything.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -30,7 +31,7 @@ WORKFLOW_TASK_COLUMNS = "task_id, run_id, workflow_name, queue, priority, locked
 
 ACTIVITY_TASK_COLUMNS = (
     "task_id, run_id, created_seq, name, input, queue, priority, attempt, retry_policy, lock_timeout,"
-    " locked_by, locked_until, lock_version"
+    " locked_by, locked_until, lock_version, trace_context"
 )
 
 InboxRow = tuple[str, str, bytes, datetime]  # run_id, kind, message, visible_from
@@ -79,7 +80,7 @@ def workflow_task(row: Sequence[Any]) -> WorkflowTask:
 def activity_task(row: Sequence[Any]) -> ActivityTask:
     """A claimed ActivityTask from a row selected with :data:`ACTIVITY_TASK_COLUMNS`."""
     (task_id, run_id, created_seq, name, input_, queue, priority, attempt, retry_policy, lock_timeout,
-     owner, until, version) = row  # fmt: skip
+     owner, until, version, trace_context) = row  # fmt: skip
     return ActivityTask(
         task_id=task_id,
         run_id=run_id,
@@ -92,6 +93,7 @@ def activity_task(row: Sequence[Any]) -> ActivityTask:
         retry_policy=decode_retry_policy(retry_policy),
         lock_timeout=lock_timeout,
         lease=Lease(owner=owner, until=until, version=version),
+        trace_context=tuple(sorted(json.loads(trace_context).items())) if trace_context else (),
     )
 
 

@@ -148,7 +148,13 @@ _V1 = [
 ]
 
 # (version, statements); append new versions, never edit an applied one
-MIGRATIONS: Sequence[tuple[int, Sequence[str]]] = ((1, _V1),)
+_V2 = [
+    # the tracing context of the run an activity task belongs to (JSON of the carrier), so its
+    # span joins the run's trace; added to the parent, so every partition gets it
+    "ALTER TABLE {s}.activity_tasks ADD COLUMN IF NOT EXISTS trace_context text",
+]
+
+MIGRATIONS: Sequence[tuple[int, Sequence[str]]] = ((1, _V1), (2, _V2))
 LATEST_VERSION = MIGRATIONS[-1][0]
 
 

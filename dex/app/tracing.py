@@ -1,0 +1,37 @@
+"""The tracing port: spans for runs and tasks, with context carried through the run's history.
+
+``start_workflow`` opens a span in the caller's trace and stores its context in the run's
+``RunCreated`` (children inherit it, activity tasks carry it), so every workflow-task and
+activity span of the run, on whichever process runs it, joins that trace. The OpenTelemetry
+implementation is :mod:`dex.observability.otel`; without one, nothing is traced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import ContextManager, Protocol
+
+Carrier = tuple[tuple[str, str], ...]
+
+
+class Tracing(Protocol):
+    def start_run(self, workflow_name: str, attributes: Mapping[str, str]) -> ContextManager[Carrier]:
+        """A span for starting a run, in the caller's trace; yields the context to store."""
+        ...
+
+    def span(self, name: str, trace_context: Carrier, attributes: Mapping[str, str | int]) -> ContextManager[None]:
+        """A span whose parent is the stored ``trace_context``."""
+        ...
+
+
+class NoTracing:
+    """Traces nothing."""
+
+    @contextlib.contextmanager
+    def start_run(self, workflow_name: str, attributes: Mapping[str, str]) -> Iterator[Carrier]:
+        yield ()
+
+    @contextlib.contextmanager
+    def span(self, name: str, trace_context: Carrier, attributes: Mapping[str, str | int]) -> Iterator[None]:
+        yield
