@@ -230,8 +230,8 @@ def test_activity_leases_heartbeats_and_takeover(make_adapter: MakeAdapter, cloc
     assert store.complete_workflow_tasks(
         [(task, first_task_result(store, task, clock, activity_tasks=(spec,)))], clock.now()
     ) == [True]
-    assert store.claim_activity_tasks({"act"}, "a", clock.now(), 10) == []  # not yet scheduled
-    assert store.schedule_activity_tasks(clock.now(), 10) == 1
+    # the completion dispatched the due task in its own transaction: nothing left to schedule
+    assert store.schedule_activity_tasks(clock.now(), 10) == 0
     [attempt1] = store.claim_activity_tasks({"act"}, "a", clock.now(), 10)
     assert attempt1.attempt == 1 and attempt1.input == spec.input
     clock.advance(timedelta(seconds=8))
@@ -246,7 +246,7 @@ def test_activity_leases_heartbeats_and_takeover(make_adapter: MakeAdapter, cloc
     assert store.extend_activity_leases([attempt1], clock.now()) == [False]
     done = ActivityOutcome(task=attempt2, result=Payload(encoding="json/plain", data=b"3"))
     assert store.complete_activity_tasks([done, done], clock.now()) == [True, False]
-    assert store.schedule_workflow_tasks(clock.now(), 10) == 1
+    assert store.schedule_workflow_tasks(clock.now(), 10) == 0  # dispatched by the completion
     [task2] = store.claim_workflow_tasks({"wf"}, "w", clock.now(), LEASE, 10)
     _, inbox = store.load_workflow_task(task2, clock.now())
     assert [m.event for m in inbox] == [ev.ActivityTaskCompleted(created_seq=3, result=done.result)]  # type: ignore[arg-type]
@@ -367,3 +367,28 @@ def test_a_malformed_dsn_fails_clearly() -> None:
     with pytest.raises(DatabaseConnectionError, match="invalid PostgreSQL DSN") as caught:
         PostgresAdapter("host=localhost password=s3cret nonsense")
     assert "s3cret" not in str(caught.value)
+
+
+def test_dispatch_at_completion_keeps_pause_and_capacity(make_adapter: MakeAdapter, clock: VirtualClock) -> None:
+    store = make_adapter()
+    store.ensure_queue("acts", "activity")
+    store.set_queue_paused("acts", "activity", True)
+    run_id = new_run(store, clock)
+    store.schedule_workflow_tasks(clock.now(), 10)
+    [task] = store.claim_workflow_tasks({"wf"}, "w", clock.now(), LEASE, 10)
+    specs = tuple(
+        NewActivityTask(
+            run_id=run_id, created_seq=3 + i, name="act", input=(Payload(encoding="json/plain", data=b"1"),),
+            queue="acts", priority=0, retry_policy=RetryPolicy(), lock_timeout=timedelta(seconds=10),
+            visible_from=clock.now(),
+        )  # fmt: skip
+        for i in range(3)
+    )
+    assert store.complete_workflow_tasks(
+        [(task, first_task_result(store, task, clock, activity_tasks=specs))], clock.now()
+    ) == [True]
+    assert store.claim_activity_tasks({"act"}, "a", clock.now(), 10) == []  # paused: not dispatched
+    store.set_queue_paused("acts", "activity", False)
+    store.set_queue_capacity("acts", "activity", 2)
+    assert store.schedule_activity_tasks(clock.now(), 10) == 2  # capacity still rules
+    assert len(store.claim_activity_tasks({"act"}, "a", clock.now(), 10)) == 2
