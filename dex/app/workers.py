@@ -350,6 +350,15 @@ class ActivityWorker:
             )
 
     def execute(self, task: ActivityTask) -> ActivityOutcome:
+        if task.attempt > task.retry_policy.max_attempts:
+            # the previous holder's lease expired on the last allowed attempt: that attempt counts
+            # as failed (its outcome is unknown), and the policy allows no further one
+            failure = FailureInfo(
+                type="LeaseExpiredError",
+                message=f"attempt {task.attempt - 1} of activity {task.name!r} lost its lease (its worker died or hung)"
+                f" and the retry policy allows {task.retry_policy.max_attempts} attempt(s)",
+            )
+            return ActivityOutcome(task=task, failure=failure)
         context = ActivityContext(
             run_id=task.run_id,
             activity_name=task.name,

@@ -131,3 +131,36 @@ def test_a_payload_that_does_not_fit_the_hint_fails_the_receiver_not_the_worker(
     engine.drain()
     assert engine.get_run(run_id).status is dex.RunStatus.FAILED
     assert engine.wait(other, timeout=1) == 3  # the worker kept serving the others
+
+
+once_calls: list[int] = []
+
+
+@dex.activity(lock_timeout=timedelta(seconds=5), retry=dex.RetryPolicy(max_attempts=1))
+def at_most_once_attempt() -> str:
+    once_calls.append(dex.activity_context().attempt)
+    return "ran"
+
+
+@dex.workflow
+async def single_attempt(ctx: dex.WorkflowContext) -> str:
+    try:
+        return await ctx.activity(at_most_once_attempt)  # type: ignore[no-any-return]
+    except dex.ActivityFailedError as exc:
+        return exc.failure.type
+
+
+def test_a_lost_lease_on_the_last_allowed_attempt_counts_as_that_attempt(make_engine: Any, clock: VirtualClock) -> None:
+    once_calls.clear()
+    engine = make_engine([single_attempt], [at_most_once_attempt])
+    run_id = engine.start_workflow(single_attempt)
+    engine.workflow_scheduler.step()
+    engine.workflow_worker.poll_once()
+    engine.buffer.flush()
+    engine.activity_scheduler.step()
+    (lost,) = engine.activity_worker.claim()  # this worker dies holding the only attempt
+    clock.advance(timedelta(seconds=6))
+    engine.drain()
+    assert engine.wait(run_id, timeout=1) == "LeaseExpiredError"
+    assert once_calls == []  # no attempt beyond the policy ran
+    assert lost.attempt == 1
