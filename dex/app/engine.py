@@ -116,7 +116,8 @@ class Engine(AsyncEngineMixin):
         self._stopping = threading.Event()
         self._threads: list[PollingThread] = []
         self._pool: ThreadPoolExecutor | None = None
-        self._in_flight = threading.Semaphore(activity_concurrency)
+        self._in_flight = 0  # activity attempts submitted to the pool and not yet done
+        self._in_flight_lock = threading.Lock()
         for definition in self.registry.workflows.values():
             adapter.ensure_queue(definition.queue, "workflow")
         for activity in self.registry.activities.values():
@@ -371,29 +372,24 @@ class Engine(AsyncEngineMixin):
         return worked
 
     def _activity_round(self) -> int:
-        free = self._free_slots()
-        if free == 0:
+        # only this thread adds to _in_flight, so the free slots counted here stay free
+        free = self._activity_concurrency - self._in_flight
+        if free <= 0:
             return 0
         tasks = self.activity_worker.claim(free)
         assert self._pool is not None
         for task in tasks:
-            self._in_flight.acquire()
+            with self._in_flight_lock:
+                self._in_flight += 1
             future = self._pool.submit(self.activity_worker.run, task)
             future.add_done_callback(lambda _f: self._activity_done())
         if not tasks:
             self.buffer.flush()
         return len(tasks)
 
-    def _free_slots(self) -> int:
-        free = 0
-        while self._in_flight.acquire(blocking=False):
-            free += 1
-        for _ in range(free):
-            self._in_flight.release()
-        return free
-
     def _activity_done(self) -> None:
-        self._in_flight.release()
+        with self._in_flight_lock:
+            self._in_flight -= 1
         self._nudge()
 
     def _flush_round(self) -> int:

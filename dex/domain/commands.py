@@ -93,22 +93,11 @@ def to_event(command: Command) -> ev.Event:
 
 def describe_command(command: Command) -> str:
     """A short text naming a command, for non-determinism messages."""
-    match command:
-        case ScheduleActivity():
-            return f"activity {command.name!r}"
-        case StartTimer():
-            return f"timer firing at {command.fire_at.isoformat()}"
-        case StartChild():
-            return f"child workflow {command.workflow_name!r}"
-        case RecordSideEffect():
-            return f"side effect {command.name!r}"
-        case CompleteRun():
-            return f"run completion ({command.status.value})"
-    raise TypeError(f"not a command: {command!r}")  # pragma: no cover
+    return describe_event(to_event(command))
 
 
 def describe_event(event: ev.Event) -> str:
-    """A short text naming a recorded command event, in the words of :func:`describe_command`."""
+    """A short text naming a command event (recorded, or what a command would record)."""
     match event:
         case ev.ActivityTaskCreated():
             return f"activity {event.name!r}"
