@@ -14,15 +14,33 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 import attrs
 
-from dex.app.ports import ActivityOutcome, ActivityTask, Store, WorkflowTask
+from dex.app.ports import ActivityOutcome, ActivityTask, Claim, Store, WorkflowTask
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
 from dex.domain.task import WorkflowTaskResult
 
 log = logging.getLogger("dex.buffer")
+
+
+class Dispatch(Protocol):
+    """Who runs the tasks a flush claims ("complete, then claim"): a started engine.
+
+    ``activity_claim`` reserves room for the activity tasks it asks for; the buffer always
+    answers with ``activities_claimed`` (with no tasks when the write failed), which runs what
+    was claimed and frees the rest of the reservation.
+    """
+
+    def activity_claim(self) -> Claim | None: ...
+
+    def activities_claimed(self, claim: Claim, tasks: list[ActivityTask]) -> None: ...
+
+    def workflow_claim(self) -> Claim | None: ...
+
+    def workflows_claimed(self, tasks: list[WorkflowTask]) -> None: ...
 
 
 @attrs.define
@@ -45,7 +63,7 @@ class ResultBuffer:
         store: Store,
         *,
         max_batch: int = 256,
-        on_flush: Callable[[], None] | None = None,
+        on_flush: Callable[[bool], None] | None = None,
         on_written: Callable[[WorkflowTask, bool], None] | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
@@ -64,6 +82,9 @@ class ResultBuffer:
         self._lost_leases: set[int] = set()
         self.background = False
         self.discarded = 0
+        # set by a started engine: completions then claim the next tasks in their own transaction
+        self.dispatch: Dispatch | None = None
+        self._settled = True  # the last flush's claims took all the work it made due
 
     def __len__(self) -> int:
         return len(self._workflow_results) + len(self._activity_outcomes) + len(self._messages) + len(self._heartbeats)
@@ -71,16 +92,14 @@ class ResultBuffer:
     def add_workflow_result(self, task: WorkflowTask, result: WorkflowTaskResult) -> None:
         with self._lock:
             self._workflow_results.append((task, result))
-            if len(self) >= self._max_batch:
-                self._wanted.notify_all()
+            self._wanted.notify_all()
 
     def add_activity_outcome(self, outcome: ActivityOutcome) -> None:
         with self._lock:
             self._activity_outcomes.append(outcome)
             self._heartbeats.pop(outcome.task.task_id, None)
             self._lost_leases.discard(outcome.task.task_id)
-            if len(self) >= self._max_batch:
-                self._wanted.notify_all()
+            self._wanted.notify_all()
 
     def send_message(self, run_id: str, message: ev.Message) -> None:
         """Write a message to a run's inbox with the next batch, and wait until it is written.
@@ -103,23 +122,29 @@ class ResultBuffer:
             if task.task_id in self._lost_leases:
                 return False
             self._heartbeats[task.task_id] = task
+            self._wanted.notify_all()
         if not self.background:
             self.flush()
         with self._lock:
             return task.task_id not in self._lost_leases
 
     def wait_for_work(self, timeout: float) -> None:
-        """Block until a batch is full, a sender waits, or ``timeout`` seconds passed."""
+        """Block until something is buffered, or ``timeout`` seconds passed.
+
+        The flusher writes whatever is there as soon as it is free: what arrives while a flush
+        is under way waits for the next one, so batches grow with the load by themselves (a
+        group commit) and a lone workflow waits for no batch to fill."""
         with self._lock:
-            if len(self) < self._max_batch and not self._messages:
+            if not len(self):
                 self._wanted.wait(timeout)
 
     def flush(self) -> int:
         """Write everything buffered; return how many items were written (applied or not)."""
         with self._flush_lock:
             with self._lock:
-                workflow_results, self._workflow_results = self._workflow_results, []
-                activity_outcomes, self._activity_outcomes = self._activity_outcomes, []
+                cap = self._max_batch
+                workflow_results, self._workflow_results = self._workflow_results[:cap], self._workflow_results[cap:]
+                activity_outcomes, self._activity_outcomes = self._activity_outcomes[:cap], self._activity_outcomes[cap:]
                 messages, self._messages = self._messages, []
                 heartbeats, self._heartbeats = list(self._heartbeats.values()), {}
             count = len(workflow_results) + len(activity_outcomes) + len(messages) + len(heartbeats)
@@ -127,6 +152,7 @@ class ResultBuffer:
                 return 0
             now = self._store.clock.now()
             started = time.perf_counter()
+            self._settled = not messages  # events sent to runs need their workflow tasks scheduled
             try:
                 if messages:
                     self._write_messages(messages, now)
@@ -137,11 +163,11 @@ class ResultBuffer:
                         self._lost_leases.update(t.task_id for t, ok in zip(heartbeats, held, strict=True) if not ok)
                     heartbeats = []
                 if activity_outcomes:
-                    applied = self._store.complete_activity_tasks(activity_outcomes, now)
+                    applied = self._complete_activities(activity_outcomes, now)
                     self._count_discarded("activity", [o.task.task_id for o in activity_outcomes], applied)
                     activity_outcomes = []
                 if workflow_results:
-                    applied = self._store.complete_workflow_tasks(workflow_results, now)
+                    applied = self._complete_workflows(workflow_results, now)
                     self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
                     if self._on_written is not None:
                         for (task, _result), ok in zip(workflow_results, applied, strict=True):
@@ -163,8 +189,43 @@ class ResultBuffer:
                 raise
             self._telemetry.flushed(count, time.perf_counter() - started)
             if self._on_flush is not None:
-                self._on_flush()
+                self._on_flush(not self._settled)
             return count
+
+    def _complete_activities(self, outcomes: list[ActivityOutcome], now: datetime) -> list[bool]:
+        """Write activity outcomes; with a dispatch, claim the workflow tasks they make due."""
+        dispatch = self.dispatch if self.background else None
+        claim = dispatch.workflow_claim() if dispatch is not None else None
+        if dispatch is None or claim is None:
+            self._settled = False
+            return self._store.complete_activity_tasks(outcomes, now)
+        applied, claimed = self._store.complete_activity_tasks_then_claim(outcomes, now, claim)
+        answered = sum(1 for outcome, ok in zip(outcomes, applied, strict=True) if ok and outcome.retry_at is None)
+        if len(claimed) < answered:
+            self._settled = False  # some runs that got an answer still need a workflow task
+        if claimed:
+            self._telemetry.tasks_claimed("workflow", len(claimed))
+            dispatch.workflows_claimed(claimed)
+        return applied
+
+    def _complete_workflows(self, results: list[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime) -> list[bool]:
+        """Write workflow results; with a dispatch, claim the activity tasks they make due."""
+        dispatch = self.dispatch if self.background else None
+        claim = dispatch.activity_claim() if dispatch is not None else None
+        if dispatch is None or claim is None:
+            self._settled = False
+            return self._store.complete_workflow_tasks(results, now)
+        claimed: list[ActivityTask] = []
+        try:
+            applied, claimed = self._store.complete_workflow_tasks_then_claim(results, now, claim)
+        finally:
+            dispatch.activities_claimed(claim, claimed)  # runs them, or frees the reservation
+        written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
+        if len(claimed) < sum(len(r.activity_tasks) for r in written) or any(r.child_runs or r.messages for r in written):
+            self._settled = False  # work for the scheduler or the pollers: other runs, unclaimed tasks
+        if claimed:
+            self._telemetry.tasks_claimed("activity", len(claimed))
+        return applied
 
     def _write_messages(self, messages: list[_PendingMessage], now: datetime) -> None:
         errors = self._store.send_messages([(p.run_id, p.message) for p in messages], now)

@@ -16,8 +16,9 @@ from typing import Any
 from dex.app.aio import AsyncEngineMixin
 from dex.app.buffer import ResultBuffer
 from dex.app.clock import VirtualClock
+from dex.app.dispatch import ActivitySlots, LocalDispatch
 from dex.app.info import RunInfo
-from dex.app.ports import QUEUE_KINDS, QueueInfo, RunFilter, RunRecord, Store, WorkflowTask
+from dex.app.ports import QUEUE_KINDS, ActivityTask, QueueInfo, RunFilter, RunRecord, Store, WorkflowTask
 from dex.app.registry import Registry
 from dex.app.runner import Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
@@ -40,6 +41,9 @@ from dex.serialization.history import encode_history
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 log = logging.getLogger("dex.engine")
+
+# the topics of the engine's wake-up calls (runner.Nudge)
+SCHEDULER, WORKFLOWS, ACTIVITIES, FLUSHER = "scheduler", "workflows", "activities", "flusher"
 
 
 class Engine(AsyncEngineMixin):
@@ -116,15 +120,20 @@ class Engine(AsyncEngineMixin):
         self._stopping = threading.Event()
         self._threads: list[PollingThread] = []
         self._pool: ThreadPoolExecutor | None = None
-        self._in_flight = 0  # activity attempts submitted to the pool and not yet done
-        self._in_flight_lock = threading.Lock()
+        self._slots = ActivitySlots(activity_concurrency)  # attempts reserved or running in the pool
+        self._wake_activities = threading.Event()  # replaced by the activity thread's channel on start
+        self._claim_activities = threading.Event()
+        self._claim_workflows = threading.Event()
+        self._claimed_at: dict[str, float] = {}
+        self._activity_backlog = False
         for definition in self.registry.workflows.values():
             adapter.ensure_queue(definition.queue, "workflow")
         for activity in self.registry.activities.values():
             adapter.ensure_queue(activity.queue, "activity")
 
-    def _flushed(self) -> None:
-        self._nudge()
+    def _flushed(self, unsettled: bool) -> None:
+        if unsettled:  # the flush left work for the scheduler or the pollers
+            self._nudge()
         with self._progress:  # wakes wait(): a run of ours may have just ended
             self._flushes += 1
             self._progress.notify_all()
@@ -164,7 +173,7 @@ class Engine(AsyncEngineMixin):
                 trace_context=trace_context,
             )
             run_id = self.store.create_run(str(uuid.uuid4()), created, self.store.clock.now())
-        self._nudge()
+        self._nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
         return run_id
 
     def _encode_all(self, args: Iterable[Any]) -> tuple[Any, ...]:
@@ -181,7 +190,7 @@ class Engine(AsyncEngineMixin):
         validate_name(event_id, "event id")
         message = ev.ExternalEventReceived(event_id=event_id, payload=self.converter.encode(payload))
         self.buffer.send_message(run_id, message)
-        self._nudge()
+        self._nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
 
     def cancel(self, run_id: str, reason: str = "") -> None:
         """Ask a run to stop at its next await and end CANCELLED."""
@@ -197,7 +206,7 @@ class Engine(AsyncEngineMixin):
 
     def _transition(self, run_id: str, target: RunStatus, message: ev.Message) -> None:
         self.store.request_transition(run_id, target, message, self.store.clock.now())
-        self._nudge()
+        self._nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
 
     def get_run(self, run_id: str) -> RunInfo:
         record = self.store.get_run(run_id)
@@ -277,9 +286,7 @@ class Engine(AsyncEngineMixin):
                 return info.result
             if info.status is RunStatus.FAILED:
                 assert info.failure is not None
-                raise WorkflowFailedError(
-                    f"run {run_id} failed: {describe_failure(info.failure)}", info.failure
-                )
+                raise WorkflowFailedError(f"run {run_id} failed: {describe_failure(info.failure)}", info.failure)
             if info.status is RunStatus.CANCELLED:
                 raise WorkflowCancelledError(f"run {run_id} was cancelled")
             if deadline is not None and time.monotonic() >= deadline:
@@ -341,56 +348,90 @@ class Engine(AsyncEngineMixin):
             prometheus.serve(metrics_port, metrics_addr)
         self._stopping.clear()
         self._pool = activity_pool(self._activity_concurrency)
+        wake_workflows = self._nudge.channel(WORKFLOWS)
+        self._wake_activities = self._nudge.channel(ACTIVITIES)
+        # set by nudges (not by work handed over): the queues may hold work for us
+        self._claim_workflows = self._nudge.channel(WORKFLOWS)
+        self._claim_activities = self._nudge.channel(ACTIVITIES)
+        self._claimed_at = {"workflow": float("-inf"), "activity": float("-inf")}
+        self.buffer.dispatch = LocalDispatch(
+            self.activity_worker,
+            self.workflow_worker,
+            self._slots,
+            self.node_id,
+            run_activity=self._run_activity,
+            wake_workflows=wake_workflows.set,
+            stopping=self._stopping,
+        )
         self.buffer.background = True
-        loops: list[tuple[str, Callable[[], int]]] = [
-            ("dex-scheduler", self._schedule_round),
-            ("dex-workflow-worker", self._workflow_round),
-            ("dex-activity-worker", self._activity_round),
-            ("dex-flusher", self._flush_round),
+        loops: list[tuple[str, Callable[[], int], threading.Event]] = [
+            ("dex-scheduler", self._schedule_round, self._nudge.channel(SCHEDULER)),
+            ("dex-workflow-worker", self._workflow_round, wake_workflows),
+            ("dex-activity-worker", self._activity_round, self._wake_activities),
+            ("dex-flusher", self._flush_round, self._nudge.channel(FLUSHER)),
         ]
-        for name, step in loops:
-            thread = PollingThread(name, step, self._nudge.channel(), self._stopping, interval=self._poll_interval)
+        for name, step, wake in loops:
+            thread = PollingThread(name, step, wake, self._stopping, interval=self._poll_interval)
             self._threads.append(thread)
             thread.start()
 
     def _schedule_round(self) -> int:
         if not self.leader.step():
             return 0
-        worked = self.workflow_scheduler.step() + self.activity_scheduler.step()
+        workflow_tasks = self.workflow_scheduler.step()
+        activity_tasks = self.activity_scheduler.step()
+        worked = workflow_tasks + activity_tasks
         self.maintenance.step()
         if self.telemetry and time.monotonic() - self._depths_reported_at >= 5:
             self._depths_reported_at = time.monotonic()
             self.telemetry.queue_depths(self.store.list_queues())
-        if worked:
-            self._nudge()
+        if workflow_tasks:
+            self._nudge(WORKFLOWS)
+        if activity_tasks:
+            self._nudge(ACTIVITIES)
         return worked
+
+    def _claim_due(self, kind: str, wanted: threading.Event) -> bool:
+        """Whether a round should claim from the queue: when nudged (someone made work due) or
+        once per poll interval (work made due elsewhere); work handed over needs no claim."""
+        now = time.monotonic()
+        if not wanted.is_set() and now - self._claimed_at[kind] < self._poll_interval:
+            return False
+        wanted.clear()
+        self._claimed_at[kind] = now
+        return True
 
     def _workflow_round(self) -> int:
-        worked = self.workflow_worker.poll_once()
-        if not worked:
-            self.buffer.flush()  # idle: do not make finished work wait for a full batch
-        return worked
+        return self.workflow_worker.poll_once(claim=self._claim_due("workflow", self._claim_workflows))
 
     def _activity_round(self) -> int:
-        # only this thread adds to _in_flight, so the free slots counted here stay free
-        free = self._activity_concurrency - self._in_flight
-        if free <= 0:
+        if not self._claim_due("activity", self._claim_activities):
             return 0
-        tasks = self.activity_worker.claim(free)
-        assert self._pool is not None
+        reserved = self._slots.reserve(self.activity_worker.batch_size)
+        if not reserved:
+            self._activity_backlog = True  # claim again as soon as a slot comes free
+            return 0
+        tasks: list[ActivityTask] = []
+        try:
+            tasks = self.activity_worker.claim(reserved)
+        finally:
+            self._slots.release(reserved - len(tasks))
+        self._activity_backlog = len(tasks) == reserved  # a full claim: there may be more
         for task in tasks:
-            with self._in_flight_lock:
-                self._in_flight += 1
-            future = self._pool.submit(self.activity_worker.run, task)
-            future.add_done_callback(lambda _f: self._activity_done())
-        if not tasks:
-            self.buffer.flush()
+            self._run_activity(task)
         return len(tasks)
 
+    def _run_activity(self, task: ActivityTask) -> None:
+        """Run a claimed attempt in the pool; its slot is reserved already."""
+        assert self._pool is not None
+        future = self._pool.submit(self.activity_worker.run, task)
+        future.add_done_callback(lambda _f: self._activity_done())
+
     def _activity_done(self) -> None:
-        with self._in_flight_lock:
-            self._in_flight -= 1
-        self._nudge()
+        self._slots.release()
+        if self._activity_backlog:  # a slot came free and work may be waiting for one
+            self._claim_activities.set()
+            self._wake_activities.set()
 
     def _flush_round(self) -> int:
         self.buffer.wait_for_work(self._poll_interval)
@@ -408,6 +449,9 @@ class Engine(AsyncEngineMixin):
             self._pool = None
         self.buffer.background = False
         try:
+            # tasks a last completion claimed for us after the workflow thread left
+            while self.workflow_worker.poll_once(claim=False):
+                pass
             self.buffer.flush()
         except Exception:  # the store is down: what is unwritten comes back when its leases expire
             log.exception("the final flush failed; unwritten results will be redone after their leases expire")

@@ -130,6 +130,23 @@ class ActivityOutcome:
 
 
 @attrs.frozen(kw_only=True)
+class Claim:
+    """A claim made in the same transaction as a completion ("complete, then claim").
+
+    A completion that makes work due (activity tasks, messages to runs) may claim up to
+    ``limit`` tasks named in ``names`` for ``owner`` before it commits, under the ordinary
+    claim rules (priority, pause, capacity, ``SKIP LOCKED``): the engine that wrote the
+    completion runs the next step at once, without a claim transaction or a poll interval of
+    its own. ``lease`` is the workflow-task lease (activity tasks use their ``lock_timeout``).
+    """
+
+    names: frozenset[str]
+    owner: str
+    limit: int
+    lease: timedelta = timedelta(seconds=10)
+
+
+@attrs.frozen(kw_only=True)
 class QueueInfo:
     """A task queue: ``kind`` is "workflow" or "activity"; ``status`` "ACTIVE" or "PAUSED"."""
 
@@ -209,13 +226,23 @@ class WorkflowTaskQueue(Protocol):
         """Apply each result while its lease holds and its history is unchanged; False: discarded."""
         ...
 
+    def complete_workflow_tasks_then_claim(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim
+    ) -> tuple[list[bool], list[ActivityTask]]:
+        """``complete_workflow_tasks``, then, in the same transaction, make the activity tasks
+        it created claimable (the scheduler's rules permitting) and claim activity tasks for
+        ``claim.owner``; the claimed tasks come back with the applied flags."""
+        ...
+
 
 class ActivityTaskQueue(Protocol):
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
         """Make visible activity tasks claimable, capacity and pause permitting."""
         ...
 
-    def claim_activity_tasks(self, names: Collection[str], owner: str, now: datetime, limit: int) -> list[ActivityTask]: ...
+    def claim_activity_tasks(
+        self, names: Collection[str], owner: str, now: datetime, limit: int
+    ) -> list[ActivityTask]: ...
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
         """Heartbeats: push each lease ``lock_timeout`` past now, if still held."""
@@ -223,6 +250,14 @@ class ActivityTaskQueue(Protocol):
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
         """Apply each outcome while its lease holds; False: discarded."""
+        ...
+
+    def complete_activity_tasks_then_claim(
+        self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim
+    ) -> tuple[list[bool], list[WorkflowTask]]:
+        """``complete_activity_tasks``, then, in the same transaction, schedule workflow tasks
+        for the runs it sent messages to (the scheduler's rules permitting) and claim workflow
+        tasks for ``claim.owner`` under ``claim.lease``."""
         ...
 
 

@@ -16,19 +16,24 @@ log = logging.getLogger("dex.runner")
 
 
 class Nudge:
-    """A wake-up call shared by the pollers of one engine."""
+    """A wake-up call shared by the pollers of one engine.
+
+    Each channel has a topic; a nudge with topics wakes only the channels of those topics
+    (a started run concerns the scheduler, not the activity worker), one without wakes all.
+    """
 
     def __init__(self) -> None:
-        self._events: list[threading.Event] = []
+        self._events: list[tuple[str, threading.Event]] = []
 
-    def channel(self) -> threading.Event:
+    def channel(self, topic: str = "") -> threading.Event:
         event = threading.Event()
-        self._events.append(event)
+        self._events.append((topic, event))
         return event
 
-    def __call__(self) -> None:
-        for event in self._events:
-            event.set()
+    def __call__(self, *topics: str) -> None:
+        for topic, event in self._events:
+            if not topics or topic in topics:
+                event.set()
 
 
 class PollingThread:

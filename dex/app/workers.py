@@ -115,13 +115,43 @@ class WorkflowWorker:
         # keyed by claim (task id, lease version): a node may hold two claims of one task
         self._unwritten: dict[tuple[int, int], tuple[WorkflowExecutor, int]] = {}
         self._unwritten_lock = threading.Lock()
+        # tasks claimed for us by a completion ("complete, then claim"), waiting to be run
+        self._handed: list[WorkflowTask] = []
+        self._handed_lock = threading.Lock()
 
-    def poll_once(self) -> int:
-        """Claim and execute up to one batch of workflow tasks; return how many ran."""
+    @property
+    def names(self) -> frozenset[str]:
+        return self._names
+
+    @property
+    def lease(self) -> timedelta:
+        return self._lease
+
+    def room(self) -> int:
+        """How many more tasks the next round takes beyond those already handed to it."""
+        with self._handed_lock:
+            return max(0, self._batch_size - len(self._handed))
+
+    def hand(self, tasks: Sequence[WorkflowTask]) -> None:
+        """Tasks already claimed for this worker: the next round runs them without a claim."""
+        with self._handed_lock:
+            self._handed.extend(tasks)
+
+    def poll_once(self, claim: bool = True) -> int:
+        """Execute up to one batch of workflow tasks (handed ones first, then, with ``claim``,
+        claimed ones); return how many ran."""
         if not self._names:
             return 0
-        now = self._store.clock.now()
-        tasks = self._store.claim_workflow_tasks(self._names, self._node_id, now, self._lease, self._batch_size)
+        with self._handed_lock:
+            tasks, self._handed = self._handed[: self._batch_size], self._handed[self._batch_size :]
+        if claim and len(tasks) < self._batch_size:
+            now = self._store.clock.now()
+            claimed = self._store.claim_workflow_tasks(
+                self._names, self._node_id, now, self._lease, self._batch_size - len(tasks)
+            )
+            if claimed:
+                self._telemetry.tasks_claimed("workflow", len(claimed))
+            tasks += claimed
         if not tasks:
             return 0
         # one round trip loads the whole batch: the tails after cached executors, else whole histories
@@ -129,7 +159,6 @@ class WorkflowWorker:
         cached = [self.cache.take(task.run_id) for task in tasks]
         requests = [(task, entry[1] if entry is not None else 0) for task, entry in zip(tasks, cached, strict=True)]
         loaded = self._store.load_workflow_tasks(requests, now)
-        self._telemetry.tasks_claimed("workflow", len(tasks))
         for task, entry, item in zip(tasks, cached, loaded, strict=True):
             started = time.perf_counter()
             result = self.execute(task, preloaded=(entry, item, now))
@@ -308,6 +337,14 @@ class ActivityWorker:
         self._node_id, self._rng, self._async, self._batch_size = node_id, rng, async_runner, batch_size
         self._names = frozenset(registry.activities)
         self._rng_lock = threading.Lock()
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self._names
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
 
     def claim(self, limit: int | None = None) -> list[ActivityTask]:
         if not self._names:

@@ -28,6 +28,7 @@ from dex.app.ports import (
     WORKFLOW,
     ActivityOutcome,
     ActivityTask,
+    Claim,
     Clock,
     QueueInfo,
     RunFilter,
@@ -212,9 +213,7 @@ class InMemoryAdapter:
             ready = [
                 t
                 for t in self._workflow_tasks.values()
-                if t.workflow_name in names
-                and not t.lease.held(now)
-                and not self._queue(t.queue, WORKFLOW).paused
+                if t.workflow_name in names and not t.lease.held(now) and not self._queue(t.queue, WORKFLOW).paused
             ]
             ready.sort(key=lambda t: (-t.priority, t.task_id))
             claimed = []
@@ -256,6 +255,16 @@ class InMemoryAdapter:
     ) -> list[bool]:
         with self._lock:
             return [self._complete_workflow_task(task, result, now) for task, result in results]
+
+    def complete_workflow_tasks_then_claim(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim
+    ) -> tuple[list[bool], list[ActivityTask]]:
+        with self._lock:
+            applied = self.complete_workflow_tasks(results, now)
+            if not any(result.activity_tasks for (_task, result), ok in zip(results, applied, strict=True) if ok):
+                return applied, []
+            self.schedule_activity_tasks(now, _DISPATCH_BATCH)
+            return applied, self.claim_activity_tasks(claim.names, claim.owner, now, claim.limit)
 
     def _complete_workflow_task(self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime) -> bool:
         row_task = self._workflow_tasks.get(task.task_id)
@@ -375,6 +384,16 @@ class InMemoryAdapter:
         with self._lock:
             return [self._complete_activity_task(outcome, now) for outcome in outcomes]
 
+    def complete_activity_tasks_then_claim(
+        self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim
+    ) -> tuple[list[bool], list[WorkflowTask]]:
+        with self._lock:
+            applied = self.complete_activity_tasks(outcomes, now)
+            if not any(ok and outcome.retry_at is None for outcome, ok in zip(outcomes, applied, strict=True)):
+                return applied, []
+            self.schedule_workflow_tasks(now, _DISPATCH_BATCH)
+            return applied, self.claim_workflow_tasks(claim.names, claim.owner, now, claim.lease, claim.limit)
+
     def _complete_activity_task(self, outcome: ActivityOutcome, now: datetime) -> bool:
         row = self._activity_tasks.get(outcome.task.task_id)
         if row is None or not row.lease.is_(outcome.task.lease):
@@ -476,6 +495,9 @@ class InMemoryAdapter:
 # what a run's inbox keeps when it continues as new: events and requests addressed to the run
 # (timers and activity results belong to the old generation)
 _SURVIVE_CONTINUE_AS_NEW = (ev.ExternalEventReceived, ev.RunCancelled, ev.RunSuspended, ev.RunResumed)
+
+
+_DISPATCH_BATCH = 256  # as many as the PostgreSQL adapter schedules inside a completion
 
 
 def _check_queue(name: str, kind: str, capacity: int) -> None:

@@ -34,6 +34,7 @@ from dex.app.ports import (
     WORKFLOW,
     ActivityOutcome,
     ActivityTask,
+    Claim,
     Clock,
     QueueInfo,
     RunFilter,
@@ -136,10 +137,13 @@ class PostgresAdapter:
             raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
 
     @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection]:
+    def _transaction(self, pipeline: bool = False) -> Iterator[psycopg.Connection]:
+        """A transaction; with ``pipeline``, statements whose results are not read are sent
+        without waiting for each answer (psycopg's pipeline mode: fewer network round trips)."""
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                yield conn
+            with self._pool.connection() as conn:
+                with conn.pipeline() if pipeline else contextlib.nullcontext(), conn.transaction():
+                    yield conn
         except PoolTimeout as exc:
             # no connection came free, or none could be made: the server is down or overloaded
             raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
@@ -201,20 +205,34 @@ class PostgresAdapter:
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
     ) -> list[bool]:
+        return self._complete_workflow_tasks(results, now, None)[0]
+
+    def complete_workflow_tasks_then_claim(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim
+    ) -> tuple[list[bool], list[ActivityTask]]:
+        return self._complete_workflow_tasks(results, now, claim)
+
+    def _complete_workflow_tasks(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim | None
+    ) -> tuple[list[bool], list[ActivityTask]]:
         # queues the results start using get their rows and partitions first, in transactions
         # of their own (DDL), so that the batch itself only inserts rows
         needed = [(spec.queue, ACTIVITY) for _, result in results for spec in result.activity_tasks]
         needed += [(child.created.queue, WORKFLOW) for _, result in results for child in result.child_runs]
         self._ensure_queues(needed)
-        with self._transaction() as conn:
+        with self._transaction(pipeline=True) as conn:
             applied = completion.complete_workflow_tasks(conn, self._q, results, now)
             written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
             # dispatch what this batch made due in the same transaction (see _dispatch_now)
-            if any(result.activity_tasks for result in written):
+            made_activities = any(result.activity_tasks for result in written)
+            if made_activities:
                 self._dispatch_now(conn, activity_tasks.schedule_activity_tasks, LOCK_SCHEDULE_ACTIVITIES, now)
             if any(result.child_runs or result.messages for result in written):
                 self._dispatch_now(conn, workflow_tasks.schedule_workflow_tasks, LOCK_SCHEDULE_WORKFLOWS, now)
-            return applied
+            claimed: list[ActivityTask] = []
+            if claim is not None and made_activities:
+                claimed = activity_tasks.claim_activity_tasks(conn, self._q, claim.names, claim.owner, now, claim.limit)
+            return applied, claimed
 
     # -- activity tasks ------------------------------------------------------------------------
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
@@ -230,11 +248,27 @@ class PostgresAdapter:
             return activity_tasks.extend_activity_leases(conn, self._q, tasks, now)
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
-        with self._transaction() as conn:
+        return self._complete_activity_tasks(outcomes, now, None)[0]
+
+    def complete_activity_tasks_then_claim(
+        self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim
+    ) -> tuple[list[bool], list[WorkflowTask]]:
+        return self._complete_activity_tasks(outcomes, now, claim)
+
+    def _complete_activity_tasks(
+        self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim | None
+    ) -> tuple[list[bool], list[WorkflowTask]]:
+        with self._transaction(pipeline=True) as conn:
             applied = activity_tasks.complete_activity_tasks(conn, self._q, outcomes, now)
-            if any(ok and outcome.retry_at is None for outcome, ok in zip(outcomes, applied, strict=True)):
+            messages = any(ok and outcome.retry_at is None for outcome, ok in zip(outcomes, applied, strict=True))
+            if messages:
                 self._dispatch_now(conn, workflow_tasks.schedule_workflow_tasks, LOCK_SCHEDULE_WORKFLOWS, now)
-            return applied
+            claimed: list[WorkflowTask] = []
+            if claim is not None and messages:
+                claimed = workflow_tasks.claim_workflow_tasks(
+                    conn, self._q, claim.names, claim.owner, now, claim.lease, claim.limit
+                )
+            return applied, claimed
 
     def _dispatch_now(
         self,
