@@ -172,8 +172,24 @@ class Engine(AsyncEngineMixin):
                 random_seed=self._rng.getrandbits(64),
                 trace_context=trace_context,
             )
+            run_id = self._create_run(created)
+        return run_id
+
+    def _create_run(self, created: ev.RunCreated) -> str:
+        """Create the run; on a started engine, claim its first workflow task at once if it may
+        be scheduled straight away (else the scheduler creates it, and wakes a worker)."""
+        dispatch = self.buffer.dispatch if self.buffer.background else None
+        claim = dispatch.start_claim() if dispatch is not None else None
+        if dispatch is None or claim is None:
             run_id = self.store.create_run(str(uuid.uuid4()), created, self.store.clock.now())
-        self._nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
+            self._nudge(SCHEDULER)
+            return run_id
+        run_id, claimed = self.store.create_run_then_claim(str(uuid.uuid4()), created, self.store.clock.now(), claim)
+        if claimed:
+            self.telemetry.tasks_claimed("workflow", len(claimed))
+            dispatch.workflows_claimed(claimed)
+        else:
+            self._nudge(SCHEDULER)
         return run_id
 
     def _encode_all(self, args: Iterable[Any]) -> tuple[Any, ...]:
@@ -434,8 +450,11 @@ class Engine(AsyncEngineMixin):
             self._wake_activities.set()
 
     def _flush_round(self) -> int:
+        # the buffer's own wait is the flusher's idle wait: report work always, so that the
+        # polling thread comes straight back to it instead of sleeping on its wake-up channel
         self.buffer.wait_for_work(self._poll_interval)
-        return self.buffer.flush()
+        self.buffer.flush()
+        return 1
 
     def stop(self, timeout: float = 30) -> None:
         """Stop polling, let in-flight tasks finish, flush buffers, release leadership."""

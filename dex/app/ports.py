@@ -165,6 +165,16 @@ class RunStore(Protocol):
         """
         ...
 
+    def create_run_then_claim(
+        self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
+    ) -> tuple[str, list[WorkflowTask]]:
+        """``create_run``, and in the same transaction, when the run may be scheduled at once
+        (no concurrency key, its queue active with a free slot, its workflow among
+        ``claim.names``, no scheduler at work), create its first workflow task already claimed
+        for ``claim.owner``; the claimed task comes back with the id (else the scheduler
+        schedules the run as usual)."""
+        ...
+
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:

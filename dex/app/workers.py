@@ -128,9 +128,14 @@ class WorkflowWorker:
         return self._lease
 
     def room(self) -> int:
-        """How many more tasks the next round takes beyond those already handed to it."""
+        """How many more tasks may be handed to this worker (up to four rounds' worth wait)."""
         with self._handed_lock:
-            return max(0, self._batch_size - len(self._handed))
+            return max(0, 4 * self._batch_size - len(self._handed))
+
+    def backlog(self) -> int:
+        """How many handed tasks wait for a round."""
+        with self._handed_lock:
+            return len(self._handed)
 
     def hand(self, tasks: Sequence[WorkflowTask]) -> None:
         """Tasks already claimed for this worker: the next round runs them without a claim."""

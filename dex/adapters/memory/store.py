@@ -74,6 +74,28 @@ class InMemoryAdapter:
             self._insert_run(run_id, created, now)
             return run_id
 
+    def create_run_then_claim(
+        self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
+    ) -> tuple[str, list[WorkflowTask]]:
+        with self._lock:
+            got = self.create_run(run_id, created, now)
+            if got != run_id or created.concurrency_key is not None or created.workflow_name not in claim.names:
+                return got, []
+            queue = self._queue(created.queue, WORKFLOW)
+            if queue.paused or self._active_workflow_tasks(queue.name) >= queue.capacity:
+                return got, []
+            task = WorkflowTaskRow(
+                task_id=next(self._ids),
+                run_id=run_id,
+                workflow_name=created.workflow_name,
+                queue=queue.name,
+                priority=created.priority,
+            )
+            self._workflow_tasks[task.task_id] = task
+            self._workflow_task_of_run[run_id] = task.task_id
+            task.lease.take(claim.owner, now + claim.lease)
+            return got, [task.claimed()]
+
     def _find_live_instance(self, instance_id: str | None) -> str | None:
         if instance_id is None:
             return None

@@ -152,7 +152,14 @@ class PostgresAdapter:
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         self._ensure_queues([(created.queue, WORKFLOW)])
         with self._statement() as conn:  # one statement per attempt; see runs.create_run
-            return runs.create_run(conn, self._q, run_id, created, now)
+            return runs.create_run(conn, self._q, run_id, created, now)[0]
+
+    def create_run_then_claim(
+        self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
+    ) -> tuple[str, list[WorkflowTask]]:
+        self._ensure_queues([(created.queue, WORKFLOW)])
+        with self._statement() as conn:
+            return runs.create_run(conn, self._q, run_id, created, now, claim)
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._statement() as conn:

@@ -17,26 +17,52 @@ from psycopg import sql
 
 from dex.adapters.postgres.rows import (
     RUN_COLUMNS,
+    WORKFLOW_TASK_COLUMNS,
     history_row,
     inbox_row,
     insert_inbox,
     labels_json,
     run_record,
+    workflow_task,
 )
-from dex.adapters.postgres.schema import LIVE, TERMINAL, Statements
-from dex.app.ports import RunFilter, RunRecord
+from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, TERMINAL, Statements
+from dex.app.ports import Claim, RunFilter, RunRecord, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, transition
 
 
-def create_run(conn: psycopg.Connection, q: Statements, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+def create_run(
+    conn: psycopg.Connection,
+    q: Statements,
+    run_id: str,
+    created: ev.RunCreated,
+    now: datetime,
+    claim: Claim | None = None,
+) -> tuple[str, list[WorkflowTask]]:
     """Insert a run with history ``[RunCreated]`` and inbox ``[RunStarted]``, or return the id
     of the live run that already has this instance id.
 
     One statement (the history and inbox rows are inserted by data-modifying CTEs from the
     runs row the first one returned), so it is atomic on its own and costs one round trip.
+    With ``claim``, a further CTE inserts the run's first workflow task already claimed for
+    ``claim.owner`` when the scheduler would create it at once anyway: no concurrency key,
+    the queue active with a free slot, and the scheduler's lock free (tried, never waited
+    for, as in a completion's dispatch; while a scheduler runs, it counts the slots).
     """
+    task_cte = ""
+    if claim is not None:
+        task_cte = (
+            ", t AS (INSERT INTO {s}.workflow_tasks (queue, run_id, workflow_name, priority, locked_by,"
+            "  locked_until, lock_version)"
+            " SELECT r.queue, r.run_id, r.workflow_name, r.priority, %(owner)s, %(until)s, 1"
+            " FROM r JOIN {s}.queues qu ON qu.name = r.queue AND qu.kind = 'workflow'"
+            " WHERE r.concurrency_key IS NULL AND NOT qu.paused AND r.workflow_name = ANY(%(names)s)"
+            "  AND (SELECT count(*) FROM {s}.workflow_tasks w WHERE w.queue = r.queue) < qu.capacity"
+            "  AND pg_try_advisory_xact_lock(%(lock)s, hashtext(%(schema)s))"
+            " RETURNING " + WORKFLOW_TASK_COLUMNS + ")"
+        )
+    returning = " SELECT r.run_id" + (", t.*  FROM r LEFT JOIN t ON true" if claim is not None else " FROM r")
     _run, _seq, event = history_row(run_id, ev.HistoryEvent(sequence_number=1, timestamp=now, event=created))
     _run, kind, message, _visible = inbox_row(run_id, ev.RunStarted(), now)
     for _ in range(10):
@@ -52,11 +78,10 @@ def create_run(conn: psycopg.Connection, q: Statements, run_id: str, created: ev
                     # run with this instance id wins, and an insert racing with ours waits
                     " ON CONFLICT (instance_id) WHERE instance_id IS NOT NULL AND status IN "
                     + LIVE
-                    + " DO NOTHING RETURNING run_id),"
+                    + " DO NOTHING RETURNING run_id, queue, workflow_name, priority, concurrency_key),"
                     " h AS (INSERT INTO {s}.history (run_id, seq, event) SELECT run_id, 1, %(event)s FROM r),"
                     " i AS (INSERT INTO {s}.inbox (run_id, kind, message, visible_from)"
-                    "  SELECT run_id, %(kind)s, %(message)s, %(now)s FROM r)"
-                    " SELECT run_id FROM r"
+                    "  SELECT run_id, %(kind)s, %(message)s, %(now)s FROM r)" + task_cte + returning
                 ),
                 {
                     "run": run_id,
@@ -71,18 +96,24 @@ def create_run(conn: psycopg.Connection, q: Statements, run_id: str, created: ev
                     "event": event,
                     "kind": kind,
                     "message": message,
+                    "owner": claim.owner if claim is not None else None,
+                    "until": now + claim.lease if claim is not None else None,
+                    "names": sorted(claim.names) if claim is not None else None,
+                    "lock": LOCK_SCHEDULE_WORKFLOWS,
+                    "schema": q.schema,
                 },
             ).fetchone()
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"run {run_id} exists already") from None
         if inserted is not None:
-            return run_id
+            claimed = [workflow_task(inserted[1:])] if claim is not None and inserted[1] is not None else []
+            return run_id, claimed
         existing = conn.execute(
             q("SELECT run_id FROM {s}.runs WHERE instance_id = %s AND status IN " + LIVE),
             [created.instance_id],
         ).fetchone()
         if existing is not None:
-            return str(existing[0])
+            return str(existing[0]), []
         # the clashing run ended between our insert and our select: try again
     raise InvalidStateError(f"instance id {created.instance_id!r} is contended; try again")
 
