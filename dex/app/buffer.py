@@ -130,6 +130,11 @@ class ResultBuffer:
         with self._lock:
             return task.task_id not in self._lost_leases
 
+    def wake(self) -> None:
+        """End a ``wait_for_work`` early (the engine stops)."""
+        with self._lock:
+            self._wanted.notify_all()
+
     def wait_for_work(self, timeout: float) -> None:
         """Block until something is buffered, or ``timeout`` seconds passed.
 

@@ -461,6 +461,7 @@ class Engine(AsyncEngineMixin):
         deadline = time.monotonic() + timeout
         self._stopping.set()
         self._nudge()
+        self.buffer.wake()
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         if self._pool is not None:
