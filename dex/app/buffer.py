@@ -18,12 +18,15 @@ from typing import Protocol
 
 import attrs
 
-from dex.app.ports import ActivityOutcome, ActivityTask, Claim, Store, WorkflowTask
+from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, Claim, Store, WorkflowTask
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
 from dex.domain.task import WorkflowTaskResult
 
 log = logging.getLogger("dex.buffer")
+
+SCHEDULING = "scheduling"
+EVERYTHING = frozenset({WORKFLOW, ACTIVITY, SCHEDULING})
 
 
 class Dispatch(Protocol):
@@ -65,7 +68,7 @@ class ResultBuffer:
         store: Store,
         *,
         max_batch: int = 256,
-        on_flush: Callable[[bool], None] | None = None,
+        on_flush: Callable[[frozenset[str]], None] | None = None,
         on_written: Callable[[WorkflowTask, bool], None] | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
@@ -86,7 +89,9 @@ class ResultBuffer:
         self.discarded = 0
         # set by a started engine: completions then claim the next tasks in their own transaction
         self.dispatch: Dispatch | None = None
-        self._settled = True  # the last flush's claims took all the work it made due
+        # what the flush under way made due and did not claim: WORKFLOW / ACTIVITY tasks for
+        # the pollers, SCHEDULING for the scheduler (reported to on_flush)
+        self._left: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._workflow_results) + len(self._activity_outcomes) + len(self._messages) + len(self._heartbeats)
@@ -159,7 +164,7 @@ class ResultBuffer:
                 return 0
             now = self._store.clock.now()
             started = time.perf_counter()
-            self._settled = not messages  # events sent to runs need their workflow tasks scheduled
+            self._left = {SCHEDULING} if messages else set()  # sent events need workflow tasks
             try:
                 if messages:
                     self._write_messages(messages, now)
@@ -196,7 +201,7 @@ class ResultBuffer:
                 raise
             self._telemetry.flushed(count, time.perf_counter() - started)
             if self._on_flush is not None:
-                self._on_flush(not self._settled)
+                self._on_flush(frozenset(self._left))
             return count
 
     def _complete_activities(self, outcomes: list[ActivityOutcome], now: datetime) -> list[bool]:
@@ -204,12 +209,12 @@ class ResultBuffer:
         dispatch = self.dispatch if self.background else None
         claim = dispatch.workflow_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
-            self._settled = False
+            self._left.update(EVERYTHING)
             return self._store.complete_activity_tasks(outcomes, now)
         applied, claimed = self._store.complete_activity_tasks_then_claim(outcomes, now, claim)
         answered = sum(1 for outcome, ok in zip(outcomes, applied, strict=True) if ok and outcome.retry_at is None)
         if len(claimed) < answered:
-            self._settled = False  # some runs that got an answer still need a workflow task
+            self._left.add(WORKFLOW)  # runs that got an answer and whose task we did not claim
         if claimed:
             self._telemetry.tasks_claimed("workflow", len(claimed))
             dispatch.workflows_claimed(claimed)
@@ -220,7 +225,7 @@ class ResultBuffer:
         dispatch = self.dispatch if self.background else None
         claim = dispatch.activity_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
-            self._settled = False
+            self._left.update(EVERYTHING)
             return self._store.complete_workflow_tasks(results, now)
         claimed: list[ActivityTask] = []
         try:
@@ -228,8 +233,10 @@ class ResultBuffer:
         finally:
             dispatch.activities_claimed(claim, claimed)  # runs them, or frees the reservation
         written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
-        if len(claimed) < sum(len(r.activity_tasks) for r in written) or any(r.child_runs or r.messages for r in written):
-            self._settled = False  # work for the scheduler or the pollers: other runs, unclaimed tasks
+        if len(claimed) < sum(len(r.activity_tasks) for r in written):
+            self._left.add(ACTIVITY)  # activity tasks we had no room for
+        if any(r.child_runs or r.messages for r in written):
+            self._left.add(WORKFLOW)  # other runs (children, parents) got work
         if claimed:
             self._telemetry.tasks_claimed("activity", len(claimed))
         return applied

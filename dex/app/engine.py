@@ -14,11 +14,21 @@ from types import TracebackType
 from typing import Any
 
 from dex.app.aio import AsyncEngineMixin
-from dex.app.buffer import ResultBuffer
+from dex.app.buffer import SCHEDULING, ResultBuffer
 from dex.app.clock import VirtualClock
 from dex.app.dispatch import ActivitySlots, LocalDispatch
 from dex.app.info import RunInfo
-from dex.app.ports import QUEUE_KINDS, ActivityTask, QueueInfo, RunFilter, RunRecord, Store, WorkflowTask
+from dex.app.ports import (
+    ACTIVITY,
+    QUEUE_KINDS,
+    WORKFLOW,
+    ActivityTask,
+    QueueInfo,
+    RunFilter,
+    RunRecord,
+    Store,
+    WorkflowTask,
+)
 from dex.app.registry import Registry
 from dex.app.runner import Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
@@ -131,9 +141,15 @@ class Engine(AsyncEngineMixin):
         for activity in self.registry.activities.values():
             adapter.ensure_queue(activity.queue, "activity")
 
-    def _flushed(self, unsettled: bool) -> None:
-        if unsettled:  # the flush left work for the scheduler or the pollers
-            self._nudge()
+    def _flushed(self, left: frozenset[str]) -> None:
+        # wake whoever has work the flush made due and did not claim for us; the leader's
+        # scheduler also catches, within its poll interval, what a completion could not
+        # schedule itself (its dispatch found the scheduler's lock taken)
+        topics = [topic for kind, topic in _LEFT_TO_TOPIC if kind in left]
+        if topics:
+            self._nudge(*topics)
+        if ACTIVITY in left:
+            self._activity_backlog = True
         with self._progress:  # wakes wait(): a run of ours may have just ended
             self._flushes += 1
             self._progress.notify_all()
@@ -510,6 +526,9 @@ class Engine(AsyncEngineMixin):
 
     def list_queues(self) -> list[QueueInfo]:
         return self.store.list_queues()
+
+
+_LEFT_TO_TOPIC = ((WORKFLOW, WORKFLOWS), (ACTIVITY, ACTIVITIES), (SCHEDULING, SCHEDULER))
 
 
 def _kind(kind: str) -> str:
