@@ -9,6 +9,7 @@ run, while concurrent senders share one write.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -26,6 +27,8 @@ from dex.domain.task import WorkflowTaskResult
 log = logging.getLogger("dex.buffer")
 
 SCHEDULING = "scheduling"
+# the two lanes a started engine flushes in parallel (see ResultBuffer.flush)
+ACTIVITY_LANE, WORKFLOW_LANE = "activity outcomes", "workflow results"
 EVERYTHING = frozenset({WORKFLOW, ACTIVITY, SCHEDULING})
 
 
@@ -78,7 +81,7 @@ class ResultBuffer:
         self._max_batch = max_batch
         self._on_flush = on_flush
         self._lock = threading.Lock()
-        self._flush_lock = threading.Lock()
+        self._flush_locks = {ACTIVITY_LANE: threading.Lock(), WORKFLOW_LANE: threading.Lock()}
         self._wanted = threading.Condition(self._lock)
         self._workflow_results: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
         self._activity_outcomes: list[ActivityOutcome] = []
@@ -89,9 +92,6 @@ class ResultBuffer:
         self.discarded = 0
         # set by a started engine: completions then claim the next tasks in their own transaction
         self.dispatch: Dispatch | None = None
-        # what the flush under way made due and did not claim: WORKFLOW / ACTIVITY tasks for
-        # the pollers, SCHEDULING for the scheduler (reported to on_flush)
-        self._left: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._workflow_results) + len(self._activity_outcomes) + len(self._messages) + len(self._heartbeats)
@@ -140,92 +140,119 @@ class ResultBuffer:
         with self._lock:
             self._wanted.notify_all()
 
-    def wait_for_work(self, timeout: float) -> None:
-        """Block until something is buffered, or ``timeout`` seconds passed.
+    def wait_for_work(self, timeout: float, lane: str | None = None) -> None:
+        """Block until something is buffered (in ``lane``, if given), or ``timeout`` seconds passed.
 
-        The flusher writes whatever is there as soon as it is free: what arrives while a flush
+        A flusher writes whatever is there as soon as it is free: what arrives while a flush
         is under way waits for the next one, so batches grow with the load by themselves (a
         group commit) and a lone workflow waits for no batch to fill."""
         with self._lock:
-            if not len(self):
+            if not self._pending(lane):
                 self._wanted.wait(timeout)
 
-    def flush(self) -> int:
-        """Write everything buffered; return how many items were written (applied or not)."""
-        with self._flush_lock:
-            with self._lock:
-                cap = self._max_batch
-                workflow_results, self._workflow_results = self._workflow_results[:cap], self._workflow_results[cap:]
-                activity_outcomes, self._activity_outcomes = self._activity_outcomes[:cap], self._activity_outcomes[cap:]
-                messages, self._messages = self._messages, []
-                heartbeats, self._heartbeats = list(self._heartbeats.values()), {}
-            count = len(workflow_results) + len(activity_outcomes) + len(messages) + len(heartbeats)
-            if not count:
-                return 0
-            now = self._store.clock.now()
-            started = time.perf_counter()
-            self._left = {SCHEDULING} if messages else set()  # sent events need workflow tasks
-            try:
-                if messages:
-                    self._write_messages(messages, now)
-                    messages = []
-                if heartbeats:
-                    held = self._store.extend_activity_leases(heartbeats, now)
-                    with self._lock:
-                        self._lost_leases.update(t.task_id for t, ok in zip(heartbeats, held, strict=True) if not ok)
-                    heartbeats = []
-                if activity_outcomes:
-                    applied = self._complete_activities(activity_outcomes, now)
-                    self._count_discarded("activity", [o.task.task_id for o in activity_outcomes], applied)
-                    activity_outcomes = []
-                if workflow_results:
-                    applied = self._complete_workflows(workflow_results, now)
-                    self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
-                    if self._on_written is not None:
-                        for (task, _result), ok in zip(workflow_results, applied, strict=True):
-                            self._on_written(task, ok)
-            except Exception as exc:
-                # The store may be restarting. Keep what was not written and send it again with
-                # the next flush: if a write did land after all, its lease check discards the
-                # repeat. Senders of events are told now; they decide whether to retry.
-                with self._lock:
-                    self._workflow_results[:0] = workflow_results
-                    self._activity_outcomes[:0] = activity_outcomes
-                    for beat in heartbeats:
-                        self._heartbeats.setdefault(beat.task_id, beat)
-                for pending in messages:
-                    if not pending.written.is_set():
-                        pending.error = exc
-                        pending.written.set()
-                log.warning("flushing %d buffered writes failed (%s); they will be sent again", count, exc)
-                raise
-            self._telemetry.flushed(count, time.perf_counter() - started)
-            if self._on_flush is not None:
-                self._on_flush(frozenset(self._left))
-            return count
+    def _pending(self, lane: str | None) -> int:
+        if lane == ACTIVITY_LANE:
+            return len(self._activity_outcomes) + len(self._heartbeats)
+        if lane == WORKFLOW_LANE:
+            return len(self._workflow_results) + len(self._messages)
+        return len(self)
 
-    def _complete_activities(self, outcomes: list[ActivityOutcome], now: datetime) -> list[bool]:
+    def flush(self, lane: str | None = None) -> int:
+        """Write everything buffered (only ``lane``'s kinds, if given); return how many items
+        were written (applied or not).
+
+        The two lanes — activity outcomes and heartbeats; events and workflow results — are
+        separate transactions anyway, so a started engine flushes them from two threads at
+        once; each lane has its own lock, and a flush without a lane takes both."""
+        lanes = (ACTIVITY_LANE, WORKFLOW_LANE) if lane is None else (lane,)
+        with contextlib.ExitStack() as held:
+            for name in lanes:
+                held.enter_context(self._flush_locks[name])
+            return self._flush(ACTIVITY_LANE in lanes, WORKFLOW_LANE in lanes)
+
+    def _flush(self, activities: bool, workflows: bool) -> int:
+        with self._lock:
+            cap = self._max_batch
+            workflow_results: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
+            activity_outcomes: list[ActivityOutcome] = []
+            messages: list[_PendingMessage] = []
+            heartbeats: list[ActivityTask] = []
+            if workflows:
+                workflow_results, self._workflow_results = self._workflow_results[:cap], self._workflow_results[cap:]
+                messages, self._messages = self._messages, []
+            if activities:
+                activity_outcomes, self._activity_outcomes = self._activity_outcomes[:cap], self._activity_outcomes[cap:]
+                heartbeats, self._heartbeats = list(self._heartbeats.values()), {}
+        count = len(workflow_results) + len(activity_outcomes) + len(messages) + len(heartbeats)
+        if not count:
+            return 0
+        now = self._store.clock.now()
+        started = time.perf_counter()
+        # what this flush makes due and does not claim, for on_flush: sent events need workflow tasks
+        left: set[str] = {SCHEDULING} if messages else set()
+        try:
+            if messages:
+                self._write_messages(messages, now)
+                messages = []
+            if heartbeats:
+                held = self._store.extend_activity_leases(heartbeats, now)
+                with self._lock:
+                    self._lost_leases.update(t.task_id for t, ok in zip(heartbeats, held, strict=True) if not ok)
+                heartbeats = []
+            if activity_outcomes:
+                applied = self._complete_activities(activity_outcomes, now, left)
+                self._count_discarded("activity", [o.task.task_id for o in activity_outcomes], applied)
+                activity_outcomes = []
+            if workflow_results:
+                applied = self._complete_workflows(workflow_results, now, left)
+                self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
+                if self._on_written is not None:
+                    for (task, _result), ok in zip(workflow_results, applied, strict=True):
+                        self._on_written(task, ok)
+        except Exception as exc:
+            # The store may be restarting. Keep what was not written and send it again with
+            # the next flush: if a write did land after all, its lease check discards the
+            # repeat. Senders of events are told now; they decide whether to retry.
+            with self._lock:
+                self._workflow_results[:0] = workflow_results
+                self._activity_outcomes[:0] = activity_outcomes
+                for beat in heartbeats:
+                    self._heartbeats.setdefault(beat.task_id, beat)
+            for pending in messages:
+                if not pending.written.is_set():
+                    pending.error = exc
+                    pending.written.set()
+            log.warning("flushing %d buffered writes failed (%s); they will be sent again", count, exc)
+            raise
+        self._telemetry.flushed(count, time.perf_counter() - started)
+        if self._on_flush is not None:
+            self._on_flush(frozenset(left))
+        return count
+
+    def _complete_activities(self, outcomes: list[ActivityOutcome], now: datetime, left: set[str]) -> list[bool]:
         """Write activity outcomes; with a dispatch, claim the workflow tasks they make due."""
         dispatch = self.dispatch if self.background else None
         claim = dispatch.workflow_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
-            self._left.update(EVERYTHING)
+            left.update(EVERYTHING)
             return self._store.complete_activity_tasks(outcomes, now)
         applied, claimed = self._store.complete_activity_tasks_then_claim(outcomes, now, claim)
         answered = sum(1 for outcome, ok in zip(outcomes, applied, strict=True) if ok and outcome.retry_at is None)
         if len(claimed) < answered:
-            self._left.add(WORKFLOW)  # runs that got an answer and whose task we did not claim
+            left.add(WORKFLOW)  # runs that got an answer and whose task we did not claim
         if claimed:
             self._telemetry.tasks_claimed("workflow", len(claimed))
             dispatch.workflows_claimed(claimed)
         return applied
 
-    def _complete_workflows(self, results: list[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime) -> list[bool]:
+    def _complete_workflows(
+        self, results: list[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, left: set[str]
+    ) -> list[bool]:
         """Write workflow results; with a dispatch, claim the activity tasks they make due."""
         dispatch = self.dispatch if self.background else None
         claim = dispatch.activity_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
-            self._left.update(EVERYTHING)
+            left.update(EVERYTHING)
             return self._store.complete_workflow_tasks(results, now)
         claimed: list[ActivityTask] = []
         try:
@@ -234,9 +261,9 @@ class ResultBuffer:
             dispatch.activities_claimed(claim, claimed)  # runs them, or frees the reservation
         written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
         if len(claimed) < sum(len(r.activity_tasks) for r in written):
-            self._left.add(ACTIVITY)  # activity tasks we had no room for
+            left.add(ACTIVITY)  # activity tasks we had no room for
         if any(r.child_runs or r.messages for r in written):
-            self._left.add(WORKFLOW)  # other runs (children, parents) got work
+            left.add(WORKFLOW)  # other runs (children, parents) got work
         if claimed:
             self._telemetry.tasks_claimed("activity", len(claimed))
         return applied

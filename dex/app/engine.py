@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from dex.app.aio import AsyncEngineMixin
-from dex.app.buffer import SCHEDULING, ResultBuffer
+from dex.app.buffer import ACTIVITY_LANE, SCHEDULING, WORKFLOW_LANE, ResultBuffer
 from dex.app.clock import VirtualClock
 from dex.app.dispatch import ActivitySlots, LocalDispatch
 from dex.app.info import RunInfo
@@ -400,7 +400,8 @@ class Engine(AsyncEngineMixin):
             ("dex-scheduler", self._schedule_round, self._nudge.channel(SCHEDULER)),
             ("dex-workflow-worker", self._workflow_round, wake_workflows),
             ("dex-activity-worker", self._activity_round, self._wake_activities),
-            ("dex-flusher", self._flush_round, self._nudge.channel(FLUSHER)),
+            ("dex-flusher-activities", self._flush_activities, self._nudge.channel(FLUSHER)),
+            ("dex-flusher-workflows", self._flush_workflows, self._nudge.channel(FLUSHER)),
         ]
         for name, step, wake in loops:
             thread = PollingThread(name, step, wake, self._stopping, interval=self._poll_interval)
@@ -465,11 +466,17 @@ class Engine(AsyncEngineMixin):
             self._claim_activities.set()
             self._wake_activities.set()
 
-    def _flush_round(self) -> int:
+    def _flush_activities(self) -> int:
+        return self._flush_round(ACTIVITY_LANE)
+
+    def _flush_workflows(self) -> int:
+        return self._flush_round(WORKFLOW_LANE)
+
+    def _flush_round(self, lane: str) -> int:
         # the buffer's own wait is the flusher's idle wait: report work always, so that the
         # polling thread comes straight back to it instead of sleeping on its wake-up channel
-        self.buffer.wait_for_work(self._poll_interval)
-        self.buffer.flush()
+        self.buffer.wait_for_work(self._poll_interval, lane)
+        self.buffer.flush(lane)
         return 1
 
     def stop(self, timeout: float = 30) -> None:

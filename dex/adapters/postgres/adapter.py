@@ -143,6 +143,11 @@ class PostgresAdapter:
         try:
             with self._pool.connection() as conn:
                 with conn.pipeline() if pipeline else contextlib.nullcontext(), conn.transaction():
+                    if pipeline:
+                        # a completion's statements find rows by key (unnest of ids joined on
+                        # primary keys), so a cached generic plan is as good as a fresh one and
+                        # saves planning each of them every time; see session_settings
+                        conn.execute("SET LOCAL plan_cache_mode = auto")
                     yield conn
         except PoolTimeout as exc:
             # no connection came free, or none could be made: the server is down or overloaded
@@ -234,8 +239,9 @@ class PostgresAdapter:
             made_activities = any(result.activity_tasks for result in written)
             if made_activities:
                 self._dispatch_now(conn, activity_tasks.schedule_activity_tasks, LOCK_SCHEDULE_ACTIVITIES, now)
-            if any(result.child_runs or result.messages for result in written):
-                self._dispatch_now(conn, workflow_tasks.schedule_workflow_tasks, LOCK_SCHEDULE_WORKFLOWS, now)
+            told = [m.run_id for r in written for m in r.messages] + [c.run_id for r in written for c in r.child_runs]
+            if told:
+                self._dispatch_now(conn, _of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
             claimed: list[ActivityTask] = []
             if claim is not None and made_activities:
                 claimed = activity_tasks.claim_activity_tasks(conn, self._q, claim.names, claim.owner, now, claim.limit)
@@ -267,9 +273,10 @@ class PostgresAdapter:
     ) -> tuple[list[bool], list[WorkflowTask]]:
         with self._transaction(pipeline=True) as conn:
             applied = activity_tasks.complete_activity_tasks(conn, self._q, outcomes, now)
-            messages = any(ok and outcome.retry_at is None for outcome, ok in zip(outcomes, applied, strict=True))
+            told = [o.task.run_id for o, ok in zip(outcomes, applied, strict=True) if ok and o.retry_at is None]
+            messages = bool(told)
             if messages:
-                self._dispatch_now(conn, workflow_tasks.schedule_workflow_tasks, LOCK_SCHEDULE_WORKFLOWS, now)
+                self._dispatch_now(conn, _of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
             claimed: list[WorkflowTask] = []
             if claim is not None and messages:
                 claimed = workflow_tasks.claim_workflow_tasks(
@@ -354,6 +361,11 @@ class PostgresAdapter:
 
 
 _DISPATCH_BATCH = 256
+
+
+def _of_runs(run_ids: list[str]) -> Callable[[psycopg.Connection, Statements, datetime, int], int]:
+    """A completion's workflow-task dispatch: the scheduler's choice among the runs it told."""
+    return lambda conn, q, now, _limit: workflow_tasks.schedule_workflow_tasks_of(conn, q, now, run_ids)
 
 
 def _migrate(conn: psycopg.Connection, schema: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
 
@@ -71,6 +72,14 @@ _CHOOSE = (
 )
 
 
+# the same choice among given runs only (a completion's dispatch)
+_CHOOSE_OF_RUNS = _CHOOSE.replace(
+    "FROM {s}.inbox i WHERE i.visible_from <= %(now)s GROUP BY i.run_id",
+    "FROM {s}.inbox i WHERE i.visible_from <= %(now)s AND i.run_id = ANY(%(runs)s) GROUP BY i.run_id",
+)
+assert _CHOOSE_OF_RUNS != _CHOOSE
+
+
 def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: datetime, limit: int) -> int:
     if limit <= 0:
         return 0
@@ -100,6 +109,29 @@ def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: dateti
     tasks = [row for row in chosen if not row[4] or row[0] in taken]
     if not tasks:
         return 0
+    _insert_tasks(conn, q, tasks)
+    return len(tasks)
+
+
+def schedule_workflow_tasks_of(conn: psycopg.Connection, q: Statements, now: datetime, run_ids: Sequence[str]) -> int:
+    """The scheduler's choice made among the given runs only (the runs a completion just sent
+    messages to), for a completion's dispatch: the caller holds the scheduler's lock. Capacity,
+    pause and suspension rules are the scheduler's own; concurrency keys are never granted here
+    (a run that needs one waits for the scheduler, which compares it with every other run that
+    wants the key), so only the key's holder, or a run without a key, is scheduled at once."""
+    if not run_ids:
+        return 0
+    chosen = conn.execute(
+        q(_CHOOSE_OF_RUNS), {"now": now, "limit": len(run_ids), "runs": sorted(set(run_ids))}
+    ).fetchall()
+    tasks = [row for row in chosen if not row[4]]
+    if not tasks:
+        return 0
+    _insert_tasks(conn, q, tasks)
+    return len(tasks)
+
+
+def _insert_tasks(conn: psycopg.Connection, q: Statements, tasks: Sequence[Sequence[Any]]) -> None:
     run_ids, names, queues, priorities, _ = zip(*tasks, strict=True)
     # task ids follow the scheduling order, which is also the order of claims at equal priority
     conn.execute(
@@ -112,7 +144,6 @@ def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: dateti
         ),
         [list(run_ids), list(names), list(queues), list(priorities)],
     )
-    return len(tasks)
 
 
 def claim_workflow_tasks(
