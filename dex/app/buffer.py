@@ -240,6 +240,10 @@ class ResultBuffer:
         answered = sum(1 for outcome, ok in zip(outcomes, applied, strict=True) if ok and outcome.retry_at is None)
         if len(claimed) < answered:
             left.add(WORKFLOW)  # runs that got an answer and whose task we did not claim
+            if len(claimed) < claim.limit:
+                # not for want of room: the tasks were not made (the scheduler was busy, and
+                # will make them) or the runs had one already
+                left.add(SCHEDULING)
         if claimed:
             self._telemetry.tasks_claimed("workflow", len(claimed))
             dispatch.workflows_claimed(claimed)
@@ -262,6 +266,8 @@ class ResultBuffer:
         written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
         if len(claimed) < sum(len(r.activity_tasks) for r in written):
             left.add(ACTIVITY)  # activity tasks we had no room for
+            if len(claimed) < claim.limit:
+                left.add(SCHEDULING)  # or that were not made claimable: the scheduler was busy
         if any(r.child_runs or r.messages for r in written):
             left.add(WORKFLOW)  # other runs (children, parents) got work
         if claimed:
