@@ -251,6 +251,34 @@ def throughput(dsn: str, n: int, timeout: float, warmup: int = 20) -> dict[str, 
     return batch
 
 
+def engine_alone(dsn: str, n: int, timeout: float) -> dict[str, Any]:
+    """The engine's own rate: ``n`` runs created while it is stopped, then ``engine.start()`` →
+    the last result. Nothing else runs in the process meanwhile (in the batch above, the
+    sequential ``start_workflow`` loop shares the two cores and the GIL with the engine)."""
+    with fresh_schema(dsn, "bench_alone") as schema:
+        adapter = PostgresAdapter(dsn, schema=schema)
+        engine = dex.Engine(adapter, workflows=WORKFLOWS, activities=ACTIVITIES)
+        try:
+            run_ids = [engine.start_workflow(three, i) for i in range(n)]
+            deadline = Deadline(timeout)
+            started = time.perf_counter()
+            engine.start()
+            done = 0
+            for i, run_id in enumerate(run_ids):
+                try:
+                    result = engine.wait(run_id, timeout=deadline.left())
+                except TimeoutError:
+                    break
+                if result != expected_three(i):
+                    raise AssertionError(f"run {run_id}: got {result!r}, expected {expected_three(i)}")
+                done += 1
+            seconds = time.perf_counter() - started
+        finally:
+            engine.stop()
+            adapter.close()
+    return {"n": n, "done": done, "seconds": seconds, "rate": done / seconds if seconds > 0 else 0.0}
+
+
 # -- idle latency -------------------------------------------------------------------------------
 def latency(dsn: str, samples: int, pause: float = 0.3) -> dict[str, Any]:
     """One workflow alone, start to result, ``samples`` times on an otherwise idle engine."""

@@ -135,6 +135,7 @@ def part_throughput(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> s
     from benchmarks import dex_bench
 
     r = dex_bench.throughput(dsn, cfg["n"], cfg["timeout"])
+    r["engine_alone"] = dex_bench.engine_alone(dsn, cfg["n"], cfg["timeout"])
     results["throughput"] = r
     rows = [
         ["workflows", r["done"] if not r["timed_out"] else f"{r['done']} of {r['n']} (timed out)"],
@@ -149,6 +150,7 @@ def part_throughput(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> s
             ms(r["server_cpu_seconds"] / max(r["done"], 1)) if r.get("server_cpu_seconds") is not None else None,
         ],
         ["other processes' share of the CPU meanwhile", pct(r.get("other_cpu_share"))],
+        ["engine alone: runs created first, start() → last result (workflows/s)", r["engine_alone"]["rate"]],
     ]
     out = table("dex throughput (3 sequential activities)", ["", "dex"], rows)
     ports = sorted(r["port_calls"], key=lambda k: -r["port_seconds"][k])

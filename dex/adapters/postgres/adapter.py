@@ -56,11 +56,11 @@ class PostgresAdapter:
     arguments, which engines take from ``clock``, so a VirtualClock works here too.
 
     Connections come from a pool of ``min_connections`` to ``max_connections``. A started
-    engine uses at most one per background thread at a time (four: scheduler, workflow
-    worker, activity worker, flusher; heartbeats and results are written by the flusher, in
-    batches), plus one per call of its API (``start_workflow``, ``wait``, ...) that the
-    application makes at the same moment; the default of 10 covers the threads with room for
-    six concurrent callers. A caller waits up to ``pool_timeout`` (30 s) for a free
+    engine uses at most one per background thread at a time (five: scheduler, workflow
+    worker, activity worker, and two flushers, one for activity outcomes and heartbeats, one
+    for events and workflow results, each writing in batches), plus one per call of its API
+    (``start_workflow``, ``wait``, ...) that the application makes at the same moment; the
+    default of 10 covers the threads with room for five concurrent callers. A caller waits up to ``pool_timeout`` (30 s) for a free
     connection. Raise ``max_connections`` for more concurrent callers; mind the server's
     ``max_connections`` (100 by default) across all processes.
 
