@@ -86,11 +86,14 @@ class LocalDispatch:
         return Claim(names=self._workflows.names, owner=self._owner, limit=room, lease=self._workflows.lease)
 
     def start_claim(self) -> Claim | None:
-        """The claim a started run makes for its first workflow task: only while the workflow
-        worker has nothing waiting. Under load the scheduler's batches are cheaper per run than
-        one claim per start, and the worker has work anyway; idle, the claim saves a scheduler
-        round and a claim on the way to the run's first step."""
-        if self._stopping.is_set() or not self._workflows.names or self._workflows.backlog():
+        """The claim a started run makes for its first workflow task: only while this engine is
+        idle (nothing handed to the workflow worker, no activity running). Idle, the claim saves
+        a scheduler round and a claim on the way to the run's first step; under load the
+        scheduler's batches cost less per run than a claim in every start (measured: about 8 %
+        more workflows/s in the throughput batch without it), and the workers have work anyway."""
+        if self._stopping.is_set() or not self._workflows.names:
+            return None
+        if self._workflows.backlog() or self._slots.used:
             return None
         return Claim(names=self._workflows.names, owner=self._owner, limit=1, lease=self._workflows.lease)
 
