@@ -87,7 +87,10 @@ class Recorder:
         self.statements: list[tuple[str, Any]] = []
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        text = query.as_string(self._conn) if isinstance(query, sql.Composable) else str(query)
+        if isinstance(query, sql.Composable):
+            text = query.as_string(self._conn)
+        else:  # the adapter's statements come rendered, as bytes
+            text = query.decode() if isinstance(query, bytes) else str(query)
         self.statements.append((text, params))
         return self._conn.execute(query, params, **kwargs)
 

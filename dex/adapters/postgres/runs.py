@@ -148,7 +148,7 @@ def list_runs(conn: psycopg.Connection, q: Statements, run_filter: RunFilter) ->
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
     query = sql.Composed(
         [
-            q("SELECT " + RUN_COLUMNS + " FROM {s}.runs"),
+            q.composed("SELECT " + RUN_COLUMNS + " FROM {s}.runs"),
             where,
             sql.SQL(" ORDER BY created_at DESC, position DESC LIMIT %s"),
         ]

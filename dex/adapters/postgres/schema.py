@@ -170,19 +170,27 @@ def validate_schema(schema: object) -> str:
 
 
 class Statements:
-    """Composes SQL text whose ``{s}`` stands for the configured schema (cached per text)."""
+    """Composes SQL text whose ``{s}`` stands for the configured schema (cached per text).
+
+    The schema goes in as an ``sql.Identifier``; the composed statement is rendered to bytes
+    once and cached, so psycopg does not compose and quote it again on every execute.
+    """
 
     def __init__(self, schema: str) -> None:
         self.schema = validate_schema(schema)
         self._ident = sql.Identifier(self.schema)
-        self._cache: dict[str, sql.Composed] = {}
+        self._cache: dict[str, bytes] = {}
 
-    def __call__(self, text: str) -> sql.Composed:
-        composed = self._cache.get(text)
-        if composed is None:
+    def __call__(self, text: str) -> bytes:
+        rendered = self._cache.get(text)
+        if rendered is None:
             # the same text always gives the same query string, which psycopg then prepares
-            composed = self._cache[text] = sql.SQL(text).format(s=self._ident)
-        return composed
+            rendered = self._cache[text] = sql.SQL(text).format(s=self._ident).as_bytes(None)
+        return rendered
+
+    def composed(self, text: str) -> sql.Composed:
+        """The statement as an ``sql.Composed``, for building a larger one from parts."""
+        return sql.SQL(text).format(s=self._ident)
 
 
 def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
