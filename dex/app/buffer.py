@@ -13,13 +13,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
 import attrs
 
-from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, Claim, Store, WorkflowTask
+from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, Claim, Loaded, Store, WorkflowTask
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
 from dex.domain.task import WorkflowTaskResult
@@ -44,11 +44,13 @@ class Dispatch(Protocol):
 
     def activities_claimed(self, claim: Claim, tasks: list[ActivityTask]) -> None: ...
 
-    def workflow_claim(self) -> Claim | None: ...
+    def workflow_claim(self, run_ids: Sequence[str]) -> Claim | None: ...
 
     def start_claim(self) -> Claim | None: ...
 
-    def workflows_claimed(self, tasks: list[WorkflowTask]) -> None: ...
+    def workflows_claimed(
+        self, tasks: list[WorkflowTask], loaded: list[Loaded] | None = None, now: datetime | None = None
+    ) -> None: ...
 
 
 @attrs.define
@@ -232,11 +234,11 @@ class ResultBuffer:
     def _complete_activities(self, outcomes: list[ActivityOutcome], now: datetime, left: set[str]) -> list[bool]:
         """Write activity outcomes; with a dispatch, claim the workflow tasks they make due."""
         dispatch = self.dispatch if self.background else None
-        claim = dispatch.workflow_claim() if dispatch is not None else None
+        claim = dispatch.workflow_claim([o.task.run_id for o in outcomes]) if dispatch is not None else None
         if dispatch is None or claim is None:
             left.update(EVERYTHING)
             return self._store.complete_activity_tasks(outcomes, now)
-        applied, claimed = self._store.complete_activity_tasks_then_claim(outcomes, now, claim)
+        applied, claimed, loaded = self._store.complete_activity_tasks_then_claim(outcomes, now, claim)
         answered = sum(1 for outcome, ok in zip(outcomes, applied, strict=True) if ok and outcome.retry_at is None)
         if len(claimed) < answered:
             left.add(WORKFLOW)  # runs that got an answer and whose task we did not claim
@@ -246,7 +248,7 @@ class ResultBuffer:
                 left.add(SCHEDULING)
         if claimed:
             self._telemetry.tasks_claimed("workflow", len(claimed))
-            dispatch.workflows_claimed(claimed)
+            dispatch.workflows_claimed(claimed, loaded, now)
         return applied
 
     def _complete_workflows(

@@ -15,9 +15,10 @@ for work made due elsewhere (timers, other processes, the scheduler).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
-from dex.app.ports import ActivityTask, Claim, WorkflowTask
+from dex.app.ports import ActivityTask, Claim, Loaded, WorkflowTask
 from dex.app.workers import ActivityWorker, WorkflowWorker
 
 
@@ -77,13 +78,21 @@ class LocalDispatch:
         for task in tasks:
             self._run_activity(task)  # its slot is already reserved
 
-    def workflow_claim(self) -> Claim | None:
+    def workflow_claim(self, run_ids: Sequence[str]) -> Claim | None:
+        """The claim an activity outcome makes: with the input of each claimed task loaded in the
+        same transaction, from where this engine's cached executor of the run stands."""
         if self._stopping.is_set() or not self._workflows.names:
             return None
         room = self._workflows.room()
         if not room:
             return None
-        return Claim(names=self._workflows.names, owner=self._owner, limit=room, lease=self._workflows.lease)
+        return Claim(
+            names=self._workflows.names,
+            owner=self._owner,
+            limit=room,
+            lease=self._workflows.lease,
+            after_seqs=self._workflows.cache.positions(run_ids),
+        )
 
     def start_claim(self) -> Claim | None:
         """The claim a started run makes for its first workflow task: only while this engine is
@@ -97,7 +106,9 @@ class LocalDispatch:
             return None
         return Claim(names=self._workflows.names, owner=self._owner, limit=1, lease=self._workflows.lease)
 
-    def workflows_claimed(self, tasks: list[WorkflowTask]) -> None:
+    def workflows_claimed(
+        self, tasks: list[WorkflowTask], loaded: list[Loaded] | None = None, now: datetime | None = None
+    ) -> None:
         if tasks:
-            self._workflows.hand(tasks)
+            self._workflows.hand(tasks, loaded, now)
             self._wake_workflows()

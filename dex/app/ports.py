@@ -7,7 +7,7 @@ so that an adapter is free to do each in one transaction or one lock.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -144,6 +144,13 @@ class Claim:
     owner: str
     limit: int
     lease: timedelta = timedelta(seconds=10)
+    # workflow claims only: also load each claimed task's input in the same transaction, the
+    # history from the sequence number given for its run (0, or absent: all of it)
+    after_seqs: Mapping[str, int] | None = None
+
+
+# a claimed workflow task's input as load_workflow_tasks gives it: (history, inbox) or the error
+Loaded = tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception
 
 
 @attrs.frozen(kw_only=True)
@@ -264,10 +271,11 @@ class ActivityTaskQueue(Protocol):
 
     def complete_activity_tasks_then_claim(
         self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim
-    ) -> tuple[list[bool], list[WorkflowTask]]:
+    ) -> tuple[list[bool], list[WorkflowTask], list[Loaded]]:
         """``complete_activity_tasks``, then, in the same transaction, schedule workflow tasks
         for the runs it sent messages to (the scheduler's rules permitting) and claim workflow
-        tasks for ``claim.owner`` under ``claim.lease``."""
+        tasks for ``claim.owner`` under ``claim.lease``; with ``claim.after_seqs``, also
+        ``load_workflow_tasks`` for the claimed tasks (one input per task), else no inputs."""
         ...
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.buffer import ResultBuffer
-from dex.app.ports import ActivityOutcome, ActivityTask, Store, UnreadableHistoryError, WorkflowTask
+from dex.app.ports import ActivityOutcome, ActivityTask, Loaded, Store, UnreadableHistoryError, WorkflowTask
 from dex.app.registry import Registry
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
@@ -64,6 +64,11 @@ class ExecutorCache:
                     evicted.append(self._entries.popitem(last=False)[1][0])
         for old in evicted:
             old.close()
+
+    def positions(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """The sequence number each cached run's executor stands at (runs not cached are left out)."""
+        with self._lock:
+            return {run_id: self._entries[run_id][1] for run_id in run_ids if run_id in self._entries}
 
     def discard(self, run_id: str) -> None:
         with self._lock:
@@ -115,8 +120,9 @@ class WorkflowWorker:
         # keyed by claim (task id, lease version): a node may hold two claims of one task
         self._unwritten: dict[tuple[int, int], tuple[WorkflowExecutor, int]] = {}
         self._unwritten_lock = threading.Lock()
-        # tasks claimed for us by a completion ("complete, then claim"), waiting to be run
-        self._handed: list[WorkflowTask] = []
+        # tasks claimed for us by a completion ("complete, then claim"), waiting to be run, each
+        # with its input when the completion loaded it too (and the time it was loaded at)
+        self._handed: list[tuple[WorkflowTask, Loaded | None, datetime | None]] = []
         self._handed_lock = threading.Lock()
 
     @property
@@ -137,10 +143,14 @@ class WorkflowWorker:
         with self._handed_lock:
             return len(self._handed)
 
-    def hand(self, tasks: Sequence[WorkflowTask]) -> None:
-        """Tasks already claimed for this worker: the next round runs them without a claim."""
+    def hand(
+        self, tasks: Sequence[WorkflowTask], loaded: Sequence[Loaded] | None = None, now: datetime | None = None
+    ) -> None:
+        """Tasks already claimed for this worker: the next round runs them without a claim, and,
+        for those whose input came along (``loaded`` at ``now``), without a load."""
+        inputs: Sequence[Loaded | None] = loaded if loaded else [None] * len(tasks)
         with self._handed_lock:
-            self._handed.extend(tasks)
+            self._handed.extend((task, item, now) for task, item in zip(tasks, inputs, strict=True))
 
     def poll_once(self, claim: bool = True) -> int:
         """Execute up to one batch of workflow tasks (handed ones first, then, with ``claim``,
@@ -148,7 +158,8 @@ class WorkflowWorker:
         if not self._names:
             return 0
         with self._handed_lock:
-            tasks, self._handed = self._handed[: self._batch_size], self._handed[self._batch_size :]
+            handed, self._handed = self._handed[: self._batch_size], self._handed[self._batch_size :]
+        tasks = [task for task, _item, _at in handed]
         if claim and len(tasks) < self._batch_size:
             now = self._store.clock.now()
             claimed = self._store.claim_workflow_tasks(
@@ -156,17 +167,27 @@ class WorkflowWorker:
             )
             if claimed:
                 self._telemetry.tasks_claimed("workflow", len(claimed))
+            handed += [(task, None, None) for task in claimed]
             tasks += claimed
         if not tasks:
             return 0
-        # one round trip loads the whole batch: the tails after cached executors, else whole histories
+        # one round trip loads what came without its input: the tails after cached executors,
+        # else whole histories
         now = self._store.clock.now()
         cached = [self.cache.take(task.run_id) for task in tasks]
-        requests = [(task, entry[1] if entry is not None else 0) for task, entry in zip(tasks, cached, strict=True)]
-        loaded = self._store.load_workflow_tasks(requests, now)
-        for task, entry, item in zip(tasks, cached, loaded, strict=True):
+        requests = [
+            (task, entry[1] if entry is not None else 0)
+            for (task, item, _at), entry in zip(handed, cached, strict=True)
+            if item is None
+        ]
+        fresh = iter(self._store.load_workflow_tasks(requests, now) if requests else [])
+        for (task, item, loaded_at), entry in zip(handed, cached, strict=True):
             started = time.perf_counter()
-            result = self.execute(task, preloaded=(entry, item, now))
+            if item is None or loaded_at is None:
+                preloaded: _Preloaded = (entry, next(fresh), now)
+            else:
+                preloaded = (entry, item, loaded_at)
+            result = self.execute(task, preloaded=preloaded)
             if result is not None:
                 self._buffer.add_workflow_result(task, result)
                 outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
@@ -270,7 +291,10 @@ class WorkflowWorker:
             if len(tail) == 1 and tail[0].sequence_number == cached_seq:
                 return executor, cached_seq, [], inbox
             executor.close()  # someone else moved the run on (or our last result was refused)
-            history, inbox = self._store.load_workflow_task(task, now)
+            if tail and tail[0].sequence_number == 1:
+                history = tail  # loaded from the start already (the executor was cached meanwhile)
+            else:
+                history, inbox = self._store.load_workflow_task(task, now)
         else:
             history, inbox = item
         return None, history[-1].sequence_number, history, inbox

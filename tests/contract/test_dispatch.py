@@ -55,11 +55,35 @@ def test_a_workflow_completion_claims_the_activity_task_it_created(make_engine: 
     # it is claimed: nobody else gets it, and its completion under that lease applies
     assert store.claim_activity_tasks(frozenset({"inc"}), "someone-else", store.clock.now(), 16) == []
     outcome = ActivityOutcome(task=claimed[0], result=engine.converter.encode(2))
-    applied, next_tasks = store.complete_activity_tasks_then_claim(
+    applied, next_tasks, loaded = store.complete_activity_tasks_then_claim(
         [outcome], store.clock.now(), _claim(frozenset({"two_steps"}))
     )
     assert applied == [True]
     assert [(t.run_id, t.lease.owner) for t in next_tasks] == [(run_id, OWNER)]
+    assert loaded == []  # no input asked for
+
+
+def test_an_activity_completion_can_load_the_input_of_the_task_it_claims(make_engine: Any) -> None:
+    engine = make_engine([two_steps], [inc])
+    run_id, task, result = _first_result(engine)
+    store = engine.store
+    _applied, (activity,) = store.complete_workflow_tasks_then_claim(
+        [(task, result)], store.clock.now(), _claim(frozenset({"inc"}))
+    )
+    last = result.new_events[-1].sequence_number
+    outcome = ActivityOutcome(task=activity, result=engine.converter.encode(2))
+    claim = Claim(
+        names=frozenset({"two_steps"}), owner=OWNER, limit=4, lease=timedelta(seconds=30), after_seqs={run_id: last}
+    )
+    applied, (next_task,), (item,) = store.complete_activity_tasks_then_claim([outcome], store.clock.now(), claim)
+    assert applied == [True] and next_task.run_id == run_id
+    assert not isinstance(item, Exception)
+    tail, inbox = item
+    # the history from where the caller's executor stands (nothing since), and the new answer
+    assert [e.sequence_number for e in tail] == [last]
+    assert [type(m.event).__name__ for m in inbox] == ["ActivityTaskCompleted"]
+    # the same as a separate load in a later transaction gives
+    assert store.load_workflow_tasks([(next_task, last)], store.clock.now()) == [item]
 
 
 def test_the_claim_keeps_the_queue_rules_pause_and_limit(make_engine: Any) -> None:
@@ -85,10 +109,10 @@ def test_a_stale_activity_outcome_is_discarded_and_claims_nothing(make_engine: A
     )
     stale = ActivityOutcome(task=activity, result=engine.converter.encode(2))
     store.complete_activity_tasks([stale], store.clock.now())  # the first delivery applies
-    applied, claimed = store.complete_activity_tasks_then_claim(
+    applied, claimed, loaded = store.complete_activity_tasks_then_claim(
         [stale], store.clock.now(), _claim(frozenset({"two_steps"}), limit=0)
     )
-    assert applied == [False] and claimed == []
+    assert applied == [False] and claimed == [] and loaded == []
 
 
 def _created(name: str, *, key: str | None = None, instance: str | None = None) -> ev.RunCreated:

@@ -30,6 +30,7 @@ from dex.app.ports import (
     ActivityTask,
     Claim,
     Clock,
+    Loaded,
     QueueInfo,
     RunFilter,
     RunRecord,
@@ -408,13 +409,17 @@ class InMemoryAdapter:
 
     def complete_activity_tasks_then_claim(
         self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim
-    ) -> tuple[list[bool], list[WorkflowTask]]:
+    ) -> tuple[list[bool], list[WorkflowTask], list[Loaded]]:
         with self._lock:
             applied = self.complete_activity_tasks(outcomes, now)
             if not any(ok and outcome.retry_at is None for outcome, ok in zip(outcomes, applied, strict=True)):
-                return applied, []
+                return applied, [], []
             self.schedule_workflow_tasks(now, _DISPATCH_BATCH)
-            return applied, self.claim_workflow_tasks(claim.names, claim.owner, now, claim.lease, claim.limit)
+            claimed = self.claim_workflow_tasks(claim.names, claim.owner, now, claim.lease, claim.limit)
+            if claim.after_seqs is None:
+                return applied, claimed, []
+            after = claim.after_seqs
+            return applied, claimed, self.load_workflow_tasks([(t, after.get(t.run_id, 0)) for t in claimed], now)
 
     def _complete_activity_task(self, outcome: ActivityOutcome, now: datetime) -> bool:
         row = self._activity_tasks.get(outcome.task.task_id)

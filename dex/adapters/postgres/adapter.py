@@ -36,6 +36,7 @@ from dex.app.ports import (
     ActivityTask,
     Claim,
     Clock,
+    Loaded,
     QueueInfo,
     RunFilter,
     RunRecord,
@@ -265,12 +266,12 @@ class PostgresAdapter:
 
     def complete_activity_tasks_then_claim(
         self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim
-    ) -> tuple[list[bool], list[WorkflowTask]]:
+    ) -> tuple[list[bool], list[WorkflowTask], list[Loaded]]:
         return self._complete_activity_tasks(outcomes, now, claim)
 
     def _complete_activity_tasks(
         self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim | None
-    ) -> tuple[list[bool], list[WorkflowTask]]:
+    ) -> tuple[list[bool], list[WorkflowTask], list[Loaded]]:
         with self._transaction(pipeline=True) as conn:
             applied = activity_tasks.complete_activity_tasks(conn, self._q, outcomes, now)
             told = [o.task.run_id for o, ok in zip(outcomes, applied, strict=True) if ok and o.retry_at is None]
@@ -278,11 +279,16 @@ class PostgresAdapter:
             if messages:
                 self._dispatch_now(conn, _of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
             claimed: list[WorkflowTask] = []
+            loaded: list[Loaded] = []
             if claim is not None and messages:
                 claimed = workflow_tasks.claim_workflow_tasks(
                     conn, self._q, claim.names, claim.owner, now, claim.lease, claim.limit
                 )
-            return applied, claimed
+                if claim.after_seqs is not None and claimed:
+                    after = claim.after_seqs
+                    requests = [(task, after.get(task.run_id, 0)) for task in claimed]
+                    loaded = workflow_tasks.load_workflow_tasks(conn, self._q, requests, now)
+            return applied, claimed, loaded
 
     def _dispatch_now(
         self,
