@@ -208,15 +208,7 @@ def run_batch(engine: dex.Engine, n: int, timeout: float, offset: int = 0) -> di
     started = time.perf_counter()
     run_ids = [engine.start_workflow(three, offset + i) for i in range(n)]
     start_seconds = time.perf_counter() - started
-    done = 0
-    for i, run_id in enumerate(run_ids):
-        try:
-            result = engine.wait(run_id, timeout=deadline.left())
-        except TimeoutError:
-            break
-        if result != expected_three(offset + i):
-            raise AssertionError(f"run {run_id}: got {result!r}, expected {expected_three(offset + i)}")
-        done += 1
+    done = wait_all(engine, run_ids, deadline, offset)
     seconds = time.perf_counter() - started
     return {
         "n": n,
@@ -226,6 +218,20 @@ def run_batch(engine: dex.Engine, n: int, timeout: float, offset: int = 0) -> di
         "rate": done / seconds if seconds > 0 else 0.0,
         "timed_out": done < n,
     }
+
+
+def wait_all(engine: dex.Engine, run_ids: list[str], deadline: Deadline, offset: int = 0) -> int:
+    """Wait for each run in turn and check its result; return how many finished in time."""
+    done = 0
+    for i, run_id in enumerate(run_ids):
+        try:
+            result = engine.wait(run_id, timeout=deadline.left())
+        except TimeoutError:
+            break
+        if result != expected_three(offset + i):
+            raise AssertionError(f"run {run_id}: got {result!r}, expected {expected_three(offset + i)}")
+        done += 1
+    return done
 
 
 # -- (a) throughput -----------------------------------------------------------------------------
@@ -263,15 +269,7 @@ def engine_alone(dsn: str, n: int, timeout: float) -> dict[str, Any]:
             deadline = Deadline(timeout)
             started = time.perf_counter()
             engine.start()
-            done = 0
-            for i, run_id in enumerate(run_ids):
-                try:
-                    result = engine.wait(run_id, timeout=deadline.left())
-                except TimeoutError:
-                    break
-                if result != expected_three(i):
-                    raise AssertionError(f"run {run_id}: got {result!r}, expected {expected_three(i)}")
-                done += 1
+            done = wait_all(engine, run_ids, deadline)
             seconds = time.perf_counter() - started
         finally:
             engine.stop()
