@@ -380,6 +380,7 @@ class Engine(AsyncEngineMixin):
             prometheus.serve(metrics_port, metrics_addr)
         self._stopping.clear()
         self._pool = activity_pool(self._activity_concurrency)
+        self._nudge = Nudge()  # this start's threads only (channels of an earlier start are gone)
         wake_workflows = self._nudge.channel(WORKFLOWS)
         self._wake_activities = self._nudge.channel(ACTIVITIES)
         # set by nudges (not by work handed over): the queues may hold work for us

@@ -122,7 +122,7 @@ class WorkflowWorker:
         self._unwritten_lock = threading.Lock()
         # tasks claimed for us by a completion ("complete, then claim"), waiting to be run, each
         # with its input when the completion loaded it too (and the time it was loaded at)
-        self._handed: list[tuple[WorkflowTask, Loaded | None, datetime | None]] = []
+        self._handed: list[tuple[WorkflowTask, tuple[Loaded, datetime] | None]] = []
         self._handed_lock = threading.Lock()
 
     @property
@@ -148,9 +148,11 @@ class WorkflowWorker:
     ) -> None:
         """Tasks already claimed for this worker: the next round runs them without a claim, and,
         for those whose input came along (``loaded`` at ``now``), without a load."""
-        inputs: Sequence[Loaded | None] = loaded if loaded else [None] * len(tasks)
+        inputs: Sequence[tuple[Loaded, datetime] | None] = (
+            [(item, now) for item in loaded] if loaded and now is not None else [None] * len(tasks)
+        )
         with self._handed_lock:
-            self._handed.extend((task, item, now) for task, item in zip(tasks, inputs, strict=True))
+            self._handed.extend(zip(tasks, inputs, strict=True))
 
     def poll_once(self, claim: bool = True) -> int:
         """Execute up to one batch of workflow tasks (handed ones first, then, with ``claim``,
@@ -159,7 +161,7 @@ class WorkflowWorker:
             return 0
         with self._handed_lock:
             handed, self._handed = self._handed[: self._batch_size], self._handed[self._batch_size :]
-        tasks = [task for task, _item, _at in handed]
+        tasks = [task for task, _input in handed]
         if claim and len(tasks) < self._batch_size:
             now = self._store.clock.now()
             claimed = self._store.claim_workflow_tasks(
@@ -167,7 +169,7 @@ class WorkflowWorker:
             )
             if claimed:
                 self._telemetry.tasks_claimed("workflow", len(claimed))
-            handed += [(task, None, None) for task in claimed]
+            handed += [(task, None) for task in claimed]
             tasks += claimed
         if not tasks:
             return 0
@@ -177,16 +179,14 @@ class WorkflowWorker:
         cached = [self.cache.take(task.run_id) for task in tasks]
         requests = [
             (task, entry[1] if entry is not None else 0)
-            for (task, item, _at), entry in zip(handed, cached, strict=True)
-            if item is None
+            for (task, given), entry in zip(handed, cached, strict=True)
+            if given is None
         ]
         fresh = iter(self._store.load_workflow_tasks(requests, now) if requests else [])
-        for (task, item, loaded_at), entry in zip(handed, cached, strict=True):
+        for (task, given), entry in zip(handed, cached, strict=True):
             started = time.perf_counter()
-            if item is None or loaded_at is None:
-                preloaded: _Preloaded = (entry, next(fresh), now)
-            else:
-                preloaded = (entry, item, loaded_at)
+            item, loaded_at = given if given is not None else (next(fresh), now)
+            preloaded: _Preloaded = (entry, item, loaded_at)
             result = self.execute(task, preloaded=preloaded)
             if result is not None:
                 self._buffer.add_workflow_result(task, result)
