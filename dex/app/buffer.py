@@ -271,7 +271,9 @@ class ResultBuffer:
             if len(claimed) < claim.limit:
                 left.add(SCHEDULING)  # or that were not made claimable: the scheduler was busy
         if any(r.child_runs or r.messages for r in written):
-            left.add(WORKFLOW)  # other runs (children, parents) got work
+            # other runs (children, parents) got work; a child that needs its concurrency key,
+            # or a dispatch that found the scheduler busy, waits for the scheduler
+            left.update((WORKFLOW, SCHEDULING))
         if claimed:
             self._telemetry.tasks_claimed("activity", len(claimed))
         return applied

@@ -61,9 +61,10 @@ class PostgresAdapter:
     worker, activity worker, and two flushers, one for activity outcomes and heartbeats, one
     for events and workflow results, each writing in batches), plus one per call of its API
     (``start_workflow``, ``wait``, ...) that the application makes at the same moment; the
-    default of 10 covers the threads with room for five concurrent callers. A caller waits up to ``pool_timeout`` (30 s) for a free
-    connection. Raise ``max_connections`` for more concurrent callers; mind the server's
-    ``max_connections`` (100 by default) across all processes.
+    default of 10 covers the threads with room for five concurrent callers. A caller waits up
+    to ``pool_timeout`` (30 s) for a free connection. Raise ``max_connections`` for more
+    concurrent callers; mind the server's ``max_connections`` (100 by default) across all
+    processes.
 
     Each pooled session runs with ``statement_timeout`` (default 30 s: every statement here
     takes milliseconds) and ``idle_in_transaction_session_timeout`` (default 60 s: the adapter
