@@ -1,8 +1,9 @@
 """The write buffer: task outcomes, external events and heartbeats, written in batches.
 
 Writing a batch in one call (a few multi-row statements in PostgreSQL) instead of one call per
-item is what makes completions cheap. Whoever has nothing else to do flushes at once, so a lone
-workflow is not slowed by the buffer. External events are a group commit: ``send_event``
+item is what makes completions cheap. A started engine's flushers write whatever is buffered as
+soon as they are free, so batches grow with the load and a lone workflow is not slowed by the
+buffer. External events are a group commit: ``send_event``
 returns only once its batch is written, so the caller still learns about a missing or finished
 run, while concurrent senders share one write.
 """
