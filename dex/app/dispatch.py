@@ -59,16 +59,15 @@ class LocalDispatch:
         run_activity: Callable[[ActivityTask], None],
         wake_workflows: Callable[[], None],
         stopping: threading.Event,
-        batch_size: int = 16,
     ) -> None:
         self._activities, self._workflows, self._slots = activities, workflows, slots
         self._owner, self._run_activity, self._wake_workflows = owner, run_activity, wake_workflows
-        self._stopping, self._batch_size = stopping, batch_size
+        self._stopping = stopping
 
     def activity_claim(self) -> Claim | None:
         if self._stopping.is_set() or not self._activities.names:
             return None
-        reserved = self._slots.reserve(self._batch_size)
+        reserved = self._slots.reserve(self._activities.batch_size)
         if not reserved:
             return None
         return Claim(names=self._activities.names, owner=self._owner, limit=reserved)

@@ -386,7 +386,7 @@ class Engine(AsyncEngineMixin):
         # set by nudges (not by work handed over): the queues may hold work for us
         self._claim_workflows = self._nudge.channel(WORKFLOWS)
         self._claim_activities = self._nudge.channel(ACTIVITIES)
-        self._claimed_at = {"workflow": float("-inf"), "activity": float("-inf")}
+        self._claimed_at = {WORKFLOW: float("-inf"), ACTIVITY: float("-inf")}
         self.buffer.dispatch = LocalDispatch(
             self.activity_worker,
             self.workflow_worker,
@@ -436,23 +436,22 @@ class Engine(AsyncEngineMixin):
         return True
 
     def _workflow_round(self) -> int:
-        return self.workflow_worker.poll_once(claim=self._claim_due("workflow", self._claim_workflows))
+        return self.workflow_worker.poll_once(claim=self._claim_due(WORKFLOW, self._claim_workflows))
 
     def _activity_round(self) -> int:
-        if not self._claim_due("activity", self._claim_activities):
+        if not self._claim_due(ACTIVITY, self._claim_activities):
             return 0
-        reserved = self._slots.reserve(self.activity_worker.batch_size)
-        if not reserved:
-            self._activity_backlog = True  # claim again as soon as a slot comes free
+        dispatch = self.buffer.dispatch
+        claim = dispatch.activity_claim() if dispatch is not None else None  # reserves the slots
+        if dispatch is None or claim is None:
+            self._activity_backlog = True  # no slot free: claim again as soon as one is
             return 0
         tasks: list[ActivityTask] = []
         try:
-            tasks = self.activity_worker.claim(reserved)
+            tasks = self.activity_worker.claim(claim.limit)
         finally:
-            self._slots.release(reserved - len(tasks))
-        self._activity_backlog = len(tasks) == reserved  # a full claim: there may be more
-        for task in tasks:
-            self._run_activity(task)
+            dispatch.activities_claimed(claim, tasks)  # runs them, frees the unused slots
+        self._activity_backlog = len(tasks) == claim.limit  # a full claim: there may be more
         return len(tasks)
 
     def _run_activity(self, task: ActivityTask) -> None:

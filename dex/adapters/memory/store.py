@@ -85,15 +85,7 @@ class InMemoryAdapter:
             queue = self._queue(created.queue, WORKFLOW)
             if queue.paused or self._active_workflow_tasks(queue.name) >= queue.capacity:
                 return got, []
-            task = WorkflowTaskRow(
-                task_id=next(self._ids),
-                run_id=run_id,
-                workflow_name=created.workflow_name,
-                queue=queue.name,
-                priority=created.priority,
-            )
-            self._workflow_tasks[task.task_id] = task
-            self._workflow_task_of_run[run_id] = task.task_id
+            task = self._add_workflow_task(self._runs[run_id], queue.name)
             task.lease.take(claim.owner, now + claim.lease)
             return got, [task.claimed()]
 
@@ -214,17 +206,21 @@ class InMemoryAdapter:
                 if needs_key:
                     row.holds_key = True
                     key_holders.add(key)
-                task = WorkflowTaskRow(
-                    task_id=next(self._ids),
-                    run_id=row.run_id,
-                    workflow_name=row.created.workflow_name,
-                    queue=queue.name,
-                    priority=row.created.priority,
-                )
-                self._workflow_tasks[task.task_id] = task
-                self._workflow_task_of_run[row.run_id] = task.task_id
+                self._add_workflow_task(row, queue.name)
                 created += 1
             return created
+
+    def _add_workflow_task(self, run: RunRow, queue: str) -> WorkflowTaskRow:
+        task = WorkflowTaskRow(
+            task_id=next(self._ids),
+            run_id=run.run_id,
+            workflow_name=run.created.workflow_name,
+            queue=queue,
+            priority=run.created.priority,
+        )
+        self._workflow_tasks[task.task_id] = task
+        self._workflow_task_of_run[run.run_id] = task.task_id
+        return task
 
     def _active_workflow_tasks(self, queue: str) -> int:
         return sum(1 for t in self._workflow_tasks.values() if t.queue == queue)

@@ -276,12 +276,11 @@ class PostgresAdapter:
         with self._transaction(pipeline=True) as conn:
             applied = activity_tasks.complete_activity_tasks(conn, self._q, outcomes, now)
             told = [o.task.run_id for o, ok in zip(outcomes, applied, strict=True) if ok and o.retry_at is None]
-            messages = bool(told)
-            if messages:
+            if told:
                 self._dispatch_now(conn, _of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
             claimed: list[WorkflowTask] = []
             loaded: list[Loaded] = []
-            if claim is not None and messages:
+            if claim is not None and told:
                 claimed = workflow_tasks.claim_workflow_tasks(
                     conn, self._q, claim.names, claim.owner, now, claim.lease, claim.limit
                 )
