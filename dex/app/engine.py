@@ -18,6 +18,7 @@ from dex.app.buffer import ACTIVITY_LANE, SCHEDULING, WORKFLOW_LANE, ResultBuffe
 from dex.app.clock import VirtualClock
 from dex.app.dispatch import ActivitySlots, LocalDispatch
 from dex.app.info import RunInfo
+from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import (
     ACTIVITY,
     QUEUE_KINDS,
@@ -76,6 +77,7 @@ class Engine(AsyncEngineMixin):
         rng: random.Random | None = None,
         executor_cache_size: int = 1000,
         tracing: Tracing | None = None,
+        inline_activity_seconds: float = 0.005,
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
@@ -136,6 +138,12 @@ class Engine(AsyncEngineMixin):
         self._claim_workflows = threading.Event()
         self._claimed_at: dict[str, float] = {}
         self._activity_backlog = False
+        if isinstance(inline_activity_seconds, bool) or not isinstance(inline_activity_seconds, (int, float)):
+            raise ValueError(f"inline_activity_seconds must be a number, got {inline_activity_seconds!r}")
+        if inline_activity_seconds < 0:
+            raise ValueError(f"inline_activity_seconds must not be negative, got {inline_activity_seconds!r}")
+        self._inline_seconds = float(inline_activity_seconds)
+        self._queue_view = QueueView(adapter.list_queues)
         for definition in self.registry.workflows.values():
             adapter.ensure_queue(definition.queue, "workflow")
         for activity in self.registry.activities.values():
@@ -397,6 +405,10 @@ class Engine(AsyncEngineMixin):
             stopping=self._stopping,
         )
         self.buffer.background = True
+        if self._inline_seconds > 0:
+            self.workflow_worker.inline = InlineActivities(
+                self.activity_worker, self._queue_view, self._slots, self.node_id, self._inline_seconds, self._stopping
+            )
         loops: list[tuple[str, Callable[[], int], threading.Event]] = [
             ("dex-scheduler", self._schedule_round, self._nudge.channel(SCHEDULER)),
             ("dex-workflow-worker", self._workflow_round, wake_workflows),
@@ -491,6 +503,7 @@ class Engine(AsyncEngineMixin):
             self._pool.shutdown(wait=True)
             self._pool = None
         self.buffer.background = False
+        self.workflow_worker.inline = None
         try:
             # tasks a last completion claimed for us after the workflow thread left
             while self.workflow_worker.poll_once(claim=False):
@@ -519,16 +532,20 @@ class Engine(AsyncEngineMixin):
     # -- queues ------------------------------------------------------------------------------
     def create_queue(self, name: str, kind: str, capacity: int = 100) -> None:
         self.store.create_queue(name, _kind(kind), capacity)
+        self._queue_view.invalidate()
 
     def pause_queue(self, name: str, kind: str) -> None:
         self.store.set_queue_paused(name, _kind(kind), True)
+        self._queue_view.invalidate()
 
     def resume_queue(self, name: str, kind: str) -> None:
         self.store.set_queue_paused(name, _kind(kind), False)
+        self._queue_view.invalidate()
         self._nudge()
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
         self.store.set_queue_capacity(name, _kind(kind), capacity)
+        self._queue_view.invalidate()
         self._nudge()
 
     def list_queues(self) -> list[QueueInfo]:

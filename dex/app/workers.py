@@ -12,11 +12,11 @@ import logging
 import random
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.buffer import ResultBuffer
@@ -29,10 +29,24 @@ from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import ApplicationError, NotRegisteredError, RunNotFoundError, SerializationError
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.status import RunStatus
-from dex.domain.task import InboxMessage, WorkflowTaskResult, advance, replay_history
+from dex.domain.task import (
+    InboxMessage,
+    NewActivityTask,
+    WorkflowTaskResult,
+    advance,
+    can_continue,
+    continue_task,
+    replay_history,
+)
 from dex.domain.values import FailureInfo
 
+if TYPE_CHECKING:
+    from dex.app.inline import InlineActivities
+
 log = logging.getLogger("dex.worker")
+
+# an inline chain stops once its task has this many new events, so that one write stays bounded
+_INLINE_EVENTS = 2000
 
 
 class ExecutorCache:
@@ -124,6 +138,8 @@ class WorkflowWorker:
         # with its input when the completion loaded it too (and the time it was loaded at)
         self._handed: list[tuple[WorkflowTask, tuple[Loaded, datetime] | None]] = []
         self._handed_lock = threading.Lock()
+        # first attempts of short activities run inside the task (set by a started engine)
+        self.inline: InlineActivities | None = None
 
     @property
     def names(self) -> frozenset[str]:
@@ -231,6 +247,8 @@ class WorkflowWorker:
                         workflows=self._registry.find_workflow,
                     )
                 result = advance(executor, last_seq, inbox, now)
+                if self.inline is not None and task.lease.version == 1:
+                    result = self._run_inline(self.inline, executor, result)
         except Exception as exc:  # a history the core cannot read fails that run, not the worker
             log.exception(
                 "workflow task for run %s failed",
@@ -250,6 +268,39 @@ class WorkflowWorker:
             # redo this task and record different side effects at the same sequence numbers
             with self._unwritten_lock:
                 self._unwritten[(task.task_id, task.lease.version)] = (executor, result.new_events[-1].sequence_number)
+        return result
+
+    def _run_inline(
+        self, inline: InlineActivities, executor: WorkflowExecutor, result: WorkflowTaskResult
+    ) -> WorkflowTaskResult:
+        """Go on with the first attempts of the activities the task scheduled that may run here
+        (:mod:`dex.app.inline`), step after step, within a quarter of the task's lease."""
+        budget_ends = time.monotonic() + self._lease.total_seconds() / 4
+        tried: set[int] = set()
+        while (
+            can_continue(executor, result)
+            and time.monotonic() < budget_ends
+            and len(result.new_events) < _INLINE_EVENTS
+        ):
+            outcomes: list[ev.ActivityTaskCompleted | ev.ActivityTaskFailed] = []
+            retries: list[NewActivityTask] = []
+            for spec in result.activity_tasks:
+                if spec.created_seq in tried or not inline.eligible(spec):
+                    continue
+                tried.add(spec.created_seq)
+                answer = inline.run(spec, self._store.clock.now())
+                if answer is None:
+                    break  # no activity slot free: the rest take the ordinary path
+                message, retry = answer
+                if message is not None:
+                    outcomes.append(message)
+                if retry is not None:
+                    retries.append(retry)
+            if not outcomes and not retries:
+                break
+            result = continue_task(executor, result, outcomes, retries, self._store.clock.now())
+            if not outcomes:
+                break
         return result
 
     def forget(self) -> None:
@@ -343,6 +394,28 @@ class AsyncRunner:
             self._loop, self._thread = None, None
 
 
+class Durations:
+    """How long the last few attempts of each activity took (seconds), for inline execution."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self._keep = keep
+        self._seen: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, name: str, seconds: float) -> None:
+        with self._lock:
+            seen = self._seen.get(name)
+            if seen is None:
+                seen = self._seen[name] = deque(maxlen=self._keep)
+            seen.append(seconds)
+
+    def longest(self, name: str) -> float | None:
+        """The longest of the last attempts of ``name``; None before its first one ended."""
+        with self._lock:
+            seen = self._seen.get(name)
+            return max(seen) if seen else None
+
+
 class ActivityWorker:
     """Runs activity attempts and turns each into a result, a final failure or a retry."""
 
@@ -366,6 +439,7 @@ class ActivityWorker:
         self._node_id, self._rng, self._async, self._batch_size = node_id, rng, async_runner, batch_size
         self._names = frozenset(registry.activities)
         self._rng_lock = threading.Lock()
+        self.durations = Durations()
 
     @property
     def names(self) -> frozenset[str]:
@@ -402,8 +476,14 @@ class ActivityWorker:
         started = time.perf_counter()
         outcome = self.execute(task)
         self._buffer.add_activity_outcome(outcome)
+        self.finished(outcome, time.perf_counter() - started)
+
+    def finished(self, outcome: ActivityOutcome, seconds: float) -> None:
+        """Record an attempt that ended (here or inline): telemetry, its duration, a log line."""
+        task = outcome.task
+        self.durations.record(task.name, seconds)
         kind = "retried" if outcome.retry_at is not None else "failed" if outcome.failure is not None else "completed"
-        self._telemetry.task_finished("activity", task.name, kind, time.perf_counter() - started)
+        self._telemetry.task_finished("activity", task.name, kind, seconds)
         if outcome.failure is not None:
             log.info(
                 "activity %s of run %s, attempt %d: %s (%s)",
@@ -415,7 +495,8 @@ class ActivityWorker:
                 extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
             )
 
-    def execute(self, task: ActivityTask) -> ActivityOutcome:
+    def execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None = None) -> ActivityOutcome:
+        """Run one attempt; ``heartbeat`` replaces the lease extension (an inline attempt has no lease)."""
         if task.attempt > task.retry_policy.max_attempts:
             # the previous holder's lease expired on the last allowed attempt: that attempt counts
             # as failed (its outcome is unknown), and the policy allows no further one
@@ -429,7 +510,7 @@ class ActivityWorker:
             run_id=task.run_id,
             activity_name=task.name,
             attempt=task.attempt,
-            heartbeat_fn=lambda: self._buffer.heartbeat(task),
+            heartbeat_fn=heartbeat if heartbeat is not None else lambda: self._buffer.heartbeat(task),
         )
         token = set_activity_context(context)
         try:

@@ -50,6 +50,7 @@ class NewActivityTask:
     lock_timeout: timedelta
     visible_from: datetime
     trace_context: ev.Labels = ()
+    attempt: int = 1  # above 1 for a retry of a first attempt that ran inside the workflow task
 
 
 @attrs.frozen(kw_only=True)
@@ -305,6 +306,57 @@ def advance(
         messages=tuple(messages),
         child_runs=tuple(child_runs),
         new_history=new_history,
+    )
+
+
+def can_continue(executor: WorkflowExecutor, result: WorkflowTaskResult) -> bool:
+    """Whether ``result``'s task may go on with outcomes of its own activities (see
+    :func:`continue_task`): the run is live, not suspended, and scheduled activities."""
+    return (
+        bool(result.activity_tasks)
+        and result.completion is None
+        and result.new_history is None
+        and not executor.finished
+        and not executor.suspended
+    )
+
+
+def continue_task(
+    executor: WorkflowExecutor,
+    result: WorkflowTaskResult,
+    outcomes: Sequence[ev.ActivityTaskCompleted | ev.ActivityTaskFailed],
+    retries: Sequence[NewActivityTask],
+    now: datetime,
+) -> WorkflowTaskResult:
+    """``result`` extended within the same workflow task by the first attempts of its activities
+    that ran at once ("inline"): ``outcomes`` are the messages those attempts produced (applied
+    as the next block, exactly as if they had come through the inbox), ``retries`` replace the
+    tasks whose inline attempt failed and will be retried later as ordinary tasks.
+
+    The history written is the one the ordinary path writes (one block per step), only in one
+    write: replay cannot tell the two apart. Requires :func:`can_continue`.
+    """
+    answered = {m.created_seq for m in outcomes} | {r.created_seq for r in retries}
+    kept = tuple(t for t in result.activity_tasks if t.created_seq not in answered) + tuple(retries)
+    if not outcomes:
+        return attrs.evolve(result, activity_tasks=kept)
+    # inline messages never were in the inbox: negative ids, left out of what the task consumed
+    inbox = [InboxMessage(message_id=-(i + 1), event=message) for i, message in enumerate(outcomes)]
+    step = advance(executor, result.new_events[-1].sequence_number, inbox, now)
+    if len(step.consumed) != len(inbox):
+        raise AssertionError(f"run {result.run_id}: an inline activity outcome was not applied")
+    return WorkflowTaskResult(
+        run_id=result.run_id,
+        expected_last_seq=result.expected_last_seq,
+        new_events=result.new_events + step.new_events,
+        consumed=result.consumed,
+        started=result.started or step.started,
+        completion=step.completion,
+        custom_status=step.custom_status,
+        activity_tasks=kept + step.activity_tasks,
+        messages=result.messages + step.messages,
+        child_runs=result.child_runs + step.child_runs,
+        new_history=step.new_history,
     )
 
 

@@ -333,6 +333,7 @@ class InMemoryAdapter:
                 lock_timeout=spec.lock_timeout,
                 visible_from=spec.visible_from,
                 trace_context=spec.trace_context,
+                attempt=spec.attempt,
             )
         if result.completion is not None:
             self._finish_run(run, result, now)

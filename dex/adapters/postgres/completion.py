@@ -266,13 +266,13 @@ class _Round:
         self._conn.execute(
             self._q(
                 "INSERT INTO {s}.activity_tasks (queue, run_id, created_seq, name, input, priority,"
-                " retry_policy, lock_timeout, visible_from, trace_context)"
+                " retry_policy, lock_timeout, visible_from, trace_context, attempt)"
                 " SELECT a.queue, a.run_id, a.created_seq, a.name, a.input, a.priority, a.retry_policy,"
-                "  a.lock_timeout, a.visible_from, a.trace_context"
+                "  a.lock_timeout, a.visible_from, a.trace_context, a.attempt"
                 " FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::bytea[], %s::integer[],"
-                "             %s::bytea[], %s::interval[], %s::timestamptz[], %s::text[]) WITH ORDINALITY"
-                "  AS a(queue, run_id, created_seq, name, input, priority, retry_policy, lock_timeout, visible_from,"
-                "       trace_context, ord)"
+                "             %s::bytea[], %s::interval[], %s::timestamptz[], %s::text[], %s::integer[])"
+                "  WITH ORDINALITY AS a(queue, run_id, created_seq, name, input, priority, retry_policy,"
+                "       lock_timeout, visible_from, trace_context, attempt, ord)"
                 " ORDER BY a.ord"
             ),
             [
@@ -286,6 +286,7 @@ class _Round:
                 [s.lock_timeout for s in specs],
                 [s.visible_from for s in specs],
                 [json.dumps(dict(s.trace_context)) if s.trace_context else None for s in specs],
+                [s.attempt for s in specs],
             ],
         )
 

@@ -1,0 +1,117 @@
+"""Inline activities: the first attempt of a short activity runs inside the workflow task.
+
+When a workflow task schedules an activity that this engine runs, whose recent attempts here
+all took at most a few milliseconds, and whose queue is active with room, the worker runs that
+first attempt at once, in its own thread, and applies the outcome as the next block of the
+same task (:func:`dex.domain.task.continue_task`); then the next activity, until the workflow
+waits for something else, ends, or the task's time budget is spent. The task's one write
+records every step, with the history the ordinary path records (one block per step): a
+three-step workflow costs one workflow-task write instead of three activity writes and four
+workflow-task writes.
+
+What stays the same: activities run at least once (a crash before the write redoes the task,
+and its inline attempts); a failed inline attempt that may be retried becomes an ordinary
+task with attempt 2, visible when its retry delay has passed; the run's outcome is recorded
+once (the task's lease and the (run, sequence) key decide). What differs, and why it is
+limited to short activities: an inline attempt holds no lease of its own, so
+``heartbeat()`` only reports True, and ``lock_timeout`` does not apply to it; a task taken
+over after its lease expired (``lease.version > 1``) runs no activity inline, so an attempt
+that outlives the workflow task's lease is not repeated inline forever. An activity's first
+attempt in a process always takes the ordinary path: that is how its duration becomes known.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import attrs
+
+from dex.app.dispatch import ActivitySlots
+from dex.app.ports import ActivityTask, Lease, QueueInfo
+from dex.app.workers import ActivityWorker
+from dex.domain import events as ev
+from dex.domain.task import NewActivityTask
+
+# what an inline attempt gives its task: the run's message, or the task that retries it
+Answer = tuple[ev.ActivityTaskCompleted | ev.ActivityTaskFailed | None, NewActivityTask | None]
+
+
+class QueueView:
+    """The queues as this engine last read them, re-read at most every ``ttl`` seconds (and at
+    once after this engine changed one), to tell whether an activity queue takes work now."""
+
+    def __init__(self, read: Callable[[], list[QueueInfo]], ttl: float = 1.0) -> None:
+        self._read, self._ttl = read, ttl
+        self._queues: dict[str, QueueInfo] = {}
+        self._read_at = float("-inf")
+        self._lock = threading.Lock()
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._read_at = float("-inf")
+
+    def open(self, queue: str) -> bool:
+        """Whether the activity queue is active and below its capacity (as last read)."""
+        with self._lock:
+            if time.monotonic() - self._read_at >= self._ttl:
+                self._queues = {info.name: info for info in self._read() if info.kind == "activity"}
+                self._read_at = time.monotonic()
+            info = self._queues.get(queue)
+        return info is not None and info.status == "ACTIVE" and info.depth < info.capacity
+
+
+@attrs.frozen
+class InlineActivities:
+    """Which first attempts run inline, and running them (see the module docstring)."""
+
+    worker: ActivityWorker
+    queues: QueueView
+    slots: ActivitySlots
+    owner: str
+    longest: float  # seconds: an activity runs inline while its recent attempts took at most this
+    stopping: threading.Event
+
+    def eligible(self, spec: NewActivityTask) -> bool:
+        if spec.attempt != 1 or self.stopping.is_set() or spec.name not in self.worker.names:
+            return False
+        took = self.worker.durations.longest(spec.name)
+        return took is not None and took <= self.longest and self.queues.open(spec.queue)
+
+    def run(self, spec: NewActivityTask, now: datetime) -> Answer | None:
+        """Run the attempt in this thread: the message its outcome gives the run, or the task
+        that retries it; None when no activity slot is free (it takes the ordinary path)."""
+        if not self.slots.reserve(1):
+            return None
+        try:
+            task = ActivityTask(
+                task_id=0,
+                run_id=spec.run_id,
+                created_seq=spec.created_seq,
+                name=spec.name,
+                input=spec.input,
+                queue=spec.queue,
+                priority=spec.priority,
+                attempt=spec.attempt,
+                retry_policy=spec.retry_policy,
+                lock_timeout=spec.lock_timeout,
+                lease=Lease(owner=self.owner, until=now + spec.lock_timeout, version=0),
+                trace_context=spec.trace_context,
+            )
+            started = time.perf_counter()
+            outcome = self.worker.execute(task, heartbeat=_no_lease)
+            self.worker.finished(outcome, time.perf_counter() - started)
+        finally:
+            self.slots.release()
+        message = outcome.message
+        if message is None:
+            assert outcome.retry_at is not None
+            return None, attrs.evolve(spec, attempt=spec.attempt + 1, visible_from=outcome.retry_at)
+        assert isinstance(message, (ev.ActivityTaskCompleted, ev.ActivityTaskFailed))
+        return message, None
+
+
+def _no_lease() -> bool:
+    return True
