@@ -139,7 +139,7 @@ class Engine(AsyncEngineMixin):
         self._claimed_at: dict[str, float] = {}
         self._activity_backlog = False
         if isinstance(inline_activity_seconds, bool) or not isinstance(inline_activity_seconds, (int, float)):
-            raise ValueError(f"inline_activity_seconds must be a number, got {inline_activity_seconds!r}")
+            raise TypeError(f"inline_activity_seconds must be a number, got {inline_activity_seconds!r}")
         if inline_activity_seconds < 0:
             raise ValueError(f"inline_activity_seconds must not be negative, got {inline_activity_seconds!r}")
         self._inline_seconds = float(inline_activity_seconds)
@@ -407,7 +407,7 @@ class Engine(AsyncEngineMixin):
         self.buffer.background = True
         if self._inline_seconds > 0:
             self.workflow_worker.inline = InlineActivities(
-                self.activity_worker, self._queue_view, self._slots, self.node_id, self._inline_seconds, self._stopping
+                self.activity_worker, self._queue_view, self.node_id, self._inline_seconds, self._stopping
             )
         loops: list[tuple[str, Callable[[], int], threading.Event]] = [
             ("dex-scheduler", self._schedule_round, self._nudge.channel(SCHEDULER)),

@@ -29,7 +29,6 @@ from datetime import datetime
 
 import attrs
 
-from dex.app.dispatch import ActivitySlots
 from dex.app.ports import ActivityTask, Lease, QueueInfo
 from dex.app.workers import ActivityWorker
 from dex.domain import events as ev
@@ -69,42 +68,36 @@ class InlineActivities:
 
     worker: ActivityWorker
     queues: QueueView
-    slots: ActivitySlots
     owner: str
-    longest: float  # seconds: an activity runs inline while its recent attempts took at most this
+    typical: float  # seconds: an activity runs inline while its recent attempts typically took at most this
     stopping: threading.Event
 
     def eligible(self, spec: NewActivityTask) -> bool:
         if spec.attempt != 1 or self.stopping.is_set() or spec.name not in self.worker.names:
             return False
-        took = self.worker.durations.longest(spec.name)
-        return took is not None and took <= self.longest and self.queues.open(spec.queue)
+        took = self.worker.durations.typical(spec.name)
+        return took is not None and took <= self.typical and self.queues.open(spec.queue)
 
-    def run(self, spec: NewActivityTask, now: datetime) -> Answer | None:
+    def run(self, spec: NewActivityTask, now: datetime) -> Answer:
         """Run the attempt in this thread: the message its outcome gives the run, or the task
-        that retries it; None when no activity slot is free (it takes the ordinary path)."""
-        if not self.slots.reserve(1):
-            return None
-        try:
-            task = ActivityTask(
-                task_id=0,
-                run_id=spec.run_id,
-                created_seq=spec.created_seq,
-                name=spec.name,
-                input=spec.input,
-                queue=spec.queue,
-                priority=spec.priority,
-                attempt=spec.attempt,
-                retry_policy=spec.retry_policy,
-                lock_timeout=spec.lock_timeout,
-                lease=Lease(owner=self.owner, until=now + spec.lock_timeout, version=0),
-                trace_context=spec.trace_context,
-            )
-            started = time.perf_counter()
-            outcome = self.worker.execute(task, heartbeat=_no_lease)
-            self.worker.finished(outcome, time.perf_counter() - started)
-        finally:
-            self.slots.release()
+        that retries it."""
+        task = ActivityTask(
+            task_id=0,
+            run_id=spec.run_id,
+            created_seq=spec.created_seq,
+            name=spec.name,
+            input=spec.input,
+            queue=spec.queue,
+            priority=spec.priority,
+            attempt=spec.attempt,
+            retry_policy=spec.retry_policy,
+            lock_timeout=spec.lock_timeout,
+            lease=Lease(owner=self.owner, until=now + spec.lock_timeout, version=0),
+            trace_context=spec.trace_context,
+        )
+        started = time.perf_counter()
+        outcome = self.worker.execute(task, heartbeat=_no_lease)
+        self.worker.finished(outcome, time.perf_counter() - started)
         message = outcome.message
         if message is None:
             assert outcome.retry_at is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import statistics
 import threading
 import time
 from collections import OrderedDict, deque
@@ -288,10 +289,7 @@ class WorkflowWorker:
                 if spec.created_seq in tried or not inline.eligible(spec):
                     continue
                 tried.add(spec.created_seq)
-                answer = inline.run(spec, self._store.clock.now())
-                if answer is None:
-                    break  # no activity slot free: the rest take the ordinary path
-                message, retry = answer
+                message, retry = inline.run(spec, self._store.clock.now())
                 if message is not None:
                     outcomes.append(message)
                 if retry is not None:
@@ -409,11 +407,12 @@ class Durations:
                 seen = self._seen[name] = deque(maxlen=self._keep)
             seen.append(seconds)
 
-    def longest(self, name: str) -> float | None:
-        """The longest of the last attempts of ``name``; None before its first one ended."""
+    def typical(self, name: str) -> float | None:
+        """The median of the last attempts of ``name`` (wall time, so an attempt that waited for
+        the GIL counts long: the median sees past those); None before its first one ended."""
         with self._lock:
             seen = self._seen.get(name)
-            return max(seen) if seen else None
+            return statistics.median(seen) if seen else None
 
 
 class ActivityWorker:

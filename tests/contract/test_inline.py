@@ -1,0 +1,222 @@
+"""Inline activities (dex.app.inline): first attempts of short activities run inside the
+workflow task that scheduled them, on every adapter.
+
+The engines here are stepped with ``drain()`` and get their inline policy set by hand (a
+started engine sets it in ``start()``), with each activity's duration recorded as zero, so
+what runs inline does not depend on timing.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import dex
+from dex.app.inline import InlineActivities, QueueView
+from dex.app.ports import ActivityTask
+
+attempts: list[tuple[str, int]] = []
+heartbeats: list[bool] = []
+
+
+@dex.activity
+def inc(x: int) -> int:
+    attempts.append(("inc", dex.activity_context().attempt))
+    heartbeats.append(dex.activity_context().heartbeat())
+    return x + 1
+
+
+@dex.activity(retry=dex.RetryPolicy(initial_delay=timedelta(seconds=2), randomization_factor=0, max_attempts=3))
+def flaky(x: int) -> int:
+    attempt = dex.activity_context().attempt
+    attempts.append(("flaky", attempt))
+    if attempt == 1:
+        raise RuntimeError("first attempt fails")
+    return x * 10
+
+
+@dex.activity
+def refuse(x: int) -> int:
+    raise dex.TerminalError(f"no {x}")
+
+
+@dex.workflow
+async def two_steps(ctx: dex.WorkflowContext, x: int) -> int:
+    x = await ctx.activity(inc, x)
+    return await ctx.activity(inc, x)  # type: ignore[no-any-return]
+
+
+@dex.workflow
+async def retried(ctx: dex.WorkflowContext, x: int) -> int:
+    x = await ctx.activity(inc, x)
+    return await ctx.activity(flaky, x)  # type: ignore[no-any-return]
+
+
+@dex.workflow
+async def recovers(ctx: dex.WorkflowContext, x: int) -> str:
+    try:
+        await ctx.activity(refuse, x)
+    except dex.ActivityFailedError as exc:
+        x = await ctx.activity(inc, x)
+        return f"{exc.failure.message} then {x}"
+    return "unreachable"
+
+
+WORKFLOWS = [two_steps, retried, recovers]
+ACTIVITIES = [inc, flaky, refuse]
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    attempts.clear()
+    heartbeats.clear()
+
+
+def _engine(make_engine: Any, *, inline: bool = True, known: bool = True, typical: float = 60.0) -> dex.Engine:
+    engine: dex.Engine = make_engine(WORKFLOWS, ACTIVITIES)
+    if inline:
+        engine.workflow_worker.inline = InlineActivities(
+            engine.activity_worker,
+            QueueView(engine.store.list_queues, ttl=0),
+            engine.node_id,
+            typical,
+            threading.Event(),
+        )
+    if known:
+        for name in ("inc", "flaky", "refuse"):
+            engine.activity_worker.durations.record(name, 0.001)
+    return engine
+
+
+def _claimed_activity_tasks(engine: dex.Engine) -> list[ActivityTask]:
+    """Record every activity task the engine's worker claims from the store."""
+    claimed: list[ActivityTask] = []
+    claim = engine.store.claim_activity_tasks
+
+    def counting(*args: Any, **kwargs: Any) -> list[ActivityTask]:
+        tasks = claim(*args, **kwargs)
+        claimed.extend(tasks)
+        return tasks
+
+    engine.store.claim_activity_tasks = counting  # type: ignore[method-assign]
+    return claimed
+
+
+def _kinds(engine: dex.Engine, run_id: str) -> list[str]:
+    return [event.kind for event in engine.history(run_id)]
+
+
+def test_a_workflow_of_short_activities_runs_in_one_task_with_the_ordinary_history(make_engine: Any) -> None:
+    ordinary = _engine(make_engine, inline=False)
+    expected = ordinary.start_workflow(two_steps, 1)
+    ordinary.drain()
+
+    engine = _engine(make_engine)
+    claimed = _claimed_activity_tasks(engine)
+    run_id = engine.start_workflow(two_steps, 1)
+    engine.drain()
+
+    assert engine.wait(run_id, timeout=0) == 3
+    assert claimed == []  # no activity task was ever queued: both attempts ran inside the task
+    assert _kinds(engine, run_id) == _kinds(ordinary, expected)  # one block per step, as ever
+    started = [e for e in engine.history(run_id) if e.kind == "WorkflowTaskStarted"]
+    assert len(started) == 3
+    # an inline attempt holds no lease: its heartbeat has nothing to extend and says so
+    assert heartbeats == [True] * 4
+    assert ("inc", 1) in attempts and all(attempt == 1 for _name, attempt in attempts)
+
+
+def test_replaying_an_inline_history_gives_the_same_history(make_engine: Any) -> None:
+    engine = _engine(make_engine)
+    run_id = engine.start_workflow(two_steps, 5)
+    engine.drain()
+    dex.testing.replay(two_steps, engine.history(run_id))  # raises NonDeterminismError on a mismatch
+
+
+def test_a_failed_inline_attempt_is_retried_later_as_an_ordinary_task(make_engine: Any, clock: Any) -> None:
+    engine = _engine(make_engine)
+    claimed = _claimed_activity_tasks(engine)
+    run_id = engine.start_workflow(retried, 1)
+    started = clock.now()
+    engine.drain(advance_time=False)
+    # inc ran inline, flaky's first attempt failed inline: the run waits for attempt 2
+    assert engine.get_run(run_id).status is dex.RunStatus.RUNNING
+    assert attempts == [("inc", 1), ("flaky", 1)]
+    assert claimed == []
+    engine.drain()  # the clock jumps to the retry (2 s later), an ordinary task runs it
+    assert engine.wait(run_id, timeout=0) == 20
+    assert attempts == [("inc", 1), ("flaky", 1), ("flaky", 2)]
+    assert [(t.name, t.attempt) for t in claimed] == [("flaky", 2)]
+    assert clock.now() - started >= timedelta(seconds=2)
+    assert "ActivityTaskFailed" not in _kinds(engine, run_id)  # retried attempts are not history
+
+
+def test_a_terminal_inline_failure_reaches_the_workflow_in_the_same_task(make_engine: Any) -> None:
+    engine = _engine(make_engine)
+    claimed = _claimed_activity_tasks(engine)
+    run_id = engine.start_workflow(recovers, 7)
+    engine.drain()
+    assert engine.wait(run_id, timeout=0) == "no 7 then 8"
+    assert claimed == []
+    assert "ActivityTaskFailed" in _kinds(engine, run_id)
+
+
+@pytest.mark.parametrize("why", ["paused", "full", "unknown", "slow", "taken over"])
+def test_activities_take_the_ordinary_path_when_they_may_not_run_inline(make_engine: Any, clock: Any, why: str) -> None:
+    engine = _engine(make_engine, known=why != "unknown", typical=0.0001 if why == "slow" else 60.0)
+    claimed = _claimed_activity_tasks(engine)
+    if why == "paused":
+        engine.pause_queue("default", "activity")
+    if why == "full":  # a queue at its capacity (one retry waiting in it) takes nothing inline
+        engine.set_queue_capacity("default", "activity", 1)
+        engine.start_workflow(retried, 0)
+        engine.drain(advance_time=False)
+        claimed.clear()
+        attempts.clear()
+    run_id = engine.start_workflow(two_steps, 1)
+    if why == "taken over":
+        # the first claim of the task lapses unfinished; its second claim runs nothing inline
+        engine.workflow_scheduler.step()
+        lease = engine.workflow_worker.lease
+        store = engine.store
+        first = store.claim_workflow_tasks(frozenset({"two_steps"}), "lost-node", clock.now(), lease, 1)
+        assert len(first) == 1
+        clock.advance(lease + timedelta(seconds=1))
+    engine.drain(advance_time=False)
+    if why == "paused":
+        assert attempts == []  # nothing runs from a paused queue, inline or not
+        engine.resume_queue("default", "activity")
+        engine.drain(advance_time=False)
+    if why == "full":
+        engine.set_queue_capacity("default", "activity", 100)
+        engine.drain()
+    assert engine.wait(run_id, timeout=0) == 3
+    # the first step took the ordinary path; the second, in a later task, runs inline again once
+    # the reason is gone (the queue resumed, a duration is known, a fresh task); the slow one
+    # never does, nor the full queue (the waiting retry keeps it full)
+    ordinary = 2 if why in ("slow", "full") else 1
+    assert [(t.run_id, t.name) for t in claimed if t.run_id == run_id] == [(run_id, "inc")] * ordinary
+
+
+def test_the_engine_checks_its_inline_setting(make_engine: Any) -> None:
+    with pytest.raises(ValueError, match="inline_activity_seconds must not be negative"):
+        make_engine(WORKFLOWS, ACTIVITIES, inline_activity_seconds=-1)
+    with pytest.raises(TypeError, match="inline_activity_seconds must be a number"):
+        make_engine(WORKFLOWS, ACTIVITIES, inline_activity_seconds="fast")
+    off = make_engine(WORKFLOWS, ACTIVITIES, inline_activity_seconds=0)
+    off.start()
+    try:
+        assert off.workflow_worker.inline is None
+    finally:
+        off.stop()
+    on = make_engine(WORKFLOWS, ACTIVITIES)
+    on.start()
+    try:
+        assert on.workflow_worker.inline is not None
+        assert on.wait(on.start_workflow(two_steps, 1), timeout=20) == 3
+    finally:
+        on.stop()
+    assert on.workflow_worker.inline is None  # stop() turns it off with the threads
