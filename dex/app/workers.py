@@ -121,7 +121,7 @@ class WorkflowWorker:
         node_id: str,
         *,
         lease: timedelta = timedelta(seconds=10),
-        batch_size: int = 16,
+        batch_size: int = 64,
         cache_size: int = 1000,
         telemetry: Telemetry | None = None,
         tracing: Tracing | None = None,
@@ -249,7 +249,7 @@ class WorkflowWorker:
                     )
                 result = advance(executor, last_seq, inbox, now)
                 if self.inline is not None and task.lease.version == 1:
-                    result = self._run_inline(self.inline, executor, result)
+                    result = self._run_inline(self.inline, task, executor, result)
         except Exception as exc:  # a history the core cannot read fails that run, not the worker
             log.exception(
                 "workflow task for run %s failed",
@@ -272,15 +272,16 @@ class WorkflowWorker:
         return result
 
     def _run_inline(
-        self, inline: InlineActivities, executor: WorkflowExecutor, result: WorkflowTaskResult
+        self, inline: InlineActivities, task: WorkflowTask, executor: WorkflowExecutor, result: WorkflowTaskResult
     ) -> WorkflowTaskResult:
         """Go on with the first attempts of the activities the task scheduled that may run here
-        (:mod:`dex.app.inline`), step after step, within a quarter of the task's lease."""
-        budget_ends = time.monotonic() + self._lease.total_seconds() / 4
+        (:mod:`dex.app.inline`), step after step, while at least half the task's lease is left
+        (the other half is for the rest of the batch and the write)."""
+        budget_ends = task.lease.until - self._lease / 2
         tried: set[int] = set()
         while (
             can_continue(executor, result)
-            and time.monotonic() < budget_ends
+            and self._store.clock.now() < budget_ends
             and len(result.new_events) < _INLINE_EVENTS
         ):
             outcomes: list[ev.ActivityTaskCompleted | ev.ActivityTaskFailed] = []

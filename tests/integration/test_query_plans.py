@@ -105,7 +105,7 @@ def record(
     return result, recorder.statements
 
 
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%s|%%")
+_PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]|%[sb]|%%")
 
 
 def as_prepared(conn: psycopg.Connection, text: str, params: Any) -> tuple[str, list[str]]:
