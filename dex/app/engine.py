@@ -208,10 +208,11 @@ class Engine(AsyncEngineMixin):
             run_id = self.store.create_run(str(uuid.uuid4()), created, self.store.clock.now())
             self._nudge(SCHEDULER)
             return run_id
-        run_id, claimed = self.store.create_run_then_claim(str(uuid.uuid4()), created, self.store.clock.now(), claim)
+        now = self.store.clock.now()
+        run_id, claimed, loaded = self.store.create_run_then_claim(str(uuid.uuid4()), created, now, claim)
         if claimed:
             self.telemetry.tasks_claimed("workflow", len(claimed))
-            dispatch.workflows_claimed(claimed)
+            dispatch.workflows_claimed(claimed, loaded, now)
         else:
             self._nudge(SCHEDULER)
         return run_id

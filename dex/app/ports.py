@@ -174,12 +174,14 @@ class RunStore(Protocol):
 
     def create_run_then_claim(
         self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
-    ) -> tuple[str, list[WorkflowTask]]:
+    ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
         """``create_run``, and in the same transaction, when the run may be scheduled at once
         (no concurrency key, its queue active with a free slot, its workflow among
         ``claim.names``, no scheduler at work), create its first workflow task already claimed
-        for ``claim.owner``; the claimed task comes back with the id (else the scheduler
-        schedules the run as usual)."""
+        for ``claim.owner``; the claimed task comes back with the id, and with its input as
+        ``load_workflow_tasks`` would give it (the run's history ``[RunCreated]``, its inbox
+        ``[RunStarted]``), so it runs without a load (else the scheduler schedules the run as
+        usual, and both lists are empty)."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None: ...

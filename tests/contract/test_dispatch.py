@@ -130,20 +130,22 @@ def test_a_created_run_claims_its_first_task_when_it_may_be_scheduled_at_once(ma
     store = engine.store
     now = store.clock.now()
     names = frozenset({"two_steps"})
-    run_id, claimed = store.create_run_then_claim("run-plain", _created("two_steps"), now, _claim(names))
+    run_id, claimed, (loaded,) = store.create_run_then_claim("run-plain", _created("two_steps"), now, _claim(names))
     assert run_id == "run-plain"
     assert [(t.run_id, t.lease.owner) for t in claimed] == [("run-plain", OWNER)]
+    # its input came along: exactly what a load of the claimed task gives
+    assert store.load_workflow_tasks([(claimed[0], 0)], now) == [loaded]
     assert store.schedule_workflow_tasks(now, 16) == 0  # it has its task: the scheduler adds none
     # a keyed run waits for the scheduler, which grants keys; so does a workflow not claimed for
-    keyed, none = store.create_run_then_claim("run-keyed", _created("two_steps", key="k"), now, _claim(names))
-    assert (keyed, none) == ("run-keyed", [])
-    other, none = store.create_run_then_claim("run-other", _created("two_steps"), now, _claim(frozenset({"x"})))
-    assert (other, none) == ("run-other", [])
+    keyed = store.create_run_then_claim("run-keyed", _created("two_steps", key="k"), now, _claim(names))
+    assert keyed == ("run-keyed", [], [])
+    other = store.create_run_then_claim("run-other", _created("two_steps"), now, _claim(frozenset({"x"})))
+    assert other == ("run-other", [], [])
     assert store.schedule_workflow_tasks(now, 16) == 2
     # a live run with the instance id wins: its id comes back, nothing is created or claimed
     store.create_run("run-first", _created("two_steps", instance="order-1"), now)
     again = store.create_run_then_claim("run-second", _created("two_steps", instance="order-1"), now, _claim(names))
-    assert again == ("run-first", [])
+    assert again == ("run-first", [], [])
     assert store.get_run("run-second") is None
 
 

@@ -23,6 +23,7 @@ from dex.adapters.memory.tables import (
 )
 from dex.app.clock import SystemClock
 from dex.app.ports import (
+    Loaded,
     ACTIVITY,
     QUEUE_KINDS,
     WORKFLOW,
@@ -77,17 +78,19 @@ class InMemoryAdapter:
 
     def create_run_then_claim(
         self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
-    ) -> tuple[str, list[WorkflowTask]]:
+    ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
         with self._lock:
             got = self.create_run(run_id, created, now)
             if got != run_id or created.concurrency_key is not None or created.workflow_name not in claim.names:
-                return got, []
+                return got, [], []
             queue = self._queue(created.queue, WORKFLOW)
             if queue.paused or self._active_workflow_tasks(queue.name) >= queue.capacity:
-                return got, []
+                return got, [], []
             task = self._add_workflow_task(self._runs[run_id], queue.name)
             task.lease.take(claim.owner, now + claim.lease)
-            return got, [task.claimed()]
+            (started,) = self._inbox[run_id]
+            inbox = [InboxMessage(message_id=started.message_id, event=started.event)]
+            return got, [task.claimed()], [(list(self._runs[run_id].history), inbox)]
 
     def _find_live_instance(self, instance_id: str | None) -> str | None:
         if instance_id is None:

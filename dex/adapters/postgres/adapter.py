@@ -163,7 +163,7 @@ class PostgresAdapter:
 
     def create_run_then_claim(
         self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
-    ) -> tuple[str, list[WorkflowTask]]:
+    ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
         self._ensure_queues([(created.queue, WORKFLOW)])
         with self._statement() as conn:
             return runs.create_run(conn, self._q, run_id, created, now, claim)

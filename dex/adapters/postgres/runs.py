@@ -26,10 +26,11 @@ from dex.adapters.postgres.rows import (
     workflow_task,
 )
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, TERMINAL, Statements
-from dex.app.ports import Claim, RunFilter, RunRecord, WorkflowTask
+from dex.app.ports import Claim, Loaded, RunFilter, RunRecord, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, transition
+from dex.domain.task import InboxMessage
 
 
 def create_run(
@@ -39,7 +40,7 @@ def create_run(
     created: ev.RunCreated,
     now: datetime,
     claim: Claim | None = None,
-) -> tuple[str, list[WorkflowTask]]:
+) -> tuple[str, list[WorkflowTask], list[Loaded]]:
     """Insert a run with history ``[RunCreated]`` and inbox ``[RunStarted]``, or return the id
     of the live run that already has this instance id.
 
@@ -62,7 +63,9 @@ def create_run(
             "  AND pg_try_advisory_xact_lock(%(lock)s, hashtext(%(schema)s))"
             " RETURNING " + WORKFLOW_TASK_COLUMNS + ")"
         )
-    returning = " SELECT r.run_id" + (", t.*  FROM r LEFT JOIN t ON true" if claim is not None else " FROM r")
+    returning = " SELECT r.run_id, (SELECT message_id FROM i)" + (
+        ", t.*  FROM r LEFT JOIN t ON true" if claim is not None else " FROM r"
+    )
     _run, _seq, event = history_row(run_id, ev.HistoryEvent(sequence_number=1, timestamp=now, event=created))
     _run, kind, message, _visible = inbox_row(run_id, ev.RunStarted(), now)
     for _ in range(10):
@@ -81,7 +84,7 @@ def create_run(
                     + " DO NOTHING RETURNING run_id, queue, workflow_name, priority, concurrency_key),"
                     " h AS (INSERT INTO {s}.history (run_id, seq, event) SELECT run_id, 1, %(event)s FROM r),"
                     " i AS (INSERT INTO {s}.inbox (run_id, kind, message, visible_from)"
-                    "  SELECT run_id, %(kind)s, %(message)s, %(now)s FROM r)" + task_cte + returning
+                    "  SELECT run_id, %(kind)s, %(message)s, %(now)s FROM r RETURNING message_id)" + task_cte + returning
                 ),
                 {
                     "run": run_id,
@@ -106,14 +109,18 @@ def create_run(
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"run {run_id} exists already") from None
         if inserted is not None:
-            claimed = [workflow_task(inserted[1:])] if claim is not None and inserted[1] is not None else []
-            return run_id, claimed
+            if claim is None or inserted[2] is None:
+                return run_id, [], []
+            # the claimed task's input is what was just inserted: no load needed
+            history = [ev.HistoryEvent(sequence_number=1, timestamp=now, event=created)]
+            inbox = [InboxMessage(message_id=inserted[1], event=ev.RunStarted())]
+            return run_id, [workflow_task(inserted[2:])], [(history, inbox)]
         existing = conn.execute(
             q("SELECT run_id FROM {s}.runs WHERE instance_id = %s AND status IN " + LIVE),
             [created.instance_id],
         ).fetchone()
         if existing is not None:
-            return str(existing[0]), []
+            return str(existing[0]), [], []
         # the clashing run ended between our insert and our select: try again
     raise InvalidStateError(f"instance id {created.instance_id!r} is contended; try again")
 
