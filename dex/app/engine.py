@@ -138,6 +138,8 @@ class Engine(AsyncEngineMixin):
         self._claim_workflows = threading.Event()
         self._claimed_at: dict[str, float] = {}
         self._activity_backlog = False
+        self._schedule_activities = threading.Event()  # a flush or a queue change asks for a round
+        self._activities_scheduled_at = float("-inf")
         if isinstance(inline_activity_seconds, bool) or not isinstance(inline_activity_seconds, (int, float)):
             raise TypeError(f"inline_activity_seconds must be a number, got {inline_activity_seconds!r}")
         if inline_activity_seconds < 0:
@@ -153,6 +155,8 @@ class Engine(AsyncEngineMixin):
         # wake whoever has work the flush made due and did not claim for us; the leader's
         # scheduler also catches, within its poll interval, what a completion could not
         # schedule itself (its dispatch found the scheduler's lock taken)
+        if SCHEDULING in left or ACTIVITY in left:
+            self._schedule_activities.set()
         topics = [topic for kind, topic in _LEFT_TO_TOPIC if kind in left]
         if topics:
             self._nudge(*topics)
@@ -426,7 +430,15 @@ class Engine(AsyncEngineMixin):
         if not self.leader.step():
             return 0
         workflow_tasks = self.workflow_scheduler.step()
-        activity_tasks = self.activity_scheduler.step()
+        activity_tasks = 0
+        # starts, events and transitions (most nudges) never make activity tasks due: the
+        # activity scheduler runs when a flush or a queue change asks, and once per interval
+        # (retries coming due, work of other processes)
+        now = time.monotonic()
+        if self._schedule_activities.is_set() or now - self._activities_scheduled_at >= self._poll_interval:
+            self._schedule_activities.clear()
+            self._activities_scheduled_at = now
+            activity_tasks = self.activity_scheduler.step()
         worked = workflow_tasks + activity_tasks
         self.maintenance.step()
         if self.telemetry and time.monotonic() - self._depths_reported_at >= 5:
@@ -542,11 +554,13 @@ class Engine(AsyncEngineMixin):
     def resume_queue(self, name: str, kind: str) -> None:
         self.store.set_queue_paused(name, _kind(kind), False)
         self._queue_view.invalidate()
+        self._schedule_activities.set()
         self._nudge()
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
         self.store.set_queue_capacity(name, _kind(kind), capacity)
         self._queue_view.invalidate()
+        self._schedule_activities.set()
         self._nudge()
 
     def list_queues(self) -> list[QueueInfo]:
