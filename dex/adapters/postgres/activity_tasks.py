@@ -21,7 +21,7 @@ from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_ACTIVITIES, Stateme
 from dex.app.ports import ActivityOutcome, ActivityTask
 
 # the (queue, task_id, owner, version) of each given task, as a relation
-_WANTED = "unnest(%s::text[], %s::bigint[], %s::text[], %s::integer[]) AS w(queue, task_id, owner, version)"
+_WANTED = "unnest(%b::text[], %b::bigint[], %b::text[], %b::integer[]) AS w(queue, task_id, owner, version)"
 
 
 def _lease_arrays(tasks: Sequence[ActivityTask]) -> list[list[object]]:
@@ -176,7 +176,7 @@ def complete_activity_tasks(
                 "UPDATE {s}.activity_tasks t"
                 " SET state = 'CREATED', visible_from = r.retry_at, attempt = t.attempt + 1,"
                 "     locked_by = NULL, locked_until = NULL"
-                " FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[]) AS r(queue, task_id, retry_at)"
+                " FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[]) AS r(queue, task_id, retry_at)"
                 " WHERE t.queue = r.queue AND t.task_id = r.task_id"
             ),
             [[o.task.queue for o in retries], [o.task.task_id for o in retries], [o.retry_at for o in retries]],
@@ -184,7 +184,7 @@ def complete_activity_tasks(
     if finished:
         conn.execute(
             q(
-                "DELETE FROM {s}.activity_tasks t USING unnest(%s::text[], %s::bigint[]) AS d(queue, task_id)"
+                "DELETE FROM {s}.activity_tasks t USING unnest(%b::text[], %b::bigint[]) AS d(queue, task_id)"
                 " WHERE t.queue = d.queue AND t.task_id = d.task_id"
             ),
             [[o.task.queue for o in finished], [o.task.task_id for o in finished]],

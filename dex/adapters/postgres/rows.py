@@ -115,7 +115,7 @@ def insert_inbox(conn: psycopg.Connection, q: Statements, rows: Sequence[InboxRo
         q(
             "INSERT INTO {s}.inbox (run_id, kind, message, visible_from)"
             " SELECT m.run_id, m.kind, m.message, m.visible_from"
-            " FROM unnest(%s::text[], %s::text[], %b::bytea[], %s::timestamptz[]) WITH ORDINALITY"
+            " FROM unnest(%b::text[], %b::text[], %b::bytea[], %b::timestamptz[]) WITH ORDINALITY"
             "  AS m(run_id, kind, message, visible_from, ord)"
             " ORDER BY m.ord"
         ),
@@ -129,6 +129,6 @@ def insert_history(conn: psycopg.Connection, q: Statements, rows: Sequence[Histo
         return
     run_ids, seqs, events = zip(*rows, strict=True)
     conn.execute(
-        q("INSERT INTO {s}.history (run_id, seq, event) SELECT * FROM unnest(%s::text[], %s::integer[], %b::bytea[])"),
+        q("INSERT INTO {s}.history (run_id, seq, event) SELECT * FROM unnest(%b::text[], %b::integer[], %b::bytea[])"),
         [list(run_ids), list(seqs), list(events)],
     )

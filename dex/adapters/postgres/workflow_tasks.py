@@ -138,7 +138,7 @@ def _insert_tasks(conn: psycopg.Connection, q: Statements, tasks: Sequence[Seque
         q(
             "INSERT INTO {s}.workflow_tasks (queue, run_id, workflow_name, priority)"
             " SELECT t.queue, t.run_id, t.workflow_name, t.priority"
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[]) WITH ORDINALITY"
+            " FROM unnest(%b::text[], %b::text[], %b::text[], %b::integer[]) WITH ORDINALITY"
             "  AS t(run_id, workflow_name, queue, priority, ord)"
             " ORDER BY t.ord"
         ),
