@@ -19,6 +19,7 @@ Everything is a function of the seed and the fault schedule, so a failure names 
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
@@ -27,6 +28,7 @@ from typing import Any, TypeVar
 import attrs
 
 import dex
+from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import ActivityTask, RunFilter, RunRecord, WorkflowTask
 from dex.app.registry import ACTIVITY_ATTRIBUTE
 from dex.domain.errors import InvalidStateError
@@ -96,6 +98,7 @@ class Simulator:
         adapter_class: type[ObservedAdapter] = ObservedAdapter,
         engine_options: Mapping[str, Any] | None = None,
         write_before_rerun: bool = False,
+        inline: bool = False,
     ) -> None:
         self.seed, self.faults, self.steps = seed, schedule(faults), steps
         self.node_count, self.max_runs, self.workload = nodes, max_runs, workload
@@ -104,6 +107,9 @@ class Simulator:
         # Off by default: deciding while an earlier result is unwritten once let the executor
         # cache reuse decisions the store never took (tests/simulation/test_regressions.py).
         self.write_before_rerun = write_before_rerun
+        # With inline, every node runs first attempts inline (dex.app.inline) as a started
+        # engine does, every activity counting as quick: no timing decides anything here.
+        self.inline = inline
         self.rng = random.Random(seed)
         self.world = World(random.Random(f"world:{seed}"))
         self.clock = dex.testing.VirtualClock()
@@ -131,6 +137,7 @@ class Simulator:
             + ("" if self.workload is STANDARD_WORKLOAD else f", workload={self.workload!r}")
             + (f", engine_options={self.engine_options!r}" if self.engine_options else "")
             + (", write_before_rerun=True" if self.write_before_rerun else "")
+            + (", inline=True" if self.inline else "")
             + ("" if type(self.store) is ObservedAdapter else f", adapter_class={type(self.store).__name__}")
             + ").run()"
         )
@@ -197,6 +204,12 @@ class Simulator:
         engine = self._engine(name)
         # as in a started engine: results and heartbeats wait in the buffer for a flush step
         engine.buffer.background = True
+        if self.inline:
+            for activity in engine.registry.activities:
+                engine.activity_worker.durations.record(activity, 0.0)
+            engine.workflow_worker.inline = InlineActivities(
+                engine.activity_worker, QueueView(self.store.list_queues, ttl=0), name, 1.0, threading.Event()
+            )
         return Node(name=name, engine=engine)
 
     def _replace(self, index: int) -> str:

@@ -70,6 +70,24 @@ def test_every_schedule_keeps_the_invariants_without_the_executor_cache(seed: in
     simulate(seed, faults, **UNCACHED)
 
 
+# the same with inline activities: first attempts run inside the workflow tasks that schedule
+# them, and a crash or a lost lease between the attempt and the task's write redoes both
+INLINE: dict[str, Any] = {"inline": True}
+
+
+@explore(150)
+@given(seeds, fault_schedules)
+def test_every_schedule_keeps_the_invariants_with_inline_activities(seed: int, faults: list[Fault]) -> None:
+    simulate(seed, faults, **INLINE)
+
+
+@pytest.mark.slow
+@explore(2000)
+@given(seeds, fault_schedules)
+def test_every_schedule_keeps_the_invariants_with_inline_activities_many(seed: int, faults: list[Fault]) -> None:
+    simulate(seed, faults, **INLINE)
+
+
 @pytest.mark.slow
 @explore(5000)
 @given(seeds, fault_schedules)
@@ -112,6 +130,25 @@ def test_the_simulations_reach_every_outcome_and_lose_work_to_faults() -> None:
     text = "\n".join(trace)
     for what in ("joins", "takes over", "hangs", "-> retry", "client suspend", "client resume", "leads"):
         assert what in text, what
+
+
+def test_the_inline_simulations_run_activities_inside_workflow_tasks() -> None:
+    """Not vacuous: with ``inline``, more activity outcomes reach histories than activity tasks
+    were ever claimed (the rest ran inline), with and without faults."""
+    for faults in ([], EVERY_FAULT):
+        claimed = answered = 0
+        for seed in range(3):
+            simulator = Simulator(seed, faults, inline=True)
+            simulator.run()
+            claimed += sum(1 for kind, _task in simulator.referee.leases._claims if kind == "activity")
+            answered += sum(
+                1
+                for log in simulator.referee.runs.values()
+                for history in log.all_generations()
+                for item in history
+                if isinstance(item.event, (ev.ActivityTaskCompleted, ev.ActivityTaskFailed))
+            )
+        assert answered > claimed, (len(faults), answered, claimed)
 
 
 def fingerprint(simulator: Simulator) -> str:
