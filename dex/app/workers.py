@@ -475,8 +475,8 @@ class ActivityWorker:
     def run(self, task: ActivityTask) -> None:
         started = time.perf_counter()
         outcome = self.execute(task)
+        self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
         self._buffer.add_activity_outcome(outcome)
-        self.finished(outcome, time.perf_counter() - started)
 
     def finished(self, outcome: ActivityOutcome, seconds: float) -> None:
         """Record an attempt that ended (here or inline): telemetry, its duration, a log line."""

@@ -92,16 +92,31 @@ def _engine(make_engine: Any, *, inline: bool = True, known: bool = True, typica
 
 
 def _claimed_activity_tasks(engine: dex.Engine) -> list[ActivityTask]:
-    """Record every activity task the engine's worker claims from the store."""
+    """Record every activity task the store gives the engine: by a claim, or by a workflow
+    task's completion that claims what it created (eager dispatch), each grant once."""
     claimed: list[ActivityTask] = []
-    claim = engine.store.claim_activity_tasks
+    seen: set[tuple[int, int]] = set()
+    store = engine.store
+    claim, complete_then_claim = store.claim_activity_tasks, store.complete_workflow_tasks_then_claim
+
+    def record(tasks: list[ActivityTask]) -> None:
+        for task in tasks:
+            if (task.task_id, task.lease.version) not in seen:
+                seen.add((task.task_id, task.lease.version))
+                claimed.append(task)
 
     def counting(*args: Any, **kwargs: Any) -> list[ActivityTask]:
         tasks = claim(*args, **kwargs)
-        claimed.extend(tasks)
+        record(tasks)
         return tasks
 
-    engine.store.claim_activity_tasks = counting  # type: ignore[method-assign]
+    def counting_then_claim(*args: Any, **kwargs: Any) -> Any:
+        applied, tasks = complete_then_claim(*args, **kwargs)
+        record(tasks)
+        return applied, tasks
+
+    store.claim_activity_tasks = counting  # type: ignore[method-assign]
+    store.complete_workflow_tasks_then_claim = counting_then_claim  # type: ignore[method-assign]
     return claimed
 
 
@@ -220,3 +235,20 @@ def test_the_engine_checks_its_inline_setting(make_engine: Any) -> None:
     finally:
         on.stop()
     assert on.workflow_worker.inline is None  # stop() turns it off with the threads
+
+
+def test_a_started_engine_runs_known_quick_activities_inline(adapter_factory: Any) -> None:
+    engine = dex.Engine(
+        adapter_factory(), workflows=WORKFLOWS, activities=ACTIVITIES, poll_interval=0.01, inline_activity_seconds=1.0
+    )
+    claimed = _claimed_activity_tasks(engine)
+    with engine:
+        first = engine.start_workflow(two_steps, 1)
+        assert engine.wait(first, timeout=20) == 3
+        # the first attempt of inc in this process took the ordinary path; the second one, in
+        # the next task, already ran inline (its duration was known by then)
+        assert [t.run_id for t in claimed] == [first]
+        later = [engine.start_workflow(two_steps, i) for i in range(5)]
+        assert [engine.wait(run_id, timeout=20) for run_id in later] == [i + 2 for i in range(5)]
+    assert [t.run_id for t in claimed] == [first]  # nothing of the later runs was queued
+    assert engine.buffer.discarded == 0
