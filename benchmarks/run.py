@@ -33,7 +33,7 @@ from typing import Any
 from benchmarks import pg
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("throughput", "dbos", "latency", "waiting", "chain", "memory")
+PARTS = ("throughput", "dbos", "split", "latency", "waiting", "chain", "memory")
 ALIASES = {"scale": ("waiting", "chain", "memory"), "all": PARTS}
 
 
@@ -238,6 +238,43 @@ def part_dbos(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
     return out
 
 
+def part_split(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    """The same batch with the client and the worker in separate processes, dex and DBOS."""
+    from benchmarks import dex_bench
+
+    measured: dict[str, dict[str, Any]] = {}
+    for kind in ("dex", "dbos"):
+        with dex_bench.fresh_schema(dsn, f"bench_split_{kind}") as schema:
+            args = [kind, "--schema", schema, "--runs", str(cfg["n"]), "--timeout", str(cfg["timeout"])]
+            measured[kind] = run_child("benchmarks.split", args, dsn, timeout=cfg["timeout"] + 180)
+    results["split"] = measured
+    dx, db = measured["dex"], measured["dbos"]
+
+    def per(r: dict[str, Any], key: str) -> float | None:
+        return ms(r[key] / max(r["done"], 1)) if not r.get("skipped") and r.get(key) is not None else None
+
+    def column(r: dict[str, Any], key: str) -> Any:
+        return None if r.get("skipped") else r[key]
+
+    rows: list[list[Any]] = [
+        ["workflows", column(dx, "done"), column(db, "done")],
+        ["start to last result (s)", column(dx, "seconds"), column(db, "seconds")],
+        ["of which starting / enqueueing (s)", column(dx, "start_seconds"), column(db, "start_seconds")],
+        ["workflows/s", column(dx, "rate"), column(db, "rate")],
+        ["CPU ms/workflow, client process", per(dx, "client_cpu_seconds"), per(db, "client_cpu_seconds")],
+        ["CPU ms/workflow, worker process", per(dx, "worker_cpu_seconds"), per(db, "worker_cpu_seconds")],
+        ["CPU ms/workflow, PostgreSQL", per(dx, "server_cpu_seconds"), per(db, "server_cpu_seconds")],
+        ["other processes' share of the CPU meanwhile", pct(dx.get("other_cpu_share")), pct(db.get("other_cpu_share"))],
+    ]
+    if not db.get("skipped"):
+        rows.append(["dex/DBOS", dx["rate"] / db["rate"], None])
+    return table(
+        "client and worker in separate processes (public client API; 3 sequential activities)",
+        ["", "dex", "DBOS"],
+        rows,
+    )
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -351,6 +388,7 @@ def part_memory(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
 RUNNERS: dict[str, Callable[[str, dict[str, Any], dict[str, Any]], str]] = {
     "throughput": part_throughput,
     "dbos": part_dbos,
+    "split": part_split,
     "latency": part_latency,
     "waiting": part_waiting,
     "chain": part_chain,
@@ -383,6 +421,15 @@ def targets(results: dict[str, Any]) -> list[list[Any]]:
         )
     else:
         row("3-activity rate vs DBOS", "≥ 10× DBOS", None, None)
+    split = results.get("split")
+    if split and not split["dbos"].get("skipped"):
+        ratio = split["dex"]["rate"] / split["dbos"]["rate"]
+        row(
+            "  the same, client and worker processes",
+            "≥ 10× DBOS",
+            f"{ratio:.2f}× ({split['dex']['rate']:.0f} vs {split['dbos']['rate']:.0f}/s)",
+            ratio >= 10,
+        )
     lat = results.get("latency")
     row(
         "idle latency, median",
