@@ -100,6 +100,33 @@ def test_migrations_are_idempotent_and_serialise(pg_dsn: str, pg_schema: str) ->
     assert migrate(pg_dsn, pg_schema) == LATEST_VERSION
     with psycopg.connect(pg_dsn) as conn:
         assert schema_version(conn, pg_schema) == LATEST_VERSION
+
+
+def test_migration_3_drops_the_foreign_keys_of_an_older_schema(pg_dsn: str, pg_schema: str) -> None:
+    from dex.adapters.postgres import schema as pg_schema_module
+
+    def foreign_keys(conn: psycopg.Connection) -> int:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace"
+            " WHERE n.nspname = %s AND c.contype = 'f'",
+            [pg_schema],
+        ).fetchone()
+        return row[0] if row else -1
+
+    with psycopg.connect(pg_dsn) as conn:
+        with conn.transaction():  # a schema as version 2 left it: foreign keys to runs
+            q = pg_schema_module.Statements(pg_schema)
+            conn.execute(q("CREATE SCHEMA {s}"))
+            conn.execute(q("CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, applied_at timestamptz)"))
+            for version, statements in pg_schema_module.MIGRATIONS[:2]:
+                for statement in statements:
+                    conn.execute(q(statement))
+                conn.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [version])
+        pg_schema_module.create_partition(conn, pg_schema, "workflow", "main")
+        conn.commit()
+        assert foreign_keys(conn) > 0
+        assert migrate(conn, pg_schema) == LATEST_VERSION
+        assert foreign_keys(conn) == 0  # the partitions' copies went with the parents'
         count = conn.execute(sql.SQL("SELECT count(*) FROM {}.schema_version").format(sql.Identifier(pg_schema)))
         assert count.fetchone() == (LATEST_VERSION,)
 
@@ -339,15 +366,40 @@ def test_finished_runs_are_deleted_with_their_rows(
         completion=ev.RunCompleted(status=dex.RunStatus.FAILED, failure=dex.FailureInfo(type="X", message="m")),
     )
     store.complete_workflow_tasks([(task, done)], clock.now())
+    tables = ("history", "inbox", "workflow_tasks", "activity_tasks")
+
+    def rows_of(run: str) -> dict[str, int]:
+        with psycopg.connect(pg_dsn) as conn:
+            counts = {}
+            for table in tables:
+                row = conn.execute(
+                    sql.SQL("SELECT count(*) FROM {} WHERE run_id = %s").format(sql.Identifier(pg_schema, table)), [run]
+                ).fetchone()
+                counts[table] = row[0] if row else -1
+            return counts
+
+    with psycopg.connect(pg_dsn) as conn:  # rows a crash or a race could leave behind an ended run
+        schema = sql.Identifier(pg_schema)
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.inbox (run_id, kind, message, visible_from) VALUES (%s, 'RunStarted', '', now())"
+            ).format(schema),
+            [run_id],
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.workflow_tasks (queue, run_id, workflow_name, priority) VALUES ('main', %s, 'wf', 0)"
+            ).format(schema),
+            [run_id],
+        )
+    live_rows = rows_of(live)
+    assert live_rows["history"] == 1 and live_rows["inbox"] == 1 and live_rows["workflow_tasks"] == 1
     assert store.delete_finished_runs(clock.now(), 10) == 0  # completed_at is not before the cut-off
     clock.advance(1)
     assert store.delete_finished_runs(clock.now(), 10) == 1
     assert store.get_run(run_id) is None and store.get_run(live) is not None
-    with psycopg.connect(pg_dsn) as conn:
-        left = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.history WHERE run_id = %s").format(sql.Identifier(pg_schema)), [run_id]
-        ).fetchone()
-    assert left == (0,)
+    assert rows_of(run_id) == dict.fromkeys(tables, 0)
+    assert rows_of(live) == live_rows  # nothing of the live run went with it
 
 
 # -- connecting -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ How the batch stays cheap and safe:
 * Every run the batch touches (the tasks' runs and every message target) is locked
   ``FOR NO KEY UPDATE`` in one statement, in run id order, so two batches cannot deadlock and
   a racing duplicate of a task waits here, then finds ``last_seq`` moved on and is discarded.
-  ``FOR NO KEY UPDATE`` does not block the ``FOR KEY SHARE`` of foreign-key checks.
+  The same lock keeps retention, which deletes only ended runs it can lock, off those runs.
 * The tasks whose lease still holds are deleted in one statement; the others are discarded.
 * The checks are then made in Python against the locked rows (check-before-apply), so a
   discarded result never breaks the rest of the batch, and the writes of all applied results

@@ -5,7 +5,7 @@ locks on ``runs`` follow one rule throughout the adapter: whoever changes a run'
 history holds its row ``FOR NO KEY UPDATE``; whoever only puts a message in its inbox holds
 it ``FOR SHARE``. The two conflict, so a message can never slip into the inbox of a run that
 is ending in a concurrent transaction (the inserter waits, then sees the run has ended).
-Neither conflicts with the ``FOR KEY SHARE`` that foreign-key checks take.
+The tables hold no foreign keys (migration 3): these locks are what keep a run's rows with it.
 """
 
 from __future__ import annotations
@@ -232,15 +232,24 @@ def request_transition(
 
 
 def delete_finished_runs(conn: psycopg.Connection, q: Statements, completed_before: datetime, limit: int) -> int:
-    """Delete up to ``limit`` ended runs; history, inbox and tasks go with them (ON DELETE CASCADE)."""
-    # SKIP LOCKED: a run row locked by someone (a late message checking it) is left for next time
+    """Delete up to ``limit`` ended runs with their history, inbox and tasks, in one statement."""
+    # SKIP LOCKED: a run row locked by someone (a late message checking it) is left for next time.
+    # The run rows are locked first, then the rows that belong to them (the adapter's lock order);
+    # nothing is added to an ended run, so nothing of it can appear after this statement's snapshot.
     deleted = conn.execute(
         q(
-            "DELETE FROM {s}.runs WHERE run_id IN ("
-            " SELECT run_id FROM {s}.runs"
-            " WHERE status IN " + TERMINAL + " AND completed_at < %s"
-            " ORDER BY completed_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+            "WITH gone AS ("
+            " DELETE FROM {s}.runs WHERE run_id IN ("
+            "  SELECT run_id FROM {s}.runs"
+            "  WHERE status IN " + TERMINAL + " AND completed_at < %s"
+            "  ORDER BY completed_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+            " RETURNING run_id),"
+            " h AS (DELETE FROM {s}.history WHERE run_id IN (SELECT run_id FROM gone)),"
+            " i AS (DELETE FROM {s}.inbox WHERE run_id IN (SELECT run_id FROM gone)),"
+            " w AS (DELETE FROM {s}.workflow_tasks WHERE run_id IN (SELECT run_id FROM gone)),"
+            " a AS (DELETE FROM {s}.activity_tasks WHERE run_id IN (SELECT run_id FROM gone))"
+            " SELECT count(*) FROM gone"
         ),
         [completed_before, limit],
-    )
-    return deleted.rowcount
+    ).fetchone()
+    return int(deleted[0]) if deleted is not None else 0
