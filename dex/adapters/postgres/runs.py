@@ -45,66 +45,43 @@ def create_run(
     of the live run that already has this instance id.
 
     One statement (the history and inbox rows are inserted by data-modifying CTEs from the
-    runs row the first one returned), so it is atomic on its own and costs one round trip.
+    runs row the first one returned), so it is atomic on its own and costs one round trip; it
+    lives in the schema's ``create_run`` function (migration 4), which keeps its plan cached.
     With ``claim``, a further CTE inserts the run's first workflow task already claimed for
     ``claim.owner`` when the scheduler would create it at once anyway: no concurrency key,
     the queue active with a free slot, and the scheduler's lock free (tried, never waited
     for, as in a completion's dispatch; while a scheduler runs, it counts the slots).
     """
-    task_cte = ""
-    if claim is not None:
-        task_cte = (
-            ", t AS (INSERT INTO {s}.workflow_tasks (queue, run_id, workflow_name, priority, locked_by,"
-            "  locked_until, lock_version)"
-            " SELECT r.queue, r.run_id, r.workflow_name, r.priority, %(owner)s, %(until)s, 1"
-            " FROM r JOIN {s}.queues qu ON qu.name = r.queue AND qu.kind = 'workflow'"
-            " WHERE r.concurrency_key IS NULL AND NOT qu.paused AND r.workflow_name = ANY(%(names)s)"
-            "  AND (SELECT count(*) FROM {s}.workflow_tasks w WHERE w.queue = r.queue) < qu.capacity"
-            "  AND pg_try_advisory_xact_lock(%(lock)s, hashtext(%(schema)s))"
-            " RETURNING " + WORKFLOW_TASK_COLUMNS + ")"
-        )
-    returning = " SELECT r.run_id, (SELECT message_id FROM i)" + (
-        ", t.*  FROM r LEFT JOIN t ON true" if claim is not None else " FROM r"
-    )
     _run, _seq, event = history_row(run_id, ev.HistoryEvent(sequence_number=1, timestamp=now, event=created))
     _run, kind, message, _visible = inbox_row(run_id, ev.RunStarted(), now)
     for _ in range(10):
         try:
+            # one statement in a function (schema migration 4), so its plan is cached; see there
             inserted = conn.execute(
                 q(
-                    "WITH r AS ("
-                    " INSERT INTO {s}.runs (run_id, workflow_name, queue, status, instance_id, priority,"
-                    " concurrency_key, labels, parent_run_id, created_at, last_seq)"
-                    " VALUES (%(run)s, %(name)s, %(queue)s, 'CREATED', %(instance)s, %(priority)s, %(key)s,"
-                    " %(labels)s, %(parent)s, %(now)s, 1)"
-                    # the arbiter is the partial unique index runs_live_instance: a live
-                    # run with this instance id wins, and an insert racing with ours waits
-                    " ON CONFLICT (instance_id) WHERE instance_id IS NOT NULL AND status IN "
-                    + LIVE
-                    + " DO NOTHING RETURNING run_id, queue, workflow_name, priority, concurrency_key),"
-                    " h AS (INSERT INTO {s}.history (run_id, seq, event) SELECT run_id, 1, %(event)s FROM r),"
-                    " i AS (INSERT INTO {s}.inbox (run_id, kind, message, visible_from)"
-                    "  SELECT run_id, %(kind)s, %(message)s, %(now)s FROM r RETURNING message_id)" + task_cte + returning
+                    "SELECT * FROM {s}.create_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                    " %s, %s, %s, %s, %s, %s)"
                 ),
-                {
-                    "run": run_id,
-                    "name": created.workflow_name,
-                    "queue": created.queue,
-                    "instance": created.instance_id,
-                    "priority": created.priority,
-                    "key": created.concurrency_key,
-                    "labels": labels_json(created.labels),
-                    "parent": created.parent_run_id,
-                    "now": now,
-                    "event": event,
-                    "kind": kind,
-                    "message": message,
-                    "owner": claim.owner if claim is not None else None,
-                    "until": now + claim.lease if claim is not None else None,
-                    "names": sorted(claim.names) if claim is not None else None,
-                    "lock": LOCK_SCHEDULE_WORKFLOWS,
-                    "schema": q.schema,
-                },
+                [
+                    run_id,
+                    created.workflow_name,
+                    created.queue,
+                    created.instance_id,
+                    created.priority,
+                    created.concurrency_key,
+                    labels_json(created.labels),
+                    created.parent_run_id,
+                    now,
+                    event,
+                    kind,
+                    message,
+                    claim is not None,
+                    claim.owner if claim is not None else None,
+                    now + claim.lease if claim is not None else None,
+                    sorted(claim.names) if claim is not None else None,
+                    LOCK_SCHEDULE_WORKFLOWS,
+                    q.schema,
+                ],
             ).fetchone()
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"run {run_id} exists already") from None
