@@ -156,7 +156,7 @@ _V2 = [
 
 _V3 = [
     # No foreign keys to runs: each one cost a check (a lookup and a row lock on runs) per
-    # history event, inbox message and task inserted, about a quarter of a start's server time.
+    # history event, inbox message and task inserted (measured: a start ~0.70 -> ~0.63 ms).
     # Every writer already finds the run under a row lock of its own (completions lock their
     # runs FOR NO KEY UPDATE, senders FOR SHARE, the scheduler chooses only live runs, which
     # retention never deletes), and retention deletes a run's rows itself (runs.delete_finished_runs).
@@ -170,7 +170,7 @@ _V4 = [
     # A start as one function call. The adapter's sessions force custom plans (see
     # connection.session_settings), so a plain statement is planned anew on every execution, a
     # third of a start's server time; the function's SET clause lets its one statement keep a
-    # generic plan per session instead: every value in it is a key or a literal row, and the
+    # generic plan per session instead (measured: a start ~0.63 -> ~0.55 ms): every value in it is a key or a literal row, and the
     # count of a queue's tasks is pruned to the queue's partition at execution.
     # Returns no row when a live run holds the instance id (ON CONFLICT .. DO NOTHING); else the
     # run id, the RunStarted message's id and, with p_claim, the run's first workflow task when
