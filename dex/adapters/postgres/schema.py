@@ -168,10 +168,10 @@ _V3 = [
 
 _V4 = [
     # A start as one function call. The adapter's sessions force custom plans (see
-    # connection.session_settings), so a plain statement is planned anew on every execution, a
-    # third of a start's server time; the function's SET clause lets its one statement keep a
-    # generic plan per session instead (measured: a start ~0.63 -> ~0.55 ms): every value in it is a key or a literal row, and the
-    # count of a queue's tasks is pruned to the queue's partition at execution.
+    # connection.session_settings), so a plain statement is planned anew on every execution;
+    # the function's SET clause lets its one statement keep a generic plan per session instead
+    # (measured: a start ~0.63 -> ~0.55 ms). Every value in it is a key or a literal row, and
+    # the count of a queue's tasks is pruned to the queue's partition at execution.
     # Returns no row when a live run holds the instance id (ON CONFLICT .. DO NOTHING); else the
     # run id, the RunStarted message's id and, with p_claim, the run's first workflow task when
     # the scheduler would create it at once anyway (no concurrency key, the queue active with a
