@@ -75,7 +75,7 @@ class ResultBuffer:
         *,
         max_batch: int = 256,
         on_flush: Callable[[frozenset[str]], None] | None = None,
-        on_written: Callable[[WorkflowTask, bool], None] | None = None,
+        on_written: Callable[[WorkflowTask, WorkflowTaskResult, bool], None] | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
         self._store = store
@@ -210,8 +210,8 @@ class ResultBuffer:
                 applied = self._complete_workflows(workflow_results, now, left)
                 self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
                 if self._on_written is not None:
-                    for (task, _result), ok in zip(workflow_results, applied, strict=True):
-                        self._on_written(task, ok)
+                    for (task, result), ok in zip(workflow_results, applied, strict=True):
+                        self._on_written(task, result, ok)
         except Exception as exc:
             # The store may be restarting. Keep what was not written and send it again with
             # the next flush: if a write did land after all, its lease check discards the

@@ -17,7 +17,7 @@ from dex.app.aio import AsyncEngineMixin
 from dex.app.buffer import ACTIVITY_LANE, SCHEDULING, WORKFLOW_LANE, ResultBuffer
 from dex.app.clock import VirtualClock
 from dex.app.dispatch import ActivitySlots, LocalDispatch
-from dex.app.info import RunInfo
+from dex.app.info import Outcomes, RunInfo
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import (
     ACTIVITY,
@@ -47,11 +47,13 @@ from dex.domain.errors import (
 )
 from dex.domain.replay import normalize_labels
 from dex.domain.status import RunStatus
+from dex.domain.task import WorkflowTaskResult
 from dex.domain.values import describe_failure
 from dex.serialization.history import encode_history
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 log = logging.getLogger("dex.engine")
+_UNDECODED = object()  # Engine._outcome: the result is still to be decoded
 
 # the topics of the engine's wake-up calls (runner.Nudge)
 SCHEDULER, WORKFLOWS, ACTIVITIES, FLUSHER = "scheduler", "workflows", "activities", "flusher"
@@ -97,6 +99,7 @@ class Engine(AsyncEngineMixin):
         self.tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._depths_reported_at = 0.0
         self._progress = threading.Condition()
+        self._outcomes = Outcomes()
         self._flushes = 0
         self.buffer = ResultBuffer(
             adapter, on_flush=self._flushed, on_written=self._workflow_written, telemetry=self.telemetry
@@ -166,7 +169,9 @@ class Engine(AsyncEngineMixin):
             self._flushes += 1
             self._progress.notify_all()
 
-    def _workflow_written(self, task: WorkflowTask, applied: bool) -> None:
+    def _workflow_written(self, task: WorkflowTask, result: WorkflowTaskResult, applied: bool) -> None:
+        if applied and result.completion is not None:
+            self._outcomes.record(task.run_id, task.workflow_name, result.completion)
         self.workflow_worker.written(task, applied)
 
     # -- runs ---------------------------------------------------------------------------------
@@ -326,14 +331,13 @@ class Engine(AsyncEngineMixin):
         pause = 0.002
         while True:
             flushes = self._flushes
+            written = self._outcomes.get(run_id)  # a run this engine ended: no need to read it back
+            if written is not None:
+                return self._outcome(run_id, *written)
             info = self.get_run(run_id)
-            if info.status is RunStatus.COMPLETED:
-                return info.result
-            if info.status is RunStatus.FAILED:
-                assert info.failure is not None
-                raise WorkflowFailedError(f"run {run_id} failed: {describe_failure(info.failure)}", info.failure)
-            if info.status is RunStatus.CANCELLED:
-                raise WorkflowCancelledError(f"run {run_id} was cancelled")
+            if info.status.is_terminal:
+                outcome = ev.RunCompleted(status=info.status, failure=info.failure)
+                return self._outcome(run_id, info.workflow_name, outcome, info.result)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {run_id} did not finish within {timeout} s (status {info.status.value})")
             # woken at once by our own flushes; the timeout covers runs that other processes end
@@ -343,6 +347,22 @@ class Engine(AsyncEngineMixin):
                         pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
                     )
             pause = min(pause * 1.5, 0.05)
+
+    def _outcome(
+        self, run_id: str, workflow_name: str, outcome: ev.RunCompleted, decoded: Any = _UNDECODED
+    ) -> Any:
+        """What ``wait`` gives for a run that ended so: its result, or the error to raise."""
+        if outcome.status is RunStatus.COMPLETED:
+            if decoded is not _UNDECODED:
+                return decoded
+            if outcome.result is None:
+                return None
+            definition = self.registry.find_workflow(workflow_name)
+            return self.converter.decode(outcome.result, definition.signature.returns if definition else None)
+        if outcome.status is RunStatus.FAILED:
+            assert outcome.failure is not None
+            raise WorkflowFailedError(f"run {run_id} failed: {describe_failure(outcome.failure)}", outcome.failure)
+        raise WorkflowCancelledError(f"run {run_id} was cancelled")
 
     # -- running ------------------------------------------------------------------------------
     def drain(self, advance_time: bool = True) -> None:

@@ -1,13 +1,16 @@
-"""Read models the engine returns: RunInfo."""
+"""Read models the engine returns: RunInfo; and the outcomes its own writes recorded."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import attrs
 
+from dex.domain.events import RunCompleted
 from dex.domain.status import RunStatus
 from dex.domain.values import FailureInfo
 
@@ -30,3 +33,33 @@ class RunInfo:
     completed_at: datetime | None
     result: Any
     failure: FailureInfo | None
+
+
+class Outcomes:
+    """The terminal outcomes this engine's own flushes wrote, newest ``capacity`` of them.
+
+    A run's outcome is recorded exactly once and never changes, so once a completion that ends
+    a run is written, ``wait`` may answer from here instead of reading the run back: for the
+    runs an engine works on itself, waiting costs no round trip. Thread-safe; bounded (the
+    oldest entries go first), so it holds nothing a reader could not fetch from the store.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, tuple[str, RunCompleted]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def record(self, run_id: str, workflow_name: str, outcome: RunCompleted) -> None:
+        with self._lock:
+            self._entries[run_id] = (workflow_name, outcome)
+            self._entries.move_to_end(run_id)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+    def get(self, run_id: str) -> tuple[str, RunCompleted] | None:
+        """``(workflow name, outcome)`` of a run whose end this engine wrote, or None."""
+        with self._lock:
+            return self._entries.get(run_id)
+
+    def __len__(self) -> int:
+        return len(self._entries)
