@@ -31,7 +31,7 @@ from dex.app.ports import (
     WorkflowTask,
 )
 from dex.app.registry import Registry
-from dex.app.runner import Nudge, PollingThread, activity_pool
+from dex.app.runner import BatchWindow, Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
@@ -80,6 +80,7 @@ class Engine(AsyncEngineMixin):
         executor_cache_size: int = 1000,
         tracing: Tracing | None = None,
         inline_activity_seconds: float = 0.005,
+        batch_window: float = 0.02,
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
@@ -148,6 +149,9 @@ class Engine(AsyncEngineMixin):
         if inline_activity_seconds < 0:
             raise ValueError(f"inline_activity_seconds must not be negative, got {inline_activity_seconds!r}")
         self._inline_seconds = float(inline_activity_seconds)
+        if isinstance(batch_window, bool) or not isinstance(batch_window, (int, float)) or batch_window < 0:
+            raise ValueError(f"batch_window must be a number of seconds >= 0, got {batch_window!r}")
+        self._window = BatchWindow(float(batch_window))
         self._queue_view = QueueView(adapter.list_queues)
         for definition in self.registry.workflows.values():
             adapter.ensure_queue(definition.queue, "workflow")
@@ -428,6 +432,7 @@ class Engine(AsyncEngineMixin):
             run_activity=self._run_activity,
             wake_workflows=wake_workflows.set,
             stopping=self._stopping,
+            idle_after=self._window.seconds,
         )
         self.buffer.background = True
         if self._inline_seconds > 0:
@@ -447,6 +452,8 @@ class Engine(AsyncEngineMixin):
             thread.start()
 
     def _schedule_round(self) -> int:
+        self._stopping.wait(self._window.left(SCHEDULER))  # under load: what arrives meanwhile joins
+        started = self._window.now()
         if not self.leader.step():
             return 0
         workflow_tasks = self.workflow_scheduler.step()
@@ -460,6 +467,8 @@ class Engine(AsyncEngineMixin):
             self._activities_scheduled_at = now
             activity_tasks = self.activity_scheduler.step()
         worked = workflow_tasks + activity_tasks
+        if worked:
+            self._window.worked(SCHEDULER, started)
         self.maintenance.step()
         if self.telemetry and time.monotonic() - self._depths_reported_at >= 5:
             self._depths_reported_at = time.monotonic()
@@ -472,16 +481,24 @@ class Engine(AsyncEngineMixin):
 
     def _claim_due(self, kind: str, wanted: threading.Event) -> bool:
         """Whether a round should claim from the queue: when nudged (someone made work due) or
-        once per poll interval (work made due elsewhere); work handed over needs no claim."""
+        once per poll interval (work made due elsewhere); work handed over needs no claim.
+        Under load a claim waits for the rest of the batch window (``BatchWindow``)."""
         now = time.monotonic()
         if not wanted.is_set() and now - self._claimed_at[kind] < self._poll_interval:
             return False
+        if self._stopping.wait(self._window.left(kind)):
+            return False
         wanted.clear()
-        self._claimed_at[kind] = now
+        self._claimed_at[kind] = time.monotonic()
         return True
 
     def _workflow_round(self) -> int:
-        return self.workflow_worker.poll_once(claim=self._claim_due(WORKFLOW, self._claim_workflows))
+        claim = self._claim_due(WORKFLOW, self._claim_workflows)
+        started = self._window.now()
+        worked = self.workflow_worker.poll_once(claim=claim)
+        if claim and worked:
+            self._window.worked(WORKFLOW, started)
+        return worked
 
     def _activity_round(self) -> int:
         if not self._claim_due(ACTIVITY, self._claim_activities):
@@ -492,11 +509,14 @@ class Engine(AsyncEngineMixin):
             self._activity_backlog = True  # no slot free: claim again as soon as one is
             return 0
         tasks: list[ActivityTask] = []
+        started = self._window.now()
         try:
             tasks = self.activity_worker.claim(claim.limit)
         finally:
             dispatch.activities_claimed(claim, tasks)  # runs them, frees the unused slots
         self._activity_backlog = len(tasks) == claim.limit  # a full claim: there may be more
+        if tasks:
+            self._window.worked(ACTIVITY, started)
         return len(tasks)
 
     def _run_activity(self, task: ActivityTask) -> None:

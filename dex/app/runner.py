@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -34,6 +35,38 @@ class Nudge:
         for topic, event in self._events:
             if not topics or topic in topics:
                 event.set()
+
+
+class BatchWindow:
+    """Under load, a poller's rounds at most once per window: the batches grow instead of the rounds.
+
+    Each round that polls a queue (a scheduler round, a claim) costs a transaction whatever it
+    finds. An engine that reacts to every nudge at once runs them back to back under load, a
+    few items each, and the fixed cost of each round eats the CPU the work itself needs. So a
+    round that comes within ``seconds`` of the start of a round that found work waits for the
+    rest of the window, and what arrived meanwhile joins its batch. A round after a quiet
+    spell runs at once (a lone workflow waits for nothing), and work handed over by eager
+    dispatch never waits for a window. ``seconds=0`` turns the pacing off.
+    """
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._worked_at: dict[str, float] = {}
+
+    def left(self, key: str) -> float:
+        """Seconds before the next round of ``key`` may start (0: at once)."""
+        worked_at = self._worked_at.get(key)
+        if worked_at is None or self.seconds <= 0:
+            return 0.0
+        return max(0.0, worked_at + self.seconds - self._clock())
+
+    def worked(self, key: str, started: float) -> None:
+        """A round of ``key`` that began at ``started`` (this clock) found work."""
+        self._worked_at[key] = started
+
+    def now(self) -> float:
+        return self._clock()
 
 
 class PollingThread:

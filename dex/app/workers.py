@@ -131,6 +131,7 @@ class WorkflowWorker:
         self._tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
         self._names = frozenset(registry.workflows)
+        self.worked_at = float("-inf")  # time.monotonic() of the end of the last round that ran tasks
         self.cache = ExecutorCache(cache_size)
         # keyed by claim (task id, lease version): a node may hold two claims of one task
         self._unwritten: dict[tuple[int, int], tuple[WorkflowExecutor, int]] = {}
@@ -154,6 +155,10 @@ class WorkflowWorker:
         """How many more tasks may be handed to this worker (up to four rounds' worth wait)."""
         with self._handed_lock:
             return max(0, 4 * self._batch_size - len(self._handed))
+
+    def idle_for(self) -> float:
+        """Seconds since this worker last ran a task (infinite if it never did)."""
+        return time.monotonic() - self.worked_at
 
     def backlog(self) -> int:
         """How many handed tasks wait for a round."""
@@ -209,6 +214,7 @@ class WorkflowWorker:
                 self._buffer.add_workflow_result(task, result)
                 outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
                 self._telemetry.task_finished("workflow", task.workflow_name, outcome, time.perf_counter() - started)
+        self.worked_at = time.monotonic()
         return len(tasks)
 
     def execute(self, task: WorkflowTask, preloaded: _Preloaded | None = None) -> WorkflowTaskResult | None:

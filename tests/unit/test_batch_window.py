@@ -1,0 +1,88 @@
+"""BatchWindow and the start's idle rule: under load, rounds wait for the rest of the window;
+after a quiet spell, nothing waits."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import dex
+from dex.adapters.memory import InMemoryAdapter
+from dex.app.dispatch import ActivitySlots, LocalDispatch
+from dex.app.runner import BatchWindow
+from dex.testing import VirtualClock
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_round_after_work_waits_for_the_rest_of_the_window() -> None:
+    clock = FakeClock()
+    window = BatchWindow(0.02, clock)
+    assert window.left("scheduler") == 0.0  # nothing ran yet: at once
+    window.worked("scheduler", clock())
+    clock.t += 0.005
+    assert window.left("scheduler") == pytest.approx(0.015)
+    assert window.left("workflow") == 0.0  # each poller has its own window
+    clock.t += 0.015
+    assert window.left("scheduler") == 0.0  # the window has passed
+    clock.t += 10
+    assert window.left("scheduler") == 0.0  # a quiet spell: at once
+
+
+def test_a_zero_window_never_waits() -> None:
+    clock = FakeClock()
+    window = BatchWindow(0.0, clock)
+    window.worked("scheduler", clock())
+    assert window.left("scheduler") == 0.0
+
+
+class Workflows:
+    """What LocalDispatch reads of the workflow worker."""
+
+    names = frozenset({"wf"})
+    lease = None
+
+    def __init__(self, idle: float) -> None:
+        self.idle = idle
+
+    def backlog(self) -> int:
+        return 0
+
+    def idle_for(self) -> float:
+        return self.idle
+
+
+def dispatch(workflows: Any, idle_after: float) -> LocalDispatch:
+    return LocalDispatch(
+        activities=None,  # type: ignore[arg-type]
+        workflows=workflows,
+        slots=ActivitySlots(4),
+        owner="node",
+        run_activity=lambda task: None,
+        wake_workflows=lambda: None,
+        stopping=threading.Event(),
+        idle_after=idle_after,
+    )
+
+
+def test_a_start_claims_its_task_only_after_a_whole_idle_window() -> None:
+    busy = dispatch(Workflows(idle=0.005), idle_after=0.02)
+    assert busy.start_claim() is None  # the worker ran a task 5 ms ago: the scheduler batches it
+    idle = dispatch(Workflows(idle=0.5), idle_after=0.02)
+    claim = idle.start_claim()
+    assert claim is not None and claim.names == frozenset({"wf"}) and claim.limit == 1
+    assert dispatch(Workflows(idle=0.0), idle_after=0.0).start_claim() is not None  # window off
+
+
+@pytest.mark.parametrize("bad", [-0.01, "soon", True])
+def test_a_bad_batch_window_is_refused_by_name(bad: Any) -> None:
+    with pytest.raises(ValueError, match="batch_window must be a number of seconds >= 0"):
+        dex.Engine(InMemoryAdapter(clock=VirtualClock()), batch_window=bad)
