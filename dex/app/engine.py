@@ -17,6 +17,7 @@ from dex.app.aio import AsyncEngineMixin
 from dex.app.buffer import ACTIVITY_LANE, SCHEDULING, WORKFLOW_LANE, ResultBuffer
 from dex.app.clock import VirtualClock
 from dex.app.dispatch import ActivitySlots, LocalDispatch
+from dex.app.ids import new_run_id
 from dex.app.info import Outcomes, RunInfo
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import (
@@ -218,11 +219,11 @@ class Engine(AsyncEngineMixin):
         dispatch = self.buffer.dispatch if self.buffer.background else None
         claim = dispatch.start_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
-            run_id = self.store.create_run(str(uuid.uuid4()), created, self.store.clock.now())
+            run_id = self.store.create_run(new_run_id(), created, self.store.clock.now())
             self._nudge(SCHEDULER)
             return run_id
         now = self.store.clock.now()
-        run_id, claimed, loaded = self.store.create_run_then_claim(str(uuid.uuid4()), created, now, claim)
+        run_id, claimed, loaded = self.store.create_run_then_claim(new_run_id(), created, now, claim)
         if claimed:
             self.telemetry.tasks_claimed("workflow", len(claimed))
             dispatch.workflows_claimed(claimed, loaded, now)
