@@ -53,6 +53,40 @@ def sqlalchemy_url(dsn: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
+def dbos_app(dsn: str, schema: str, name: str, workflow_name: str | None = None) -> Any:
+    """Configure DBOS on ``schema`` and define the benchmark's workflow (three ``@DBOS.step``s:
+    x+1, x*2, x-1) under ``workflow_name``; return the workflow function. Launch is the caller's."""
+    from dbos import DBOS
+
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    DBOS(
+        config={
+            "name": name,
+            "system_database_url": sqlalchemy_url(dsn),
+            "dbos_system_schema": schema,
+            "log_level": "WARNING",
+        }
+    )
+
+    @DBOS.step()
+    def inc(x: int) -> int:
+        return x + 1
+
+    @DBOS.step()
+    def double(x: int) -> int:
+        return x * 2
+
+    @DBOS.step()
+    def dec(x: int) -> int:
+        return x - 1
+
+    @DBOS.workflow(name=workflow_name)
+    def three(x: int) -> int:
+        return dec(double(inc(x)))
+
+    return three
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--schema", required=True)
@@ -71,31 +105,7 @@ def main() -> None:
     from benchmarks.dex_bench import CpuMeter
     from benchmarks.pg import transactions
 
-    logging.getLogger("dbos").setLevel(logging.WARNING)
-    DBOS(
-        config={
-            "name": "dex-bench",
-            "system_database_url": sqlalchemy_url(dsn),
-            "dbos_system_schema": args.schema,
-            "log_level": "WARNING",
-        }
-    )
-
-    @DBOS.step()
-    def inc(x: int) -> int:
-        return x + 1
-
-    @DBOS.step()
-    def double(x: int) -> int:
-        return x * 2
-
-    @DBOS.step()
-    def dec(x: int) -> int:
-        return x - 1
-
-    @DBOS.workflow()
-    def three(x: int) -> int:
-        return dec(double(inc(x)))
+    three = dbos_app(dsn, args.schema, "dex-bench")
 
     launching = time.perf_counter()
     DBOS.launch()

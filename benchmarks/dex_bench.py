@@ -209,7 +209,11 @@ def run_batch(engine: dex.Engine, n: int, timeout: float, offset: int = 0) -> di
     run_ids = [engine.start_workflow(three, offset + i) for i in range(n)]
     start_seconds = time.perf_counter() - started
     done = wait_all(engine, run_ids, deadline, offset)
-    seconds = time.perf_counter() - started
+    return batch_result(n, done, time.perf_counter() - started, start_seconds)
+
+
+def batch_result(n: int, done: int, seconds: float, start_seconds: float) -> dict[str, Any]:
+    """The figures of a batch of ``n`` starts of which ``done`` finished in ``seconds``."""
     return {
         "n": n,
         "done": done,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -47,34 +46,9 @@ def dex_worker(dsn: str, schema: str) -> None:
 def dbos_worker(dsn: str, schema: str) -> None:
     from dbos import DBOS
 
-    from benchmarks.dbos_bench import sqlalchemy_url
+    from benchmarks.dbos_bench import dbos_app
 
-    logging.getLogger("dbos").setLevel(logging.WARNING)
-    DBOS(
-        config={
-            "name": "dex-bench-split",
-            "system_database_url": sqlalchemy_url(dsn),
-            "dbos_system_schema": schema,
-            "log_level": "WARNING",
-        }
-    )
-
-    @DBOS.step()
-    def inc(x: int) -> int:
-        return x + 1
-
-    @DBOS.step()
-    def double(x: int) -> int:
-        return x * 2
-
-    @DBOS.step()
-    def dec(x: int) -> int:
-        return x - 1
-
-    @DBOS.workflow(name=DBOS_WORKFLOW)
-    def three(x: int) -> int:
-        return dec(double(inc(x)))
-
+    dbos_app(dsn, schema, "dex-bench-split", DBOS_WORKFLOW)
     DBOS.launch()
     DBOS.register_queue(DBOS_QUEUE, worker_concurrency=64, polling_interval_sec=POLL)
     try:
@@ -191,15 +165,9 @@ def _usage(cpu: Any, pid: int, worker_before: float | None, wall: float) -> dict
 
 
 def _result(runs: int, done: int, seconds: float, start_seconds: float, usage: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "n": runs,
-        "done": done,
-        "seconds": seconds,
-        "start_seconds": start_seconds,
-        "rate": done / seconds if seconds > 0 else 0.0,
-        "timed_out": done < runs,
-        **usage,
-    }
+    from benchmarks.dex_bench import batch_result
+
+    return batch_result(runs, done, seconds, start_seconds) | usage
 
 
 def main() -> None:
