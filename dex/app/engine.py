@@ -18,7 +18,7 @@ from dex.app.buffer import ACTIVITY_LANE, SCHEDULING, WORKFLOW_LANE, ResultBuffe
 from dex.app.clock import VirtualClock
 from dex.app.dispatch import ActivitySlots, LocalDispatch
 from dex.app.ids import new_run_id
-from dex.app.info import Outcomes, RunInfo
+from dex.app.info import RunInfo
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import (
     ACTIVITY,
@@ -27,10 +27,10 @@ from dex.app.ports import (
     ActivityTask,
     QueueInfo,
     RunFilter,
-    RunRecord,
     Store,
     WorkflowTask,
 )
+from dex.app.reads import RunReads
 from dex.app.registry import Registry
 from dex.app.runner import BatchWindow, Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
@@ -39,22 +39,13 @@ from dex.app.tracing import NoTracing, Tracing
 from dex.app.workers import ActivityWorker, AsyncRunner, WorkflowWorker
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, validate_name, validate_priority, validate_queue
-from dex.domain.errors import (
-    InvalidStateError,
-    RunNotFoundError,
-    SerializationError,
-    WorkflowCancelledError,
-    WorkflowFailedError,
-)
+from dex.domain.errors import InvalidStateError, SerializationError
 from dex.domain.replay import normalize_labels
 from dex.domain.status import RunStatus
 from dex.domain.task import WorkflowTaskResult
-from dex.domain.values import describe_failure
-from dex.serialization.history import encode_history
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 log = logging.getLogger("dex.engine")
-_UNDECODED = object()  # Engine._outcome: the result is still to be decoded
 
 # the topics of the engine's wake-up calls (runner.Nudge)
 SCHEDULER, WORKFLOWS, ACTIVITIES, FLUSHER = "scheduler", "workflows", "activities", "flusher"
@@ -93,6 +84,7 @@ class Engine(AsyncEngineMixin):
             if max_payload_size is None
             else DefaultPayloadConverter(max_payload_size=max_payload_size)
         )
+        self._reads = RunReads(adapter, self.registry, self.converter)
         self._rng = rng or random.Random()
         self._activity_concurrency = activity_concurrency
         self._poll_interval = poll_interval
@@ -100,9 +92,6 @@ class Engine(AsyncEngineMixin):
         self.telemetry = TelemetryHub()
         self.tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._depths_reported_at = 0.0
-        self._progress = threading.Condition()
-        self._outcomes = Outcomes()
-        self._flushes = 0
         self.buffer = ResultBuffer(
             adapter, on_flush=self._flushed, on_written=self._workflow_written, telemetry=self.telemetry
         )
@@ -170,13 +159,11 @@ class Engine(AsyncEngineMixin):
             self._nudge(*topics)
         if ACTIVITY in left:
             self._activity_backlog = True
-        with self._progress:  # wakes wait(): a run of ours may have just ended
-            self._flushes += 1
-            self._progress.notify_all()
+        self._reads.flushed()  # wakes wait(): a run of ours may have just ended
 
     def _workflow_written(self, task: WorkflowTask, result: WorkflowTaskResult, applied: bool) -> None:
         if applied and result.completion is not None:
-            self._outcomes.record(task.run_id, task.workflow_name, result.completion)
+            self._reads.written(task.run_id, task.workflow_name, result.completion)
         self.workflow_worker.written(task, applied)
 
     # -- runs ---------------------------------------------------------------------------------
@@ -264,33 +251,7 @@ class Engine(AsyncEngineMixin):
         self._nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
 
     def get_run(self, run_id: str) -> RunInfo:
-        record = self.store.get_run(run_id)
-        if record is None:
-            raise RunNotFoundError(f"no run with id {run_id!r}")
-        return self._info(record)
-
-    def _info(self, record: RunRecord) -> RunInfo:
-        result = None
-        if record.result is not None:
-            definition = self.registry.find_workflow(record.workflow_name)
-            hint = definition.signature.returns if definition is not None else None
-            result = self.converter.decode(record.result, hint)
-        return RunInfo(
-            run_id=record.run_id,
-            workflow_name=record.workflow_name,
-            instance_id=record.instance_id,
-            status=record.status,
-            custom_status=record.custom_status,
-            priority=record.priority,
-            concurrency_key=record.concurrency_key,
-            labels=dict(record.labels),
-            parent_run_id=record.parent_run_id,
-            created_at=record.created_at,
-            started_at=record.started_at,
-            completed_at=record.completed_at,
-            result=result,
-            failure=record.failure,
-        )
+        return self._reads.get_run(run_id)
 
     def list_runs(
         self,
@@ -315,7 +276,7 @@ class Engine(AsyncEngineMixin):
             created_before=created_before,
             limit=limit,
         )
-        return [self._info(record) for record in self.store.list_runs(run_filter)]
+        return self._reads.list_runs(run_filter)
 
     def history(self, run_id: str) -> list[ev.HistoryEvent]:
         """The run's history events, oldest first."""
@@ -323,51 +284,11 @@ class Engine(AsyncEngineMixin):
 
     def export_history(self, run_id: str) -> bytes:
         """The run's history as a protobuf ``WorkflowHistory`` (``dex.testing.load_history`` reads it)."""
-        record = self.store.get_run(run_id)
-        if record is None:
-            raise RunNotFoundError(f"no run with id {run_id!r}")
-        return encode_history(run_id, record.workflow_name, self.store.load_history(run_id))
+        return self._reads.export_history(run_id)
 
     def wait(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
         """Block until the run ends; return its result or raise its failure."""
-        if isinstance(timeout, timedelta):
-            timeout = timeout.total_seconds()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pause = 0.002
-        while True:
-            flushes = self._flushes
-            written = self._outcomes.get(run_id)  # a run this engine ended: no need to read it back
-            if written is not None:
-                return self._outcome(run_id, *written)
-            info = self.get_run(run_id)
-            if info.status.is_terminal:
-                outcome = ev.RunCompleted(status=info.status, failure=info.failure)
-                return self._outcome(run_id, info.workflow_name, outcome, info.result)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {run_id} did not finish within {timeout} s (status {info.status.value})")
-            # woken at once by our own flushes; the timeout covers runs that other processes end
-            with self._progress:
-                if self._flushes == flushes:
-                    self._progress.wait(
-                        pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
-                    )
-            pause = min(pause * 1.5, 0.05)
-
-    def _outcome(
-        self, run_id: str, workflow_name: str, outcome: ev.RunCompleted, decoded: Any = _UNDECODED
-    ) -> Any:
-        """What ``wait`` gives for a run that ended so: its result, or the error to raise."""
-        if outcome.status is RunStatus.COMPLETED:
-            if decoded is not _UNDECODED:
-                return decoded
-            if outcome.result is None:
-                return None
-            definition = self.registry.find_workflow(workflow_name)
-            return self.converter.decode(outcome.result, definition.signature.returns if definition else None)
-        if outcome.status is RunStatus.FAILED:
-            assert outcome.failure is not None
-            raise WorkflowFailedError(f"run {run_id} failed: {describe_failure(outcome.failure)}", outcome.failure)
-        raise WorkflowCancelledError(f"run {run_id} was cancelled")
+        return self._reads.wait(run_id, timeout)
 
     # -- running ------------------------------------------------------------------------------
     def drain(self, advance_time: bool = True) -> None:

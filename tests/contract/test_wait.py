@@ -35,15 +35,15 @@ async def sleeps(ctx: dex.WorkflowContext) -> None:
 
 
 def counting_reads(engine: dex.Engine) -> list[str]:
-    """Replace ``engine.get_run`` (what ``wait`` reads the store with) by a counting wrapper."""
+    """Count the runs ``engine`` reads from its store (a wrapper on the adapter instance)."""
     reads: list[str] = []
-    read = engine.get_run
+    read = engine.store.get_run
 
-    def get_run(run_id: str) -> dex.RunInfo:
+    def get_run(run_id: str) -> Any:
         reads.append(run_id)
         return read(run_id)
 
-    engine.get_run = get_run  # type: ignore[method-assign]
+    engine.store.get_run = get_run  # type: ignore[method-assign]
     return reads
 
 

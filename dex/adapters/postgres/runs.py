@@ -17,7 +17,6 @@ from psycopg import sql
 
 from dex.adapters.postgres.rows import (
     RUN_COLUMNS,
-    WORKFLOW_TASK_COLUMNS,
     history_row,
     inbox_row,
     insert_inbox,
@@ -54,6 +53,9 @@ def create_run(
     """
     _run, _seq, event = history_row(run_id, ev.HistoryEvent(sequence_number=1, timestamp=now, event=created))
     _run, kind, message, _visible = inbox_row(run_id, ev.RunStarted(), now)
+    owner, until, names = (None, None, None)
+    if claim is not None:
+        owner, until, names = claim.owner, now + claim.lease, sorted(claim.names)
     for _ in range(10):
         try:
             # one statement in a function (schema migration 4), so its plan is cached; see there
@@ -76,9 +78,9 @@ def create_run(
                     kind,
                     message,
                     claim is not None,
-                    claim.owner if claim is not None else None,
-                    now + claim.lease if claim is not None else None,
-                    sorted(claim.names) if claim is not None else None,
+                    owner,
+                    until,
+                    names,
                     LOCK_SCHEDULE_WORKFLOWS,
                     q.schema,
                 ],

@@ -197,8 +197,9 @@ _V4 = [
                 p_parent, p_now, 1)
             -- the arbiter is the partial unique index runs_live_instance: a live run with this
             -- instance id wins, and an insert racing with this one waits for it
-            ON CONFLICT (instance_id) WHERE instance_id IS NOT NULL
-                AND status IN ('CREATED', 'RUNNING', 'SUSPENDED')
+            ON CONFLICT (instance_id) WHERE instance_id IS NOT NULL AND status IN """
+    + LIVE
+    + """
             DO NOTHING
             RETURNING n.run_id, n.queue, n.workflow_name, n.priority, n.concurrency_key
         ),
