@@ -224,9 +224,12 @@ def load_workflow_tasks(
     run_ids = [task.run_id for task, _after in requests]
     rows = conn.execute(
         q(
-            "SELECT 0 AS part, h.run_id, NULL::timestamptz AS due, h.seq::bigint AS n, h.event AS data"
+            # LATERAL: one index range scan per run, whatever the statistics say (a fresh table
+            # has none, and the planner would hash the batch and scan the whole history)
+            "SELECT 0 AS part, w.run_id, NULL::timestamptz AS due, h.seq::bigint AS n, h.event AS data"
             " FROM unnest(%(runs)s::text[], %(after)s::integer[]) AS w(run_id, after_seq)"
-            " JOIN {s}.history h ON h.run_id = w.run_id AND h.seq >= w.after_seq"
+            " CROSS JOIN LATERAL (SELECT seq, event FROM {s}.history"
+            " WHERE run_id = w.run_id AND seq >= w.after_seq OFFSET 0) h"
             " UNION ALL"
             " SELECT 1, i.run_id, i.visible_from, i.message_id, i.message FROM {s}.inbox i"
             " WHERE i.run_id = ANY(%(runs)s) AND i.visible_from <= %(now)s"
