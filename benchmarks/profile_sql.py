@@ -38,9 +38,13 @@ def _label(query: Any, conn: Any) -> str:
         text = query.decode(errors="replace")
     else:
         text = str(query)
+    return statement_label(text)
+
+
+def statement_label(text: str) -> str:
+    """A statement's text on one line, without the benchmark's schema name, cut at 110 characters."""
     text = re.sub(r'"bench_[a-z]+_[0-9a-f]+"\.', "", text)
-    text = re.sub(r"\s+", " ", text).strip()
-    return text[:110]
+    return re.sub(r"\s+", " ", text).strip()[:110]
 
 
 def _record(label: str, started: float) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import psycopg
 
 from benchmarks import pg
+from benchmarks.profile_sql import statement_label
 from benchmarks.run import table
 
 # one log entry: "<date> <time> UTC [pid] LOG:  EXECUTE MESSAGE STATISTICS", then its DETAIL
@@ -33,7 +34,6 @@ _ENTRY = re.compile(r"\n(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \w+ \[\d+\] LOG: 
 _STATS = re.compile(r"LOG:  (?:\w+ MESSAGE|QUERY) STATISTICS")
 _USAGE = re.compile(r"([\d.]+) s user, ([\d.]+) s system, ([\d.]+) s elapsed")
 _STATEMENT = re.compile(r"STATEMENT:  (.*)", re.S)
-_SCHEMA = re.compile(r'"bench_[a-z]+_[0-9a-f]+"\.')
 
 
 def statement_cpu(log_text: str) -> dict[str, tuple[int, float, float]]:
@@ -45,8 +45,7 @@ def statement_cpu(log_text: str) -> dict[str, tuple[int, float, float]]:
         usage, statement = _USAGE.search(entry), _STATEMENT.search(entry)
         if usage is None:
             continue
-        text = _SCHEMA.sub("", re.sub(r"\s+", " ", statement.group(1)).strip()) if statement else "?"
-        total = totals[text[:100]]
+        total = totals[statement_label(statement.group(1)) if statement else "?"]
         total[0] += 1
         total[1] += float(usage.group(1)) + float(usage.group(2))
         total[2] += float(usage.group(3))
@@ -57,7 +56,7 @@ def _log_file(dsn: str) -> Path:
     host = psycopg.conninfo.conninfo_to_dict(dsn).get("host") or ""
     log = Path(str(host)) / "log"
     if not log.is_file():
-        sys.exit(f"no server log at {log}: this tool needs the embedded server (unset {pg.ENV_VAR})")
+        sys.exit(f"no server log at {log}, where pgserver keeps it in its data directory")
     return log
 
 

@@ -224,8 +224,8 @@ def load_workflow_tasks(
     run_ids = [task.run_id for task, _after in requests]
     rows = conn.execute(
         q(
-            # LATERAL: one index range scan per run, whatever the statistics say (a fresh table
-            # has none, and the planner would hash the batch and scan the whole history)
+            # LATERAL: one index range scan per run, so the plan does not hang on the table's
+            # statistics (a plain join of the batch may be planned as a hash join over it all)
             "SELECT 0 AS part, w.run_id, NULL::timestamptz AS due, h.seq::bigint AS n, h.event AS data"
             " FROM unnest(%(runs)s::text[], %(after)s::integer[]) AS w(run_id, after_seq)"
             " CROSS JOIN LATERAL (SELECT seq, event FROM {s}.history"
