@@ -104,6 +104,12 @@ class ResultBuffer:
             self._workflow_results.append((task, result))
             self._wanted.notify_all()
 
+    def add_workflow_results(self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]]) -> None:
+        """Buffer a worker round's results at once, so that one flush writes them together."""
+        with self._lock:
+            self._workflow_results.extend(results)
+            self._wanted.notify_all()
+
     def add_activity_outcome(self, outcome: ActivityOutcome) -> None:
         with self._lock:
             self._activity_outcomes.append(outcome)

@@ -72,7 +72,7 @@ class Engine(AsyncEngineMixin):
         executor_cache_size: int = 1000,
         tracing: Tracing | None = None,
         inline_activity_seconds: float = 0.005,
-        batch_window: float = 0.02,
+        batch_window: float = 0.05,
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
@@ -391,6 +391,8 @@ class Engine(AsyncEngineMixin):
         worked = workflow_tasks + activity_tasks
         if worked:
             self._window.worked(SCHEDULER, started)
+        if workflow_tasks >= self.workflow_scheduler.batch_size:
+            self._window.full(SCHEDULER)
         self.maintenance.step()
         if self.telemetry and time.monotonic() - self._depths_reported_at >= 5:
             self._depths_reported_at = time.monotonic()
@@ -420,6 +422,9 @@ class Engine(AsyncEngineMixin):
         worked = self.workflow_worker.poll_once(claim=claim)
         if claim and worked:
             self._window.worked(WORKFLOW, started)
+        if claim and self.workflow_worker.claimed_full:
+            self._window.full(WORKFLOW)
+            self._claim_workflows.set()  # claim again in the next round
         return worked
 
     def _activity_round(self) -> int:
@@ -439,6 +444,8 @@ class Engine(AsyncEngineMixin):
         self._activity_backlog = len(tasks) == claim.limit  # a full claim: there may be more
         if tasks:
             self._window.worked(ACTIVITY, started)
+        if self._activity_backlog:
+            self._window.full(ACTIVITY)
         return len(tasks)
 
     def _run_activity(self, task: ActivityTask) -> None:

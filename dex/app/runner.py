@@ -65,6 +65,11 @@ class BatchWindow:
         """A round of ``key`` that began at ``started`` (this clock) found work."""
         self._worked_at[key] = started
 
+    def full(self, key: str) -> None:
+        """A round of ``key`` took as much as it may take at once: more is waiting, and the next
+        round runs at once (a window caps a poller at one batch per window otherwise)."""
+        self._worked_at.pop(key, None)
+
     def now(self) -> float:
         return self._clock()
 

@@ -55,10 +55,10 @@ class WorkflowTaskScheduler:
     """Creates workflow tasks for runs whose inbox has visible messages."""
 
     def __init__(self, store: Store, *, batch_size: int = 256) -> None:
-        self._store, self._batch_size = store, batch_size
+        self._store, self.batch_size = store, batch_size
 
     def step(self) -> int:
-        return self._store.schedule_workflow_tasks(self._store.clock.now(), self._batch_size)
+        return self._store.schedule_workflow_tasks(self._store.clock.now(), self.batch_size)
 
 
 class ActivityTaskScheduler:

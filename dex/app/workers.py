@@ -132,6 +132,7 @@ class WorkflowWorker:
         self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
         self._names = frozenset(registry.workflows)
         self.worked_at = float("-inf")  # time.monotonic() of the end of the last round that ran tasks
+        self.claimed_full = False  # the last round's claim got all it asked for: more may wait
         self.cache = ExecutorCache(cache_size)
         # keyed by claim (task id, lease version): a node may hold two claims of one task
         self._unwritten: dict[tuple[int, int], tuple[WorkflowExecutor, int]] = {}
@@ -184,13 +185,14 @@ class WorkflowWorker:
         with self._handed_lock:
             handed, self._handed = self._handed[: self._batch_size], self._handed[self._batch_size :]
         tasks = [task for task, _input in handed]
+        self.claimed_full = False
         if claim and len(tasks) < self._batch_size:
             now = self._store.clock.now()
-            claimed = self._store.claim_workflow_tasks(
-                self._names, self._node_id, now, self._lease, self._batch_size - len(tasks)
-            )
+            limit = self._batch_size - len(tasks)
+            claimed = self._store.claim_workflow_tasks(self._names, self._node_id, now, self._lease, limit)
             if claimed:
                 self._telemetry.tasks_claimed("workflow", len(claimed))
+            self.claimed_full = len(claimed) == limit  # the queue may hold more
             handed += [(task, None) for task in claimed]
             tasks += claimed
         if not tasks:
@@ -205,15 +207,24 @@ class WorkflowWorker:
             if given is None
         ]
         fresh = iter(self._store.load_workflow_tasks(requests, now) if requests else [])
-        for (task, given), entry in zip(handed, cached, strict=True):
-            started = time.perf_counter()
-            item, loaded_at = given if given is not None else (next(fresh), now)
-            preloaded: _Preloaded = (entry, item, loaded_at)
-            result = self.execute(task, preloaded=preloaded)
-            if result is not None:
-                self._buffer.add_workflow_result(task, result)
-                outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
-                self._telemetry.task_finished("workflow", task.workflow_name, outcome, time.perf_counter() - started)
+        # the round's results go to the buffer together: its flush writes them in one
+        # transaction, instead of the first alone and the rest after it
+        done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
+        try:
+            for (task, given), entry in zip(handed, cached, strict=True):
+                started = time.perf_counter()
+                item, loaded_at = given if given is not None else (next(fresh), now)
+                preloaded: _Preloaded = (entry, item, loaded_at)
+                result = self.execute(task, preloaded=preloaded)
+                if result is not None:
+                    done.append((task, result))
+                    outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
+                    self._telemetry.task_finished(
+                        "workflow", task.workflow_name, outcome, time.perf_counter() - started
+                    )
+        finally:
+            if done:  # also when a later task of the round raised: what is decided is written
+                self._buffer.add_workflow_results(done)
         self.worked_at = time.monotonic()
         return len(tasks)
 

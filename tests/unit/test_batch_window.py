@@ -86,3 +86,32 @@ def test_a_start_claims_its_task_only_after_a_whole_idle_window() -> None:
 def test_a_bad_batch_window_is_refused_by_name(bad: Any) -> None:
     with pytest.raises(ValueError, match="batch_window must be a number of seconds >= 0"):
         dex.Engine(InMemoryAdapter(clock=VirtualClock()), batch_window=bad)
+
+
+def test_a_full_round_lets_the_next_one_run_at_once() -> None:
+    clock = FakeClock()
+    window = BatchWindow(0.05, clock)
+    window.worked("workflow", clock())
+    clock.t += 0.01
+    assert window.left("workflow") == pytest.approx(0.04)
+    window.full("workflow")  # the claim got all it asked for: more waits in the queue
+    assert window.left("workflow") == 0.0
+    window.worked("workflow", clock())
+    assert window.left("workflow") == pytest.approx(0.05)  # a round that was not full paces again
+
+
+@dex.workflow
+async def quick(ctx: dex.WorkflowContext) -> int:
+    return 1
+
+
+def test_the_worker_says_whether_its_claim_came_back_full() -> None:
+    engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick])
+    engine.workflow_worker._batch_size = 2  # a small batch to fill
+    for _ in range(3):
+        engine.start_workflow(quick)
+    engine.workflow_scheduler.step()
+    assert engine.workflow_worker.poll_once() == 2
+    assert engine.workflow_worker.claimed_full  # two asked, two claimed: the third may wait
+    assert engine.workflow_worker.poll_once() == 1
+    assert not engine.workflow_worker.claimed_full

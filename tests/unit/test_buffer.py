@@ -56,3 +56,69 @@ def test_stop_survives_a_store_that_refuses_the_final_flush() -> None:
     store.failures = 10
     engine.stop(timeout=1)  # logs, releases what it can, does not raise
     assert len(engine.buffer) == 1
+
+
+class CountingStore(InMemoryAdapter):
+    """Counts the batch writes of workflow results and how many results each one held."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=VirtualClock())
+        self.batches: list[int] = []
+
+    def complete_workflow_tasks(self, results: Any, now: Any) -> list[bool]:
+        self.batches.append(len(results))
+        return super().complete_workflow_tasks(results, now)
+
+
+def test_a_worker_round_hands_its_results_over_together() -> None:
+    store = CountingStore()
+    engine = dex.Engine(store, workflows=[short])
+    run_ids = [engine.start_workflow(short) for _ in range(3)]
+    engine.workflow_scheduler.step()
+    # a flusher that wakes on the round's first result finds all three: one write, not three
+    added: list[int] = []
+    add_all = engine.buffer.add_workflow_results
+
+    def add_counted(results: Any) -> None:
+        added.append(len(results))
+        add_all(results)
+
+    engine.buffer.add_workflow_results = add_counted  # type: ignore[method-assign]
+    assert engine.workflow_worker.poll_once() == 3
+    assert added == [3]
+    assert engine.buffer.flush() == 3
+    assert store.batches == [3]
+    engine.drain()
+    assert [engine.wait(run_id, timeout=1) for run_id in run_ids] == ["done"] * 3
+
+
+class BrokenLoadStore(InMemoryAdapter):
+    """Answers one run's load with an error, as a connection lost mid-round would."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=VirtualClock())
+        self.broken_run: str | None = None
+
+    def load_workflow_tasks(self, requests: Any, now: Any) -> Any:
+        loaded = super().load_workflow_tasks(requests, now)
+        return [
+            ConnectionError("server closed the connection unexpectedly") if task.run_id == self.broken_run else item
+            for (task, _after), item in zip(requests, loaded, strict=True)
+        ]
+
+
+def test_results_decided_before_a_failure_in_the_round_still_reach_the_buffer() -> None:
+    store = BrokenLoadStore()
+    engine = dex.Engine(store, workflows=[short])
+    first = engine.start_workflow(short)
+    second = engine.start_workflow(short)
+    engine.workflow_scheduler.step()
+    tasks = store.claim_workflow_tasks(frozenset({"short"}), "node", store.clock.now(), engine.workflow_worker.lease, 2)
+    assert {task.run_id for task in tasks} == {first, second}
+    tasks.sort(key=lambda task: task.run_id != first)  # the first run's task runs first
+    store.broken_run = second
+    engine.workflow_worker.hand(tasks)
+    with pytest.raises(ConnectionError):
+        engine.workflow_worker.poll_once(claim=False)
+    assert len(engine.buffer) == 1  # the first run's result, decided before the failure
+    assert engine.buffer.flush() == 1 and engine.buffer.discarded == 0
