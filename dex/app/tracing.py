@@ -9,7 +9,7 @@ implementation is :mod:`dex.observability.otel`; without one, nothing is traced.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import ContextManager, Protocol
 
 Carrier = tuple[tuple[str, str], ...]
@@ -26,12 +26,14 @@ class Tracing(Protocol):
 
 
 class NoTracing:
-    """Traces nothing."""
+    """Traces nothing (with one shared do-nothing context: every task of a workflow opens spans)."""
 
-    @contextlib.contextmanager
-    def start_run(self, workflow_name: str, attributes: Mapping[str, str]) -> Iterator[Carrier]:
-        yield ()
+    def start_run(self, workflow_name: str, attributes: Mapping[str, str]) -> ContextManager[Carrier]:
+        return _NO_CARRIER
 
-    @contextlib.contextmanager
-    def span(self, name: str, trace_context: Carrier, attributes: Mapping[str, str | int]) -> Iterator[None]:
-        yield
+    def span(self, name: str, trace_context: Carrier, attributes: Mapping[str, str | int]) -> ContextManager[None]:
+        return _NO_SPAN
+
+
+_NO_CARRIER: ContextManager[Carrier] = contextlib.nullcontext(())
+_NO_SPAN: ContextManager[None] = contextlib.nullcontext()

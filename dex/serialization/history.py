@@ -19,6 +19,7 @@ from google.protobuf.message import Message as ProtoMessage
 
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
+from dex.serialization import wire
 from dex.serialization.values import (
     datetime_from_proto,
     datetime_to_proto,
@@ -116,8 +117,25 @@ def event_from_proto(message: history_pb2.HistoryEvent) -> ev.HistoryEvent:
 
 
 def encode_event(event: ev.HistoryEvent) -> bytes:
-    """Serialise one history event."""
-    return event_to_proto(event).SerializeToString()
+    """Serialise one history event: the bytes of ``event_to_proto(event).SerializeToString()``,
+    written directly for the kinds every workflow step writes (:mod:`dex.serialization.wire`)."""
+    try:
+        return _WRITER.write(event)
+    except (wire.Unhandled, UnicodeEncodeError):
+        return event_to_proto(event).SerializeToString()
+
+
+def _activity_task_created_tail(event: ev.ActivityTaskCreated) -> bytes:
+    """Fields 3-6 of an ``ActivityTaskCreated`` (name and input left empty, so left out)."""
+    return history_pb2.ActivityTaskCreated(
+        queue=event.queue,
+        priority=event.priority,
+        retry_policy=retry_policy_to_proto(event.retry_policy),
+        lock_timeout=timedelta_to_proto(event.lock_timeout),
+    ).SerializeToString()
+
+
+_WRITER = wire.EventWriter(_activity_task_created_tail)
 
 
 def decode_event(data: bytes) -> ev.HistoryEvent:

@@ -15,6 +15,7 @@ Nothing is ever pickled.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import types
@@ -89,6 +90,10 @@ class PayloadConverter:
         raise SerializationError(f"unknown payload encoding {payload.encoding!r}")
 
     def _encode_json(self, value: object) -> bytes:
+        kind = type(value)
+        if kind is int or kind is str:  # the common case, without cattrs and the walk below
+            with contextlib.suppress(ValueError):  # an int too long for str(), a lone surrogate
+                return (str(value) if kind is int else _dump_str(value)).encode("utf-8")  # type: ignore[arg-type]
         try:
             data = self._cattrs.unstructure(value)
             # cattrs passes objects it does not know through unchanged, so check the result.
@@ -115,11 +120,23 @@ class PayloadConverter:
             raise SerializationError(f"payload is not valid UTF-8 JSON: {exc}") from exc
         if not _wants_structuring(hint):
             return data
+        plain = _PLAIN.get(hint) if isinstance(hint, type) else None
+        if plain is not None and type(data) in plain:
+            return typing.cast(Any, hint)(data)
         try:
             return self._cattrs.structure(data, typing.cast(Any, hint))
         except Exception as exc:
             details = "; ".join(cattrs.transform_error(exc))
             raise SerializationError(f"cannot decode the payload as {describe_hint(hint)}: {details}") from exc
+
+
+# the JSON types each plain hint takes as it is (what the strict hooks below accept, minus
+# their errors, which the cattrs path raises): a bool is no int here, an int is a float
+_PLAIN: dict[type, tuple[type, ...]] = {int: (int,), str: (str,), bool: (bool,), float: (int, float)}
+
+
+def _dump_str(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
 
 
 def describe_hint(hint: object) -> str:

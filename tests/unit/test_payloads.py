@@ -189,6 +189,22 @@ def test_primitive_hints_and_optional() -> None:
     assert converter.decode(converter.encode("gold"), Tier) is Tier.GOLD
 
 
+@given(st.integers() | st.text())
+def test_ints_and_strings_take_a_shortcut_to_the_same_bytes(value: int | str) -> None:
+    # the converter writes these without cattrs: the bytes must be what json.dumps writes
+    payload = converter.encode(value)
+    assert payload.data == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    back = converter.decode(payload, type(value))
+    assert back == value and type(back) is type(value)
+
+
+def test_plain_hints_still_refuse_another_json_type_by_name() -> None:
+    for value, hint, expected in [(True, int, "an int"), (1.5, int, "an int"), (3, str, "a str"), (1, bool, "a bool")]:
+        with pytest.raises(SerializationError, match=f"cannot decode the payload as {hint.__name__}: .*{expected}"):
+            converter.decode(converter.encode(value), hint)
+    assert type(converter.decode(converter.encode(3), float)) is float
+
+
 def test_unresolved_hints_decode_without_structuring() -> None:
     payload = converter.encode({"a": [1]})
     assert converter.decode(payload, "Order") == {"a": [1]}
