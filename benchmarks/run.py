@@ -7,8 +7,8 @@ Parts (``--only`` takes a comma-separated list; ``scale`` means waiting,chain,me
 * ``dbos``       — the same workflow on DBOS Transact (queue, worker_concurrency 64, 10 ms
   polling), in a subprocess; rate, transactions per workflow, and the dex/DBOS ratio.
 * ``latency``    — one dex workflow alone, start to result, median of several.
-* ``waiting``    — dex throughput with 0, 10k and 100k runs waiting on a far timer and 100k
-  finished runs in the tables.
+* ``waiting``    — dex throughput with 10k and 100k runs waiting on a far timer and 100k
+  finished runs in the tables, each next to batches on empty tables run just before and after.
 * ``chain``      — one workflow of 10, 100 and 1000 sequential activities.
 * ``memory``     — resident memory of a worker process holding 10k waiting runs.
 
@@ -303,33 +303,55 @@ def part_latency(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
 
 
 def part_waiting(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    """Each state's batch between two batches on empty tables, its "vs empty" against their mean:
+    the host's speed drifts by tens of percent within minutes, so only neighbours compare."""
     from benchmarks import dex_bench
 
-    points = []
-    base_rate = None
+    n, timeout = cfg["background_n"], cfg["timeout"]
+
+    def empty() -> dict[str, Any]:
+        r = dex_bench.with_background(dsn, 0, 0, n, timeout)
+        say(f"  empty tables: {r['rate']:.1f} workflows/s")
+        return r
+
+    points: list[dict[str, Any]] = []
+    empties: list[dict[str, Any]] = []
     for waiting, finished in cfg["background"]:
-        r = dex_bench.with_background(dsn, waiting, finished, cfg["background_n"], cfg["timeout"])
+        if waiting == 0 and finished == 0:
+            continue  # every other state brings its own batches on empty tables
+        before = empty()
+        r = dex_bench.with_background(dsn, waiting, finished, n, timeout)
+        after = empty()
+        empties += [before, after]
+        r["empty_rates"] = [before["rate"], after["rate"]]
+        r["vs_empty"] = r["rate"] / ((before["rate"] + after["rate"]) / 2)
         points.append(r)
         say(
-            f"  waiting={waiting:,} finished={finished:,}: {r['rate']:.1f} workflows/s (seeded in {r['seed_seconds']:.1f} s)"
+            f"  waiting={waiting:,} finished={finished:,}: {r['rate']:.1f} workflows/s,"
+            f" {r['vs_empty']:.2f} of its neighbours on empty tables (seeded in {r['seed_seconds']:.1f} s)"
         )
-        if waiting == 0 and finished == 0:
-            base_rate = r["rate"]
     results["waiting"] = points
-    rows = [
-        [
-            p["waiting"],
-            p["finished"],
-            p["rate"] if not p["timed_out"] else f"{p['rate']:.1f} (timed out)",
-            p["rate"] / base_rate if base_rate else None,
-            p["seed_seconds"],
-            pct(p.get("other_cpu_share")),
-        ]
-        for p in points
-    ]
+    results["waiting_empty"] = empties
+    rows: list[list[Any]] = []
+    if empties:
+        rates = [e["rate"] for e in empties]
+        rows.append([0, 0, f"{min(rates):.0f}–{max(rates):.0f}", None, None, None, None])
+    for p in points:
+        rows.append(
+            [
+                p["waiting"],
+                p["finished"],
+                p["rate"] if not p["timed_out"] else f"{p['rate']:.1f} (timed out)",
+                " / ".join(f"{rate:.0f}" for rate in p["empty_rates"]),
+                p["vs_empty"],
+                p["seed_seconds"],
+                pct(p.get("other_cpu_share")),
+            ]
+        )
     return table(
-        f"dex throughput with runs already in the tables ({cfg['background_n']} 3-activity workflows each)",
-        ["waiting runs", "finished runs", "workflows/s", "vs empty", "seeding s", "other load"],
+        f"dex throughput with runs already in the tables ({n} 3-activity workflows each; each state's batch"
+        " runs between two batches on empty tables, and is compared with their mean)",
+        ["waiting runs", "finished runs", "workflows/s", "empty before / after", "vs empty", "seeding s", "other load"],
         rows,
     )
 
@@ -438,10 +460,9 @@ def targets(results: dict[str, Any]) -> list[list[Any]]:
         lat["median"] <= 0.050 if lat else None,
     )
     points = results.get("waiting") or []
-    base = next((p for p in points if p["waiting"] == 0 and p["finished"] == 0), None)
     heavy = max(points, key=lambda p: (p["waiting"], p["finished"]), default=None)
-    if base and heavy and heavy is not base:
-        share = heavy["rate"] / base["rate"]
+    if heavy is not None:
+        share = heavy["vs_empty"]
         row(
             f"rate with {heavy['waiting']:,} waiting + {heavy['finished']:,} finished",
             "≥ 80% of empty",
