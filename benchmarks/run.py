@@ -203,6 +203,15 @@ def part_dbos(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
     r["xacts_server"] = after - r["xacts_before"]
     r["xacts_per_workflow"] = r["xacts_server"] / max(r["done"], 1)
     results["dbos"] = r
+    tp = results.get("throughput")
+    if tp:
+        # the host's speed drifts within minutes: DBOS is compared with dex's batches just
+        # before and just after it, not with one of them
+        from benchmarks import dex_bench
+
+        again = dex_bench.throughput(dsn, cfg["n"], cfg["timeout"])
+        results["throughput_after"] = again
+        say(f"  dex again after DBOS: {again['rate']:.0f} workflows/s (before DBOS: {tp['rate']:.0f})")
     rows: list[list[Any]] = [
         ["workflows", r["done"]],
         ["start to last result (s)", r["seconds"]],
@@ -218,14 +227,21 @@ def part_dbos(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
         ["idle latency, median (ms)", ms(r.get("latency_median"))],
     ]
     out = table("DBOS Transact 3-step workflow (queue, worker_concurrency 64, 10 ms polling)", ["", "DBOS"], rows)
-    tp = results.get("throughput")
     if tp:
         dex_cpu, dbos_cpu = _cpu_ms(tp), _cpu_ms(r)
+        rate = bracketed_rate(results)
         out += "\n" + table(
-            "dex vs DBOS, same machine, same PostgreSQL, same run",
+            "dex vs DBOS, same machine, same PostgreSQL, same run (dex: the mean of its batches just before and"
+            " just after DBOS's)",
             ["", "dex", "DBOS", "dex/DBOS"],
             [
-                ["workflows/s", tp["rate"], r["rate"], tp["rate"] / r["rate"]],
+                [
+                    "workflows/s, dex before / after DBOS",
+                    f"{tp['rate']:.0f} / {results['throughput_after']['rate']:.0f}",
+                    None,
+                    None,
+                ],
+                ["workflows/s", rate, r["rate"], ratio(rate, r["rate"])],
                 [
                     "transactions/workflow",
                     tp["xacts_per_workflow"],
@@ -243,10 +259,13 @@ def part_split(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
     from benchmarks import dex_bench
 
     measured: dict[str, dict[str, Any]] = {}
-    for kind in ("dex", "dbos"):
+    # dex, DBOS, dex again: DBOS is compared with the mean of the dex runs on either side of it
+    for key, kind in (("dex", "dex"), ("dbos", "dbos"), ("dex_after", "dex")):
+        if key == "dex_after" and measured["dbos"].get("skipped"):
+            break
         with dex_bench.fresh_schema(dsn, f"bench_split_{kind}") as schema:
             args = [kind, "--schema", schema, "--runs", str(cfg["n"]), "--timeout", str(cfg["timeout"])]
-            measured[kind] = run_child("benchmarks.split", args, dsn, timeout=cfg["timeout"] + 180)
+            measured[key] = run_child("benchmarks.split", args, dsn, timeout=cfg["timeout"] + 180)
     results["split"] = measured
     dx, db = measured["dex"], measured["dbos"]
 
@@ -267,12 +286,28 @@ def part_split(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
         ["other processes' share of the CPU meanwhile", pct(dx.get("other_cpu_share")), pct(db.get("other_cpu_share"))],
     ]
     if not db.get("skipped"):
-        rows.append(["dex/DBOS", dx["rate"] / db["rate"], None])
+        after = measured["dex_after"]["rate"]
+        rows.append(["dex: workflows/s of the run after DBOS's", after, None])
+        rows.append(
+            ["dex/DBOS (dex: the mean of the runs before and after)", (dx["rate"] + after) / 2 / db["rate"], None]
+        )
     return table(
         "client and worker in separate processes (public client API; 3 sequential activities)",
         ["", "dex", "DBOS"],
         rows,
     )
+
+
+def bracketed_rate(results: dict[str, Any]) -> float:
+    """dex's in-process rate to set against DBOS's: the mean of its batches before and after."""
+    rates = [results[key]["rate"] for key in ("throughput", "throughput_after") if key in results]
+    return sum(rates) / len(rates)
+
+
+def split_rate(split: dict[str, Any]) -> float:
+    """dex's split rate to set against DBOS's: the mean of its runs before and after."""
+    rates = [split[key]["rate"] for key in ("dex", "dex_after") if key in split]
+    return sum(rates) / len(rates)
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -434,23 +469,25 @@ def targets(results: dict[str, Any]) -> list[list[Any]]:
 
     tp, db = results.get("throughput"), results.get("dbos")
     if tp and db and not db.get("skipped"):
-        ratio = tp["rate"] / db["rate"]
+        rate = bracketed_rate(results)
+        times = rate / db["rate"]
         row(
             "3-activity rate vs DBOS",
             "≥ 10× DBOS",
-            f"{ratio:.2f}× ({tp['rate']:.0f} vs {db['rate']:.0f}/s)",
-            ratio >= 10,
+            f"{times:.2f}× ({rate:.0f} vs {db['rate']:.0f}/s)",
+            times >= 10,
         )
     else:
         row("3-activity rate vs DBOS", "≥ 10× DBOS", None, None)
     split = results.get("split")
     if split and not split["dbos"].get("skipped"):
-        ratio = split["dex"]["rate"] / split["dbos"]["rate"]
+        rate = split_rate(split)
+        times = rate / split["dbos"]["rate"]
         row(
             "  the same, client and worker processes",
             "≥ 10× DBOS",
-            f"{ratio:.2f}× ({split['dex']['rate']:.0f} vs {split['dbos']['rate']:.0f}/s)",
-            ratio >= 10,
+            f"{times:.2f}× ({rate:.0f} vs {split['dbos']['rate']:.0f}/s)",
+            times >= 10,
         )
     lat = results.get("latency")
     row(

@@ -32,7 +32,7 @@ from dex.app.ports import (
 )
 from dex.app.reads import RunReads
 from dex.app.registry import Registry
-from dex.app.runner import BatchWindow, Nudge, PollingThread, activity_pool
+from dex.app.runner import BatchWindow, Foreground, Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
@@ -111,6 +111,9 @@ class Engine(AsyncEngineMixin):
             telemetry=self.telemetry,
             tracing=self.tracing,
         )
+        # the application's calls (start, send, transitions) go first: see runner.Foreground
+        self.foreground = Foreground()
+        self.workflow_worker.foreground = self.foreground
         self.activity_worker = ActivityWorker(
             adapter,
             self.registry,
@@ -203,6 +206,10 @@ class Engine(AsyncEngineMixin):
     def _create_run(self, created: ev.RunCreated) -> str:
         """Create the run; on a started engine, claim its first workflow task at once if it may
         be scheduled straight away (else the scheduler creates it, and wakes a worker)."""
+        with self.foreground.calling():
+            return self._create_run_now(created)
+
+    def _create_run_now(self, created: ev.RunCreated) -> str:
         dispatch = self.buffer.dispatch if self.buffer.background else None
         claim = dispatch.start_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
@@ -231,7 +238,8 @@ class Engine(AsyncEngineMixin):
         """Deliver an external event to a run; it is buffered until the run waits for it."""
         validate_name(event_id, "event id")
         message = ev.ExternalEventReceived(event_id=event_id, payload=self.converter.encode(payload))
-        self.buffer.send_message(run_id, message)
+        with self.foreground.calling():
+            self.buffer.send_message(run_id, message)
         self._nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
 
     def cancel(self, run_id: str, reason: str = "") -> None:
@@ -247,7 +255,8 @@ class Engine(AsyncEngineMixin):
         self._transition(run_id, RunStatus.RUNNING, ev.RunResumed())
 
     def _transition(self, run_id: str, target: RunStatus, message: ev.Message) -> None:
-        self.store.request_transition(run_id, target, message, self.store.clock.now())
+        with self.foreground.calling():
+            self.store.request_transition(run_id, target, message, self.store.clock.now())
         self._nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
 
     def get_run(self, run_id: str) -> RunInfo:

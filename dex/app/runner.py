@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 log = logging.getLogger("dex.runner")
 
@@ -72,6 +73,47 @@ class BatchWindow:
 
     def now(self) -> float:
         return self._clock()
+
+
+class Foreground:
+    """The application's calls into a started engine come first: while one waits for the store,
+    the workflow worker steps aside between its tasks.
+
+    A call such as ``start_workflow`` releases the GIL while it waits for PostgreSQL, and must
+    take it back when the answer comes. The workflow worker runs its tasks in pure Python for
+    milliseconds at a time; CPython lets a waiting thread in only after a switch interval of
+    5 ms, so under load a start waited for the GIL longer than for the database, and the
+    application's loop ran at a fraction of its speed. So a call in flight is counted here,
+    and the worker, after each task, sleeps ``pause`` seconds if one is: the GIL is free when
+    the answer arrives. A yield without sleeping (``sleep(0)``) does not do it: the yielding
+    thread takes the GIL straight back before the waiting one has woken.
+    """
+
+    def __init__(self, pause: float = 0.0001) -> None:
+        self.pause = pause
+        self._calls = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def calling(self) -> Iterator[None]:
+        """Around an application's call that waits for the store."""
+        with self._lock:
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._calls -= 1
+
+    def busy(self) -> bool:
+        return self._calls > 0
+
+    def step_aside(self) -> bool:
+        """Pause a moment if an application's call is waiting for the store; whether it did."""
+        if self._calls <= 0 or self.pause <= 0:
+            return False
+        time.sleep(self.pause)
+        return True
 
 
 class PollingThread:

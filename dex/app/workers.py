@@ -23,6 +23,7 @@ from dex.app.activity_context import ActivityContext, reset_activity_context, se
 from dex.app.buffer import ResultBuffer
 from dex.app.ports import ActivityOutcome, ActivityTask, Loaded, Store, UnreadableHistoryError, WorkflowTask
 from dex.app.registry import Registry
+from dex.app.runner import Foreground
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
 from dex.domain import events as ev
@@ -143,6 +144,8 @@ class WorkflowWorker:
         self._handed_lock = threading.Lock()
         # first attempts of short activities run inside the task (set by a started engine)
         self.inline: InlineActivities | None = None
+        # the application's calls in flight, which the worker lets go first (runner.Foreground)
+        self.foreground = Foreground(pause=0)
 
     @property
     def names(self) -> frozenset[str]:
@@ -222,6 +225,7 @@ class WorkflowWorker:
                     self._telemetry.task_finished(
                         "workflow", task.workflow_name, outcome, time.perf_counter() - started
                     )
+                self.foreground.step_aside()  # an application's call waiting for the store goes first
         finally:
             if done:  # also when a later task of the round raised: what is decided is written
                 self._buffer.add_workflow_results(done)

@@ -11,7 +11,7 @@ import pytest
 import dex
 from dex.adapters.memory import InMemoryAdapter
 from dex.app.dispatch import ActivitySlots, LocalDispatch
-from dex.app.runner import BatchWindow
+from dex.app.runner import BatchWindow, Foreground
 from dex.testing import VirtualClock
 
 
@@ -115,3 +115,66 @@ def test_the_worker_says_whether_its_claim_came_back_full() -> None:
     assert engine.workflow_worker.claimed_full  # two asked, two claimed: the third may wait
     assert engine.workflow_worker.poll_once() == 1
     assert not engine.workflow_worker.claimed_full
+
+
+def test_the_foreground_counts_calls_in_flight_and_asks_the_worker_to_step_aside() -> None:
+    foreground = Foreground(pause=0.0001)
+    assert not foreground.busy() and not foreground.step_aside()  # nobody waits: no pause
+    with foreground.calling():
+        assert foreground.busy() and foreground.step_aside()
+    with pytest.raises(RuntimeError), foreground.calling():
+        raise RuntimeError("the store refused")
+    assert not foreground.busy()  # a call that failed is no longer in flight
+    with foreground.calling():
+        assert not Foreground(pause=0).step_aside()  # a zero pause turns it off
+
+
+class RecordingForeground(Foreground):
+    def __init__(self) -> None:
+        super().__init__(pause=0)
+        self.asked = 0
+
+    def step_aside(self) -> bool:
+        self.asked += 1
+        return False
+
+
+def test_the_workflow_worker_steps_aside_after_each_task() -> None:
+    engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick])
+    assert engine.workflow_worker.foreground is engine.foreground  # the engine's calls are counted
+    recording = RecordingForeground()
+    engine.workflow_worker.foreground = recording
+    for _ in range(3):
+        engine.start_workflow(quick)
+    engine.workflow_scheduler.step()
+    assert engine.workflow_worker.poll_once() == 3
+    assert recording.asked == 3
+
+
+class WatchingStore(InMemoryAdapter):
+    """Notes whether the engine counted the call in flight while the store served it."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=VirtualClock())
+        self.foreground: Foreground | None = None
+        self.seen: list[bool] = []
+
+    def create_run(self, run_id: Any, created: Any, now: Any) -> str:
+        assert self.foreground is not None
+        self.seen.append(self.foreground.busy())
+        return super().create_run(run_id, created, now)
+
+    def request_transition(self, run_id: Any, target: Any, message: Any, now: Any) -> None:
+        assert self.foreground is not None
+        self.seen.append(self.foreground.busy())
+        super().request_transition(run_id, target, message, now)
+
+
+def test_starts_and_transitions_are_calls_in_flight() -> None:
+    store = WatchingStore()
+    engine = dex.Engine(store, workflows=[quick])
+    store.foreground = engine.foreground
+    run_id = engine.start_workflow(quick)
+    engine.cancel(run_id)
+    assert store.seen == [True, True]
+    assert not engine.foreground.busy()
