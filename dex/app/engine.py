@@ -407,6 +407,9 @@ class Engine(AsyncEngineMixin):
             self._depths_reported_at = time.monotonic()
             self.telemetry.queue_depths(self.store.list_queues())
         if workflow_tasks:
+            # the round's tasks are a batch already: the worker claims them at once, not after
+            # its own window (which would only add latency, not batch more)
+            self._window.full(WORKFLOW)
             self._nudge(WORKFLOWS)
         if activity_tasks:
             self._nudge(ACTIVITIES)

@@ -178,3 +178,12 @@ def test_starts_and_transitions_are_calls_in_flight() -> None:
     engine.cancel(run_id)
     assert store.seen == [True, True]
     assert not engine.foreground.busy()
+
+
+def test_a_scheduler_round_that_made_tasks_lets_the_worker_claim_them_at_once() -> None:
+    engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick], batch_window=60)
+    engine._window.worked("workflow", engine._window.now())  # a claim just found work
+    assert engine._window.left("workflow") > 50
+    engine.start_workflow(quick)
+    assert engine._schedule_round() == 1
+    assert engine._window.left("workflow") == 0.0  # the round's tasks are the batch: no wait
