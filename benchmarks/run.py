@@ -229,7 +229,7 @@ def part_dbos(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
     out = table("DBOS Transact 3-step workflow (queue, worker_concurrency 64, 10 ms polling)", ["", "DBOS"], rows)
     if tp:
         dex_cpu, dbos_cpu = _cpu_ms(tp), _cpu_ms(r)
-        rate = bracketed_rate(results)
+        rate = mean_rate(results, ("throughput", "throughput_after"))
         out += "\n" + table(
             "dex vs DBOS, same machine, same PostgreSQL, same run (dex: the mean of its batches just before and"
             " just after DBOS's)",
@@ -288,9 +288,8 @@ def part_split(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
     if not db.get("skipped"):
         after = measured["dex_after"]["rate"]
         rows.append(["dex: workflows/s of the run after DBOS's", after, None])
-        rows.append(
-            ["dex/DBOS (dex: the mean of the runs before and after)", (dx["rate"] + after) / 2 / db["rate"], None]
-        )
+        rate = mean_rate(measured, ("dex", "dex_after"))
+        rows.append(["dex/DBOS (dex: the mean of the runs before and after)", rate / db["rate"], None])
     return table(
         "client and worker in separate processes (public client API; 3 sequential activities)",
         ["", "dex", "DBOS"],
@@ -298,15 +297,9 @@ def part_split(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
     )
 
 
-def bracketed_rate(results: dict[str, Any]) -> float:
-    """dex's in-process rate to set against DBOS's: the mean of its batches before and after."""
-    rates = [results[key]["rate"] for key in ("throughput", "throughput_after") if key in results]
-    return sum(rates) / len(rates)
-
-
-def split_rate(split: dict[str, Any]) -> float:
-    """dex's split rate to set against DBOS's: the mean of its runs before and after."""
-    rates = [split[key]["rate"] for key in ("dex", "dex_after") if key in split]
+def mean_rate(runs: dict[str, Any], keys: Sequence[str]) -> float:
+    """dex's rate to set against DBOS's: the mean of its runs before and after DBOS's."""
+    rates = [runs[key]["rate"] for key in keys if key in runs]
     return sum(rates) / len(rates)
 
 
@@ -469,7 +462,7 @@ def targets(results: dict[str, Any]) -> list[list[Any]]:
 
     tp, db = results.get("throughput"), results.get("dbos")
     if tp and db and not db.get("skipped"):
-        rate = bracketed_rate(results)
+        rate = mean_rate(results, ("throughput", "throughput_after"))
         times = rate / db["rate"]
         row(
             "3-activity rate vs DBOS",
@@ -481,7 +474,7 @@ def targets(results: dict[str, Any]) -> list[list[Any]]:
         row("3-activity rate vs DBOS", "≥ 10× DBOS", None, None)
     split = results.get("split")
     if split and not split["dbos"].get("skipped"):
-        rate = split_rate(split)
+        rate = mean_rate(split, ("dex", "dex_after"))
         times = rate / split["dbos"]["rate"]
         row(
             "  the same, client and worker processes",

@@ -200,16 +200,13 @@ class Engine(AsyncEngineMixin):
                 random_seed=self._rng.getrandbits(64),
                 trace_context=trace_context,
             )
-            run_id = self._create_run(created)
+            with self.foreground.calling():
+                run_id = self._create_run(created)
         return run_id
 
     def _create_run(self, created: ev.RunCreated) -> str:
         """Create the run; on a started engine, claim its first workflow task at once if it may
         be scheduled straight away (else the scheduler creates it, and wakes a worker)."""
-        with self.foreground.calling():
-            return self._create_run_now(created)
-
-    def _create_run_now(self, created: ev.RunCreated) -> str:
         dispatch = self.buffer.dispatch if self.buffer.background else None
         claim = dispatch.start_claim() if dispatch is not None else None
         if dispatch is None or claim is None:

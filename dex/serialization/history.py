@@ -125,17 +125,7 @@ def encode_event(event: ev.HistoryEvent) -> bytes:
         return event_to_proto(event).SerializeToString()
 
 
-def _activity_task_created_tail(event: ev.ActivityTaskCreated) -> bytes:
-    """Fields 3-6 of an ``ActivityTaskCreated`` (name and input left empty, so left out)."""
-    return history_pb2.ActivityTaskCreated(
-        queue=event.queue,
-        priority=event.priority,
-        retry_policy=retry_policy_to_proto(event.retry_policy),
-        lock_timeout=timedelta_to_proto(event.lock_timeout),
-    ).SerializeToString()
-
-
-_WRITER = wire.EventWriter(_activity_task_created_tail)
+_WRITER = wire.EventWriter()
 
 
 def decode_event(data: bytes) -> ev.HistoryEvent:

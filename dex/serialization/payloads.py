@@ -90,10 +90,14 @@ class PayloadConverter:
         raise SerializationError(f"unknown payload encoding {payload.encoding!r}")
 
     def _encode_json(self, value: object) -> bytes:
-        kind = type(value)
-        if kind is int or kind is str:  # the common case, without cattrs and the walk below
-            with contextlib.suppress(ValueError):  # an int too long for str(), a lone surrogate
-                return (str(value) if kind is int else _dump_str(value)).encode("utf-8")  # type: ignore[arg-type]
+        # the common cases, without cattrs and the walk below (the long way reports the errors:
+        # an int too long for str(), a string with a lone surrogate)
+        if type(value) is int:
+            with contextlib.suppress(ValueError):
+                return str(value).encode("utf-8")
+        elif type(value) is str:
+            with contextlib.suppress(ValueError):
+                return json.dumps(value, ensure_ascii=False).encode("utf-8")
         try:
             data = self._cattrs.unstructure(value)
             # cattrs passes objects it does not know through unchanged, so check the result.
@@ -133,10 +137,6 @@ class PayloadConverter:
 # the JSON types each plain hint takes as it is (what the strict hooks below accept, minus
 # their errors, which the cattrs path raises): a bool is no int here, an int is a float
 _PLAIN: dict[type, tuple[type, ...]] = {int: (int,), str: (str,), bool: (bool,), float: (int, float)}
-
-
-def _dump_str(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
 
 
 def describe_hint(hint: object) -> str:

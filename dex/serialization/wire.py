@@ -19,14 +19,13 @@ The result is byte for byte what ``event_to_proto(event).SerializeToString()`` g
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from dex.domain import events as ev
 from dex.domain.values import Payload
+from dex.serialization.values import datetime_to_proto, retry_policy_to_proto, timedelta_to_proto
+from dex.v1 import history_pb2
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 # HistoryEvent's field numbers (history.proto): 1 sequence_number, 2 timestamp, oneof from 10
@@ -69,16 +68,9 @@ def _int64(value: int) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _timestamp_field(moment: datetime) -> bytes:
-    """Field 2 of the envelope; one per task (its events share the task's timestamp)."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise Unhandled  # datetime_to_proto refuses it by name
-    seconds, micros = divmod((moment - _EPOCH) // _MICROSECOND, 1_000_000)
-    body = b""
-    if seconds:
-        body += b"\x08" + varint(seconds)
-    if micros:
-        body += b"\x10" + varint(micros * 1000)
-    return _length_delimited(_TIMESTAMP_TAG, body)
+    """Field 2 of the envelope; one per task (its events share the task's timestamp), so the
+    generated class builds it once (and refuses a naive datetime by name)."""
+    return _length_delimited(_TIMESTAMP_TAG, datetime_to_proto(moment).SerializeToString())
 
 
 def _string(tag: bytes, text: str) -> bytes:
@@ -95,11 +87,21 @@ def payload_bytes(payload: Payload) -> bytes:
     )
 
 
-def _activity_task_created(event: ev.ActivityTaskCreated, tail: Callable[[ev.ActivityTaskCreated], bytes]) -> bytes:
+def _activity_task_created(event: ev.ActivityTaskCreated, tail: bytes) -> bytes:
     body = _string(b"\x0a", event.name)
     for item in event.input:
         body += _length_delimited(b"\x12", payload_bytes(item))
-    return _length_delimited(_ACTIVITY_TASK_CREATED_TAG, body + tail(event))
+    return _length_delimited(_ACTIVITY_TASK_CREATED_TAG, body + tail)
+
+
+def _activity_task_created_tail(event: ev.ActivityTaskCreated) -> bytes:
+    """Fields 3-6 of an ``ActivityTaskCreated`` (name and input left empty, so left out)."""
+    return history_pb2.ActivityTaskCreated(
+        queue=event.queue,
+        priority=event.priority,
+        retry_policy=retry_policy_to_proto(event.retry_policy),
+        lock_timeout=timedelta_to_proto(event.lock_timeout),
+    ).SerializeToString()
 
 
 def _activity_task_completed(event: ev.ActivityTaskCompleted) -> bytes:
@@ -111,12 +113,11 @@ def _activity_task_completed(event: ev.ActivityTaskCompleted) -> bytes:
 
 
 class EventWriter:
-    """Writes the envelope and the common kinds' bodies; ``created_tail`` gives the bytes of an
-    ``ActivityTaskCreated``'s fields 3-6 (queue, priority, retry policy, lock timeout), which
-    the caller builds with the generated classes and which are cached here per value."""
+    """Writes the envelope and the common kinds' bodies, with the tail of each distinct
+    ``ActivityTaskCreated`` (queue, priority, retry policy, lock timeout) built once by the
+    generated classes and then cached (``cache_size`` tails at most)."""
 
-    def __init__(self, created_tail: Callable[[ev.ActivityTaskCreated], bytes], cache_size: int = 1024) -> None:
-        self._created_tail = created_tail
+    def __init__(self, cache_size: int = 1024) -> None:
         self._tails: dict[tuple[object, ...], bytes] = {}
         self._cache_size = cache_size
 
@@ -124,7 +125,7 @@ class EventWriter:
         key = (event.queue, event.priority, event.retry_policy, event.lock_timeout)
         tail = self._tails.get(key)
         if tail is None:
-            tail = self._created_tail(event)
+            tail = _activity_task_created_tail(event)
             if len(self._tails) >= self._cache_size:
                 self._tails.clear()
             self._tails[key] = tail
@@ -142,7 +143,7 @@ class EventWriter:
         elif isinstance(body, ev.ActivityTaskCompleted):
             tail = _activity_task_completed(body)
         elif isinstance(body, ev.ActivityTaskCreated):
-            tail = _activity_task_created(body, self._tail)
+            tail = _activity_task_created(body, self._tail(body))
         else:
             raise Unhandled
         seq = _int64(event.sequence_number)
