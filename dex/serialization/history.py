@@ -49,6 +49,7 @@ from dex.v1 import history_pb2
 
 __all__ = [
     "ExportedHistory",
+    "decode_block",
     "decode_event",
     "decode_exported_history",
     "decode_failure",
@@ -57,6 +58,7 @@ __all__ = [
     "decode_payload",
     "decode_payloads",
     "decode_retry_policy",
+    "encode_block",
     "encode_event",
     "encode_failure",
     "encode_history",
@@ -133,14 +135,35 @@ def decode_event(data: bytes) -> ev.HistoryEvent:
     return decoding("a history event", data, lambda: event_from_proto(parse_message(history_pb2.HistoryEvent, data)))
 
 
+def encode_block(events: Iterable[ev.HistoryEvent]) -> bytes:
+    """Serialise consecutive events of one run as a ``dex.v1.HistoryBlock``: each event's
+    :func:`encode_event` bytes as one element of its repeated field 1 (so a block costs the
+    events' own encodings and a few framing bytes)."""
+    return b"".join(wire.repeated_message_field(encode_event(event)) for event in events)
+
+
+def decode_block(data: bytes) -> list[ev.HistoryEvent]:
+    """Read a block written by :func:`encode_block`; ``ValueError`` if unreadable."""
+    return decoding(
+        "a history block",
+        data,
+        lambda: [event_from_proto(event) for event in parse_message(history_pb2.HistoryBlock, data).events],
+    )
+
+
 def encode_message(message: ev.Message) -> bytes:
     """Serialise an inbox message (an event that another party sends to a run)."""
+    if isinstance(message, ev.RunStarted):  # every start sends it, and it has no fields
+        return _RUN_STARTED_MESSAGE
     if not isinstance(message, ev.MESSAGE_TYPES):
         raise TypeError(f"{type(message).__name__} is not an inbox message kind")
     field, body = _body_to_proto(message)
     envelope = history_pb2.InboxMessage()
     getattr(envelope, field).CopyFrom(body)
     return envelope.SerializeToString()
+
+
+_RUN_STARTED_MESSAGE = history_pb2.InboxMessage(run_started=history_pb2.RunStarted()).SerializeToString()
 
 
 def decode_message(data: bytes) -> ev.Message:

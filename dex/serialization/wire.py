@@ -22,6 +22,7 @@ import functools
 from datetime import datetime
 
 from dex.domain import events as ev
+from dex.domain.status import RunStatus
 from dex.domain.values import Payload
 from dex.serialization.values import datetime_to_proto, retry_policy_to_proto, timedelta_to_proto
 from dex.v1 import history_pb2
@@ -36,6 +37,10 @@ _WORKFLOW_TASK_STARTED = b"\x62\x00"  # field 12
 _WORKFLOW_TASK_COMPLETED = b"\x6a\x00"  # field 13
 _ACTIVITY_TASK_CREATED_TAG = b"\x72"  # field 14
 _ACTIVITY_TASK_COMPLETED_TAG = b"\x7a"  # field 15
+_RUN_CREATED_TAG = b"\x52"  # field 10
+_RUN_COMPLETED_TAG = b"\xda\x01"  # field 27
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_UINT64_MAX = 2**64 - 1
 
 
 class Unhandled(Exception):  # a signal, not an error: the caller takes the general path
@@ -58,6 +63,11 @@ def varint(value: int) -> bytes:
 
 def _length_delimited(tag: bytes, data: bytes) -> bytes:
     return tag + varint(len(data)) + data
+
+
+def repeated_message_field(message: bytes) -> bytes:
+    """One element of field 1 holding ``message``'s bytes: a ``HistoryBlock``'s events."""
+    return _length_delimited(b"\x0a", message)
 
 
 def _int64(value: int) -> int:
@@ -112,6 +122,44 @@ def _activity_task_completed(event: ev.ActivityTaskCompleted) -> bytes:
     return _length_delimited(_ACTIVITY_TASK_COMPLETED_TAG, body)
 
 
+def _optional_string(tag: bytes, text: str | None) -> bytes:
+    return b"" if text is None else _length_delimited(tag, text.encode("utf-8"))
+
+
+def _labels(tag: bytes, labels: ev.Labels) -> bytes:
+    return b"".join(_length_delimited(tag, _string(b"\x0a", key) + _string(b"\x12", value)) for key, value in labels)
+
+
+def _run_created(event: ev.RunCreated) -> bytes:
+    if not _INT32_MIN <= event.priority <= _INT32_MAX or not 0 <= event.random_seed <= _UINT64_MAX:
+        raise Unhandled  # the generated classes raise their own "out of range" error
+    body = _string(b"\x0a", event.workflow_name)
+    for item in event.input:
+        body += _length_delimited(b"\x12", payload_bytes(item))
+    body += (
+        _string(b"\x1a", event.queue)
+        + _optional_string(b"\x22", event.instance_id)
+        + (b"\x28" + varint(event.priority) if event.priority else b"")
+        + _optional_string(b"\x32", event.concurrency_key)
+        + _labels(b"\x3a", event.labels)
+        + _optional_string(b"\x42", event.parent_run_id)
+        + (b"\x48" + varint(_int64(event.generation)) if event.generation else b"")
+        + (b"\x50" + varint(event.random_seed) if event.random_seed else b"")
+        + _labels(b"\x5a", event.trace_context)
+    )
+    return _length_delimited(_RUN_CREATED_TAG, body)
+
+
+def _run_completed(event: ev.RunCompleted) -> bytes:
+    """A run that completed with a result; other outcomes (a failure) go the general way."""
+    if event.status is not RunStatus.COMPLETED or event.failure is not None:
+        raise Unhandled
+    body = b"\x08" + varint(history_pb2.RUN_STATUS_COMPLETED)
+    if event.result is not None:
+        body += _length_delimited(b"\x12", payload_bytes(event.result))
+    return _length_delimited(_RUN_COMPLETED_TAG, body)
+
+
 class EventWriter:
     """Writes the envelope and the common kinds' bodies, with the tail of each distinct
     ``ActivityTaskCreated`` (queue, priority, retry policy, lock timeout) built once by the
@@ -144,6 +192,10 @@ class EventWriter:
             tail = _activity_task_completed(body)
         elif isinstance(body, ev.ActivityTaskCreated):
             tail = _activity_task_created(body, self._tail(body))
+        elif isinstance(body, ev.RunCreated):
+            tail = _run_created(body)
+        elif isinstance(body, ev.RunCompleted):
+            tail = _run_completed(body)
         else:
             raise Unhandled
         seq = _int64(event.sequence_number)

@@ -722,3 +722,27 @@ class WorkflowHistory(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkflowHistory: _TypeAlias = WorkflowHistory  # noqa: Y015
+
+@_typing.final
+class HistoryBlock(_message.Message):
+    """Consecutive events of one run, as one write appends them: the PostgreSQL adapter stores a
+    run's history as one row per block (its first and last sequence numbers beside it).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___HistoryEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___HistoryEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HistoryBlock: _TypeAlias = HistoryBlock  # noqa: Y015

@@ -31,7 +31,7 @@ def test_an_undecodable_history_row_fails_only_its_run() -> None:
             first.drain()
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(
-                    sql.SQL("UPDATE {}.history SET event = %s WHERE run_id = %s AND seq = 3").format(
+                    sql.SQL("UPDATE {}.history SET events = %s WHERE run_id = %s AND 3 BETWEEN first_seq AND last_seq").format(
                         sql.Identifier(schema)
                     ),
                     [b"\xff\x00 not protobuf", broken],

@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import attrs
 import psycopg
@@ -131,6 +131,57 @@ def test_migration_3_drops_the_foreign_keys_of_an_older_schema(pg_dsn: str, pg_s
         assert count.fetchone() == (LATEST_VERSION,)
 
 
+def test_migration_5_turns_the_stored_events_into_one_event_blocks(
+    make_adapter: MakeAdapter, pg_dsn: str, pg_schema: str
+) -> None:
+    from dex.adapters.postgres import schema as pg_schema_module
+    from dex.serialization.history import encode_event
+
+    # events of 1-, 2- and 3-byte lengths: the migration writes each length as a varint
+    moment = datetime(2024, 5, 6, tzinfo=UTC)
+    events = [
+        ev.HistoryEvent(
+            sequence_number=1, timestamp=moment, event=ev.RunCreated(workflow_name="w", input=(), queue="main")
+        ),
+        ev.HistoryEvent(sequence_number=2, timestamp=moment, event=ev.WorkflowTaskStarted()),
+        ev.HistoryEvent(
+            sequence_number=3,
+            timestamp=moment,
+            event=ev.ActivityTaskCompleted(created_seq=1, result=Payload(encoding="json", data=b"1" * 300)),
+        ),
+        ev.HistoryEvent(
+            sequence_number=4,
+            timestamp=moment,
+            event=ev.ActivityTaskCompleted(created_seq=1, result=Payload(encoding="json", data=b"2" * 20_000)),
+        ),
+    ]
+    with psycopg.connect(pg_dsn) as conn:
+        with conn.transaction():  # a schema as version 4 left it: one history row per event
+            q = pg_schema_module.Statements(pg_schema)
+            conn.execute(q("CREATE SCHEMA {s}"))
+            conn.execute(q("CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, applied_at timestamptz)"))
+            for version, statements in pg_schema_module.MIGRATIONS[:4]:
+                for statement in statements:
+                    conn.execute(q(statement))
+                conn.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [version])
+            conn.execute(
+                q(
+                    "INSERT INTO {s}.runs (run_id, workflow_name, queue, status, priority, labels, created_at, last_seq)"
+                    " VALUES ('old', 'w', 'main', 'RUNNING', 0, '{{}}', %s, 4)"
+                ),
+                [moment],
+            )
+            for event in events:
+                conn.execute(
+                    q("INSERT INTO {s}.history (run_id, seq, event) VALUES ('old', %s, %s)"),
+                    [event.sequence_number, encode_event(event)],
+                )
+        assert migrate(conn, pg_schema) == LATEST_VERSION
+        rows = conn.execute(q("SELECT first_seq, last_seq FROM {s}.history ORDER BY first_seq")).fetchall()
+        assert rows == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    assert make_adapter().load_history("old") == events
+
+
 def test_each_queue_gets_a_partition_with_a_quoted_name(make_adapter: MakeAdapter, pg_dsn: str, pg_schema: str) -> None:
     store = make_adapter()
     store.ensure_queue("a-b_1", "workflow")
@@ -242,6 +293,39 @@ def test_a_stale_result_is_dropped_without_breaking_its_batch(make_adapter: Make
     assert applied == [False, True]
     assert len(store.load_history(good_run)) == 4
     assert len(store.load_history(raced_run)) == 1
+
+
+def test_each_write_is_one_history_row_and_a_tail_load_starts_inside_it(
+    make_adapter: MakeAdapter, clock: VirtualClock, pg_dsn: str, pg_schema: str
+) -> None:
+    store = make_adapter()
+    run_id = new_run(store, clock)
+    store.schedule_workflow_tasks(clock.now(), 10)
+    [task] = store.claim_workflow_tasks({"wf"}, "w", clock.now(), LEASE, 10)
+    assert store.complete_workflow_tasks([(task, first_task_result(store, task, clock))], clock.now()) == [True]
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT first_seq, last_seq FROM {}.history WHERE run_id = %s ORDER BY first_seq").format(
+                sql.Identifier(pg_schema)
+            ),
+            [run_id],
+        ).fetchall()
+    assert rows == [(1, 1), (2, 4)]  # RunCreated at the start, then the task's three events
+    store.send_message(
+        run_id, ev.ExternalEventReceived(event_id="go", payload=Payload(encoding="json", data=b"1")), clock.now()
+    )
+    store.schedule_workflow_tasks(clock.now(), 10)
+    [second] = store.claim_workflow_tasks({"wf"}, "w", clock.now(), LEASE, 10)
+    for after, kinds in (
+        (3, ["RunStarted", "WorkflowTaskCompleted"]),  # from inside the task's block
+        (4, ["WorkflowTaskCompleted"]),
+        (0, ["RunCreated", "WorkflowTaskStarted", "RunStarted", "WorkflowTaskCompleted"]),
+    ):
+        [(history, inbox)] = store.load_workflow_tasks([(second, after)], clock.now())  # type: ignore[misc]
+        assert [e.kind for e in history] == kinds
+        assert [type(m.event).__name__ for m in inbox] == ["ExternalEventReceived"]
+        single, _inbox = store.load_workflow_task(second, clock.now(), after_seq=after)
+        assert single == history
 
 
 def test_activity_leases_heartbeats_and_takeover(make_adapter: MakeAdapter, clock: VirtualClock) -> None:

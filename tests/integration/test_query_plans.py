@@ -4,7 +4,7 @@ Every engine polls several times a second (the schedulers, the claims, ``next_du
 leadership, retention) and writes back what its workers did (completions). Their cost must
 not grow with the finished runs and their histories, which pile up until retention deletes
 them, nor with the runs that wait on timers. So this test fills a schema with 20,000 finished
-runs (120,000 history rows), 2,000 sleeping runs and 2,000 activity tasks waiting for a
+runs (40,000 history rows: two blocks each), 2,000 sleeping runs and 2,000 activity tasks waiting for a
 retry, next to a little live work, and checks the plans of the statements the adapter really
 sends (recorded from the adapter's own functions, on a session configured as the adapter's):
 
@@ -220,9 +220,10 @@ def add_finished_and_waiting_rows(
         )
         conn.execute(
             q(
-                "INSERT INTO {s}.history (run_id, seq, event)"
-                " SELECT 'done-' || g, e, decode(repeat('ab', 40), 'hex')"
-                " FROM generate_series(%(first)s::integer, %(last)s::integer) g, generate_series(1, %(events)s::integer) e"
+                # two blocks per run, as a run written by one task has: RunCreated, then the task's events
+                "INSERT INTO {s}.history (run_id, first_seq, last_seq, events)"
+                " SELECT 'done-' || g, b, CASE b WHEN 1 THEN 1 ELSE %(events)s END, decode(repeat('ab', 40 * b), 'hex')"
+                " FROM generate_series(%(first)s::integer, %(last)s::integer) g, generate_series(1, 2) b"
             ),
             params,
         )
@@ -237,8 +238,9 @@ def add_finished_and_waiting_rows(
         )
         conn.execute(
             q(
-                "INSERT INTO {s}.history (run_id, seq, event)"
-                " SELECT 'sleeping-' || g, e, '\\x00' FROM generate_series(%(first)s::integer, %(last)s::integer) g, generate_series(1, 4) e"
+                "INSERT INTO {s}.history (run_id, first_seq, last_seq, events)"
+                " SELECT 'sleeping-' || g, b, CASE b WHEN 1 THEN 1 ELSE 4 END, '\\x00'"
+                " FROM generate_series(%(first)s::integer, %(last)s::integer) g, generate_series(1, 2) b"
                 " WHERE mod(g, 10) = 0"
             ),
             params,

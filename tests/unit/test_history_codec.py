@@ -178,6 +178,19 @@ def test_encode_event_refuses_what_the_generated_classes_refuse() -> None:
         codec.encode_event(huge)
 
 
+@given(st.lists(history_events, min_size=1, max_size=6))
+def test_history_block_round_trips_as_the_bytes_of_the_generated_classes(events: list[ev.HistoryEvent]) -> None:
+    # the PostgreSQL adapter stores a write's events as one block: a dex.v1.HistoryBlock
+    data = codec.encode_block(events)
+    assert data == history_pb2.HistoryBlock(events=[codec.event_to_proto(e) for e in events]).SerializeToString()
+    assert codec.decode_block(data) == events
+
+
+def test_decode_block_names_what_it_could_not_read() -> None:
+    with pytest.raises(ValueError, match="cannot decode a history block from 3 bytes"):
+        codec.decode_block(b"\x0a\x05x")
+
+
 @given(messages)
 def test_inbox_message_round_trips(message: ev.Message) -> None:
     assert codec.decode_message(codec.encode_message(message)) == message

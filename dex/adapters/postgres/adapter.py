@@ -46,7 +46,7 @@ from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
-from dex.serialization.history import decode_event
+from dex.serialization.history import decode_block
 
 
 class PostgresAdapter:
@@ -179,7 +179,7 @@ class PostgresAdapter:
     def load_history(self, run_id: str) -> list[ev.HistoryEvent]:
         with self._statement() as conn:
             encoded = runs.load_history(conn, self._q, run_id)
-        return [decode_event(data) for data in encoded]
+        return [event for data in encoded for event in decode_block(data)]
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         with self._transaction() as conn:

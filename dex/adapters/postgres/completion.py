@@ -136,7 +136,8 @@ class _Round:
             events = result.new_events
             if events:
                 run.last_seq = events[-1].sequence_number
-        self._history.extend(history_row(run_id, event) for event in events)
+        if events:
+            self._history.append(history_row(run_id, events))  # the task's events: one block, one row
         started = result.started and run.status is RunStatus.CREATED
         if started:
             run.status = RunStatus.RUNNING
@@ -181,7 +182,7 @@ class _Round:
             conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%s)"), [self._reset])
         self._update_runs()
         children = self._insert_children()
-        insert_history(conn, q, self._history + [history_row(c.run_id, _first_event(c, self._now)) for c in children])
+        insert_history(conn, q, self._history + [history_row(c.run_id, [_first_event(c, self._now)]) for c in children])
         self._insert_activity_tasks()
         finished = [run_id for run_id, result in self._results if result.completion is not None]
         if finished:

@@ -19,7 +19,7 @@ from dex.adapters.postgres.schema import Statements
 from dex.app.ports import ActivityTask, Lease, RunRecord, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
-from dex.serialization.history import encode_event, encode_message
+from dex.serialization.history import encode_block, encode_message
 from dex.serialization.values import decode_failure, decode_payload, decode_payloads, decode_retry_policy
 
 RUN_COLUMNS = (
@@ -35,7 +35,7 @@ ACTIVITY_TASK_COLUMNS = (
 )
 
 InboxRow = tuple[str, str, bytes, datetime]  # run_id, kind, message, visible_from
-HistoryRow = tuple[str, int, bytes]  # run_id, seq, event
+HistoryRow = tuple[str, int, int, bytes]  # run_id, first_seq, last_seq, events (a block)
 
 
 def run_record(row: Sequence[Any]) -> RunRecord:
@@ -102,8 +102,9 @@ def inbox_row(run_id: str, message: ev.Message, visible_from: datetime) -> Inbox
     return (run_id, type(message).__name__, encode_message(message), visible_from)
 
 
-def history_row(run_id: str, event: ev.HistoryEvent) -> HistoryRow:
-    return (run_id, event.sequence_number, encode_event(event))
+def history_row(run_id: str, events: Sequence[ev.HistoryEvent]) -> HistoryRow:
+    """One row of ``history``: consecutive events of a run (at least one) as one block."""
+    return (run_id, events[0].sequence_number, events[-1].sequence_number, encode_block(events))
 
 
 def insert_inbox(conn: psycopg.Connection, q: Statements, rows: Sequence[InboxRow]) -> None:
@@ -124,11 +125,14 @@ def insert_inbox(conn: psycopg.Connection, q: Statements, rows: Sequence[InboxRo
 
 
 def insert_history(conn: psycopg.Connection, q: Statements, rows: Sequence[HistoryRow]) -> None:
-    """Append history events; the (run_id, seq) primary key refuses a duplicate."""
+    """Append history blocks; the (run_id, first_seq) primary key refuses a duplicate."""
     if not rows:
         return
-    run_ids, seqs, events = zip(*rows, strict=True)
+    run_ids, firsts, lasts, blocks = zip(*rows, strict=True)
     conn.execute(
-        q("INSERT INTO {s}.history (run_id, seq, event) SELECT * FROM unnest(%b::text[], %b::integer[], %b::bytea[])"),
-        [list(run_ids), list(seqs), list(events)],
+        q(
+            "INSERT INTO {s}.history (run_id, first_seq, last_seq, events)"
+            " SELECT * FROM unnest(%b::text[], %b::integer[], %b::integer[], %b::bytea[])"
+        ),
+        [list(run_ids), list(firsts), list(lasts), list(blocks)],
     )

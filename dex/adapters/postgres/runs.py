@@ -51,7 +51,8 @@ def create_run(
     the queue active with a free slot, and the scheduler's lock free (tried, never waited
     for, as in a completion's dispatch; while a scheduler runs, it counts the slots).
     """
-    _run, _seq, event = history_row(run_id, ev.HistoryEvent(sequence_number=1, timestamp=now, event=created))
+    history = [ev.HistoryEvent(sequence_number=1, timestamp=now, event=created)]
+    _run, _first, _last, block = history_row(run_id, history)
     _run, kind, message, _visible = inbox_row(run_id, ev.RunStarted(), now)
     owner, until, names = (None, None, None)
     if claim is not None:
@@ -74,7 +75,7 @@ def create_run(
                     labels_json(created.labels),
                     created.parent_run_id,
                     now,
-                    event,
+                    block,
                     kind,
                     message,
                     claim is not None,
@@ -91,7 +92,6 @@ def create_run(
             if claim is None or inserted[2] is None:
                 return run_id, [], []
             # the claimed task's input is what was just inserted: no load needed
-            history = [ev.HistoryEvent(sequence_number=1, timestamp=now, event=created)]
             inbox = [InboxMessage(message_id=inserted[1], event=ev.RunStarted())]
             return run_id, [workflow_task(inserted[2:])], [(history, inbox)]
         existing = conn.execute(
@@ -144,8 +144,8 @@ def list_runs(conn: psycopg.Connection, q: Statements, run_filter: RunFilter) ->
 
 
 def load_history(conn: psycopg.Connection, q: Statements, run_id: str) -> list[bytes]:
-    """The encoded history of a run, oldest first; RunNotFoundError if there is no such run."""
-    rows = conn.execute(q("SELECT event FROM {s}.history WHERE run_id = %s ORDER BY seq"), [run_id]).fetchall()
+    """The history blocks of a run, oldest first; RunNotFoundError if there is no such run."""
+    rows = conn.execute(q("SELECT events FROM {s}.history WHERE run_id = %s ORDER BY first_seq"), [run_id]).fetchall()
     if not rows:  # every run has at least RunCreated
         raise RunNotFoundError(f"no run with id {run_id!r}")
     return [row[0] for row in rows]

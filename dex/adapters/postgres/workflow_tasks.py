@@ -20,7 +20,7 @@ from dex.app.ports import UnreadableHistoryError, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.task import InboxMessage
-from dex.serialization.history import decode_event, decode_message
+from dex.serialization.history import decode_block, decode_message
 
 # Candidates in the order the in-memory adapter takes them (priority, then oldest run). Two
 # window functions stand in for its loop: per concurrency key only the first run that needs
@@ -193,8 +193,9 @@ def load_workflow_task(
         q(
             # messages in the order they became visible: a timer inserted early but due late
             # must not overtake an event that arrived before it fired
-            "SELECT 0 AS part, NULL::timestamptz AS due, seq::bigint AS n, event AS data"
-            " FROM {s}.history WHERE run_id = %(run)s AND seq >= %(after)s"
+            # history blocks (n: the last sequence number of each) ending at or after after_seq
+            "SELECT 0 AS part, NULL::timestamptz AS due, last_seq::bigint AS n, events AS data"
+            " FROM {s}.history WHERE run_id = %(run)s AND last_seq >= %(after)s"
             " UNION ALL"
             " SELECT 1, visible_from, message_id, message FROM {s}.inbox"
             " WHERE run_id = %(run)s AND visible_from <= %(now)s"
@@ -202,17 +203,27 @@ def load_workflow_task(
         ),
         {"run": task.run_id, "now": now, "after": after_seq},
     ).fetchall()
-    events = [(n, data) for part, _due, n, data in rows if part == 0]
+    blocks = [(n, data) for part, _due, n, data in rows if part == 0]
     messages = [(n, data) for part, _due, n, data in rows if part == 1]
-    if not events and after_seq == 0:
+    if not blocks and after_seq == 0:
         raise RunNotFoundError(f"no run with id {task.run_id!r}")
     try:
-        history = [decode_event(data) for _n, data in events]
-        inbox = [InboxMessage(message_id=n, event=decode_message(data)) for n, data in messages]
+        return _history_after(blocks, after_seq), _inbox(messages)
     except ValueError as exc:
-        last_seq = max(n for n, _data in events) if events else after_seq
+        last_seq = blocks[-1][0] if blocks else after_seq
         raise UnreadableHistoryError(task.run_id, last_seq, [n for n, _data in messages], str(exc)) from exc
-    return history, inbox
+
+
+def _history_after(blocks: Sequence[tuple[int, bytes]], after_seq: int) -> list[ev.HistoryEvent]:
+    """The events numbered ``after_seq`` or later in blocks (oldest first) that end there or later."""
+    history = [event for _last, data in blocks for event in decode_block(data)]
+    if history and history[0].sequence_number < after_seq:  # the first block began before it
+        history = [event for event in history if event.sequence_number >= after_seq]
+    return history
+
+
+def _inbox(messages: Sequence[tuple[int, bytes]]) -> list[InboxMessage]:
+    return [InboxMessage(message_id=n, event=decode_message(data)) for n, data in messages]
 
 
 def load_workflow_tasks(
@@ -226,10 +237,10 @@ def load_workflow_tasks(
         q(
             # LATERAL: one index range scan per run, so the plan does not hang on the table's
             # statistics (a plain join of the batch may be planned as a hash join over it all)
-            "SELECT 0 AS part, w.run_id, NULL::timestamptz AS due, h.seq::bigint AS n, h.event AS data"
+            "SELECT 0 AS part, w.run_id, NULL::timestamptz AS due, h.last_seq::bigint AS n, h.events AS data"
             " FROM unnest(%(runs)s::text[], %(after)s::integer[]) AS w(run_id, after_seq)"
-            " CROSS JOIN LATERAL (SELECT seq, event FROM {s}.history"
-            " WHERE run_id = w.run_id AND seq >= w.after_seq OFFSET 0) h"
+            " CROSS JOIN LATERAL (SELECT last_seq, events FROM {s}.history"
+            " WHERE run_id = w.run_id AND last_seq >= w.after_seq OFFSET 0) h"
             " UNION ALL"
             " SELECT 1, i.run_id, i.visible_from, i.message_id, i.message FROM {s}.inbox i"
             " WHERE i.run_id = ANY(%(runs)s) AND i.visible_from <= %(now)s"
@@ -243,16 +254,13 @@ def load_workflow_tasks(
         (events if part == 0 else messages).setdefault(run_id, []).append((n, data))
     loaded: list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception] = []
     for task, after_seq in requests:
-        run_events, run_messages = events.get(task.run_id, []), messages.get(task.run_id, [])
-        if not run_events and after_seq == 0:
+        run_blocks, run_messages = events.get(task.run_id, []), messages.get(task.run_id, [])
+        if not run_blocks and after_seq == 0:
             loaded.append(RunNotFoundError(f"no run with id {task.run_id!r}"))
             continue
         try:
-            history = [decode_event(data) for _n, data in run_events]
-            inbox = [InboxMessage(message_id=n, event=decode_message(data)) for n, data in run_messages]
+            loaded.append((_history_after(run_blocks, after_seq), _inbox(run_messages)))
         except ValueError as exc:
-            last_seq = max(n for n, _data in run_events) if run_events else after_seq
+            last_seq = run_blocks[-1][0] if run_blocks else after_seq
             loaded.append(UnreadableHistoryError(task.run_id, last_seq, [n for n, _d in run_messages], str(exc)))
-            continue
-        loaded.append((history, inbox))
     return loaded
