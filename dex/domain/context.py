@@ -6,6 +6,7 @@ seeded per run, and each step is a command that replay matches against the histo
 
 from __future__ import annotations
 
+import functools
 import logging
 import random as _random
 import uuid
@@ -47,13 +48,24 @@ class WorkflowContext:
 
     def __init__(self, executor: WorkflowExecutor) -> None:
         self._executor = executor
-        seed = executor.created.random_seed
-        self._random = _random.Random(f"dex-random:{seed}:{executor.generation}")
-        self._uuid_random = _random.Random(f"dex-uuid:{seed}:{executor.generation}")
-        logger = logging.Logger(f"dex.workflow.{executor.workflow_name}")
+
+    # made on first use: most workflows never ask, and seeding costs ~10 us each (a run's every
+    # executor, also one that replays it elsewhere, seeds them alike, so nothing depends on when)
+    @functools.cached_property
+    def _seeded(self) -> _random.Random:
+        return _random.Random(f"dex-random:{self._executor.created.random_seed}:{self._executor.generation}")
+
+    @functools.cached_property
+    def _uuid_seeded(self) -> _random.Random:
+        return _random.Random(f"dex-uuid:{self._executor.created.random_seed}:{self._executor.generation}")
+
+    @functools.cached_property
+    def logger(self) -> logging.Logger:
+        """The workflow's logger (``dex.workflow.<name>``); silent while the code replays."""
+        logger = logging.Logger(f"dex.workflow.{self._executor.workflow_name}")
         logger.parent = logging.getLogger("dex.workflow")
-        logger.addFilter(_ReplayFilter(executor))
-        self.logger: logging.Logger = logger
+        logger.addFilter(_ReplayFilter(self._executor))
+        return logger
 
     # -- metadata -------------------------------------------------------------------------
     @property
@@ -84,11 +96,11 @@ class WorkflowContext:
 
     def random(self) -> _random.Random:
         """A random generator seeded per run: it yields the same values on replay."""
-        return self._random
+        return self._seeded
 
     def uuid4(self) -> uuid.UUID:
         """A version-4 UUID from the run's seeded generator."""
-        return uuid.UUID(int=self._uuid_random.getrandbits(128), version=4)
+        return uuid.UUID(int=self._uuid_seeded.getrandbits(128), version=4)
 
     # -- steps ----------------------------------------------------------------------------
     def activity(
