@@ -70,11 +70,17 @@ def decode_retry_policy(data: bytes) -> RetryPolicy:
 
 def datetime_to_proto(moment: datetime) -> timestamp_pb2.Timestamp:
     """An aware datetime as a ``Timestamp``; a naive one is refused (its instant is unknown)."""
+    seconds, nanos = timestamp_fields(moment)
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+
+
+def timestamp_fields(moment: datetime) -> tuple[int, int]:
+    """The ``seconds`` and ``nanos`` of the ``Timestamp`` of an aware datetime (see above)."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"naive datetime {moment.isoformat()} cannot be stored: dex stores aware UTC times")
     # Integer arithmetic: going through float seconds would lose microseconds far from 1970.
     seconds, micros = divmod((moment - _EPOCH) // _MICROSECOND, 1_000_000)
-    return timestamp_pb2.Timestamp(seconds=seconds, nanos=micros * 1000)
+    return seconds, micros * 1000
 
 
 def datetime_from_proto(stamp: timestamp_pb2.Timestamp) -> datetime:

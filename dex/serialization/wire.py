@@ -24,7 +24,7 @@ from datetime import datetime
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.values import Payload
-from dex.serialization.values import datetime_to_proto, retry_policy_to_proto, timedelta_to_proto
+from dex.serialization.values import retry_policy_to_proto, timedelta_to_proto, timestamp_fields
 from dex.v1 import history_pb2
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -78,9 +78,11 @@ def _int64(value: int) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _timestamp_field(moment: datetime) -> bytes:
-    """Field 2 of the envelope; one per task (its events share the task's timestamp), so the
-    generated class builds it once (and refuses a naive datetime by name)."""
-    return _length_delimited(_TIMESTAMP_TAG, datetime_to_proto(moment).SerializeToString())
+    """Field 2 of the envelope (a ``Timestamp``: 1 seconds, 2 nanos); cached, as the events of
+    one step share its timestamp. A naive datetime is refused by ``timestamp_fields``."""
+    seconds, nanos = timestamp_fields(moment)
+    body = (b"\x08" + varint(seconds) if seconds else b"") + (b"\x10" + varint(nanos) if nanos else b"")
+    return _length_delimited(_TIMESTAMP_TAG, body)
 
 
 def _string(tag: bytes, text: str) -> bytes:
