@@ -1,7 +1,8 @@
 """PostgresAdapter: every port of :mod:`dex.app.ports` over a PostgreSQL schema.
 
-Each method is one short transaction on a pooled connection (``autocommit`` off; the pool
-commits when the block ends and rolls back on an exception). The SQL lives in one module per
+Each method is one short transaction on a pooled connection: a single statement in the
+pool's autocommit mode, or a ``conn.transaction()`` block (commits when the block ends, rolls
+back on an exception). The SQL lives in one module per
 concern; this class owns the pool, the clock and the cache of queues known to exist.
 """
 
@@ -125,16 +126,12 @@ class PostgresAdapter:
 
     @contextmanager
     def _statement(self) -> Iterator[psycopg.Connection]:
-        """A connection in autocommit, for operations that are one statement: no BEGIN and
-        COMMIT round trips around it (a single statement is atomic on its own)."""
+        """A connection for operations that are one statement: the pool's connections are in
+        autocommit, so no BEGIN and COMMIT round trips go around it (a single statement is
+        atomic on its own)."""
         try:
             with self._pool.connection() as conn:
-                conn.autocommit = True
-                try:
-                    yield conn
-                finally:
-                    with contextlib.suppress(psycopg.Error):  # a broken connection: the pool drops it
-                        conn.autocommit = False
+                yield conn
         except PoolTimeout as exc:
             raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
 

@@ -113,7 +113,6 @@ def session_settings(
             "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
             [_milliseconds(idle_in_transaction_timeout)],
         )
-        conn.commit()
 
     return configure
 
@@ -163,7 +162,10 @@ def open_pool(
     wait_timeout: float = 30.0,
     configure: Callable[[psycopg.Connection], None] | None = None,
 ) -> ConnectionPool:
-    """A pool of non-autocommit connections; each ``pool.connection()`` block is one transaction.
+    """A pool of connections in autocommit mode: a single statement is a transaction of its
+    own (no BEGIN and COMMIT round trips around it), and a ``conn.transaction()`` block is one
+    transaction (psycopg sends BEGIN and COMMIT). Connections never change mode, so a checkout
+    costs no mode switch either way.
 
     ``timeout`` bounds the wait for the first ``min_size`` connections when the pool opens,
     ``wait_timeout`` how long a caller later waits for a connection (``PoolTimeout`` after).
@@ -173,7 +175,7 @@ def open_pool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": False},
+        kwargs={"autocommit": True},
         configure=configure or session_settings(),
         check=liveness,
         open=False,

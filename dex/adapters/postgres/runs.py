@@ -1,6 +1,6 @@
 """Runs: create, read, list, message and transition them, and delete finished ones.
 
-Each function runs inside the caller's transaction (one ``pool.connection()`` block). Row
+Each function runs inside the caller's transaction (or is one statement of its own). Row
 locks on ``runs`` follow one rule throughout the adapter: whoever changes a run's status or
 history holds its row ``FOR NO KEY UPDATE``; whoever only puts a message in its inbox holds
 it ``FOR SHARE``. The two conflict, so a message can never slip into the inbox of a run that
