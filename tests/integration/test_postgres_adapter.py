@@ -15,6 +15,7 @@ from psycopg import sql
 
 import dex
 from dex.adapters.postgres import LATEST_VERSION, DatabaseConnectionError, PostgresAdapter, migrate, schema_version
+from dex.adapters.postgres import schema as pg_schema_module
 from dex.app.ports import ActivityOutcome, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.retry import RetryPolicy
@@ -102,9 +103,19 @@ def test_migrations_are_idempotent_and_serialise(pg_dsn: str, pg_schema: str) ->
         assert schema_version(conn, pg_schema) == LATEST_VERSION
 
 
-def test_migration_3_drops_the_foreign_keys_of_an_older_schema(pg_dsn: str, pg_schema: str) -> None:
-    from dex.adapters.postgres import schema as pg_schema_module
+def schema_at_version(conn: psycopg.Connection, schema: str, version: int) -> pg_schema_module.Statements:
+    """Create ``schema`` as the migrations up to ``version`` left it; return its Statements."""
+    q = pg_schema_module.Statements(schema)
+    conn.execute(q("CREATE SCHEMA {s}"))
+    conn.execute(q("CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, applied_at timestamptz)"))
+    for number, statements in pg_schema_module.MIGRATIONS[:version]:
+        for statement in statements:
+            conn.execute(q(statement))
+        conn.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [number])
+    return q
 
+
+def test_migration_3_drops_the_foreign_keys_of_an_older_schema(pg_dsn: str, pg_schema: str) -> None:
     def foreign_keys(conn: psycopg.Connection) -> int:
         row = conn.execute(
             "SELECT count(*) FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace"
@@ -115,13 +126,7 @@ def test_migration_3_drops_the_foreign_keys_of_an_older_schema(pg_dsn: str, pg_s
 
     with psycopg.connect(pg_dsn) as conn:
         with conn.transaction():  # a schema as version 2 left it: foreign keys to runs
-            q = pg_schema_module.Statements(pg_schema)
-            conn.execute(q("CREATE SCHEMA {s}"))
-            conn.execute(q("CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, applied_at timestamptz)"))
-            for version, statements in pg_schema_module.MIGRATIONS[:2]:
-                for statement in statements:
-                    conn.execute(q(statement))
-                conn.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [version])
+            schema_at_version(conn, pg_schema, 2)
         pg_schema_module.create_partition(conn, pg_schema, "workflow", "main")
         conn.commit()
         assert foreign_keys(conn) > 0
@@ -134,7 +139,6 @@ def test_migration_3_drops_the_foreign_keys_of_an_older_schema(pg_dsn: str, pg_s
 def test_migration_5_turns_the_stored_events_into_one_event_blocks(
     make_adapter: MakeAdapter, pg_dsn: str, pg_schema: str
 ) -> None:
-    from dex.adapters.postgres import schema as pg_schema_module
     from dex.serialization.history import encode_event
 
     # events of 1-, 2- and 3-byte lengths: the migration writes each length as a varint
@@ -157,13 +161,7 @@ def test_migration_5_turns_the_stored_events_into_one_event_blocks(
     ]
     with psycopg.connect(pg_dsn) as conn:
         with conn.transaction():  # a schema as version 4 left it: one history row per event
-            q = pg_schema_module.Statements(pg_schema)
-            conn.execute(q("CREATE SCHEMA {s}"))
-            conn.execute(q("CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, applied_at timestamptz)"))
-            for version, statements in pg_schema_module.MIGRATIONS[:4]:
-                for statement in statements:
-                    conn.execute(q(statement))
-                conn.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [version])
+            q = schema_at_version(conn, pg_schema, 4)
             conn.execute(
                 q(
                     "INSERT INTO {s}.runs (run_id, workflow_name, queue, status, priority, labels, created_at, last_seq)"

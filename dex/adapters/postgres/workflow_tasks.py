@@ -248,13 +248,13 @@ def load_workflow_tasks(
         ),
         {"runs": run_ids, "after": [after for _task, after in requests], "now": now},
     ).fetchall()
-    events: dict[str, list[tuple[int, bytes]]] = {}
+    blocks: dict[str, list[tuple[int, bytes]]] = {}
     messages: dict[str, list[tuple[int, bytes]]] = {}
     for part, run_id, _due, n, data in rows:
-        (events if part == 0 else messages).setdefault(run_id, []).append((n, data))
+        (blocks if part == 0 else messages).setdefault(run_id, []).append((n, data))
     loaded: list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception] = []
     for task, after_seq in requests:
-        run_blocks, run_messages = events.get(task.run_id, []), messages.get(task.run_id, [])
+        run_blocks, run_messages = blocks.get(task.run_id, []), messages.get(task.run_id, [])
         if not run_blocks and after_seq == 0:
             loaded.append(RunNotFoundError(f"no run with id {task.run_id!r}"))
             continue
