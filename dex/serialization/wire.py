@@ -99,11 +99,13 @@ def payload_bytes(payload: Payload) -> bytes:
     )
 
 
+def _name_and_input(name: str, items: tuple[Payload, ...]) -> bytes:
+    """Fields 1 (a name) and 2 (repeated payloads), as ``ActivityTaskCreated`` and ``RunCreated`` begin."""
+    return _string(b"\x0a", name) + b"".join(_length_delimited(b"\x12", payload_bytes(item)) for item in items)
+
+
 def _activity_task_created(event: ev.ActivityTaskCreated, tail: bytes) -> bytes:
-    body = _string(b"\x0a", event.name)
-    for item in event.input:
-        body += _length_delimited(b"\x12", payload_bytes(item))
-    return _length_delimited(_ACTIVITY_TASK_CREATED_TAG, body + tail)
+    return _length_delimited(_ACTIVITY_TASK_CREATED_TAG, _name_and_input(event.name, event.input) + tail)
 
 
 def _activity_task_created_tail(event: ev.ActivityTaskCreated) -> bytes:
@@ -135,10 +137,7 @@ def _labels(tag: bytes, labels: ev.Labels) -> bytes:
 def _run_created(event: ev.RunCreated) -> bytes:
     if not _INT32_MIN <= event.priority <= _INT32_MAX or not 0 <= event.random_seed <= _UINT64_MAX:
         raise Unhandled  # the generated classes raise their own "out of range" error
-    body = _string(b"\x0a", event.workflow_name)
-    for item in event.input:
-        body += _length_delimited(b"\x12", payload_bytes(item))
-    body += (
+    body = _name_and_input(event.workflow_name, event.input) + (
         _string(b"\x1a", event.queue)
         + _optional_string(b"\x22", event.instance_id)
         + (b"\x28" + varint(event.priority) if event.priority else b"")
