@@ -375,7 +375,9 @@ class Engine(AsyncEngineMixin):
             ("dex-flusher-workflows", self._flush_workflows, self._nudge.channel(FLUSHER)),
         ]
         for name, step, wake in loops:
-            thread = PollingThread(name, step, wake, self._stopping, interval=self._poll_interval)
+            # the workflow worker's pauses for the application's calls are tens of microseconds
+            fine = step == self._workflow_round
+            thread = PollingThread(name, step, wake, self._stopping, interval=self._poll_interval, fine_timers=fine)
             self._threads.append(thread)
             thread.start()
 

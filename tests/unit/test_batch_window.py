@@ -3,6 +3,7 @@ after a quiet spell, nothing waits."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import dex
 from dex.adapters.memory import InMemoryAdapter
 from dex.app.dispatch import ActivitySlots, LocalDispatch
-from dex.app.runner import BatchWindow, Foreground
+from dex.app.runner import BatchWindow, Foreground, PollingThread
 from dex.testing import VirtualClock
 
 
@@ -187,3 +188,50 @@ def test_a_scheduler_round_that_made_tasks_lets_the_worker_claim_them_at_once() 
     engine.start_workflow(quick)
     assert engine._schedule_round() == 1
     assert engine._window.left("workflow") == 0.0  # the round's tasks are the batch: no wait
+
+
+def _timer_slack() -> int:
+    """This thread's timer slack in nanoseconds (``prctl(PR_GET_TIMERSLACK)``)."""
+    import ctypes
+
+    return int(ctypes.CDLL(None).prctl(30, 0, 0, 0, 0))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is a Linux setting")
+def test_the_workflow_workers_thread_ends_its_short_pauses_on_time() -> None:
+    # a 50 us pause under Linux's default 50 us slack sleeps twice as long; the polling thread
+    # that runs the workflow worker asks for 1 us, and only that thread is changed
+    seen: dict[str, int] = {}
+    stopping = threading.Event()
+
+    def step_of(name: str) -> Any:
+        def step() -> int:
+            seen[name] = _timer_slack()
+            stopping.set()
+            return 0
+
+        return step
+
+    for name, fine in (("fine", True), ("plain", False)):
+        stopping.clear()
+        thread = PollingThread(name, step_of(name), threading.Event(), stopping, interval=0.01, fine_timers=fine)
+        thread.start()
+        thread.join(5)
+    assert seen["fine"] == 1000
+    assert seen["plain"] == _timer_slack() != 1000  # the default, as this (untouched) thread has
+
+
+def test_the_engine_gives_fine_timers_to_the_workflow_worker_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: dict[str, bool] = {}
+    original = PollingThread.__init__
+
+    def recording(self: PollingThread, name: str, *args: Any, **kwargs: Any) -> None:
+        made[name] = kwargs.get("fine_timers", False)
+        original(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(PollingThread, "__init__", recording)
+    engine = dex.Engine(InMemoryAdapter(), workflows=[quick])
+    engine.start()
+    engine.stop()
+    assert made.pop("dex-workflow-worker") is True
+    assert made and not any(made.values())
