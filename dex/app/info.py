@@ -61,5 +61,9 @@ class Outcomes:
         with self._lock:
             return self._entries.get(run_id)
 
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
     def __len__(self) -> int:
         return len(self._entries)

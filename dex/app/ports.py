@@ -186,6 +186,10 @@ class RunStore(Protocol):
 
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
+    def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        """The runs among ``run_ids`` that exist, in one read (in no particular order)."""
+        ...
+
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
         """Runs matching the filter, newest first."""
         ...

@@ -3,12 +3,20 @@
 Nothing here writes. ``wait`` is woken by this engine's own flushes (``flushed``) and answers
 from the outcomes those flushes wrote (``written``) when the run is one this engine ended, so
 waiting for the runs an engine works on itself costs no round trip.
+
+A process that starts runs and waits for them while others run them (a client, a web
+application in front of a worker fleet) would read each run back with a round trip of its
+own. So the runs this engine started and has not yet seen end are remembered
+(``started``), and a ``wait`` that must read the store reads, in the same statement, the
+oldest of them too: those that have ended go to the outcomes, where the next waits find them.
+A run's outcome never changes once written, so nothing read ahead goes stale.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
@@ -26,15 +34,35 @@ from dex.serialization.history import encode_history
 class RunReads:
     """Reads runs from ``store``, decoding results with the registered workflows' return hints."""
 
-    def __init__(self, store: Store, registry: Registry, converter: PayloadConverter) -> None:
+    def __init__(
+        self, store: Store, registry: Registry, converter: PayloadConverter, *, read_ahead: int = 128
+    ) -> None:
         self._store, self._registry, self._converter = store, registry, converter
         self._outcomes = Outcomes()
         self._progress = threading.Condition()
         self._flushes = 0
+        # runs this engine started whose end it has not seen, oldest first (at most as many
+        # as the outcomes keep: an older one would be read ahead only to be forgotten)
+        self._unseen: OrderedDict[str, None] = OrderedDict()
+        self._unseen_lock = threading.Lock()
+        self._read_ahead = read_ahead
+
+    def started(self, run_id: str) -> None:
+        """This engine started the run: a ``wait`` that reads the store may read its end too."""
+        with self._unseen_lock:
+            self._unseen[run_id] = None
+            if len(self._unseen) > self._outcomes.capacity:
+                self._unseen.popitem(last=False)
 
     def written(self, run_id: str, workflow_name: str, outcome: ev.RunCompleted) -> None:
         """This engine wrote the end of a run: ``wait`` may answer from memory from now on."""
         self._outcomes.record(run_id, workflow_name, outcome)
+        self._seen(run_id)
+
+    def _seen(self, *run_ids: str) -> None:
+        with self._unseen_lock:
+            for run_id in run_ids:
+                self._unseen.pop(run_id, None)
 
     def flushed(self) -> None:
         """This engine wrote a batch: wake the waiters, a run of theirs may have ended."""
@@ -63,6 +91,7 @@ class RunReads:
             timeout = timeout.total_seconds()
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.002
+        first = True
         while True:
             flushes = self._flushes
             written = self._outcomes.get(run_id)  # a run this engine ended: no need to read it back
@@ -70,8 +99,10 @@ class RunReads:
                 name, outcome = written
                 result = self._decode_result(name, outcome.result)
                 return _ended(run_id, outcome.status, result, outcome.failure)
-            info = self.get_run(run_id)
+            info = self._read_for_wait(run_id, ahead=first)  # polls read only the run itself
+            first = False
             if info.status.is_terminal:
+                self._seen(run_id)
                 return _ended(run_id, info.status, info.result, info.failure)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {run_id} did not finish within {timeout} s (status {info.status.value})")
@@ -82,6 +113,29 @@ class RunReads:
                         pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
                     )
             pause = min(pause * 1.5, 0.05)
+
+    def _read_for_wait(self, run_id: str, ahead: bool) -> RunInfo:
+        """The run, read from the store; with ``ahead`` (a wait's first read), the oldest runs
+        this engine started and has not seen end are read in the same statement, and those
+        that have ended are kept for the waits to come."""
+        with self._unseen_lock:
+            others = [other for other in self._unseen if other != run_id][: self._read_ahead] if ahead else []
+        if not others:
+            return self.get_run(run_id)
+        records = {record.run_id: record for record in self._store.get_runs([run_id, *others])}
+        ended = []
+        for other in others:
+            record = records.get(other)
+            if record is not None and record.status.is_terminal:
+                outcome = ev.RunCompleted(status=record.status, result=record.result, failure=record.failure)
+                self._outcomes.record(other, record.workflow_name, outcome)
+            if record is None or record.status.is_terminal:  # ended, or gone: nothing to read again
+                ended.append(other)
+        self._seen(*ended)
+        record = records.get(run_id)
+        if record is None:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return self._info(record)
 
     def _decode_result(self, workflow_name: str, result: Payload | None) -> Any:
         if result is None:

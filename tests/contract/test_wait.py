@@ -34,16 +34,22 @@ async def sleeps(ctx: dex.WorkflowContext) -> None:
     await ctx.sleep(3600)
 
 
-def counting_reads(engine: dex.Engine) -> list[str]:
-    """Count the runs ``engine`` reads from its store (a wrapper on the adapter instance)."""
-    reads: list[str] = []
-    read = engine.store.get_run
+def counting_reads(engine: dex.Engine) -> list[list[str]]:
+    """The runs ``engine`` reads from its store, one list per read (wrappers on the adapter
+    instance's ``get_run`` and ``get_runs``)."""
+    reads: list[list[str]] = []
+    read_one, read_many = engine.store.get_run, engine.store.get_runs
 
     def get_run(run_id: str) -> Any:
-        reads.append(run_id)
-        return read(run_id)
+        reads.append([run_id])
+        return read_one(run_id)
+
+    def get_runs(run_ids: Any) -> Any:
+        reads.append(list(run_ids))
+        return read_many(run_ids)
 
     engine.store.get_run = get_run  # type: ignore[method-assign]
+    engine.store.get_runs = get_runs  # type: ignore[method-assign]
     return reads
 
 
@@ -73,7 +79,46 @@ def test_another_engine_reads_the_outcome_from_the_store(make_engine: Any) -> No
     with pytest.raises(dex.WorkflowFailedError) as failure:
         client.wait(failed, timeout=1)
     assert failure.value.failure.type == "ValueError"
-    assert reads == [done, failed]
+    # the client started both: its first read takes the other's end along, the second wait reads nothing
+    assert reads == [[done, failed]]
+
+
+def test_a_client_reads_the_runs_it_started_ahead_in_one_read(make_engine: Any) -> None:
+    worker, client = make_engine([receipt, refuses, sleeps]), make_engine([receipt, refuses, sleeps])
+    orders = [client.start_workflow(receipt, f"c-{n}") for n in range(3)]
+    failed, live = client.start_workflow(refuses), client.start_workflow(sleeps)
+    worker.drain(advance_time=False)
+    reads = counting_reads(client)
+    assert [client.wait(run_id, timeout=1) for run_id in orders] == [
+        Receipt(order=f"c-{n}", total=3) for n in range(3)
+    ]
+    with pytest.raises(dex.WorkflowFailedError):
+        client.wait(failed, timeout=1)  # a failure read ahead is raised as if read now
+    assert reads == [[*orders, failed, live]]  # one read; the live run was not taken for ended
+    with pytest.raises(TimeoutError):
+        client.wait(live, timeout=0.05)
+    assert all(read == [live] for read in reads[1:])  # still live: read again, alone
+
+
+def test_a_run_read_ahead_is_forgotten_when_it_is_gone(make_engine: Any) -> None:
+    client = make_engine([receipt])
+    first, second = client.start_workflow(receipt, "d-1"), client.start_workflow(receipt, "d-2")
+    client.drain(advance_time=False)  # this engine ended both: answered from its own record
+    reads = counting_reads(client)
+    assert client.wait(second, timeout=1) == Receipt(order="d-2", total=3)
+    assert client.wait(first, timeout=1) == Receipt(order="d-1", total=3)
+    assert reads == []
+    with pytest.raises(dex.RunNotFoundError):
+        client.wait("no-such-run", timeout=1)
+    assert reads == [["no-such-run"]]  # nothing of its own left unseen to read along
+
+
+def test_get_runs_returns_the_runs_that_exist(make_engine: Any) -> None:
+    engine = make_engine([receipt])
+    a, b = engine.start_workflow(receipt, "e-1"), engine.start_workflow(receipt, "e-2")
+    records = engine.store.get_runs([b, "missing", a, b])
+    assert sorted(record.run_id for record in records) == sorted([a, b])
+    assert engine.store.get_runs([]) == []
 
 
 def test_a_live_run_is_read_until_it_ends(make_engine: Any) -> None:
@@ -83,7 +128,7 @@ def test_a_live_run_is_read_until_it_ends(make_engine: Any) -> None:
     reads = counting_reads(engine)
     with pytest.raises(TimeoutError):
         engine.wait(run_id, timeout=0.05)
-    assert reads and set(reads) == {run_id}
+    assert reads and all(read == [run_id] for read in reads)
 
 
 def test_outcomes_keep_only_the_newest() -> None:

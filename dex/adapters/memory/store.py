@@ -134,6 +134,11 @@ class InMemoryAdapter:
             row = self._runs.get(run_id)
             return row.record() if row is not None else None
 
+    def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        with self._lock:
+            rows = (self._runs.get(run_id) for run_id in dict.fromkeys(run_ids))
+            return [row.record() for row in rows if row is not None]
+
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
         with self._lock:
             rows = [row for row in self._runs.values() if _matches(row, run_filter)]

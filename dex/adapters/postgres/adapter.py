@@ -169,6 +169,12 @@ class PostgresAdapter:
         with self._statement() as conn:
             return runs.get_run(conn, self._q, run_id)
 
+    def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        if not run_ids:
+            return []
+        with self._statement() as conn:
+            return runs.get_runs(conn, self._q, run_ids)
+
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
         with self._statement() as conn:
             return runs.list_runs(conn, self._q, run_filter)

@@ -10,6 +10,7 @@ The tables hold no foreign keys (migration 3): these locks are what keep a run's
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 import psycopg
@@ -107,6 +108,14 @@ def create_run(
 def get_run(conn: psycopg.Connection, q: Statements, run_id: str) -> RunRecord | None:
     row = conn.execute(q("SELECT " + RUN_COLUMNS + " FROM {s}.runs WHERE run_id = %s"), [run_id]).fetchone()
     return run_record(row) if row is not None else None
+
+
+def get_runs(conn: psycopg.Connection, q: Statements, run_ids: Sequence[str]) -> list[RunRecord]:
+    """The runs among ``run_ids`` that exist (one index lookup each, one round trip)."""
+    rows = conn.execute(
+        q("SELECT " + RUN_COLUMNS + " FROM {s}.runs WHERE run_id = ANY(%b::text[])"), [list(dict.fromkeys(run_ids))]
+    ).fetchall()
+    return [run_record(row) for row in rows]
 
 
 def list_runs(conn: psycopg.Connection, q: Statements, run_filter: RunFilter) -> list[RunRecord]:
