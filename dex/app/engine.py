@@ -202,6 +202,7 @@ class Engine(AsyncEngineMixin):
             )
             with self.foreground.calling():
                 run_id = self._create_run(created)
+        self._reads.started(run_id)
         return run_id
 
     def _create_run(self, created: ev.RunCreated) -> str:
