@@ -165,6 +165,11 @@ class Engine(AsyncEngineMixin):
         self._reads.flushed()  # wakes wait(): a run of ours may have just ended
 
     def _workflow_written(self, task: WorkflowTask, result: WorkflowTaskResult, applied: bool) -> None:
+        if applied and self._window.left(SCHEDULER) > 0:
+            # under load, a task written is a task gone from its queue, and room for the next:
+            # the scheduler fills it now, not at the end of its window (which would cap a queue
+            # at its capacity once per window); once per flush, as full() ends the window
+            self._window.full(SCHEDULER)
         if applied and result.completion is not None:
             self._reads.written(task.run_id, task.workflow_name, result.completion)
         self.workflow_worker.written(task, applied)
@@ -383,7 +388,8 @@ class Engine(AsyncEngineMixin):
             thread.start()
 
     def _schedule_round(self) -> int:
-        self._stopping.wait(self._window.left(SCHEDULER))  # under load: what arrives meanwhile joins
+        if self._window.wait(SCHEDULER, self._stopping):  # under load: what arrives meanwhile joins
+            return 0
         started = self._window.now()
         if not self.leader.step():
             return 0
@@ -422,7 +428,7 @@ class Engine(AsyncEngineMixin):
         now = time.monotonic()
         if not wanted.is_set() and now - self._claimed_at[kind] < self._poll_interval:
             return False
-        if self._stopping.wait(self._window.left(kind)):
+        if self._window.wait(kind, self._stopping):
             return False
         wanted.clear()
         self._claimed_at[kind] = time.monotonic()
@@ -489,6 +495,7 @@ class Engine(AsyncEngineMixin):
         """Stop polling, let in-flight tasks finish, flush buffers, release leadership."""
         deadline = time.monotonic() + timeout
         self._stopping.set()
+        self._window.release()
         self._nudge()
         self.buffer.wake()
         for thread in self._threads:

@@ -50,12 +50,18 @@ class BatchWindow:
     rest of the window, and what arrived meanwhile joins its batch. A round after a quiet
     spell runs at once (a lone workflow waits for nothing), and work handed over by eager
     dispatch never waits for a window. ``seconds=0`` turns the pacing off.
+
+    A poller waits out its window in :meth:`wait`, which :meth:`full` ends early: when a
+    scheduler round made tasks, the worker claims them at once, even if its own window had
+    begun; when a flush freed room in the queues, the scheduler fills it at once.
     """
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
         self._clock = clock
         self._worked_at: dict[str, float] = {}
+        self._hurry: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
 
     def left(self, key: str) -> float:
         """Seconds before the next round of ``key`` may start (0: at once)."""
@@ -69,9 +75,35 @@ class BatchWindow:
         self._worked_at[key] = started
 
     def full(self, key: str) -> None:
-        """A round of ``key`` took as much as it may take at once: more is waiting, and the next
-        round runs at once (a window caps a poller at one batch per window otherwise)."""
+        """A round of ``key`` took as much as it may take at once, or more became available to
+        it: the next round runs at once, and a poller waiting out its window stops waiting (a
+        window caps a poller at one batch per window otherwise)."""
         self._worked_at.pop(key, None)
+        self._event(key).set()
+
+    def wait(self, key: str, stopping: threading.Event) -> bool:
+        """Wait for the rest of ``key``'s window, or until :meth:`full` or ``stopping`` ends it
+        (:meth:`release` wakes every waiter); whether the engine is stopping."""
+        hurry = self._event(key)
+        hurry.clear()  # before reading the window: a full() from now on ends the wait
+        left = self.left(key)
+        if left > 0 and not stopping.is_set():
+            hurry.wait(left)
+        return stopping.is_set()
+
+    def release(self) -> None:
+        """End every wait (the engine stops)."""
+        with self._lock:
+            events = list(self._hurry.values())
+        for event in events:
+            event.set()
+
+    def _event(self, key: str) -> threading.Event:
+        with self._lock:
+            event = self._hurry.get(key)
+            if event is None:
+                event = self._hurry[key] = threading.Event()
+            return event
 
     def now(self) -> float:
         return self._clock()

@@ -235,3 +235,47 @@ def test_the_engine_gives_fine_timers_to_the_workflow_worker_only(monkeypatch: p
     engine.stop()
     assert made.pop("dex-workflow-worker") is True
     assert made and not any(made.values())
+
+
+def _waiting(window: BatchWindow, key: str, stopping: threading.Event) -> tuple[threading.Thread, list[bool]]:
+    said: list[bool] = []
+    thread = threading.Thread(target=lambda: said.append(window.wait(key, stopping)))
+    thread.start()
+    return thread, said
+
+
+def test_full_ends_a_wait_for_the_window_that_has_begun() -> None:
+    # the worker waits out its window; the scheduler then makes tasks: they are claimed at once
+    window, stopping = BatchWindow(3600), threading.Event()
+    window.worked("workflow", window.now())
+    thread, said = _waiting(window, "workflow", stopping)
+    window.full("scheduler")  # another poller's key: no effect on this wait
+    thread.join(0.2)
+    assert thread.is_alive()
+    window.full("workflow")
+    thread.join(30)
+    assert not thread.is_alive() and said == [False]
+    assert window.left("workflow") == 0.0
+
+
+def test_release_ends_every_wait_when_the_engine_stops() -> None:
+    window, stopping = BatchWindow(3600), threading.Event()
+    window.worked("scheduler", window.now())
+    thread, said = _waiting(window, "scheduler", stopping)
+    stopping.set()
+    window.release()
+    thread.join(30)
+    assert not thread.is_alive() and said == [True]
+    assert window.wait("scheduler", stopping) is True  # stopping: no wait at all
+
+
+def test_a_written_task_hurries_a_scheduler_inside_its_window() -> None:
+    engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick], batch_window=3600)
+    window = engine._window
+    engine.start_workflow(quick)
+    engine.workflow_scheduler.step()
+    window.worked("scheduler", window.now())  # as a scheduler round that found work does
+    assert window.left("scheduler") > 0
+    engine.workflow_worker.poll_once()
+    engine.buffer.flush()  # the task's result is written: the task has left its queue
+    assert window.left("scheduler") == 0.0
