@@ -209,6 +209,7 @@ def part_dbos(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
         # before and just after it, not with one of them
         from benchmarks import dex_bench
 
+        settle(cfg)
         again = dex_bench.throughput(dsn, cfg["n"], cfg["timeout"])
         results["throughput_after"] = again
         say(f"  dex again after DBOS: {again['rate']:.0f} workflows/s (before DBOS: {tp['rate']:.0f})")
@@ -263,6 +264,8 @@ def part_split(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
     for key, kind in (("dex", "dex"), ("dbos", "dbos"), ("dex_after", "dex")):
         if key == "dex_after" and measured["dbos"].get("skipped"):
             break
+        if key != "dex":
+            settle(cfg)
         with dex_bench.fresh_schema(dsn, f"bench_split_{kind}") as schema:
             args = [kind, "--schema", schema, "--runs", str(cfg["n"]), "--timeout", str(cfg["timeout"])]
             measured[key] = run_child("benchmarks.split", args, dsn, timeout=cfg["timeout"] + 180)
@@ -564,6 +567,14 @@ def wait_until_idle(limit: float, threshold: float = 0.15) -> float | None:
     return busy
 
 
+def settle(cfg: dict[str, Any]) -> None:
+    """Between the runs of one comparison, as before each part: with ``--wait-idle``, wait for
+    the machine to be idle again. The server works on after a run (autovacuum of the tables it
+    filled, the checkpoint, the dropped schema's files), and the run after it would pay for it."""
+    if cfg.get("wait_idle"):
+        wait_until_idle(cfg["wait_idle"])
+
+
 def revision() -> str:
     """The dex commit measured (and whether dex/ had uncommitted changes)."""
     try:
@@ -617,6 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.n:
         cfg["n"] = args.n
         cfg["background_n"] = min(cfg["background_n"], args.n)
+    cfg["wait_idle"] = args.wait_idle
     parts = parse_parts(args.only)
     dsn, where = pg.server_dsn()
     info = machine()
