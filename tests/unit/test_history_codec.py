@@ -350,3 +350,24 @@ def test_out_of_range_numbers_are_refused_when_encoding() -> None:
                             event=ev.RunCreated(workflow_name="w", input=(), queue="q", priority=2**40))
     with pytest.raises(ValueError, match="out of range"):
         codec.encode_event(event)
+
+
+def test_a_block_tail_decodes_only_the_events_asked_for() -> None:
+    from datetime import UTC, datetime
+
+    from dex.domain import events as ev
+    from dex.serialization.history import decode_block, decode_block_from, encode_block
+
+    moment = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
+    events = [
+        ev.HistoryEvent(sequence_number=seq, timestamp=moment, event=ev.WorkflowTaskStarted()) for seq in range(5, 10)
+    ]
+    block = encode_block(events)
+    assert decode_block_from(block, last_seq=9, first_wanted=8) == events[3:]
+    assert decode_block_from(block, last_seq=9, first_wanted=9) == events[4:]
+    assert decode_block_from(block, last_seq=9, first_wanted=5) == events  # the whole block
+    assert decode_block_from(block, last_seq=9, first_wanted=0) == events  # a full load
+    # numbering that does not match the stored last_seq: decoded whole and filtered instead
+    assert decode_block_from(block, last_seq=12, first_wanted=8) == decode_block(block)[3:]
+    with pytest.raises(ValueError, match="history block"):
+        decode_block_from(b"\x0a\x05ab", last_seq=9, first_wanted=8)

@@ -20,7 +20,7 @@ from dex.app.ports import UnreadableHistoryError, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.task import InboxMessage
-from dex.serialization.history import decode_block, decode_message
+from dex.serialization.history import decode_block, decode_block_from, decode_message
 
 # Candidates in the order the in-memory adapter takes them (priority, then oldest run). Two
 # window functions stand in for its loop: per concurrency key only the first run that needs
@@ -215,11 +215,12 @@ def load_workflow_task(
 
 
 def _history_after(blocks: Sequence[tuple[int, bytes]], after_seq: int) -> list[ev.HistoryEvent]:
-    """The events numbered ``after_seq`` or later in blocks (oldest first) that end there or later."""
-    history = [event for _last, data in blocks for event in decode_block(data)]
-    if history and history[0].sequence_number < after_seq:  # the first block began before it
-        history = [event for event in history if event.sequence_number >= after_seq]
-    return history
+    """The events numbered ``after_seq`` or later in blocks (oldest first) that end there or
+    later: of the first block (which may begin before it) only its tail is decoded."""
+    if not blocks:
+        return []
+    (first_last, first), rest = blocks[0], blocks[1:]
+    return decode_block_from(first, first_last, after_seq) + [event for _l, data in rest for event in decode_block(data)]
 
 
 def _inbox(messages: Sequence[tuple[int, bytes]]) -> list[InboxMessage]:
