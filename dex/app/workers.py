@@ -41,6 +41,7 @@ from dex.domain.task import (
     replay_history,
 )
 from dex.domain.values import FailureInfo
+from dex.serialization.history import encode_block_ahead
 
 if TYPE_CHECKING:
     from dex.app.inline import InlineActivities
@@ -220,6 +221,10 @@ class WorkflowWorker:
                 preloaded: _Preloaded = (entry, item, loaded_at)
                 result = self.execute(task, preloaded=preloaded)
                 if result is not None:
+                    if self.foreground.busy() and result.new_events:
+                        # the flusher writes the round in one go without stepping aside: its
+                        # encoding is done here, between tasks, while the application's call waits
+                        encode_block_ahead(result.new_events)
                     done.append((task, result))
                     outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
                     self._telemetry.task_finished(

@@ -371,3 +371,26 @@ def test_a_block_tail_decodes_only_the_events_asked_for() -> None:
     assert decode_block_from(block, last_seq=12, first_wanted=8) == decode_block(block)[3:]
     with pytest.raises(ValueError, match="history block"):
         decode_block_from(b"\x0a\x05ab", last_seq=9, first_wanted=8)
+
+
+def test_a_block_encoded_ahead_is_the_block_written_and_is_used_once() -> None:
+    from datetime import UTC, datetime
+
+    from dex.domain import events as ev
+    from dex.serialization import history
+
+    moment = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
+    events = tuple(
+        ev.HistoryEvent(sequence_number=seq, timestamp=moment, event=ev.WorkflowTaskStarted()) for seq in range(1, 4)
+    )
+    history.encode_block_ahead(events)
+    assert history._BLOCKS_AHEAD.take(events) == history.encode_block(events)  # the same bytes
+    assert history._BLOCKS_AHEAD.take(events) is None  # taken once; encode_block encodes anew
+    history.encode_block_ahead(events)
+    assert history._BLOCKS_AHEAD.take(tuple(list(events))) is None  # an equal tuple is another tuple
+    assert history._BLOCKS_AHEAD.take(events) is not None
+    small = history._BlocksAhead(size=2)
+    blocks = [tuple(events[:n]) for n in (1, 2, 3)]
+    for block in blocks:
+        small.put(block, b"x")
+    assert small.take(blocks[0]) is None and small.take(blocks[2]) == b"x"  # the oldest went first
