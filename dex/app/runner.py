@@ -60,6 +60,7 @@ class BatchWindow:
         self.seconds = seconds
         self._clock = clock
         self._worked_at: dict[str, float] = {}
+        self._full_at: dict[str, float] = {}
         self._hurry: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
@@ -71,13 +72,16 @@ class BatchWindow:
         return max(0.0, worked_at + self.seconds - self._clock())
 
     def worked(self, key: str, started: float) -> None:
-        """A round of ``key`` that began at ``started`` (this clock) found work."""
-        self._worked_at[key] = started
+        """A round of ``key`` that began at ``started`` (this clock) found work; unless
+        :meth:`full` was called since it began (more arrived meanwhile: the next round runs at once)."""
+        if self._full_at.get(key, float("-inf")) <= started:
+            self._worked_at[key] = started
 
     def full(self, key: str) -> None:
         """A round of ``key`` took as much as it may take at once, or more became available to
         it: the next round runs at once, and a poller waiting out its window stops waiting (a
         window caps a poller at one batch per window otherwise)."""
+        self._full_at[key] = self._clock()
         self._worked_at.pop(key, None)
         self._event(key).set()
 

@@ -279,3 +279,18 @@ def test_a_written_task_hurries_a_scheduler_inside_its_window() -> None:
     engine.workflow_worker.poll_once()
     engine.buffer.flush()  # the task's result is written: the task has left its queue
     assert window.left("scheduler") == 0.0
+
+
+def test_full_during_a_round_is_not_undone_when_the_round_ends() -> None:
+    # the scheduler makes tasks while the worker's round runs: the worker's next round comes at once
+    clock = FakeClock()
+    window = BatchWindow(0.05, clock)
+    started = clock()
+    clock.t += 0.01
+    window.full("workflow")
+    clock.t += 0.01
+    window.worked("workflow", started)  # the round that began before full() ends
+    assert window.left("workflow") == 0.0
+    later = clock()
+    window.worked("workflow", later)  # a round that began after it arms the window as before
+    assert window.left("workflow") == pytest.approx(0.05)
