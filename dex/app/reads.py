@@ -18,6 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from datetime import timedelta
+from itertools import islice
 from typing import Any
 
 from dex.app.info import Outcomes, RunInfo
@@ -119,7 +120,7 @@ class RunReads:
         this engine started and has not seen end are read in the same statement, and those
         that have ended are kept for the waits to come."""
         with self._unseen_lock:
-            others = [other for other in self._unseen if other != run_id][: self._read_ahead] if ahead else []
+            others = list(islice((o for o in self._unseen if o != run_id), self._read_ahead)) if ahead else []
         if not others:
             return self.get_run(run_id)
         records = {record.run_id: record for record in self._store.get_runs([run_id, *others])}

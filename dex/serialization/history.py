@@ -147,6 +147,10 @@ def encode_block(events: Iterable[ev.HistoryEvent]) -> bytes:
         ready = _BLOCKS_AHEAD.take(events)
         if ready is not None:
             return ready
+    return _block_bytes(events)
+
+
+def _block_bytes(events: Iterable[ev.HistoryEvent]) -> bytes:
     return b"".join(wire.repeated_message_field(encode_event(event)) for event in events)
 
 
@@ -182,7 +186,7 @@ _BLOCKS_AHEAD = _BlocksAhead()
 
 def encode_block_ahead(events: tuple[ev.HistoryEvent, ...]) -> None:
     """Encode ``events`` now, for the :func:`encode_block` of the same tuple to come."""
-    _BLOCKS_AHEAD.put(events, b"".join(wire.repeated_message_field(encode_event(event)) for event in events))
+    _BLOCKS_AHEAD.put(events, _block_bytes(events))
 
 
 def decode_block(data: bytes) -> list[ev.HistoryEvent]:
