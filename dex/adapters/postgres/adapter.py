@@ -94,6 +94,7 @@ class PostgresAdapter:
     ) -> None:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._q = Statements(schema)
+        self._create_run = runs.create_run_statement(self._q)
         conninfo = prepare_conninfo(dsn, connect_timeout)
         # one plain connection first: a bad DSN or a server that is down fails here, at once
         with connect(conninfo) as conn:
@@ -156,14 +157,14 @@ class PostgresAdapter:
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         self._ensure_queues([(created.queue, WORKFLOW)])
         with self._statement() as conn:  # one statement per attempt; see runs.create_run
-            return runs.create_run(conn, self._q, run_id, created, now)[0]
+            return runs.create_run(conn, self._q, self._create_run, run_id, created, now)[0]
 
     def create_run_then_claim(
         self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
     ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
         self._ensure_queues([(created.queue, WORKFLOW)])
         with self._statement() as conn:
-            return runs.create_run(conn, self._q, run_id, created, now, claim)
+            return runs.create_run(conn, self._q, self._create_run, run_id, created, now, claim)
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._statement() as conn:

@@ -16,6 +16,8 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
+from dex.adapters.postgres import direct
+from dex.adapters.postgres.direct import BOOL, BYTEA, INT4, JSONB, TEXT, TEXT_ARRAY, TIMESTAMPTZ
 from dex.adapters.postgres.rows import (
     RUN_COLUMNS,
     history_row,
@@ -23,19 +25,33 @@ from dex.adapters.postgres.rows import (
     insert_inbox,
     labels_json,
     run_record,
-    workflow_task,
 )
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, TERMINAL, Statements
-from dex.app.ports import Claim, Loaded, RunFilter, RunRecord, WorkflowTask
+from dex.app.ports import Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, transition
 from dex.domain.task import InboxMessage
 
 
+def create_run_statement(q: Statements) -> direct.DirectStatement:
+    """The start's one statement (see :func:`create_run`), for one adapter's schema."""
+    return direct.DirectStatement(
+        "dex_create_run",
+        q(
+            "SELECT out_run, out_message, out_task FROM {s}.create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
+            " $11, $12, $13, $14, $15, $16, $17, $18)"
+        ),
+        # the function's parameters, in order (schema migration 4)
+        [TEXT, TEXT, TEXT, TEXT, INT4, TEXT, JSONB, TEXT, TIMESTAMPTZ, BYTEA, TEXT, BYTEA, BOOL, TEXT, TIMESTAMPTZ,
+         TEXT_ARRAY, INT4, TEXT],
+    )  # fmt: skip
+
+
 def create_run(
     conn: psycopg.Connection,
     q: Statements,
+    statement: direct.DirectStatement,
     run_id: str,
     created: ev.RunCreated,
     now: datetime,
@@ -46,7 +62,9 @@ def create_run(
 
     One statement (the history and inbox rows are inserted by data-modifying CTEs from the
     runs row the first one returned), so it is atomic on its own and costs one round trip; it
-    lives in the schema's ``create_run`` function (migration 4), which keeps its plan cached.
+    lives in the schema's ``create_run`` function (migration 4), which keeps its plan cached,
+    and goes through libpq directly (``statement``, :mod:`.direct`): it is the statement an
+    application's loop of starts waits for, once per run.
     With ``claim``, a further CTE inserts the run's first workflow task already claimed for
     ``claim.owner`` when the scheduler would create it at once anyway: no concurrency key,
     the queue active with a free slot, and the scheduler's lock free (tried, never waited
@@ -58,43 +76,48 @@ def create_run(
     owner, until, names = (None, None, None)
     if claim is not None:
         owner, until, names = claim.owner, now + claim.lease, sorted(claim.names)
+    params = [
+        run_id.encode(),
+        created.workflow_name.encode(),
+        created.queue.encode(),
+        direct.text(created.instance_id),
+        direct.int4(created.priority),
+        direct.text(created.concurrency_key),
+        direct.jsonb_object(created.labels),
+        direct.text(created.parent_run_id),
+        direct.timestamptz(now),
+        block,
+        kind.encode(),
+        message,
+        direct.boolean(claim is not None),
+        direct.text(owner),
+        direct.timestamptz(until),
+        direct.text_array(names),
+        direct.int4(LOCK_SCHEDULE_WORKFLOWS),
+        q.schema.encode(),
+    ]
     for _ in range(10):
         try:
-            # one statement in a function (schema migration 4), so its plan is cached; see there
-            inserted = conn.execute(
-                q(
-                    "SELECT * FROM {s}.create_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-                    " %s, %s, %s, %s, %s, %s)"
-                ),
-                [
-                    run_id,
-                    created.workflow_name,
-                    created.queue,
-                    created.instance_id,
-                    created.priority,
-                    created.concurrency_key,
-                    labels_json(created.labels),
-                    created.parent_run_id,
-                    now,
-                    block,
-                    kind,
-                    message,
-                    claim is not None,
-                    owner,
-                    until,
-                    names,
-                    LOCK_SCHEDULE_WORKFLOWS,
-                    q.schema,
-                ],
-            ).fetchone()
+            result = statement.execute(conn, params)
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"run {run_id} exists already") from None
-        if inserted is not None:
-            if claim is None or inserted[2] is None:
+        if result.ntuples:
+            task_id = direct.value(result, 2)
+            if claim is None or task_id is None:
                 return run_id, [], []
-            # the claimed task's input is what was just inserted: no load needed
-            inbox = [InboxMessage(message_id=inserted[1], event=ev.RunStarted())]
-            return run_id, [workflow_task(inserted[2:])], [(history, inbox)]
+            # the claimed task is what was just inserted: no load needed, and its fields are
+            # the values sent (the function returns the ids the server made)
+            message_id = direct.value(result, 1)
+            assert owner is not None and until is not None and message_id is not None
+            task = WorkflowTask(
+                task_id=int(task_id),
+                run_id=run_id,
+                workflow_name=created.workflow_name,
+                queue=created.queue,
+                lease=Lease(owner=owner, until=until, version=1),
+            )
+            inbox = [InboxMessage(message_id=int(message_id), event=ev.RunStarted())]
+            return run_id, [task], [(history, inbox)]
         existing = conn.execute(
             q("SELECT run_id FROM {s}.runs WHERE instance_id = %s AND status IN " + LIVE),
             [created.instance_id],

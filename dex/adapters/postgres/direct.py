@@ -1,0 +1,118 @@
+"""One statement on the hottest path, executed through libpq directly.
+
+``start_workflow`` is the one call an application makes once per run, one after another, and
+in the throughput batch the loop of starts is what bounds the rate: each of its microseconds
+of Python is a microsecond on that path. psycopg's ``execute`` spends ~35 µs of CPU on the
+start's eighteen parameters and its result row (adapting each value, the prepared-statement
+bookkeeping, the cursor and its result loaders) around libpq's ~20 µs; a
+:class:`DirectStatement` spends ~5. It prepares its statement once per connection with its
+parameter types fixed, sends the values as bytes the caller encoded (text, or binary for
+``bytea``), and hands back libpq's result, whose text values the caller reads itself. The
+statement's plan is the server's business as before (a function keeps its own).
+
+The connection is psycopg's, from the pool, in autocommit; libpq releases the GIL while it
+waits, as psycopg does. An error result raises the exception psycopg would have raised for
+it (``psycopg.errors.UniqueViolation`` and so on). A session that lost the prepared statement
+(``DISCARD ALL`` by someone else) gets it prepared again, once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import cast
+
+import psycopg
+from psycopg import pq
+from psycopg.errors import error_from_result
+
+# type oids (pg_type), fixed when the statement is prepared
+TEXT, INT4, BOOL, BYTEA, TIMESTAMPTZ, JSONB, TEXT_ARRAY = 25, 23, 16, 17, 1184, 3802, 1009
+_BINARY = {BYTEA}  # bytea goes as its raw bytes; every other value as its text form
+_UNDEFINED_PREPARED_STATEMENT = "26000"
+
+Param = bytes | None
+
+
+class DirectStatement:
+    """A statement with a fixed name and parameter types, prepared on each connection the
+    first time it runs there."""
+
+    def __init__(self, name: str, query: bytes, types: Sequence[int]) -> None:
+        self.name = name.encode()
+        self.query = query
+        self.types = list(types)
+        self.formats = [1 if oid in _BINARY else 0 for oid in self.types]
+        # the connections that hold the statement; a closed connection drops out by itself
+        self._ready: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def execute(self, conn: psycopg.Connection, params: Sequence[Param]) -> pq.abc.PGresult:
+        """Run the statement on ``conn`` (which no other thread uses meanwhile) and return its
+        result; raise psycopg's exception for an error."""
+        if len(params) != len(self.types):
+            raise ValueError(f"{self.name.decode()}: {len(self.types)} parameters expected, got {len(params)}")
+        pgconn = conn.pgconn
+        with self._lock:
+            ready = conn in self._ready
+        if not ready:
+            self._prepare(conn)
+        values = cast("Sequence[bytes]", params)  # libpq takes None for NULL; psycopg's stubs omit it
+        result = pgconn.exec_prepared(self.name, values, self.formats)
+        if result.status == pq.ExecStatus.FATAL_ERROR and _sqlstate(result) == _UNDEFINED_PREPARED_STATEMENT:
+            self._prepare(conn)  # the session lost it (DISCARD ALL): once more
+            result = pgconn.exec_prepared(self.name, values, self.formats)
+        if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+            raise error_from_result(result, encoding=conn.info.encoding)
+        return result
+
+    def _prepare(self, conn: psycopg.Connection) -> None:
+        result = conn.pgconn.prepare(self.name, self.query, self.types)
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            raise error_from_result(result, encoding=conn.info.encoding)
+        with self._lock:
+            self._ready.add(conn)
+
+
+def _sqlstate(result: pq.abc.PGresult) -> str | None:
+    code = result.error_field(pq.DiagnosticField.SQLSTATE)
+    return code.decode() if code is not None else None
+
+
+# -- values as PostgreSQL reads them in text form ---------------------------------------------
+def text(value: str | None) -> Param:
+    return value.encode() if value is not None else None
+
+
+def int4(value: int) -> bytes:
+    return b"%d" % value
+
+
+def boolean(value: bool) -> bytes:
+    return b"t" if value else b"f"
+
+
+def timestamptz(value: datetime | None) -> Param:
+    """ISO 8601; a naive value is read in the session's time zone (UTC), as psycopg's would be."""
+    return value.isoformat().encode() if value is not None else None
+
+
+def jsonb_object(pairs: Iterable[tuple[str, str]]) -> bytes:
+    return json.dumps(dict(pairs), ensure_ascii=False).encode()
+
+
+def text_array(values: Sequence[str] | None) -> Param:
+    """An array literal: every element double-quoted, with ``"`` and ``\\`` escaped."""
+    if values is None:
+        return None
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return ("{" + ",".join(quoted) + "}").encode()
+
+
+def value(result: pq.abc.PGresult, column: int) -> str | None:
+    """The first row's value in ``column`` as text (None for NULL)."""
+    raw = result.get_value(0, column)
+    return raw.decode() if raw is not None else None

@@ -1,0 +1,182 @@
+"""The start's statement through libpq directly (dex.adapters.postgres.direct): the values it
+sends read back as psycopg would send them, errors are psycopg's, and a session that lost
+the prepared statement gets it again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dex.adapters.postgres import direct
+from dex.app.ports import Claim, Lease
+from dex.domain import events as ev
+from dex.testing import VirtualClock
+
+
+@pytest.fixture(scope="module")
+def conn(pg_dsn: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(pg_dsn, autocommit=True) as connection:
+        connection.execute("SET TIME ZONE 'UTC'")
+        yield connection
+
+
+ECHO = direct.DirectStatement(
+    "dex_test_echo",
+    b"SELECT $1::text, $2::int4, $3::bool, $4::timestamptz, $5::jsonb, $6::text[], $7::bytea",
+    [direct.TEXT, direct.INT4, direct.BOOL, direct.TIMESTAMPTZ, direct.JSONB, direct.TEXT_ARRAY, direct.BYTEA],
+)
+
+
+def echo(conn: psycopg.Connection, *params: bytes | None) -> tuple[object, ...]:
+    """What the server read from ``params``, as psycopg loads it."""
+    result = ECHO.execute(conn, list(params))
+    assert result.ntuples == 1
+    texts = [direct.value(result, column) for column in range(result.nfields)]
+    # the same values, read back through psycopg's own loaders (bytea comes as hex text)
+    row = conn.execute(
+        "SELECT %s::text, %s::int4, %s::bool, %s::timestamptz, %s::jsonb, %s::text[]", texts[:6]
+    ).fetchone()
+    assert row is not None
+    data = texts[6]
+    return (*row, bytes.fromhex(data[2:]) if data is not None else None)
+
+
+# what an array literal or JSON must escape, often, and any other character now and then
+names = st.text(
+    st.sampled_from("\"\\,{} 'NULLü") | st.characters(exclude_categories=["Cs"], exclude_characters="\x00"),
+    max_size=12,
+)
+
+
+@given(
+    word=names,
+    number=st.integers(-(2**31), 2**31 - 1),
+    flag=st.booleans(),
+    labels=st.dictionaries(names, names, max_size=3),
+    array=st.lists(names, max_size=4),
+    data=st.binary(max_size=40),
+)
+@settings(max_examples=60, deadline=None)
+def test_values_read_back_as_sent(
+    conn: psycopg.Connection,
+    word: str,
+    number: int,
+    flag: bool,
+    labels: dict[str, str],
+    array: list[str],
+    data: bytes,
+) -> None:
+    when = datetime(2026, 11, 24, 7, 30, 1, 123456, tzinfo=UTC)
+    got = echo(
+        conn,
+        direct.text(word),
+        direct.int4(number),
+        direct.boolean(flag),
+        direct.timestamptz(when),
+        direct.jsonb_object(labels.items()),
+        direct.text_array(array),
+        data,
+    )
+    assert got == (word, number, flag, when, labels, array, data)
+
+
+def test_nulls_and_other_time_zones(conn: psycopg.Connection) -> None:
+    assert echo(conn, None, b"0", b"f", None, b"{}", None, None) == (None, 0, False, None, {}, None, None)
+    east = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    assert echo(conn, None, b"1", b"t", direct.timestamptz(east), b"{}", b"{}", b"")[3] == east
+    # a naive time is read in the session's time zone (UTC), as psycopg sends one
+    naive = datetime(2026, 1, 2, 3, 4, 5)
+    assert echo(conn, None, b"1", b"t", direct.timestamptz(naive), b"{}", b"{}", b"")[3] == naive.replace(tzinfo=UTC)
+
+
+def test_an_error_is_psycopgs_and_the_session_goes_on(conn: psycopg.Connection) -> None:
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+        ECHO.execute(conn, [None, b"not a number", b"t", None, b"{}", None, None])
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+        ECHO.execute(conn, [None, b"1", b"t", None, b"{", None, None])  # not JSON
+    assert echo(conn, b"ok", b"1", b"t", None, b"{}", None, None)[0] == "ok"
+
+
+def test_a_wrong_number_of_parameters_is_refused_before_sending(conn: psycopg.Connection) -> None:
+    with pytest.raises(ValueError, match="7 parameters expected, got 2"):
+        ECHO.execute(conn, [b"a", b"1"])
+
+
+def test_a_session_that_lost_the_statement_prepares_it_again(conn: psycopg.Connection) -> None:
+    assert echo(conn, b"before", b"1", b"t", None, b"{}", None, None)[0] == "before"
+    conn.execute("DEALLOCATE ALL")  # what a DISCARD ALL from a proxy or a reset would do
+    assert echo(conn, b"after", b"2", b"f", None, b"{}", None, None)[0] == "after"
+
+
+def test_each_connection_prepares_it_once(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as first, psycopg.connect(pg_dsn, autocommit=True) as second:
+        for connection in (first, second, first, second):
+            assert echo(connection, b"x", b"1", b"t", None, b"{}", None, None)[0] == "x"
+        for connection in (first, second):
+            prepared = connection.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE name = 'dex_test_echo'"
+            ).fetchone()
+            assert prepared == (1,)
+
+
+def test_a_start_with_labels_and_keys_reads_back(make_adapter) -> None:  # type: ignore[no-untyped-def]
+    """Every field of a start that travels as text: the run reads back as it was created."""
+    adapter = make_adapter()
+    adapter.ensure_queue("q_1", "workflow")
+    now = VirtualClock().now()
+    created = ev.RunCreated(
+        workflow_name='wf "quoted" \\ ü',
+        input=(),
+        queue="q_1",
+        instance_id="inst,{1}",
+        priority=7,
+        concurrency_key='key "k"',
+        labels=(("tenant", "ä,{b}"), ("x", '"y"')),
+    )
+    run_id = adapter.create_run("run-direct-1", created, now)
+    record = adapter.get_run(run_id)
+    assert record is not None
+    assert (record.workflow_name, record.queue, record.instance_id, record.priority) == (
+        'wf "quoted" \\ ü',
+        "q_1",
+        "inst,{1}",
+        7,
+    )
+    assert (record.concurrency_key, dict(record.labels), record.created_at) == (
+        'key "k"',
+        {"tenant": "ä,{b}", "x": '"y"'},
+        now,
+    )
+    # the same instance id again: the live run's id, nothing created
+    assert adapter.create_run("run-direct-2", created, now) == run_id
+    assert adapter.get_run("run-direct-2") is None
+
+
+def test_a_start_that_claims_names_its_workflow_among_quoted_names(make_adapter) -> None:  # type: ignore[no-untyped-def]
+    """The claim's workflow names travel as an array literal: quotes, commas and braces in a
+    name must not split or spoil it, or the start would claim nothing."""
+    adapter = make_adapter()
+    name = 'wf "a,b" {c} \\ d'
+    adapter.ensure_queue("default", "workflow")
+    now = VirtualClock().now()
+    created = ev.RunCreated(workflow_name=name, input=(), queue="default")
+    claim = Claim(names=frozenset({name, "other"}), owner="node-1", limit=1, lease=timedelta(seconds=30))
+    run_id, tasks, loaded = adapter.create_run_then_claim("run-direct-3", created, now, claim)
+    assert [(t.run_id, t.workflow_name, t.queue, t.lease) for t in tasks] == [
+        (run_id, name, "default", Lease(owner="node-1", until=now + timedelta(seconds=30), version=1))
+    ]
+    # the task and the message the start returned are the rows the server holds
+    assert adapter.claim_workflow_tasks(frozenset({name}), "node-2", now, timedelta(seconds=30), 10) == []
+    ((history, inbox),) = loaded
+    assert [event.event for event in history] == [created]
+    assert [message.event for message in inbox] == [ev.RunStarted()]
+    (stored,) = adapter.load_workflow_tasks([(tasks[0], 0)], now)
+    assert not isinstance(stored, Exception)
+    stored_history, stored_inbox = stored
+    assert [m.message_id for m in stored_inbox] == [m.message_id for m in inbox]
+    assert [e.event for e in stored_history] == [created]
