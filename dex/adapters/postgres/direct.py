@@ -101,7 +101,8 @@ def timestamptz(value: datetime | None) -> Param:
 
 
 def jsonb_object(pairs: Iterable[tuple[str, str]]) -> bytes:
-    return json.dumps(dict(pairs), ensure_ascii=False).encode()
+    """A JSON object of string pairs (most runs have no labels: ``{}`` without encoding)."""
+    return json.dumps(dict(pairs), ensure_ascii=False).encode() if pairs else b"{}"
 
 
 def text_array(values: Sequence[str] | None) -> Param:
