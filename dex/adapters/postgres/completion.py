@@ -29,6 +29,7 @@ from datetime import datetime
 import attrs
 import psycopg
 
+from dex.adapters.postgres import arrays
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -67,8 +68,11 @@ def complete_workflow_tasks(
     runs = {
         run_id: _Run(RunStatus(status), last_seq)
         for run_id, status, last_seq in conn.execute(
-            q("SELECT run_id, status, last_seq FROM {s}.runs WHERE run_id = ANY(%s) ORDER BY run_id FOR NO KEY UPDATE"),
-            [sorted(targets)],
+            q(
+                "SELECT run_id, status, last_seq FROM {s}.runs WHERE run_id = ANY(%b::text[])"
+                " ORDER BY run_id FOR NO KEY UPDATE"
+            ),
+            [arrays.texts(sorted(targets))],
         ).fetchall()
     }
     # the lease check: only tasks still held by this owner at this lock_version are deleted
@@ -83,10 +87,10 @@ def complete_workflow_tasks(
                 " RETURNING t.queue, t.task_id"
             ),
             [
-                [task.queue for task, _ in results],
-                [task.task_id for task, _ in results],
-                [task.lease.owner for task, _ in results],
-                [task.lease.version for task, _ in results],
+                arrays.texts([task.queue for task, _ in results]),
+                arrays.int8s([task.task_id for task, _ in results]),
+                arrays.texts([task.lease.owner for task, _ in results]),
+                arrays.int4s([task.lease.version for task, _ in results]),
             ],
         ).fetchall()
     }
@@ -111,6 +115,10 @@ def complete_workflow_tasks(
     return applied
 
 
+# run id, status, started, custom status set, custom status, last_seq, finished, result, failure
+_RunUpdate = tuple[str, str, bool, bool, str | None, int, bool, bytes | None, bytes | None]
+
+
 class _Round:
     """The writes of results for distinct runs, gathered and then issued in bulk."""
 
@@ -121,7 +129,7 @@ class _Round:
         self._consumed: list[int] = []
         self._reset: list[str] = []
         self._history: list[HistoryRow] = []
-        self._updates: list[tuple[object, ...]] = []
+        self._updates: list[_RunUpdate] = []
 
     def add(self, run_id: str, run: _Run, result: WorkflowTaskResult) -> None:
         self.touched.add(run_id)
@@ -167,8 +175,8 @@ class _Round:
         conn, q = self._conn, self._q
         if self._consumed:
             conn.execute(
-                q("DELETE FROM {s}.inbox WHERE message_id = ANY(%s) AND run_id = ANY(%s)"),
-                [self._consumed, sorted(self.touched)],
+                q("DELETE FROM {s}.inbox WHERE message_id = ANY(%b::bigint[]) AND run_id = ANY(%b::text[])"),
+                [arrays.int8s(self._consumed), arrays.texts(sorted(self.touched))],
             )
         if self._reset:
             conn.execute(
@@ -188,19 +196,21 @@ class _Round:
         if finished:
             # the ended runs' remaining messages and activity tasks go; task rows are locked in
             # (queue, task_id) order, as everywhere else, before they are deleted
-            conn.execute(q("DELETE FROM {s}.inbox WHERE run_id = ANY(%s)"), [finished])
+            conn.execute(q("DELETE FROM {s}.inbox WHERE run_id = ANY(%b::text[])"), [arrays.texts(finished)])
             conn.execute(
                 q(
                     "DELETE FROM {s}.activity_tasks t WHERE (t.queue, t.task_id) IN ("
-                    " SELECT queue, task_id FROM {s}.activity_tasks WHERE run_id = ANY(%s)"
+                    " SELECT queue, task_id FROM {s}.activity_tasks WHERE run_id = ANY(%b::text[])"
                     " ORDER BY queue, task_id FOR UPDATE)"
                 ),
-                [finished],
+                [arrays.texts(finished)],
             )
         insert_inbox(conn, q, self._messages({c.run_id for c in children}))
 
     def _update_runs(self) -> None:
-        columns = list(zip(*self._updates, strict=True))
+        run_ids, statuses, started, set_custom, custom, last_seqs, finished, results, failures = zip(
+            *self._updates, strict=True
+        )
         self._conn.execute(
             self._q(
                 "UPDATE {s}.runs r SET status = u.status,"
@@ -216,7 +226,19 @@ class _Round:
                 "  AS u(run_id, status, started, set_custom, custom_status, last_seq, finished, result, failure)"
                 " WHERE r.run_id = u.run_id"
             ),
-            [self._now, self._now, *(list(column) for column in columns)],
+            [
+                self._now,
+                self._now,
+                arrays.texts(run_ids),
+                arrays.texts(statuses),
+                arrays.bools(started),
+                arrays.bools(set_custom),
+                arrays.texts(custom),
+                arrays.int4s(last_seqs),
+                arrays.bools(finished),
+                arrays.byteas(results),
+                arrays.byteas(failures),
+            ],
         )
 
     def _insert_children(self) -> list[NewRun]:

@@ -24,6 +24,7 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from dex.adapters.postgres import arrays
 from dex.domain.errors import DexError
 
 DEFAULT_CONNECT_TIMEOUT = 5  # seconds; libpq's own default is to wait forever
@@ -106,6 +107,7 @@ def session_settings(
     """
 
     def configure(conn: psycopg.Connection) -> None:
+        arrays.register(conn)  # the batch statements' arrays, packed ahead (arrays.py)
         conn.execute("SET TIME ZONE 'UTC'")
         conn.execute("SET plan_cache_mode = force_custom_plan")
         conn.execute("SELECT set_config('statement_timeout', %s, false)", [_milliseconds(statement_timeout)])

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from dex.adapters.postgres import arrays
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports import ActivityTask, Lease, RunRecord, WorkflowTask
 from dex.domain import events as ev
@@ -134,5 +135,5 @@ def insert_history(conn: psycopg.Connection, q: Statements, rows: Sequence[Histo
             "INSERT INTO {s}.history (run_id, first_seq, last_seq, events)"
             " SELECT * FROM unnest(%b::text[], %b::integer[], %b::integer[], %b::bytea[])"
         ),
-        [list(run_ids), list(firsts), list(lasts), list(blocks)],
+        [arrays.texts(run_ids), arrays.int4s(firsts), arrays.int4s(lasts), arrays.byteas(blocks)],
     )

@@ -1,0 +1,195 @@
+"""Arrays for the batch statements, encoded in PostgreSQL's binary format in one go.
+
+A flush writes a batch of results with ``unnest`` of one array per column: some twenty
+arrays of a few dozen elements each. psycopg dumps a list element by element through its
+generic dumpers, in Python: about half of the flusher's CPU, held in one stretch of a
+millisecond while the application's next start may be waiting for the GIL. Here each array
+is packed with one ``struct`` call (or one join) and handed to psycopg as ready bytes: a
+``bytes`` subclass per element type, whose dumper (:func:`register`, on each pooled
+connection) passes the bytes through with the array type's oid.
+
+The format (``array_recv``): dimensions (1, or 0 when empty), a has-nulls flag, the element
+type's oid, then the length and lower bound (1) of the dimension, then each element as its
+length (-1 for NULL) and its bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+
+import psycopg
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
+
+_HEADER = struct.Struct("!iiIii")
+_EMPTY = struct.Struct("!iiI")
+_NULL = b"\xff\xff\xff\xff"
+_TEXT, _INT4, _INT8, _BOOL, _BYTEA = 25, 23, 20, 16, 17
+_TRUE, _FALSE = b"\x00\x00\x00\x01\x01", b"\x00\x00\x00\x01\x00"
+
+
+class TextArray(bytes):
+    """A ``text[]`` in binary form (from :func:`texts`)."""
+
+
+class Int4Array(bytes):
+    """An ``integer[]`` in binary form (from :func:`int4s`)."""
+
+
+class Int8Array(bytes):
+    """A ``bigint[]`` in binary form (from :func:`int8s`)."""
+
+
+class BoolArray(bytes):
+    """A ``boolean[]`` in binary form (from :func:`bools`)."""
+
+
+class ByteaArray(bytes):
+    """A ``bytea[]`` in binary form (from :func:`byteas`)."""
+
+
+def _header(count: int, has_null: bool, oid: int) -> bytes:
+    return _HEADER.pack(1, has_null, oid, count, 1) if count else _EMPTY.pack(0, 0, oid)
+
+
+def _variable(values: Sequence[bytes | None], oid: int) -> bytes:
+    parts = [_header(len(values), None in values, oid)]
+    for value in values:
+        if value is None:
+            parts.append(_NULL)
+        else:
+            parts.append(len(value).to_bytes(4, "big"))
+            parts.append(value)
+    return b"".join(parts)
+
+
+def texts(values: Sequence[str | None]) -> TextArray:
+    return TextArray(_variable([v.encode() if v is not None else None for v in values], _TEXT))
+
+
+def byteas(values: Sequence[bytes | None]) -> ByteaArray:
+    return ByteaArray(_variable(values, _BYTEA))
+
+
+_FIXED: dict[tuple[str, int], struct.Struct] = {}
+
+
+def _fixed(values: Sequence[int], code: str, size: int, oid: int) -> bytes:
+    count = len(values)
+    packer = _FIXED.get((code, count))
+    if packer is None:
+        if len(_FIXED) >= 512:
+            _FIXED.clear()
+        packer = _FIXED[(code, count)] = struct.Struct("!" + ("i" + code) * count)
+    interleaved = [size] * (2 * count)
+    interleaved[1::2] = values
+    return _header(count, False, oid) + packer.pack(*interleaved)
+
+
+def int4s(values: Sequence[int]) -> Int4Array:
+    """No NULLs; a value out of range raises ``struct.error``."""
+    return Int4Array(_fixed(values, "i", 4, _INT4))
+
+
+def int8s(values: Sequence[int]) -> Int8Array:
+    """No NULLs; a value out of range raises ``struct.error``."""
+    return Int8Array(_fixed(values, "q", 8, _INT8))
+
+
+def bools(values: Sequence[bool]) -> BoolArray:
+    return BoolArray(_header(len(values), False, _BOOL) + b"".join(_TRUE if v else _FALSE for v in values))
+
+
+def values(packed: bytes) -> list[object]:
+    """The elements of an array packed here, as Python values (for a literal, and for tests)."""
+    ndim, _has_null, oid = _EMPTY.unpack_from(packed)
+    if ndim == 0:
+        return []
+    _ndim, _flag, _oid, count, _lower = _HEADER.unpack_from(packed)
+    read = _READERS[oid]
+    out: list[object] = []
+    at = _HEADER.size
+    for _ in range(count):
+        size = int.from_bytes(packed[at : at + 4], "big", signed=True)
+        at += 4
+        if size < 0:
+            out.append(None)
+            continue
+        out.append(read(packed[at : at + size]))
+        at += size
+    return out
+
+
+_READERS: dict[int, Callable[[bytes], object]] = {
+    _TEXT: lambda data: data.decode(),
+    _INT4: lambda data: int.from_bytes(data, "big", signed=True),
+    _INT8: lambda data: int.from_bytes(data, "big", signed=True),
+    _BOOL: lambda data: data == b"\x01",
+    _BYTEA: bytes,
+}
+
+
+_TYPE_NAMES = {_TEXT: "text", _INT4: "integer", _INT8: "bigint", _BOOL: "boolean", _BYTEA: "bytea"}
+
+
+def text_form(packed: bytes) -> str:
+    """The array's text form (``{"a",NULL}``), as PostgreSQL reads it in a literal."""
+    oid = _EMPTY.unpack_from(packed)[2]
+    items = []
+    for item in values(packed):
+        if item is None:
+            items.append("NULL")
+        elif oid == _BOOL:
+            items.append("t" if item else "f")
+        elif oid in (_INT4, _INT8):
+            items.append(str(item))
+        else:
+            text = "\\x" + item.hex() if isinstance(item, bytes) else str(item)
+            items.append('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return "{" + ",".join(items) + "}"
+
+
+def _dumper(cls: type[bytes], array_oid: int, element_oid: int) -> type[Dumper]:
+    class Packed(Dumper):
+        format = Format.BINARY
+        oid = array_oid
+
+        def dump(self, obj: bytes) -> bytes:
+            return obj
+
+        def quote(self, obj: bytes) -> bytes:
+            # as a literal (client-side binding, sql.Literal): its text form, cast to its type
+            literal = text_form(obj).replace("'", "''")
+            return f"'{literal}'::{_TYPE_NAMES[element_oid]}[]".encode()
+
+    Packed.__name__ = f"{cls.__name__}Dumper"
+    return Packed
+
+
+_DUMPERS: list[tuple[type[bytes], type[Dumper]]] = [
+    (TextArray, _dumper(TextArray, 1009, _TEXT)),
+    (Int4Array, _dumper(Int4Array, 1007, _INT4)),
+    (Int8Array, _dumper(Int8Array, 1016, _INT8)),
+    (BoolArray, _dumper(BoolArray, 1000, _BOOL)),
+    (ByteaArray, _dumper(ByteaArray, 1001, _BYTEA)),
+]
+
+
+class _AsText(Dumper):
+    """The same arrays in text form, for a ``%t`` placeholder and for literals (``sql.Literal``,
+    client-side binding); ``quote`` is the binary dumper's."""
+
+    format = Format.TEXT
+
+    def dump(self, obj: bytes) -> bytes:
+        return text_form(obj).encode()
+
+
+def register(conn: psycopg.Connection) -> None:
+    """Let ``conn`` send these arrays (the pool does it for each connection it opens); the
+    binary dumper is registered last, so ``%s`` picks it as well as ``%b``."""
+    for cls, dumper in _DUMPERS:
+        as_text = type(dumper.__name__ + "Text", (_AsText, dumper), {"format": Format.TEXT})
+        conn.adapters.register_dumper(cls, as_text)
+        conn.adapters.register_dumper(cls, dumper)
