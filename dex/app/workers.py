@@ -373,6 +373,10 @@ class WorkflowWorker:
                 history, inbox = self._store.load_workflow_task(task, now)
         else:
             history, inbox = item
+            if not history or history[0].sequence_number != 1:
+                # a tail, loaded where our executor of the run stood when the task was claimed
+                # (Claim.after_seqs); the executor has left the cache since (it is bounded)
+                history, inbox = self._store.load_workflow_task(task, now)
         return None, history[-1].sequence_number, history, inbox
 
 

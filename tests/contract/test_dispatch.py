@@ -86,6 +86,33 @@ def test_an_activity_completion_can_load_the_input_of_the_task_it_claims(make_en
     assert store.load_workflow_tasks([(next_task, last)], store.clock.now()) == [item]
 
 
+def test_a_tail_handed_to_the_worker_after_its_executor_went_is_read_from_the_start(make_engine: Any) -> None:
+    """The claim loads the input from where the cached executor stood; if the executor has left
+    the cache by the time the worker runs the task (evicted: the cache is bounded), the worker
+    reads the whole history instead of replaying the tail (which failed the run)."""
+    engine = make_engine([two_steps], [inc])
+    run_id, task, result = _first_result(engine)
+    store = engine.store
+    _applied, (activity,) = store.complete_workflow_tasks_then_claim(
+        [(task, result)], store.clock.now(), _claim(frozenset({"inc"}))
+    )
+    last = result.new_events[-1].sequence_number
+    outcome = ActivityOutcome(task=activity, result=engine.converter.encode(2))
+    claim = Claim(
+        names=frozenset({"two_steps"}), owner=OWNER, limit=4, lease=timedelta(seconds=30), after_seqs={run_id: last}
+    )
+    now = store.clock.now()
+    _applied, (next_task,), (item,) = store.complete_activity_tasks_then_claim([outcome], now, claim)
+    worker = engine.workflow_worker
+    worker.cache.discard(run_id)  # the executor the tail was loaded for is gone
+    assert len(worker.cache) == 0
+    worker.hand([next_task], [item], now)
+    assert worker.poll_once(claim=False) == 1
+    engine.drain()
+    assert engine.get_run(run_id).status is dex.RunStatus.COMPLETED
+    assert engine.wait(run_id, timeout=5) == 3
+
+
 def test_the_claim_keeps_the_queue_rules_pause_and_limit(make_engine: Any) -> None:
     engine = make_engine([two_steps], [inc])
     _run_id, task, result = _first_result(engine)
