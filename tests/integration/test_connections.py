@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import psycopg
@@ -38,7 +39,8 @@ def adapters(app_dsn: str, pg_schema: str) -> Iterator[list[PostgresAdapter]]:
 def _sessions(dsn: str, application_name: str) -> list[tuple[int, str]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pid, state FROM pg_stat_activity WHERE application_name = %s", [application_name]
+            "SELECT pid, state FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()",
+            [application_name],
         ).fetchall()
     return [(pid, state) for pid, state in rows]
 
@@ -148,6 +150,45 @@ def test_connections_the_server_closed_are_replaced_without_errors(
     run_ids = [engine.start_workflow(workload.pipeline, n, 0.0, "step") for n in range(8)]
     assert [engine.get_run(run_id).status for run_id in run_ids] == [dex.RunStatus.CREATED] * 8
     assert time.monotonic() - started < 2  # not a pause per dead connection (1 s, 2 s, 4 s, ...)
+
+
+def test_the_connection_kept_for_starts_is_replaced_when_the_server_closed_it(
+    app_dsn: str, pg_schema: str, adapters: list[PostgresAdapter]
+) -> None:
+    adapter = PostgresAdapter(app_dsn, schema=pg_schema)
+    adapters.append(adapter)
+    engine = dex.Engine(adapter, workflows=workload.WORKFLOWS, activities=workload.ACTIVITIES)
+    first = engine.start_workflow(workload.pipeline, 1, 0.0, "step")  # keeps a session for starts
+    name = conninfo.conninfo_to_dict(app_dsn)["application_name"]
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
+            " AND pid <> pg_backend_pid()",
+            [name],
+        )
+    time.sleep(0.2)
+    # the kept session is dead: the next start notices, takes a live one, and does not fail
+    second = engine.start_workflow(workload.pipeline, 2, 0.0, "step")
+    assert [engine.get_run(r).status for r in (first, second)] == [dex.RunStatus.CREATED] * 2
+    # and the kept session is one of the pool's: closing the adapter leaves none open
+    adapter.close()
+    deadline = time.monotonic() + 5
+    while _sessions(app_dsn, str(name)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sessions(app_dsn, str(name)) == []
+
+
+def test_starts_from_many_threads_share_the_kept_connection_and_the_pool(
+    app_dsn: str, pg_schema: str, adapters: list[PostgresAdapter]
+) -> None:
+    adapter = PostgresAdapter(app_dsn, schema=pg_schema, max_connections=4)
+    adapters.append(adapter)
+    engine = dex.Engine(adapter, workflows=workload.WORKFLOWS, activities=workload.ACTIVITIES)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        run_ids = list(pool.map(lambda n: engine.start_workflow(workload.pipeline, n, 0.0, "step"), range(200)))
+    assert len(set(run_ids)) == 200
+    assert {run.status for run in engine.list_runs(limit=500)} == {dex.RunStatus.CREATED}
+    assert len(engine.list_runs(limit=500)) == 200
 
 
 def test_calls_while_the_server_is_down_fail_clearly_and_work_again_once_it_is_back() -> None:

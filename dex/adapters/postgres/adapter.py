@@ -22,6 +22,7 @@ from dex.adapters.postgres.connection import (
     IDLE_IN_TRANSACTION_TIMEOUT,
     STATEMENT_TIMEOUT,
     DatabaseConnectionError,
+    KeptConnection,
     connect,
     describe_dsn,
     open_pool,
@@ -62,7 +63,9 @@ class PostgresAdapter:
     worker, activity worker, and two flushers, one for activity outcomes and heartbeats, one
     for events and workflow results, each writing in batches), plus one per call of its API
     (``start_workflow``, ``wait``, ...) that the application makes at the same moment; the
-    default of 10 covers the threads with room for five concurrent callers. A caller waits up
+    default of 10 covers the threads with room for five concurrent callers (once the
+    application has started a run, one of them stays with the adapter for starts:
+    :class:`~dex.adapters.postgres.connection.KeptConnection`). A caller waits up
     to ``pool_timeout`` (30 s) for a free connection. Raise ``max_connections`` for more
     concurrent callers; mind the server's ``max_connections`` (100 by default) across all
     processes.
@@ -109,6 +112,7 @@ class PostgresAdapter:
             name=f"dex-{schema}",
             configure=session_settings(statement_timeout, idle_in_transaction_timeout),
         )
+        self._kept = KeptConnection(self._pool)  # one session for the application's starts
         self._where = describe_dsn(conninfo)
         self._known_queues: set[tuple[str, str]] = set()
         self._known_lock = threading.Lock()
@@ -123,6 +127,7 @@ class PostgresAdapter:
 
     def close(self) -> None:
         """Close the pool's connections (idempotent)."""
+        self._kept.release()
         self._pool.close()
 
     @contextmanager
@@ -154,16 +159,25 @@ class PostgresAdapter:
             raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
 
     # -- runs ------------------------------------------------------------------------------
+    @contextmanager
+    def _start_statement(self) -> Iterator[psycopg.Connection]:
+        """``_statement`` on the connection kept for starts (connection.KeptConnection)."""
+        try:
+            with self._kept.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
+
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         self._ensure_queues([(created.queue, WORKFLOW)])
-        with self._statement() as conn:  # one statement per attempt; see runs.create_run
+        with self._start_statement() as conn:  # one statement per attempt; see runs.create_run
             return runs.create_run(conn, self._q, self._create_run, run_id, created, now)[0]
 
     def create_run_then_claim(
         self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
     ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
         self._ensure_queues([(created.queue, WORKFLOW)])
-        with self._statement() as conn:
+        with self._start_statement() as conn:
             return runs.create_run(conn, self._q, self._create_run, run_id, created, now, claim)
 
     def get_run(self, run_id: str) -> RunRecord | None:
