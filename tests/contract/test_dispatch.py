@@ -63,8 +63,10 @@ def test_a_workflow_completion_claims_the_activity_task_it_created(make_engine: 
     assert loaded == []  # no input asked for
 
 
-def test_an_activity_completion_can_load_the_input_of_the_task_it_claims(make_engine: Any) -> None:
-    engine = make_engine([two_steps], [inc])
+def _claim_after_first_step(engine: dex.Engine) -> tuple[str, int, Any, Any, Any]:
+    """Run the first step and write it, then have its activity's completion claim the next
+    workflow task with its input loaded from where an executor at the first step stands: the
+    run id, that sequence number, the claim's applied flags, the task and its input."""
     run_id, task, result = _first_result(engine)
     store = engine.store
     _applied, (activity,) = store.complete_workflow_tasks_then_claim(
@@ -76,6 +78,12 @@ def test_an_activity_completion_can_load_the_input_of_the_task_it_claims(make_en
         names=frozenset({"two_steps"}), owner=OWNER, limit=4, lease=timedelta(seconds=30), after_seqs={run_id: last}
     )
     applied, (next_task,), (item,) = store.complete_activity_tasks_then_claim([outcome], store.clock.now(), claim)
+    return run_id, last, applied, next_task, item
+
+
+def test_an_activity_completion_can_load_the_input_of_the_task_it_claims(make_engine: Any) -> None:
+    engine = make_engine([two_steps], [inc])
+    run_id, last, applied, next_task, item = _claim_after_first_step(engine)
     assert applied == [True] and next_task.run_id == run_id
     assert not isinstance(item, Exception)
     tail, inbox = item
@@ -83,7 +91,7 @@ def test_an_activity_completion_can_load_the_input_of_the_task_it_claims(make_en
     assert [e.sequence_number for e in tail] == [last]
     assert [type(m.event).__name__ for m in inbox] == ["ActivityTaskCompleted"]
     # the same as a separate load in a later transaction gives
-    assert store.load_workflow_tasks([(next_task, last)], store.clock.now()) == [item]
+    assert engine.store.load_workflow_tasks([(next_task, last)], engine.store.clock.now()) == [item]
 
 
 def test_a_tail_handed_to_the_worker_after_its_executor_went_is_read_from_the_start(make_engine: Any) -> None:
@@ -91,22 +99,11 @@ def test_a_tail_handed_to_the_worker_after_its_executor_went_is_read_from_the_st
     the cache by the time the worker runs the task (evicted: the cache is bounded), the worker
     reads the whole history instead of replaying the tail (which failed the run)."""
     engine = make_engine([two_steps], [inc])
-    run_id, task, result = _first_result(engine)
-    store = engine.store
-    _applied, (activity,) = store.complete_workflow_tasks_then_claim(
-        [(task, result)], store.clock.now(), _claim(frozenset({"inc"}))
-    )
-    last = result.new_events[-1].sequence_number
-    outcome = ActivityOutcome(task=activity, result=engine.converter.encode(2))
-    claim = Claim(
-        names=frozenset({"two_steps"}), owner=OWNER, limit=4, lease=timedelta(seconds=30), after_seqs={run_id: last}
-    )
-    now = store.clock.now()
-    _applied, (next_task,), (item,) = store.complete_activity_tasks_then_claim([outcome], now, claim)
+    run_id, _last, _applied, next_task, item = _claim_after_first_step(engine)
     worker = engine.workflow_worker
     worker.cache.discard(run_id)  # the executor the tail was loaded for is gone
     assert len(worker.cache) == 0
-    worker.hand([next_task], [item], now)
+    worker.hand([next_task], [item], engine.store.clock.now())
     assert worker.poll_once(claim=False) == 1
     engine.drain()
     assert engine.get_run(run_id).status is dex.RunStatus.COMPLETED

@@ -45,6 +45,18 @@ def _sessions(dsn: str, application_name: str) -> list[tuple[int, str]]:
     return [(pid, state) for pid, state in rows]
 
 
+def _terminate_sessions(dsn: str, application_name: str) -> int:
+    """End the sessions of ``application_name`` (but this one), as a server restart does; how many."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s AND pid <> pg_backend_pid()",
+            [application_name],
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def test_a_database_that_does_not_exist_fails_at_once_and_clearly(pg_dsn: str) -> None:
     started = time.monotonic()
     with pytest.raises(DatabaseConnectionError, match="no_such_db") as caught:
@@ -137,13 +149,7 @@ def test_connections_the_server_closed_are_replaced_without_errors(
     while len(_sessions(app_dsn, str(name))) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     # what a server restart (or an administrator) does to idle connections
-    with psycopg.connect(app_dsn, autocommit=True) as conn:
-        terminated = conn.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE application_name = %s AND pid <> pg_backend_pid()",
-            [name],
-        ).fetchone()
-    assert terminated is not None and terminated[0] >= 4
+    assert _terminate_sessions(app_dsn, str(name)) >= 4
     time.sleep(0.2)
     # every pooled connection is dead; each call gets a live one at once, none fails
     started = time.monotonic()
@@ -160,12 +166,7 @@ def test_the_connection_kept_for_starts_is_replaced_when_the_server_closed_it(
     engine = dex.Engine(adapter, workflows=workload.WORKFLOWS, activities=workload.ACTIVITIES)
     first = engine.start_workflow(workload.pipeline, 1, 0.0, "step")  # keeps a session for starts
     name = conninfo.conninfo_to_dict(app_dsn)["application_name"]
-    with psycopg.connect(app_dsn, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
-            " AND pid <> pg_backend_pid()",
-            [name],
-        )
+    assert _terminate_sessions(app_dsn, str(name)) >= 1
     time.sleep(0.2)
     # the kept session is dead: the next start notices, takes a live one, and does not fail
     second = engine.start_workflow(workload.pipeline, 2, 0.0, "step")
