@@ -16,6 +16,7 @@ from psycopg import conninfo, sql
 
 import dex
 from dex.adapters.postgres import DatabaseConnectionError, PostgresAdapter
+from dex.adapters.postgres.connection import KeptConnection, open_pool
 from tests.integration import workload
 from tests.pg import dedicated_server
 
@@ -216,3 +217,25 @@ def test_calls_while_the_server_is_down_fail_clearly_and_work_again_once_it_is_b
                     assert time.monotonic() < deadline, "the adapter did not reconnect"
         finally:
             adapter.close()
+
+
+def test_the_kept_connection_goes_back_to_the_pool_after_a_while(pg_dsn: str) -> None:
+    """So that the pool's upkeep (its ``max_lifetime``) reaches it; until then it is reused."""
+    now = [0.0]
+    pool = open_pool(pg_dsn, min_size=1, max_size=2, timeout=10, name="dex-test-kept")
+    try:
+        kept = KeptConnection(pool, keep_for=60, clock=lambda: now[0])
+        with kept.connection() as first:
+            pass
+        now[0] = 59
+        with kept.connection() as again:
+            assert again is first
+        requests = pool.get_stats()["requests_num"]
+        now[0] = 121  # more than keep_for since it was taken: back to the pool, and one taken anew
+        with kept.connection() as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert pool.get_stats()["requests_num"] == requests + 1
+        kept.release()
+        assert pool.get_stats()["pool_available"] == pool.get_stats()["pool_size"]
+    finally:
+        pool.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import select
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -209,12 +210,17 @@ class KeptConnection:
     adapter keeps one connection for starts. A caller that finds it busy (another thread is
     starting a run) takes one from the pool as before; one that finds it closed, broken or
     with something to read (the server closed it, or sent a notice) gives it back to the pool,
-    which checks and replaces it, and takes another.
+    which checks and replaces it, and takes another. The kept connection also goes back to the
+    pool after ``keep_for`` seconds, so that the pool's own upkeep (``max_lifetime``) reaches it.
     """
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(
+        self, pool: ConnectionPool, keep_for: float = 300.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._pool = pool
+        self._keep_for, self._clock = keep_for, clock
         self._conn: psycopg.Connection | None = None
+        self._kept_at = 0.0
         self._lock = threading.Lock()
 
     @contextmanager
@@ -225,11 +231,12 @@ class KeptConnection:
             return
         try:
             conn = self._conn
-            if conn is None or not _usable(conn):
+            if conn is None or not _usable(conn) or self._clock() - self._kept_at > self._keep_for:
                 self._conn = None
                 if conn is not None:
-                    self._pool.putconn(conn)  # the pool discards a bad one
+                    self._pool.putconn(conn)  # the pool discards a bad one, and recycles an old one
                 conn = self._conn = self._pool.getconn()
+                self._kept_at = self._clock()
             yield conn
         finally:
             self._lock.release()
