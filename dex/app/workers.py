@@ -367,16 +367,12 @@ class WorkflowWorker:
             if len(tail) == 1 and tail[0].sequence_number == cached_seq:
                 return executor, cached_seq, [], inbox
             executor.close()  # someone else moved the run on (or our last result was refused)
-            if tail and tail[0].sequence_number == 1:
-                history = tail  # loaded from the start already (the executor was cached meanwhile)
-            else:
-                history, inbox = self._store.load_workflow_task(task, now)
-        else:
-            history, inbox = item
-            if not history or history[0].sequence_number != 1:
-                # a tail, loaded where our executor of the run stood when the task was claimed
-                # (Claim.after_seqs); the executor has left the cache since (it is bounded)
-                history, inbox = self._store.load_workflow_task(task, now)
+        history, inbox = item
+        if not history or history[0].sequence_number != 1:
+            # a tail, loaded for an executor that does not stand there now: it was closed just
+            # above, or it left the bounded cache after the claim that loaded the tail for it
+            # (Claim.after_seqs); a history loaded from the start is used as it is
+            history, inbox = self._store.load_workflow_task(task, now)
         return None, history[-1].sequence_number, history, inbox
 
 

@@ -131,12 +131,12 @@ class PostgresAdapter:
         self._pool.close()
 
     @contextmanager
-    def _statement(self) -> Iterator[psycopg.Connection]:
+    def _statement(self, kept: bool = False) -> Iterator[psycopg.Connection]:
         """A connection for operations that are one statement: the pool's connections are in
         autocommit, so no BEGIN and COMMIT round trips go around it (a single statement is
-        atomic on its own)."""
+        atomic on its own). With ``kept``, the connection kept for starts (KeptConnection)."""
         try:
-            with self._pool.connection() as conn:
+            with self._kept.connection() if kept else self._pool.connection() as conn:
                 yield conn
         except PoolTimeout as exc:
             raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
@@ -159,25 +159,16 @@ class PostgresAdapter:
             raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
 
     # -- runs ------------------------------------------------------------------------------
-    @contextmanager
-    def _start_statement(self) -> Iterator[psycopg.Connection]:
-        """``_statement`` on the connection kept for starts (connection.KeptConnection)."""
-        try:
-            with self._kept.connection() as conn:
-                yield conn
-        except PoolTimeout as exc:
-            raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
-
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         self._ensure_queues([(created.queue, WORKFLOW)])
-        with self._start_statement() as conn:  # one statement per attempt; see runs.create_run
+        with self._statement(kept=True) as conn:  # one statement per attempt; see runs.create_run
             return runs.create_run(conn, self._q, self._create_run, run_id, created, now)[0]
 
     def create_run_then_claim(
         self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
     ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
         self._ensure_queues([(created.queue, WORKFLOW)])
-        with self._start_statement() as conn:
+        with self._statement(kept=True) as conn:
             return runs.create_run(conn, self._q, self._create_run, run_id, created, now, claim)
 
     def get_run(self, run_id: str) -> RunRecord | None:

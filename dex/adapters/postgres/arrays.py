@@ -16,7 +16,7 @@ length (-1 for NULL) and its bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import psycopg
 from psycopg.adapt import Dumper
@@ -121,10 +121,14 @@ def values(packed: bytes) -> list[object]:
     return out
 
 
+def _integer(data: bytes) -> int:
+    return int.from_bytes(data, "big", signed=True)
+
+
 _READERS: dict[int, Callable[[bytes], object]] = {
     _TEXT: lambda data: data.decode(),
-    _INT4: lambda data: int.from_bytes(data, "big", signed=True),
-    _INT8: lambda data: int.from_bytes(data, "big", signed=True),
+    _INT4: _integer,
+    _INT8: _integer,
     _BOOL: lambda data: data == b"\x01",
     _BYTEA: bytes,
 }
@@ -133,52 +137,44 @@ _READERS: dict[int, Callable[[bytes], object]] = {
 _TYPE_NAMES = {_TEXT: "text", _INT4: "integer", _INT8: "bigint", _BOOL: "boolean", _BYTEA: "bytea"}
 
 
+def text_literal(items: Iterable[str | None]) -> str:
+    """An array's text form (``{"a",NULL}``): every element double-quoted, with ``"`` and
+    ``\\`` escaped; None is NULL."""
+    quoted = ("NULL" if item is None else '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
+    return "{" + ",".join(quoted) + "}"
+
+
 def text_form(packed: bytes) -> str:
-    """The array's text form (``{"a",NULL}``), as PostgreSQL reads it in a literal."""
+    """The text form of an array packed here, as PostgreSQL reads it in a literal."""
     oid = _EMPTY.unpack_from(packed)[2]
-    items = []
-    for item in values(packed):
+
+    def text(item: object) -> str | None:
         if item is None:
-            items.append("NULL")
-        elif oid == _BOOL:
-            items.append("t" if item else "f")
-        elif oid in (_INT4, _INT8):
-            items.append(str(item))
-        else:
-            text = "\\x" + item.hex() if isinstance(item, bytes) else str(item)
-            items.append('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
-    return "{" + ",".join(items) + "}"
+            return None
+        if oid == _BOOL:
+            return "t" if item else "f"
+        return "\\x" + item.hex() if isinstance(item, bytes) else str(item)
+
+    return text_literal(text(item) for item in values(packed))
 
 
-def _dumper(cls: type[bytes], array_oid: int, element_oid: int) -> type[Dumper]:
-    class Packed(Dumper):
-        format = Format.BINARY
-        oid = array_oid
+class _Packed(Dumper):
+    """Passes an array packed here through, with its array type's oid (set per subclass)."""
 
-        def dump(self, obj: bytes) -> bytes:
-            return obj
+    format = Format.BINARY
+    element_oid = 0
 
-        def quote(self, obj: bytes) -> bytes:
-            # as a literal (client-side binding, sql.Literal): its text form, cast to its type
-            literal = text_form(obj).replace("'", "''")
-            return f"'{literal}'::{_TYPE_NAMES[element_oid]}[]".encode()
+    def dump(self, obj: bytes) -> bytes:
+        return obj
 
-    Packed.__name__ = f"{cls.__name__}Dumper"
-    return Packed
+    def quote(self, obj: bytes) -> bytes:
+        # as a literal (client-side binding, sql.Literal): its text form, cast to its type
+        literal = text_form(obj).replace("'", "''")
+        return f"'{literal}'::{_TYPE_NAMES[self.element_oid]}[]".encode()
 
 
-_DUMPERS: list[tuple[type[bytes], type[Dumper]]] = [
-    (TextArray, _dumper(TextArray, 1009, _TEXT)),
-    (Int4Array, _dumper(Int4Array, 1007, _INT4)),
-    (Int8Array, _dumper(Int8Array, 1016, _INT8)),
-    (BoolArray, _dumper(BoolArray, 1000, _BOOL)),
-    (ByteaArray, _dumper(ByteaArray, 1001, _BYTEA)),
-]
-
-
-class _AsText(Dumper):
-    """The same arrays in text form, for a ``%t`` placeholder and for literals (``sql.Literal``,
-    client-side binding); ``quote`` is the binary dumper's."""
+class _PackedAsText(_Packed):
+    """The same in text form, for a ``%t`` placeholder and for literals."""
 
     format = Format.TEXT
 
@@ -186,10 +182,24 @@ class _AsText(Dumper):
         return text_form(obj).encode()
 
 
+def _dumpers(array_oid: int, element_oid: int) -> tuple[type[Dumper], type[Dumper]]:
+    """The text and binary dumper of one array type."""
+    fields = {"oid": array_oid, "element_oid": element_oid}
+    return type("PackedText", (_PackedAsText,), fields), type("Packed", (_Packed,), fields)
+
+
+_DUMPERS: list[tuple[type[bytes], tuple[type[Dumper], type[Dumper]]]] = [
+    (TextArray, _dumpers(1009, _TEXT)),
+    (Int4Array, _dumpers(1007, _INT4)),
+    (Int8Array, _dumpers(1016, _INT8)),
+    (BoolArray, _dumpers(1000, _BOOL)),
+    (ByteaArray, _dumpers(1001, _BYTEA)),
+]
+
+
 def register(conn: psycopg.Connection) -> None:
     """Let ``conn`` send these arrays (the pool does it for each connection it opens); the
     binary dumper is registered last, so ``%s`` picks it as well as ``%b``."""
-    for cls, dumper in _DUMPERS:
-        as_text = type(dumper.__name__ + "Text", (_AsText, dumper), {"format": Format.TEXT})
-        conn.adapters.register_dumper(cls, as_text)
-        conn.adapters.register_dumper(cls, dumper)
+    for cls, dumpers in _DUMPERS:
+        for dumper in dumpers:
+            conn.adapters.register_dumper(cls, dumper)

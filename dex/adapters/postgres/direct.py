@@ -31,6 +31,8 @@ import psycopg
 from psycopg import pq
 from psycopg.errors import error_from_result
 
+from dex.adapters.postgres import arrays
+
 # type oids (pg_type), fixed when the statement is prepared
 TEXT, INT4, BOOL, BYTEA, TIMESTAMPTZ, JSONB, TEXT_ARRAY = 25, 23, 16, 17, 1184, 3802, 1009
 _BINARY = {BYTEA}  # bytea goes as its raw bytes; every other value as its text form
@@ -108,11 +110,8 @@ def jsonb_object(pairs: Iterable[tuple[str, str]]) -> bytes:
 
 
 def text_array(values: Sequence[str] | None) -> Param:
-    """An array literal: every element double-quoted, with ``"`` and ``\\`` escaped."""
-    if values is None:
-        return None
-    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
-    return ("{" + ",".join(quoted) + "}").encode()
+    """An array literal (:func:`arrays.text_literal`)."""
+    return arrays.text_literal(values).encode() if values is not None else None
 
 
 def value(result: pq.abc.PGresult, column: int) -> str | None:
