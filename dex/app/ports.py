@@ -257,6 +257,14 @@ class WorkflowTaskQueue(Protocol):
         ``claim.owner``; the claimed tasks come back with the applied flags."""
         ...
 
+    def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
+        """Give claimed tasks back without a result, each to be claimed again from its
+        ``datetime`` on (a task that failed for a reason other than its workflow code: the
+        store, a bug of dex, code that blocked). Only while the lease is still the caller's;
+        the lease's version moves on, so a late result of this claim is discarded. Per task:
+        whether it was given back (False: the lease was lost already)."""
+        ...
+
 
 class ActivityTaskQueue(Protocol):
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:

@@ -293,6 +293,20 @@ class InMemoryAdapter:
             self.schedule_activity_tasks(now, _DISPATCH_BATCH)
             return applied, self.claim_activity_tasks(claim.names, claim.owner, now, claim.limit)
 
+    def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
+        with self._lock:
+            given_back = []
+            for task, retry_at in retries:
+                row = self._workflow_tasks.get(task.task_id)
+                held = row is not None and row.lease.is_(task.lease)
+                if held and row is not None:
+                    # claimable again once retry_at has passed; a late result of this claim
+                    # no longer matches the version
+                    row.lease.until = retry_at
+                    row.lease.version += 1
+                given_back.append(held)
+            return given_back
+
     def _complete_workflow_task(self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime) -> bool:
         row_task = self._workflow_tasks.get(task.task_id)
         if row_task is None or not row_task.lease.is_(task.lease):

@@ -235,6 +235,12 @@ class PostgresAdapter:
     ) -> tuple[list[bool], list[ActivityTask]]:
         return self._complete_workflow_tasks(results, now, claim)
 
+    def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
+        if not retries:
+            return []
+        with self._statement() as conn:
+            return workflow_tasks.retry_workflow_tasks(conn, self._q, retries)
+
     def _complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim | None
     ) -> tuple[list[bool], list[ActivityTask]]:

@@ -185,6 +185,37 @@ def claim_workflow_tasks(
     return [workflow_task(row) for row in rows]
 
 
+def retry_workflow_tasks(
+    conn: psycopg.Connection, q: Statements, retries: Sequence[tuple[WorkflowTask, datetime]]
+) -> list[bool]:
+    """Give claimed tasks back, each claimable again from its time on (one statement).
+
+    The row keeps its owner with ``locked_until`` moved to the retry time, so the claim's
+    lease condition passes it over until then; ``lock_version`` moves on, so a late result of
+    this claim no longer matches. Only rows still held at the claim's version change: the
+    UPDATE's row lock waits for a concurrent completion or claim of the same row, then
+    re-checks the version."""
+    rows = conn.execute(
+        q(
+            "UPDATE {s}.workflow_tasks t SET locked_until = r.retry_at, lock_version = t.lock_version + 1"
+            " FROM unnest(%(queues)s::text[], %(ids)s::bigint[], %(owners)s::text[], %(versions)s::int[],"
+            " %(retry_at)s::timestamptz[]) AS r(queue, task_id, owner, version, retry_at)"
+            " WHERE t.queue = r.queue AND t.task_id = r.task_id"
+            " AND t.locked_by = r.owner AND t.lock_version = r.version"
+            " RETURNING t.task_id"
+        ),
+        {
+            "queues": [task.queue for task, _ in retries],
+            "ids": [task.task_id for task, _ in retries],
+            "owners": [task.lease.owner for task, _ in retries],
+            "versions": [task.lease.version for task, _ in retries],
+            "retry_at": [retry_at for _, retry_at in retries],
+        },
+    ).fetchall()
+    given_back = {row[0] for row in rows}
+    return [task.task_id in given_back for task, _ in retries]
+
+
 def load_workflow_task(
     conn: psycopg.Connection, q: Statements, task: WorkflowTask, now: datetime, after_seq: int = 0
 ) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
