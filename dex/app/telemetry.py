@@ -23,7 +23,8 @@ class Telemetry(Protocol):
 
     def task_finished(self, kind: str, name: str, outcome: str, seconds: float) -> None:
         """One task executed. Activities: "completed", "failed" or "retried"; workflow tasks:
-        "progressed" or the status the run ended in ("completed", "failed", "cancelled")."""
+        "progressed", the status the run ended in ("completed", "failed", "cancelled"), or
+        "retried" (the task failed for a reason outside its code and will be claimed again)."""
         ...
 
     def leases_lost(self, kind: str, count: int) -> None:

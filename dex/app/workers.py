@@ -30,6 +30,7 @@ from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import ApplicationError, NotRegisteredError, RunNotFoundError, SerializationError
 from dex.domain.replay import WorkflowExecutor
+from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
 from dex.domain.task import (
     InboxMessage,
@@ -50,6 +51,12 @@ log = logging.getLogger("dex.worker")
 
 # an inline chain stops once its task has this many new events, so that one write stays bounded
 _INLINE_EVENTS = 2000
+
+# the backoff of a workflow task that failed for a reason other than its code (retry_later):
+# 1 s, 2 s, 4 s ... at most 5 minutes, for as long as it takes (attempts are claims)
+TASK_RETRY = RetryPolicy(
+    initial_delay=timedelta(seconds=1), multiplier=2.0, max_delay=timedelta(minutes=5), max_attempts=2**31 - 1
+)
 
 
 class ExecutorCache:
@@ -132,6 +139,7 @@ class WorkflowWorker:
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self._tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
+        self._rng = random.Random()  # jitter of retry_later's backoff only
         self._names = frozenset(registry.workflows)
         self.worked_at = float("-inf")  # time.monotonic() of the end of the last round that ran tasks
         self.claimed_full = False  # the last round's claim got all it asked for: more may wait
@@ -327,6 +335,30 @@ class WorkflowWorker:
             if not outcomes:
                 break
         return result
+
+    def retry_later(self, task: WorkflowTask, reason: str, exc: BaseException | None = None) -> bool:
+        """Fail ``task`` (not its run) for a reason outside its workflow code — the store, a bug
+        of dex, code that blocked its task — and give it back to be claimed again after a
+        backoff that grows with its claims (``TASK_RETRY``; the lease version counts them).
+        Logged with the run id. False when the task could not be given back (the lease was lost,
+        or the store is down: the lease then expires on its own, a retry all the same)."""
+        delay = TASK_RETRY.next_delay(max(1, task.lease.version), self._rng) or TASK_RETRY.max_delay
+        log.warning(
+            "workflow task %s of run %s failed and is retried in %.1f s: %s",
+            task.task_id,
+            task.run_id,
+            delay.total_seconds(),
+            reason,
+            exc_info=exc is not None and not isinstance(exc, ConnectionError),
+            extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
+        )
+        self._telemetry.task_finished("workflow", task.workflow_name, "retried", 0.0)
+        try:
+            now = self._store.clock.now()
+            return self._store.retry_workflow_tasks([(task, now + delay)], now)[0]
+        except Exception:  # noqa: BLE001 - the store is down: the lease expires on its own
+            log.info("could not give back workflow task %s; its lease will expire", task.task_id, exc_info=True)
+            return False
 
     def forget(self) -> None:
         """Close every executor this worker holds (the engine stops)."""

@@ -36,3 +36,23 @@ def test_a_task_given_back_is_claimable_again_only_from_its_retry_time(make_engi
     assert again.lease.version > task.lease.version + 1
     engine.drain()
     assert engine.wait(run_id, timeout=5) == 1
+
+
+def test_retry_later_gives_the_task_back_with_a_growing_backoff(make_engine: Any) -> None:
+    engine = make_engine([idle], [])
+    store, names, worker = engine.store, frozenset({"idle"}), engine.workflow_worker
+    run_id = engine.start_workflow(idle)
+    engine.workflow_scheduler.step()
+    waits = []
+    for _ in range(3):
+        (task,) = store.claim_workflow_tasks(names, engine.node_id, store.clock.now(), LEASE, 10)
+        assert worker.retry_later(task, "a test says so")
+        given_back_at = store.clock.now()
+        while not (again := store.claim_workflow_tasks(names, "probe", store.clock.now(), LEASE, 10)):
+            store.clock.advance(timedelta(milliseconds=100))
+        waits.append((store.clock.now() - given_back_at).total_seconds())
+        store.retry_workflow_tasks([(again[0], store.clock.now())], store.clock.now())  # the probe lets go
+    assert 0.6 <= waits[0] <= 1.4
+    assert waits[0] < waits[1] < waits[2] <= 300
+    engine.drain()
+    assert engine.wait(run_id, timeout=5) == 1
