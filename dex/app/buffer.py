@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -91,6 +91,7 @@ class ResultBuffer:
         self._messages: list[_PendingMessage] = []
         self._heartbeats: dict[int, ActivityTask] = {}
         self._lost_leases: set[int] = set()
+        self._abandoned: set[tuple[int, int]] = set()  # (task id, lease version): see abandon()
         self.background = False
         self.discarded = 0
         # set by a started engine: completions then claim the next tasks in their own transaction
@@ -112,6 +113,17 @@ class ResultBuffer:
 
     def add_activity_outcome(self, outcome: ActivityOutcome) -> None:
         with self._lock:
+            if _attempt(outcome.task) in self._abandoned:
+                self._abandoned.discard(_attempt(outcome.task))
+                log.info(
+                    "activity %s of run %s, attempt %d, ended after the engine stopped without it: "
+                    "its outcome is dropped, and the task runs again when its lease lapses",
+                    outcome.task.name,
+                    outcome.task.run_id,
+                    outcome.task.attempt,
+                    extra={"run_id": outcome.task.run_id, "activity_name": outcome.task.name},
+                )
+                return
             self._activity_outcomes.append(outcome)
             self._heartbeats.pop(outcome.task.task_id, None)
             self._lost_leases.discard(outcome.task.task_id)
@@ -135,7 +147,7 @@ class ResultBuffer:
     def heartbeat(self, task: ActivityTask) -> bool:
         """Queue a lease extension for ``task``; False once a flush found the lease lost."""
         with self._lock:
-            if task.task_id in self._lost_leases:
+            if task.task_id in self._lost_leases or _attempt(task) in self._abandoned:
                 return False
             self._heartbeats[task.task_id] = task
             self._wanted.notify_all()
@@ -143,6 +155,15 @@ class ResultBuffer:
             self.flush()
         with self._lock:
             return task.task_id not in self._lost_leases
+
+    def abandon(self, tasks: Iterable[ActivityTask]) -> None:
+        """Refuse whatever these attempts report from now on: a stopped engine left them running
+        (SPEC §8). Their outcomes are dropped and their heartbeats say the lease is lost, so
+        nothing is written for them after the stop, and their leases lapse for another worker."""
+        with self._lock:
+            for task in tasks:
+                self._abandoned.add(_attempt(task))
+                self._heartbeats.pop(task.task_id, None)
 
     def wake(self) -> None:
         """End a ``wait_for_work`` early (the engine stops)."""
@@ -300,3 +321,8 @@ class ResultBuffer:
         if lost:
             self.discarded += lost
             self._telemetry.leases_lost(kind, lost)
+
+
+def _attempt(task: ActivityTask) -> tuple[int, int]:
+    # a task keeps its id across claims; the lease version tells this claim's attempt apart
+    return task.task_id, task.lease.version

@@ -130,6 +130,10 @@ class Engine(AsyncEngineMixin):
         self._threads: list[PollingThread] = []
         self._pool: ThreadPoolExecutor | None = None
         self._slots = ActivitySlots(activity_concurrency)  # attempts reserved or running in the pool
+        # the attempts handed to the pool and not yet ended, by (task id, lease version): what a
+        # stop that runs out of time abandons
+        self._in_pool: dict[tuple[int, int], ActivityTask] = {}
+        self._in_pool_lock = threading.Lock()
         self._wake_activities = threading.Event()  # replaced by the activity thread's channel on start
         self._claim_activities = threading.Event()
         self._claim_workflows = threading.Event()
@@ -468,11 +472,22 @@ class Engine(AsyncEngineMixin):
 
     def _run_activity(self, task: ActivityTask) -> None:
         """Run a claimed attempt in the pool; its slot is reserved already."""
-        assert self._pool is not None
-        future = self._pool.submit(self.activity_worker.run, task)
-        future.add_done_callback(lambda _f: self._activity_done())
+        key = (task.task_id, task.lease.version)
+        with self._in_pool_lock:
+            self._in_pool[key] = task
+        try:
+            if self._pool is None:
+                raise RuntimeError("the engine stopped")
+            future = self._pool.submit(self.activity_worker.run, task)
+        except RuntimeError:  # a claim that ended after stop() shut the pool: its lease lapses
+            log.info("the engine stopped: activity %s of run %s is left to its lease", task.name, task.run_id)
+            self._activity_done(key)
+            return
+        future.add_done_callback(lambda _f: self._activity_done(key))
 
-    def _activity_done(self) -> None:
+    def _activity_done(self, key: tuple[int, int]) -> None:
+        with self._in_pool_lock:
+            self._in_pool.pop(key, None)
         self._slots.release()
         if self._activity_backlog:  # a slot came free and work may be waiting for one
             self._claim_activities.set()
@@ -492,7 +507,13 @@ class Engine(AsyncEngineMixin):
         return 1
 
     def stop(self, timeout: float = 30) -> None:
-        """Stop polling, let in-flight tasks finish, flush buffers, release leadership."""
+        """Stop polling, let in-flight tasks finish, flush buffers, release leadership.
+
+        Returns within ``timeout`` seconds plus one flush (SPEC §8): activity attempts still
+        running then are abandoned to their leases (whatever they report later is dropped,
+        and another worker runs them again once their leases lapse); what was buffered is
+        written, so nothing acknowledged is lost.
+        """
         deadline = time.monotonic() + timeout
         self._stopping.set()
         self._window.release()
@@ -501,14 +522,32 @@ class Engine(AsyncEngineMixin):
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            # no waiting here: attempts not started yet are cancelled (their leases lapse),
+            # the running ones get until the deadline
+            self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+            while self._in_pool and time.monotonic() < deadline:
+                time.sleep(0.01)
+        with self._in_pool_lock:
+            abandoned = list(self._in_pool.values())
+        if abandoned:
+            self.buffer.abandon(abandoned)
+            log.warning(
+                "stop: %d activity attempt(s) still running after %g s are abandoned to their leases (%s)",
+                len(abandoned),
+                timeout,
+                ", ".join(f"{task.name} of run {task.run_id}" for task in abandoned[:5]),
+            )
         self.buffer.background = False
         self.workflow_worker.inline = None
+        stuck = [thread for thread in self._threads if thread.is_alive()]
         try:
-            # tasks a last completion claimed for us after the workflow thread left
-            while self.workflow_worker.poll_once(claim=False):
-                pass
+            if stuck:  # the workflow worker may still be in its round: leave its tasks alone
+                log.warning("stop: %d engine thread(s) did not end within %g s", len(stuck), timeout)
+            else:
+                # tasks a last completion claimed for us after the workflow thread left
+                while self.workflow_worker.poll_once(claim=False):
+                    pass
             self.buffer.flush()
         except Exception:  # the store is down: what is unwritten comes back when its leases expire
             log.exception("the final flush failed; unwritten results will be redone after their leases expire")
@@ -518,7 +557,7 @@ class Engine(AsyncEngineMixin):
                 self.leader.release()
             except Exception:  # the lease lapses on its own
                 log.warning("could not release leadership; it lapses with its lease", exc_info=True)
-            self._async.close()
+            self._async.close(timeout=max(0.2, deadline - time.monotonic()))
             self._threads.clear()
 
     def __enter__(self) -> Engine:

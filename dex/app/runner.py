@@ -182,6 +182,9 @@ class PollingThread:
     def join(self, timeout: float | None) -> None:
         self._thread.join(timeout)
 
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _loop(self) -> None:
         if self._fine_timers:
             fine_timer_slack()

@@ -442,13 +442,31 @@ class AsyncRunner:
                 self._loop, self._thread = loop, thread
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5) -> None:
+        """Stop the loop. Coroutines still running (attempts a stopping engine abandons) are
+        cancelled, so the threads waiting for them go on; a loop that a coroutine keeps from
+        stopping within ``timeout`` seconds is left to its daemon thread."""
         with self._lock:
-            if self._loop is not None and self._thread is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout=5)
-                self._loop.close()
+            loop, thread = self._loop, self._thread
             self._loop, self._thread = None, None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(_cancel_all_and_stop, loop)
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("the asyncio loop of async activities did not stop within %g s; it is left running", timeout)
+            return
+        loop.close()
+
+
+def _cancel_all_and_stop(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = asyncio.all_tasks(loop)
+    if not tasks:
+        loop.stop()
+        return
+    for task in tasks:
+        task.cancel()
+    asyncio.gather(*tasks, return_exceptions=True).add_done_callback(lambda _f: loop.stop())
 
 
 class Durations:
