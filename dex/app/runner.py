@@ -224,5 +224,8 @@ def fine_timer_slack(nanoseconds: int = 1000) -> bool:
         return False
 
 
+ACTIVITY_THREADS = "dex-activity"  # the pool's threads are named dex-activity_0, dex-activity_1, ...
+
+
 def activity_pool(concurrency: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="dex-activity")
+    return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=ACTIVITY_THREADS)

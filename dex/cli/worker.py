@@ -8,8 +8,11 @@ returns an engine.
 
 SIGTERM or SIGINT (Ctrl-C) stops the worker gracefully: ``Engine.stop`` stops polling, lets
 in-flight tasks finish, flushes buffered outcomes and releases leadership, so nothing the
-worker acknowledged is lost. A second signal while it waits exits at once; the tasks it still
-held are retried by other workers when their leases expire.
+worker acknowledged is lost. ``--stop-timeout`` bounds that wait: activity attempts still
+running then are abandoned to their leases (another worker runs them again once the leases
+lapse) and the process exits without waiting for their threads. A second signal while it
+waits exits at once; the tasks it still held are retried by other workers when their leases
+expire.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from types import FrameType
@@ -28,6 +32,7 @@ from typing import Any
 import click
 
 from dex.app.engine import Engine
+from dex.app.runner import ACTIVITY_THREADS
 from dex.cli.database import CommandError, progress
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -78,7 +83,33 @@ def describe(engine: Engine) -> str:
 
 
 def run_worker(engine: Engine, stop_timeout: float) -> int:
-    """Start ``engine``, wait for SIGTERM/SIGINT, stop it gracefully; return the exit code."""
+    """Start ``engine``, wait for SIGTERM/SIGINT, stop it gracefully; return the exit code.
+
+    If the stop abandoned attempts that are still running, the process ends here (their threads
+    would hold up the interpreter's exit until they finish, past ``stop_timeout``).
+    """
+    code = _run_until_signalled(engine, stop_timeout)
+    abandoned = _abandoned_attempts()
+    if abandoned:
+        progress(f"exiting with {abandoned} abandoned activity attempt(s) still running; their leases will lapse")
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _abandoned_attempts(grace: float = 0.5) -> int:
+    # the pool's threads that ended their attempts leave at once; the others run abandoned ones,
+    # and the interpreter would join them at exit (concurrent.futures does, daemon or not)
+    pool = [t for t in threading.enumerate() if t.name.startswith(ACTIVITY_THREADS + "_")]
+    deadline = time.monotonic() + grace
+    for thread in pool:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return sum(thread.is_alive() for thread in pool)
+
+
+def _run_until_signalled(engine: Engine, stop_timeout: float) -> int:
     stop = threading.Event()
     received: list[str] = []
 
@@ -120,7 +151,8 @@ def run_worker(engine: Engine, stop_timeout: float) -> int:
     type=click.FloatRange(min=0),
     default=30.0,
     show_default=True,
-    help="Seconds a graceful stop waits for in-flight tasks.",
+    help="Seconds a graceful stop waits for in-flight tasks; activity attempts still running then are "
+    "abandoned (retried elsewhere once their leases lapse).",
 )
 @click.option(
     "--log-level",

@@ -208,3 +208,88 @@ def test_an_app_module_that_raises_on_import_is_reported_with_its_place(
     line = one_line_error(result)
     assert line.startswith(f"error: importing '{name}' failed: ValueError: bad settings (")
     assert line.endswith(f"{name}.py:2)")
+
+
+SLOW_APP = '''
+"""An application whose activity's first attempt takes a minute."""
+import os
+import time
+from datetime import timedelta
+
+import dex
+from dex.adapters.postgres import PostgresAdapter
+
+
+@dex.activity(name="pack", lock_timeout=timedelta(seconds=5))
+def pack(order_id: str) -> str:
+    attempt = dex.activity_context().attempt
+    with open(os.environ["APP_MARKER"], "a") as marker:
+        marker.write(f"start {attempt}\\n")
+    if attempt == 1:
+        time.sleep(60)
+    return f"parcel-{order_id}"
+
+
+@dex.workflow(name="ship")
+async def ship(ctx: dex.WorkflowContext, order_id: str) -> str:
+    return await ctx.activity(pack, order_id)
+
+
+engine = dex.Engine(
+    PostgresAdapter(os.environ["APP_DSN"], schema=os.environ["APP_SCHEMA"]),
+    workflows=[ship],
+    activities=[pack],
+    poll_interval=0.05,
+)
+'''
+
+
+@pytest.mark.postgres
+def test_stop_timeout_bounds_the_graceful_stop_and_the_abandoned_attempt_runs_again_elsewhere(
+    app: tuple[Path, str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory, _, env = app
+    name = write_module(directory, SLOW_APP)
+    for key in ("APP_DSN", "APP_SCHEMA", "APP_MARKER"):
+        monkeypatch.setenv(key, env[key])
+    client = import_file(directory / f"{name}.py")
+    run_id = client.engine.start_workflow("ship", "B-2")
+    marker = directory / "marker.txt"
+    log = directory / "worker.log"
+    with open(log, "w") as stderr:
+        worker = subprocess.Popen(
+            [sys.executable, "-P", "-m", "dex", "worker", "--stop-timeout", "1", f"{name}:engine"],
+            cwd=directory,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            wait_for(lambda: marker.exists() and "start 1" in marker.read_text())
+            worker.send_signal(signal.SIGTERM)  # one signal: a graceful stop, bounded by 1 s
+            signalled = time.monotonic()
+            try:
+                code = worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the worker did not stop within 15 s\n{log.read_text()}")
+            took = time.monotonic() - signalled
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    output = log.read_text()
+    assert code == 0, output
+    assert took < 6, f"the worker took {took:.1f} s to stop with --stop-timeout 1\n{output}"
+    assert "abandoned to their leases" in output
+    assert "exiting with 1 abandoned activity attempt(s) still running" in output
+    assert "Traceback" not in output
+
+    # the abandoned attempt wrote nothing; once its lease lapses another engine runs it again
+    def finished() -> bool:
+        client.engine.drain(advance_time=False)
+        return client.engine.get_run(run_id).status is dex.RunStatus.COMPLETED
+
+    wait_for(finished, timeout=30)
+    assert client.engine.wait(run_id, timeout=1) == "parcel-B-2"
+    assert marker.read_text() == "start 1\nstart 2\n"
+    client.engine.store.close()
