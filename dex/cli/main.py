@@ -4,12 +4,16 @@ Every error ends the command with one line on stderr, ``error: ...``, and an exi
 dex or the database refused (no such run, an illegal transition, a server that cannot be
 reached), 2 when the command line itself is wrong (a missing argument, a bad option value).
 Those are caught in :meth:`DexGroup.main`, so the console script, ``python -m dex`` and
-click's test runner all see the same behaviour. Anything else is a bug in dex and keeps its
-traceback.
+click's test runner all see the same behaviour. The parameter types (:mod:`dex.cli.params`)
+catch bad values before anything is sent; a bad value that gets past them anyway is refused
+by dex with a ``ValueError`` or ``TypeError``, also exit code 2. Anything else is a bug in dex:
+one line naming the exception, exit code 1, and its traceback only with ``--debug`` (or
+``DEX_DEBUG=1``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -26,12 +30,12 @@ from dex.adapters.postgres import migrate as run_migrations
 from dex.adapters.postgres.connection import connect, describe_dsn, prepare_conninfo
 from dex.cli import database
 from dex.cli.database import DEFAULT_SCHEMA, Settings, connection_options, json_option, progress, settings
-from dex.cli.params import SCHEMA
+from dex.cli.params import SCHEMA, TEXT
 from dex.cli.queues import queues
 from dex.cli.render import dumps, show_duration
 from dex.cli.runs import events, runs
 from dex.cli.worker import worker
-from dex.domain.errors import DexError
+from dex.domain.errors import DexError, SerializationError
 
 DEMO_SCHEMA = "dex_demo"
 
@@ -53,6 +57,8 @@ class DexGroup(click.Group):
         return code
 
     def _run(self, args: Sequence[str] | None, prog_name: str | None, complete_var: str | None, **extra: Any) -> int:
+        # read before click parses anything: an error in parsing must know it too
+        debug = "--debug" in (sys.argv[1:] if args is None else args) or _debug_from_env()
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:
@@ -63,6 +69,8 @@ class DexGroup(click.Group):
             return _error(exc.format_message() + hint, exc.exit_code)
         except click.ClickException as exc:
             return _error(exc.format_message(), exc.exit_code)
+        except SerializationError as exc:  # a value given on the command line that dex cannot store
+            return _error(str(exc), 2)
         except (DexError, PoolTimeout) as exc:
             return _error(str(exc), 1)
         except psycopg.Error as exc:
@@ -72,7 +80,19 @@ class DexGroup(click.Group):
         except BrokenPipeError:  # e.g. `dex runs list | head`: the reader left, nothing to report
             sys.stdout = None  # no flush of the dead pipe at exit
             return 1
+        except (ValueError, TypeError, OverflowError) as exc:  # dex refused a value the types let by
+            if debug:
+                raise
+            return _error(_first_line(exc), 2)
+        except Exception as exc:  # a bug in dex: say what, and how to see where
+            if debug:
+                raise
+            return _error(f"internal error: {type(exc).__name__}: {_first_line(exc)} (--debug shows the traceback)", 1)
         return result if isinstance(result, int) else 0
+
+
+def _debug_from_env() -> bool:
+    return os.environ.get("DEX_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _version() -> str:
@@ -88,7 +108,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _error(message: str, code: int) -> int:
-    click.echo(f"error: {' '.join(message.split())}", err=True)
+    # one line; a lone surrogate from the command line shown as an escape, not a crash in echo
+    line = " ".join(message.split()).encode("utf-8", "backslashreplace").decode("utf-8")
+    click.echo(f"error: {line}", err=True)
     return code
 
 
@@ -98,19 +120,23 @@ def _error(message: str, code: int) -> int:
     "--database-url",
     envvar="DEX_DATABASE_URL",
     metavar="URL",
+    type=TEXT,
     help="PostgreSQL URL [default: $DEX_DATABASE_URL; demo and migrate: an embedded server in ./.dex-data].",
 )
 @click.option("--schema", type=SCHEMA, help=f"Schema that holds dex's tables [default: {DEFAULT_SCHEMA}].")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option(
+    "--debug", is_flag=True, help="Show the traceback of an unexpected error [default: $DEX_DEBUG]."
+)  # read by DexGroup.main before parsing
 @click.pass_context
-def cli(ctx: click.Context, database_url: str | None, schema: str | None, as_json: bool) -> None:
+def cli(ctx: click.Context, database_url: str | None, schema: str | None, as_json: bool, debug: bool) -> None:
     """dex, a durable execution engine on PostgreSQL: run workers, inspect and control runs."""
     ctx.obj = Settings(database_url=database_url or None, schema=schema, json=as_json)
 
 
 @cli.command(short_help="Run (or resume) a durable order workflow, printing its history.")
 @click.option("--schema", type=SCHEMA, default=None, help=f"Schema the demo uses [default: {DEMO_SCHEMA}].")
-@click.option("--database-url", metavar="URL", default=None, help="PostgreSQL URL [default: as for dex].")
+@click.option("--database-url", metavar="URL", type=TEXT, default=None, help="PostgreSQL URL [default: as for dex].")
 def demo(schema: str | None, database_url: str | None) -> int:
     """Run (or resume) a durable order workflow and print its history as it grows.
 

@@ -3,13 +3,21 @@
 A value that is wrong on its face (a label without ``=``, a date that is no date, a queue name
 dex would refuse, a payload that is not JSON) is a usage error: exit code 2, and nothing was
 sent. Only what the database decides (no such run, an illegal transition) is exit code 1.
+
+Every string the command line takes is text PostgreSQL can store: a NUL character, or a lone
+surrogate (what Python makes of bytes on the command line that are not UTF-8), is refused
+here. Numbers are bounded by the database's columns, times by what Python's datetime holds,
+and a JSON payload must be strict JSON (no NaN or Infinity, no number out of a float's range)
+nested at most ``MAX_JSON_DEPTH`` levels deep.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,63 @@ from dex.domain.definitions import validate_name, validate_queue
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
+INT4_MAX = 2**31 - 1  # PostgreSQL integer (a queue's capacity)
+INT8_MAX = 2**63 - 1  # PostgreSQL bigint (LIMIT)
+MAX_JSON_DEPTH = 100  # arrays and objects inside each other; deeper payloads are refused
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` is no text PostgreSQL can store, or None if it is."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    return _utf8_problem(value)
+
+
+def _utf8_problem(value: str) -> str | None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid UTF-8 text (it holds a lone surrogate, which is what bytes that are not UTF-8 become)"
+    return None
+
+
+class Text(click.ParamType[Any, Any]):
+    """A string PostgreSQL can store: no NUL character, no lone surrogate."""
+
+    def __init__(self, name: str = "TEXT") -> None:
+        self.name = name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        problem = text_problem(text)
+        if problem is not None:
+            self.fail(f"{text!r} {problem}", param, ctx)
+        return text
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds from 0 to what a thread can wait for (``threading.TIMEOUT_MAX``); not NaN."""
+
+    name = "SECONDS"
+
+    def __init__(self) -> None:
+        super().__init__(min=0, max=threading.TIMEOUT_MAX)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):  # FloatRange lets NaN by: it compares False with both bounds
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
+class TextPath(click.Path):
+    """A ``click.Path`` whose name is text first (a NUL would reach ``os.stat`` as a ValueError)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and (problem := text_problem(value)) is not None:
+            self.fail(f"{value!r} {problem}", param, ctx)
+        return super().convert(value, param, ctx)
+
 
 class Label(click.ParamType[Any, Any]):
     """``key=value``; the value may be empty, the key may not."""
@@ -31,6 +96,9 @@ class Label(click.ParamType[Any, Any]):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, str]:
         if isinstance(value, tuple):
             return value
+        problem = text_problem(str(value))
+        if problem is not None:
+            self.fail(f"{value!r} {problem}", param, ctx)
         key, sep, label_value = str(value).partition("=")
         if not sep or not key:
             self.fail(f"{value!r} is not KEY=VALUE", param, ctx)
@@ -50,7 +118,10 @@ class Moment(click.ParamType[Any, Any]):
         relative = _RELATIVE.match(text)
         if relative:
             amount, unit = relative.groups()
-            return datetime.now(UTC) - timedelta(**{_UNITS[unit]: float(amount)})
+            try:
+                return datetime.now(UTC) - timedelta(**{_UNITS[unit]: float(amount)})
+            except OverflowError:  # more than the ~10,000 years a datetime spans
+                self.fail(f"{value!r} is further back than a date can go (year 1)", param, ctx)
         try:
             moment = datetime.fromisoformat(text.replace("z", "Z"))
         except ValueError:
@@ -76,9 +147,50 @@ class JsonValue(click.ParamType[Any, Any]):
             except OSError as exc:
                 self.fail(f"cannot read {text[1:]!r}: {exc.strerror}", param, ctx)
         try:
-            return json.loads(text)
+            value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        except RecursionError:
+            self.fail(f"{source} is nested more than {MAX_JSON_DEPTH} levels deep", param, ctx)
         except ValueError as exc:
             self.fail(f"{source} is not valid JSON: {exc}", param, ctx)
+        problem = _json_problem(value)
+        if problem is not None:
+            self.fail(f"{source} {problem}", param, ctx)
+        return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (JSON has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {shorten(text)} is out of range")
+    return number
+
+
+def _json_problem(value: Any) -> str | None:
+    """Why a parsed payload cannot be sent (too deep, a string PostgreSQL cannot store), or None.
+
+    Iterative, so a deep payload is measured, not a RecursionError."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (list, dict)):
+            if depth > MAX_JSON_DEPTH:
+                return f"is nested more than {MAX_JSON_DEPTH} levels deep"
+            if isinstance(item, dict):
+                pending.extend((key, depth) for key in item)
+                pending.extend((child, depth + 1) for child in item.values())
+            else:
+                pending.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str) and (problem := _utf8_problem(item)) is not None:  # a NUL is fine in a payload
+            return f"holds the string {shorten(repr(item))}, which {problem}"
+    return None
+
+
+def shorten(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class _Checked(click.ParamType[Any, Any]):
@@ -89,15 +201,23 @@ class _Checked(click.ParamType[Any, Any]):
         self._check = check
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        problem = text_problem(str(value))
+        if problem is not None:
+            self.fail(f"{value!r} {problem}", param, ctx)
         try:
             return str(self._check(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
 
+TEXT = Text()
+RUN_ID = Text("RUN_ID")
 LABEL = Label()
 MOMENT = Moment()
 JSON_VALUE = JsonValue()
 QUEUE_NAME = _Checked("QUEUE", validate_queue)
 EVENT_ID = _Checked("EVENT_ID", lambda value: validate_name(value, "event id"))
 SCHEMA = _Checked("SCHEMA", validate_schema)
+LIMIT = click.IntRange(min=1, max=INT8_MAX)
+CAPACITY = click.IntRange(min=1, max=INT4_MAX)
+SECONDS = Seconds()

@@ -15,7 +15,7 @@ from dex.app.engine import Engine
 from dex.app.ports import QUEUE_KINDS, QueueInfo
 from dex.cli import render
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
-from dex.cli.params import QUEUE_NAME
+from dex.cli.params import CAPACITY, QUEUE_NAME
 
 _kind_option = click.option(
     "--kind",
@@ -62,7 +62,7 @@ def resume_queue(name: str, kind: str | None) -> None:
 
 @queues.command("capacity")
 @click.argument("name", type=QUEUE_NAME)
-@click.argument("capacity", type=click.IntRange(min=1))
+@click.argument("capacity", type=CAPACITY)
 @_kind_option
 @connection_options
 @json_option

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import enum
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,13 +44,17 @@ def fields(pairs: Iterable[tuple[str, str]]) -> str:
 
 
 def dumps(value: Any) -> str:
-    """A JSON document of ``value`` (see :func:`jsonable`), indented for reading."""
-    return json.dumps(jsonable(value), indent=2, ensure_ascii=False)
+    """A JSON document of ``value`` (see :func:`jsonable`), indented for reading; strict JSON
+    (``allow_nan=False``: :func:`jsonable` has turned NaN and the infinities into strings)."""
+    return json.dumps(jsonable(value), indent=2, ensure_ascii=False, allow_nan=False)
 
 
 def jsonable(value: Any) -> Any:
     """``value`` as JSON data: attrs classes become objects, payloads their decoded values,
-    times ISO 8601 strings, durations seconds, statuses their names, bytes base64."""
+    times ISO 8601 strings, durations seconds, statuses their names, bytes base64. A float
+    JSON cannot hold becomes the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, Payload):
@@ -115,7 +120,7 @@ def show_value(value: Any, limit: int | None = 80) -> str:
         body = json.dumps(json_format.MessageToDict(value), ensure_ascii=False, separators=(", ", ": "))
         text = f"{value.DESCRIPTOR.full_name} {body}"
     else:
-        text = json.dumps(jsonable(value), ensure_ascii=False, separators=(", ", ": "))
+        text = json.dumps(jsonable(value), ensure_ascii=False, separators=(", ", ": "), allow_nan=False)
     return shorten(text, limit)
 
 

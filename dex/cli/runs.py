@@ -18,7 +18,7 @@ from dex.app.engine import Engine
 from dex.app.ports import RunFilter, RunRecord
 from dex.cli import render, timeline
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
-from dex.cli.params import EVENT_ID, JSON_VALUE, LABEL, MOMENT
+from dex.cli.params import EVENT_ID, JSON_VALUE, LABEL, LIMIT, MOMENT, RUN_ID, TEXT
 from dex.domain.errors import InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus
 
@@ -31,7 +31,7 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option("--workflow", "workflow_name", metavar="NAME", help="Only runs of this workflow.")
+@click.option("--workflow", "workflow_name", metavar="NAME", type=TEXT, help="Only runs of this workflow.")
 @click.option(
     "--status",
     "statuses",
@@ -42,10 +42,10 @@ def runs() -> None:
 @click.option(
     "--label", "labels", multiple=True, type=LABEL, help="Only runs with this label (repeatable: all must match)."
 )
-@click.option("--instance-id", metavar="ID", help="Only runs with this instance id.")
+@click.option("--instance-id", metavar="ID", type=TEXT, help="Only runs with this instance id.")
 @click.option("--created-after", type=MOMENT, help="Only runs created after TIME (ISO 8601, or an age: 30m, 2h, 7d).")
 @click.option("--created-before", type=MOMENT, help="Only runs created before TIME.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most this many runs.")
+@click.option("--limit", type=LIMIT, default=100, show_default=True, help="At most this many runs.")
 @connection_options
 @json_option
 def list_runs(
@@ -78,7 +78,7 @@ def list_runs(
 
 
 @runs.command("show")
-@click.argument("run_id")
+@click.argument("run_id", type=RUN_ID)
 @click.option("--all", "show_all", is_flag=True, help="Also show the WorkflowTaskStarted/Completed events.")
 @click.option("--stack", is_flag=True, help="Show the failure's stack trace.")
 @connection_options
@@ -135,8 +135,8 @@ def _control(run_id: str, verb: str, act: Callable[[Engine], None], done: str) -
 
 
 @runs.command("cancel")
-@click.argument("run_id")
-@click.option("--reason", default="", help="Recorded in the history with the request.")
+@click.argument("run_id", type=RUN_ID)
+@click.option("--reason", default="", type=TEXT, help="Recorded in the history with the request.")
 @connection_options
 @json_option
 def cancel_run(run_id: str, reason: str) -> None:
@@ -148,7 +148,7 @@ def cancel_run(run_id: str, reason: str) -> None:
 
 
 @runs.command("suspend")
-@click.argument("run_id")
+@click.argument("run_id", type=RUN_ID)
 @connection_options
 @json_option
 def suspend_run(run_id: str) -> None:
@@ -157,7 +157,7 @@ def suspend_run(run_id: str) -> None:
 
 
 @runs.command("resume")
-@click.argument("run_id")
+@click.argument("run_id", type=RUN_ID)
 @connection_options
 @json_option
 def resume_run(run_id: str) -> None:
@@ -171,7 +171,7 @@ def events() -> None:
 
 
 @events.command("send")
-@click.argument("run_id")
+@click.argument("run_id", type=RUN_ID)
 @click.argument("event_id", type=EVENT_ID)
 @click.option(
     "--json",

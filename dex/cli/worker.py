@@ -34,6 +34,7 @@ import click
 from dex.app.engine import Engine
 from dex.app.runner import ACTIVITY_THREADS
 from dex.cli.database import CommandError, progress
+from dex.cli.params import SECONDS, TEXT, TextPath
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -138,17 +139,17 @@ def _run_until_signalled(engine: Engine, stop_timeout: float) -> int:
 
 
 @click.command(short_help="Run an engine defined in application code until SIGTERM or Ctrl-C.")
-@click.argument("target", metavar="MODULE:ENGINE")
+@click.argument("target", metavar="MODULE:ENGINE", type=TEXT)
 @click.option(
     "--app-dir",
     default=".",
     show_default=True,
-    type=click.Path(exists=True, file_okay=False),
+    type=TextPath(exists=True, file_okay=False),
     help="Directory put first on sys.path before importing MODULE.",
 )
 @click.option(
     "--stop-timeout",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=30.0,
     show_default=True,
     help="Seconds a graceful stop waits for in-flight tasks; activity attempts still running then are "

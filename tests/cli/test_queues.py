@@ -76,7 +76,11 @@ def test_capacity_sets_the_limit(world: World) -> None:
             1,
             "error: there is no activity queue named 'payments'",
         ),
-        (["queues", "capacity", "default", "0"], 2, "error: Invalid value for 'CAPACITY': 0 is not in the range x>=1"),
+        (
+            ["queues", "capacity", "default", "0"],
+            2,
+            "error: Invalid value for 'CAPACITY': 0 is not in the range 1<=x<=2147483647",
+        ),
         (
             ["queues", "capacity", "default", "many"],
             2,
