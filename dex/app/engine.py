@@ -475,10 +475,11 @@ class Engine(AsyncEngineMixin):
         key = (task.task_id, task.lease.version)
         with self._in_pool_lock:
             self._in_pool[key] = task
+        pool = self._pool
         try:
-            if self._pool is None:
+            if pool is None:
                 raise RuntimeError("the engine stopped")
-            future = self._pool.submit(self.activity_worker.run, task)
+            future = pool.submit(self.activity_worker.run, task)
         except RuntimeError:  # a claim that ended after stop() shut the pool: its lease lapses
             log.info("the engine stopped: activity %s of run %s is left to its lease", task.name, task.run_id)
             self._activity_done(key)
