@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import psycopg
 from psycopg import sql
 
+from dex.adapters.postgres.connection import connect, prepare_conninfo
 from dex.domain.definitions import validate_queue
 from dex.domain.errors import DexError
 
@@ -320,7 +321,8 @@ def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
     used if one is already open). Idempotent; concurrent callers serialise on an advisory lock.
     """
     if isinstance(target, str):
-        with psycopg.connect(target) as conn:
+        # through connect(): psycopg's own errors may quote the DSN, password and all
+        with connect(prepare_conninfo(target, None)) as conn:
             return migrate(conn, schema)
     q = Statements(schema)
     with target.transaction():
