@@ -10,7 +10,7 @@ import attrs
 
 @attrs.frozen(kw_only=True)
 class ActivityContext:
-    """The run and attempt an activity executes for; ``heartbeat()`` extends its lease."""
+    """The run and attempt an activity executes for; ``heartbeat()`` says it is alive."""
 
     run_id: str
     activity_name: str
@@ -18,7 +18,10 @@ class ActivityContext:
     _heartbeat: Callable[[], bool] = attrs.field(alias="heartbeat_fn", repr=False)
 
     def heartbeat(self) -> bool:
-        """Extend this attempt's lease by its lock timeout; False when the lease is already lost."""
+        """Say the attempt is alive: its ``lock_timeout`` counts from now again, and its lease
+        is extended (by the engine's short activity lease). False once the lease is lost
+        (another worker took the task over) or given up (the attempt ran past its
+        ``lock_timeout``): what the attempt returns will not be recorded."""
         return self._heartbeat()
 
 

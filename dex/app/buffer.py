@@ -15,12 +15,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import attrs
 
-from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, Claim, Loaded, Store, WorkflowTask
+from dex.app.ports import (
+    ACTIVITY,
+    DEFAULT_ACTIVITY_LEASE,
+    WORKFLOW,
+    ActivityOutcome,
+    ActivityTask,
+    Claim,
+    Loaded,
+    Store,
+    WorkflowTask,
+)
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
 from dex.domain.task import WorkflowTaskResult
@@ -77,6 +87,7 @@ class ResultBuffer:
         on_flush: Callable[[frozenset[str]], None] | None = None,
         on_written: Callable[[WorkflowTask, WorkflowTaskResult, bool], None] | None = None,
         telemetry: Telemetry | None = None,
+        activity_lease: timedelta = DEFAULT_ACTIVITY_LEASE,
     ) -> None:
         self._store = store
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
@@ -89,8 +100,11 @@ class ResultBuffer:
         self._workflow_results: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
         self._activity_outcomes: list[ActivityOutcome] = []
         self._messages: list[_PendingMessage] = []
-        self._heartbeats: dict[int, ActivityTask] = {}
-        self._lost_leases: set[int] = set()
+        # keyed by task and lease version: a task this engine claims again (its earlier attempt
+        # lost the lease and still runs) is another lease
+        self._heartbeats: dict[tuple[int, int], ActivityTask] = {}
+        self._lost_leases: set[tuple[int, int]] = set()
+        self._activity_lease = activity_lease  # what a heartbeat extends a lease by (leases.py)
         self._abandoned: set[tuple[int, int]] = set()  # (task id, lease version): see abandon()
         self.background = False
         self.discarded = 0
@@ -113,8 +127,8 @@ class ResultBuffer:
 
     def add_activity_outcome(self, outcome: ActivityOutcome) -> None:
         with self._lock:
-            if _attempt(outcome.task) in self._abandoned:
-                self._abandoned.discard(_attempt(outcome.task))
+            if _lease_key(outcome.task) in self._abandoned:
+                self._abandoned.discard(_lease_key(outcome.task))
                 log.info(
                     "activity %s of run %s, attempt %d, ended after the engine stopped without it: "
                     "its outcome is dropped, and the task runs again when its lease lapses",
@@ -125,8 +139,8 @@ class ResultBuffer:
                 )
                 return
             self._activity_outcomes.append(outcome)
-            self._heartbeats.pop(outcome.task.task_id, None)
-            self._lost_leases.discard(outcome.task.task_id)
+            self._heartbeats.pop(_lease_key(outcome.task), None)
+            self._lost_leases.discard(_lease_key(outcome.task))
             self._wanted.notify_all()
 
     def send_message(self, run_id: str, message: ev.Message) -> None:
@@ -147,14 +161,14 @@ class ResultBuffer:
     def heartbeat(self, task: ActivityTask) -> bool:
         """Queue a lease extension for ``task``; False once a flush found the lease lost."""
         with self._lock:
-            if task.task_id in self._lost_leases or _attempt(task) in self._abandoned:
+            if _lease_key(task) in self._lost_leases or _lease_key(task) in self._abandoned:
                 return False
-            self._heartbeats[task.task_id] = task
+            self._heartbeats[_lease_key(task)] = task
             self._wanted.notify_all()
         if not self.background:
             self.flush()
         with self._lock:
-            return task.task_id not in self._lost_leases
+            return _lease_key(task) not in self._lost_leases
 
     def abandon(self, tasks: Iterable[ActivityTask]) -> None:
         """Refuse whatever these attempts report from now on: a stopped engine left them running
@@ -162,8 +176,8 @@ class ResultBuffer:
         nothing is written for them after the stop, and their leases lapse for another worker."""
         with self._lock:
             for task in tasks:
-                self._abandoned.add(_attempt(task))
-                self._heartbeats.pop(task.task_id, None)
+                self._abandoned.add(_lease_key(task))
+                self._heartbeats.pop(_lease_key(task), None)
 
     def wake(self) -> None:
         """End a ``wait_for_work`` early (the engine stops)."""
@@ -225,9 +239,9 @@ class ResultBuffer:
                 self._write_messages(messages, now)
                 messages = []
             if heartbeats:
-                held = self._store.extend_activity_leases(heartbeats, now)
+                held = self._store.extend_activity_leases(heartbeats, now, self._activity_lease)
                 with self._lock:
-                    self._lost_leases.update(t.task_id for t, ok in zip(heartbeats, held, strict=True) if not ok)
+                    self._lost_leases.update(_lease_key(t) for t, ok in zip(heartbeats, held, strict=True) if not ok)
                 heartbeats = []
             if activity_outcomes:
                 applied = self._complete_activities(activity_outcomes, now, left)
@@ -247,7 +261,7 @@ class ResultBuffer:
                 self._workflow_results[:0] = workflow_results
                 self._activity_outcomes[:0] = activity_outcomes
                 for beat in heartbeats:
-                    self._heartbeats.setdefault(beat.task_id, beat)
+                    self._heartbeats.setdefault(_lease_key(beat), beat)
             for pending in messages:
                 if not pending.written.is_set():
                     pending.error = exc
@@ -323,6 +337,6 @@ class ResultBuffer:
             self._telemetry.leases_lost(kind, lost)
 
 
-def _attempt(task: ActivityTask) -> tuple[int, int]:
+def _lease_key(task: ActivityTask) -> tuple[int, int]:
     # a task keeps its id across claims; the lease version tells this claim's attempt apart
     return task.task_id, task.lease.version

@@ -72,7 +72,7 @@ class LocalDispatch:
         reserved = self._slots.reserve(self._activities.batch_size)
         if not reserved:
             return None
-        return Claim(names=self._activities.names, owner=self._owner, limit=reserved)
+        return Claim(names=self._activities.names, owner=self._owner, limit=reserved, lease=self._activities.lease)
 
     def activities_claimed(self, claim: Claim, tasks: list[ActivityTask]) -> None:
         self._slots.release(claim.limit - len(tasks))

@@ -20,8 +20,10 @@ from dex.app.dispatch import ActivitySlots, LocalDispatch
 from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
 from dex.app.inline import InlineActivities, QueueView
+from dex.app.leases import validate_activity_lease
 from dex.app.ports import (
     ACTIVITY,
+    DEFAULT_ACTIVITY_LEASE,
     QUEUE_KINDS,
     WORKFLOW,
     ActivityTask,
@@ -66,6 +68,7 @@ class Engine(AsyncEngineMixin):
         activity_concurrency: int = 16,
         poll_interval: float = 0.05,
         workflow_task_lease: timedelta = timedelta(seconds=10),
+        activity_lease: timedelta = DEFAULT_ACTIVITY_LEASE,
         leader_lease: timedelta = timedelta(seconds=15),
         retention: timedelta = timedelta(days=7),
         rng: random.Random | None = None,
@@ -92,8 +95,15 @@ class Engine(AsyncEngineMixin):
         self.telemetry = TelemetryHub()
         self.tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._depths_reported_at = 0.0
+        # activity tasks are claimed under this short lease (at most their lock_timeout), which
+        # the activity thread keeps extending while their attempts run (dex/app/leases.py)
+        activity_lease = validate_activity_lease(activity_lease)
         self.buffer = ResultBuffer(
-            adapter, on_flush=self._flushed, on_written=self._workflow_written, telemetry=self.telemetry
+            adapter,
+            on_flush=self._flushed,
+            on_written=self._workflow_written,
+            telemetry=self.telemetry,
+            activity_lease=activity_lease,
         )
         self._async = AsyncRunner()
         self.leader = LeaderElection(adapter, self.node_id, ttl=leader_lease, telemetry=self.telemetry)
@@ -124,6 +134,7 @@ class Engine(AsyncEngineMixin):
             async_runner=self._async,
             telemetry=self.telemetry,
             tracing=self.tracing,
+            lease=activity_lease,
         )
         self._drain_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -450,6 +461,7 @@ class Engine(AsyncEngineMixin):
         return worked
 
     def _activity_round(self) -> int:
+        self.activity_worker.keep_leases()  # the running attempts' leases, every round
         if not self._claim_due(ACTIVITY, self._claim_activities):
             return 0
         dispatch = self.buffer.dispatch

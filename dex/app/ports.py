@@ -129,6 +129,11 @@ class ActivityOutcome:
         return ev.ActivityTaskCompleted(created_seq=self.task.created_seq, result=self.result)
 
 
+# An activity task's lease, kept alive by the engine running its attempt (dex/app/leases.py):
+# the tasks of a process that died are taken over within about this long
+DEFAULT_ACTIVITY_LEASE = timedelta(seconds=30)
+
+
 @attrs.frozen(kw_only=True)
 class Claim:
     """A claim made in the same transaction as a completion ("complete, then claim").
@@ -137,7 +142,8 @@ class Claim:
     ``limit`` tasks named in ``names`` for ``owner`` before it commits, under the ordinary
     claim rules (priority, pause, capacity, ``SKIP LOCKED``): the engine that wrote the
     completion runs the next step at once, without a claim transaction or a poll interval of
-    its own. ``lease`` is the workflow-task lease (activity tasks use their ``lock_timeout``).
+    its own. ``lease`` is the claimed tasks' lease: a workflow task's, or an activity task's
+    (at most its ``lock_timeout``, as in :meth:`ActivityTaskQueue.claim_activity_tasks`).
     """
 
     names: frozenset[str]
@@ -272,11 +278,17 @@ class ActivityTaskQueue(Protocol):
         ...
 
     def claim_activity_tasks(
-        self, names: Collection[str], owner: str, now: datetime, limit: int
-    ) -> list[ActivityTask]: ...
+        self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[ActivityTask]:
+        """Claim up to ``limit`` claimable tasks named in ``names``, each under a lease until
+        ``now`` + the shorter of ``lease`` and its ``lock_timeout`` (a task taken over from an
+        expired lease counts as its next attempt). The engine keeps extending the short lease
+        while the attempt runs (:class:`dex.app.leases.ActivityLeases`)."""
+        ...
 
-    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
-        """Heartbeats: push each lease ``lock_timeout`` past now, if still held."""
+    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
+        """Heartbeats: push each lease to ``now`` + the shorter of ``lease`` and its
+        ``lock_timeout``, if its claim still holds it; per task, whether it did."""
         ...
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:

@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.buffer import ResultBuffer
-from dex.app.ports import ActivityOutcome, ActivityTask, Loaded, Store, UnreadableHistoryError, WorkflowTask
+from dex.app.leases import ActivityLeases
+from dex.app.ports import (
+    DEFAULT_ACTIVITY_LEASE,
+    ActivityOutcome,
+    ActivityTask,
+    Loaded,
+    Store,
+    UnreadableHistoryError,
+    WorkflowTask,
+)
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
 from dex.app.telemetry import Telemetry, TelemetryHub
@@ -508,8 +517,10 @@ class ActivityWorker:
         batch_size: int = 16,
         telemetry: Telemetry | None = None,
         tracing: Tracing | None = None,
+        lease: timedelta = DEFAULT_ACTIVITY_LEASE,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
+        self.leases = ActivityLeases(lease)  # the attempts this worker runs under a lease
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self._tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._node_id, self._rng, self._async, self._batch_size = node_id, rng, async_runner, batch_size
@@ -525,13 +536,20 @@ class ActivityWorker:
     def batch_size(self) -> int:
         return self._batch_size
 
+    @property
+    def lease(self) -> timedelta:
+        """The short lease its claims take (at most each task's ``lock_timeout``)."""
+        return self.leases.lease
+
     def claim(self, limit: int | None = None) -> list[ActivityTask]:
         if not self._names:
             return []
         limit = self._batch_size if limit is None else min(limit, self._batch_size)
         if limit <= 0:
             return []
-        tasks = self._store.claim_activity_tasks(self._names, self._node_id, self._store.clock.now(), limit)
+        tasks = self._store.claim_activity_tasks(
+            self._names, self._node_id, self._store.clock.now(), self.leases.lease, limit
+        )
         if tasks:
             self._telemetry.tasks_claimed("activity", len(tasks))
         return tasks
@@ -550,7 +568,8 @@ class ActivityWorker:
 
     def run(self, task: ActivityTask) -> None:
         started = time.perf_counter()
-        outcome = self.execute(task)
+        with self.leases.running(task, self._store.clock.now()):  # its lease is kept alive meanwhile
+            outcome = self.execute(task)
         self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
         self._buffer.add_activity_outcome(outcome)
 
@@ -586,7 +605,7 @@ class ActivityWorker:
             run_id=task.run_id,
             activity_name=task.name,
             attempt=task.attempt,
-            heartbeat_fn=heartbeat if heartbeat is not None else lambda: self._buffer.heartbeat(task),
+            heartbeat_fn=heartbeat if heartbeat is not None else lambda: self._heartbeat(task),
         )
         token = set_activity_context(context)
         try:
@@ -618,6 +637,44 @@ class ActivityWorker:
                 return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
         finally:
             reset_activity_context(token)
+
+    def _heartbeat(self, task: ActivityTask) -> bool:
+        """The attempt's ``heartbeat()``: moves its deadline (``lock_timeout`` from now) and
+        extends its lease at once; False once the lease is lost or given up."""
+        return self.leases.heartbeat(task, self._store.clock.now()) and self._buffer.heartbeat(task)
+
+    def keep_leases(self) -> int:
+        """A step of the engine's activity thread: queue the extensions of the running attempts'
+        leases when due, and fail the attempts past their ``lock_timeout`` (leases.py)."""
+        decided = self.leases.step(self._store.clock.now())
+        for task in decided.extend:
+            self._buffer.heartbeat(task)
+        for task in decided.overdue:
+            log.warning(
+                "activity %s of run %s, attempt %d: still running after its lock_timeout (%s); failed,"
+                " and whatever it returns will be discarded",
+                task.name,
+                task.run_id,
+                task.attempt,
+                task.lock_timeout,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
+            self._buffer.add_activity_outcome(self.timed_out(task))
+        return len(decided.extend) + len(decided.overdue)
+
+    def timed_out(self, task: ActivityTask) -> ActivityOutcome:
+        """The outcome of an attempt that ran past its deadline: a failure, retried as its policy says."""
+        failure = FailureInfo(
+            type="LockTimeoutError",
+            message=f"attempt {task.attempt} of activity {task.name!r} ran longer than its lock_timeout"
+            f" ({task.lock_timeout}) since it started or last called heartbeat()",
+        )
+        with self._rng_lock:
+            delay = task.retry_policy.next_delay(task.attempt, self._rng)
+        retry_at = None if delay is None else self._store.clock.now() + delay
+        seconds = task.lock_timeout.total_seconds()
+        self._telemetry.task_finished("activity", task.name, "failed" if retry_at is None else "retried", seconds)
+        return ActivityOutcome(task=task, failure=failure, retry_at=retry_at)
 
     def _failed(self, task: ActivityTask, exc: BaseException) -> ActivityOutcome:
         failure = FailureInfo.from_exception(exc)

@@ -305,19 +305,21 @@ class ObservedAdapter(InMemoryAdapter):
                 self.referee.leases.claimed("workflow", task.task_id, task.run_id, task.lease, now)
         return tasks
 
-    def claim_activity_tasks(self, names: Any, owner: str, now: datetime, limit: int) -> list[ActivityTask]:
-        tasks = super().claim_activity_tasks(names, owner, now, limit)
+    def claim_activity_tasks(
+        self, names: Any, owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[ActivityTask]:
+        tasks = super().claim_activity_tasks(names, owner, now, lease, limit)
         with self.referee.judging():
             for task in tasks:
                 self.referee.leases.claimed("activity", task.task_id, task.run_id, task.lease, now)
         return tasks
 
-    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
-        extended = super().extend_activity_leases(tasks, now)
+    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
+        extended = super().extend_activity_leases(tasks, now, lease)
         with self.referee.judging():
             for task, ok in zip(tasks, extended, strict=True):
                 if ok:
-                    self.referee.leases.extended("activity", task.task_id, task.lease, now + task.lock_timeout)
+                    self.referee.leases.extended("activity", task.task_id, task.lease, now + min(lease, task.lock_timeout))
         return extended
 
     def complete_workflow_tasks(

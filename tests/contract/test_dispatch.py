@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import dex
+from dex.app.ports import DEFAULT_ACTIVITY_LEASE as LEASE
 from dex.app.ports import ActivityOutcome, Claim
 from dex.domain import events as ev
 from dex.domain.values import Payload
@@ -53,7 +54,7 @@ def test_a_workflow_completion_claims_the_activity_task_it_created(make_engine: 
     assert applied == [True]
     assert [(t.run_id, t.name, t.attempt, t.lease.owner) for t in claimed] == [(run_id, "inc", 1, OWNER)]
     # it is claimed: nobody else gets it, and its completion under that lease applies
-    assert store.claim_activity_tasks(frozenset({"inc"}), "someone-else", store.clock.now(), 16) == []
+    assert store.claim_activity_tasks(frozenset({"inc"}), "someone-else", store.clock.now(), LEASE, 16) == []
     outcome = ActivityOutcome(task=claimed[0], result=engine.converter.encode(2))
     applied, next_tasks, loaded = store.complete_activity_tasks_then_claim(
         [outcome], store.clock.now(), _claim(frozenset({"two_steps"}))
@@ -121,7 +122,7 @@ def test_the_claim_keeps_the_queue_rules_pause_and_limit(make_engine: Any) -> No
     assert applied == [True] and claimed == []  # written, but a paused queue gives nothing out
     engine.resume_queue("default", "activity")
     engine.activity_scheduler.step()
-    assert len(store.claim_activity_tasks(frozenset({"inc"}), "later", store.clock.now(), 16)) == 1
+    assert len(store.claim_activity_tasks(frozenset({"inc"}), "later", store.clock.now(), LEASE, 16)) == 1
 
 
 def test_a_stale_activity_outcome_is_discarded_and_claims_nothing(make_engine: Any) -> None:

@@ -341,18 +341,18 @@ def test_activity_leases_heartbeats_and_takeover(make_adapter: MakeAdapter, cloc
     ) == [True]
     # the completion dispatched the due task in its own transaction: nothing left to schedule
     assert store.schedule_activity_tasks(clock.now(), 10) == 0
-    [attempt1] = store.claim_activity_tasks({"act"}, "a", clock.now(), 10)
+    [attempt1] = store.claim_activity_tasks({"act"}, "a", clock.now(), LEASE, 10)
     assert attempt1.attempt == 1 and attempt1.input == spec.input
     clock.advance(timedelta(seconds=8))
-    assert store.extend_activity_leases([attempt1], clock.now()) == [True]  # now until +18 s
+    assert store.extend_activity_leases([attempt1], clock.now(), LEASE) == [True]  # now until +18 s
     clock.advance(timedelta(seconds=8))
-    assert store.claim_activity_tasks({"act"}, "b", clock.now(), 10) == []
+    assert store.claim_activity_tasks({"act"}, "b", clock.now(), LEASE, 10) == []
     clock.advance(timedelta(seconds=3))
-    [attempt2] = store.claim_activity_tasks({"act"}, "b", clock.now(), 10)
+    [attempt2] = store.claim_activity_tasks({"act"}, "b", clock.now(), LEASE, 10)
     assert attempt2.attempt == 2
     late = ActivityOutcome(task=attempt1, result=Payload(encoding="json/plain", data=b"2"))
     assert store.complete_activity_tasks([late], clock.now()) == [False]
-    assert store.extend_activity_leases([attempt1], clock.now()) == [False]
+    assert store.extend_activity_leases([attempt1], clock.now(), LEASE) == [False]
     done = ActivityOutcome(task=attempt2, result=Payload(encoding="json/plain", data=b"3"))
     assert store.complete_activity_tasks([done, done], clock.now()) == [True, False]
     assert store.schedule_workflow_tasks(clock.now(), 10) == 0  # dispatched by the completion
@@ -521,8 +521,8 @@ def test_dispatch_at_completion_keeps_pause_and_capacity(make_adapter: MakeAdapt
     assert store.complete_workflow_tasks(
         [(task, first_task_result(store, task, clock, activity_tasks=specs))], clock.now()
     ) == [True]
-    assert store.claim_activity_tasks({"act"}, "a", clock.now(), 10) == []  # paused: not dispatched
+    assert store.claim_activity_tasks({"act"}, "a", clock.now(), LEASE, 10) == []  # paused: not dispatched
     store.set_queue_paused("acts", "activity", False)
     store.set_queue_capacity("acts", "activity", 2)
     assert store.schedule_activity_tasks(clock.now(), 10) == 2  # capacity still rules
-    assert len(store.claim_activity_tasks({"act"}, "a", clock.now(), 10)) == 2
+    assert len(store.claim_activity_tasks({"act"}, "a", clock.now(), LEASE, 10)) == 2

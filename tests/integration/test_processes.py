@@ -346,3 +346,31 @@ def test_random_kills_lose_and_duplicate_nothing(cluster: Cluster, spawn: Callab
     )
     assert lost == 0 and duplicated == 0 and unexpected == 0
     cluster.check_outcomes()
+
+
+def test_a_killed_workers_long_activity_moves_within_the_short_lease(
+    cluster: Cluster, spawn: Callable[..., Worker]
+) -> None:
+    """SPEC §8: the five-minute ``lock_timeout`` does not hold the task; the short activity
+    lease (2 s here, 30 s by default), which a live worker keeps extending, does."""
+    short = ("--activity-lease", "2")
+    victim = spawn(cluster.dsn, cluster.schema, *short)
+    victim.wait_ready()
+    run_id = cluster.engine.start_workflow(workload.long_job, 4, 600.0)  # ten minutes, if left alone
+    cluster.wait_until(_running_on(cluster, victim, 1), 20, "the victim to start the long activity")
+    survivor = spawn(cluster.dsn, cluster.schema, *short)
+    survivor.wait_ready()
+    time.sleep(5)  # over two short leases: the live victim keeps extending its lease
+    assert [(attempt, pid) for _r, _s, attempt, pid in cluster.executions()] == [(1, victim.pid)]
+    [(locked_by,)] = cluster.query("SELECT locked_by FROM {s}.activity_tasks")
+    assert locked_by == victim.node_id
+
+    victim.signal(signal.SIGKILL)
+    assert victim.wait(10) == -signal.SIGKILL
+    killed_at = time.monotonic()
+    assert cluster.engine.wait(run_id, timeout=20) == 41
+    took = time.monotonic() - killed_at
+    print(f"the run completed {took:.1f} s after the kill")
+    assert took < 15  # the short lease, not the five minutes of lock_timeout
+    assert [(attempt, pid) for _r, _s, attempt, pid in cluster.executions()] == [(1, victim.pid), (2, survivor.pid)]
+    assert survivor.alive()

@@ -58,7 +58,9 @@ def operations(engine: dex.Engine) -> dict[str, Operation]:
         return completion.complete_workflow_tasks(conn, q, results, now)
 
     def complete_activity_tasks(conn: psycopg.Connection, q: Statements, now: datetime) -> list[bool]:
-        tasks = activity_tasks.claim_activity_tasks(conn, q, {"step", "short-step"}, "plan-node", now, 16)
+        tasks = activity_tasks.claim_activity_tasks(
+            conn, q, {"step", "short-step"}, "plan-node", now, timedelta(seconds=30), 16
+        )
         outcomes = [ActivityOutcome(task=task, result=engine.converter.encode(1)) for task in tasks]
         return activity_tasks.complete_activity_tasks(conn, q, outcomes, now)
 
@@ -69,7 +71,7 @@ def operations(engine: dex.Engine) -> dict[str, Operation]:
         ),
         "schedule activity tasks": lambda conn, q, now: activity_tasks.schedule_activity_tasks(conn, q, now, 256),
         "claim activity tasks": lambda conn, q, now: activity_tasks.claim_activity_tasks(
-            conn, q, {"step", "short-step"}, "plan-node", now, 16
+            conn, q, {"step", "short-step"}, "plan-node", now, timedelta(seconds=30), 16
         ),
         "next due time": lambda conn, q, now: queues.next_due_time(conn, q, now),
         "leadership": lambda conn, q, now: queues.try_lead(conn, q, "plan-node", now, timedelta(seconds=15)),

@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-interval", type=float, default=0.05)
     parser.add_argument("--activity-concurrency", type=int, default=8)
     parser.add_argument("--lease", type=float, default=3.0, help="workflow-task and leadership lease, seconds")
+    parser.add_argument("--activity-lease", type=float, default=None, help="activity lease, seconds [engine default]")
     args = parser.parse_args(argv)
 
     logging.basicConfig(
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         activity_concurrency=args.activity_concurrency,
         workflow_task_lease=timedelta(seconds=args.lease),
         leader_lease=timedelta(seconds=args.lease),
+        **({} if args.activity_lease is None else {"activity_lease": timedelta(seconds=args.activity_lease)}),
     )
     engine.start()
     print(f"ready {args.node_id}", flush=True)

@@ -83,6 +83,21 @@ def short_step(value: int, step: int, pause: float) -> int:
     return _step(value, step, pause)
 
 
+@dex.activity(name="long-step", queue=ACTIVITY_QUEUE, retry=_RETRY, lock_timeout=timedelta(minutes=5))
+def long_step(value: int, first_pause: float) -> int:
+    """A long first attempt (``first_pause`` seconds; later attempts are quick) under a
+    five-minute ``lock_timeout``: its task moves within the short activity lease if its worker dies."""
+    _record(1)
+    if dex.activity_context().attempt == 1:
+        time.sleep(first_pause)
+    return value * 10 + 1
+
+
+@dex.workflow(name="long-job", queue=WORKFLOW_QUEUE)
+async def long_job(ctx: dex.WorkflowContext, n: int, first_pause: float) -> int:
+    return await ctx.activity(long_step, n, first_pause)  # type: ignore[no-any-return]
+
+
 @dex.workflow(name="pipeline", queue=WORKFLOW_QUEUE)
 async def pipeline(ctx: dex.WorkflowContext, n: int, pause: float, activity: str) -> list[int]:
     """Step 1, then steps 2 and 3 at once: three activities in two workflow tasks."""
@@ -98,5 +113,5 @@ def expected(n: int) -> list[int]:
 
 
 STEPS = (1, 2, 3)
-WORKFLOWS = [pipeline]
-ACTIVITIES = [step, short_step]
+WORKFLOWS = [pipeline, long_job]
+ACTIVITIES = [step, short_step, long_step]

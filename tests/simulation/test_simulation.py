@@ -208,8 +208,8 @@ def test_a_seed_replays_exactly_in_another_process() -> None:
 class LeaseBlindStore(InMemoryAdapter):
     """Hands out activity tasks whose leases are still held."""
 
-    def claim_activity_tasks(self, names: Any, owner: str, now: Any, limit: int) -> list[ActivityTask]:
-        return super().claim_activity_tasks(names, owner, now + timedelta(minutes=10), limit)
+    def claim_activity_tasks(self, names: Any, owner: str, now: Any, lease: Any, limit: int) -> list[ActivityTask]:
+        return super().claim_activity_tasks(names, owner, now + timedelta(minutes=10), lease, limit)
 
 
 class EarlyTimerStore(InMemoryAdapter):

@@ -291,7 +291,7 @@ class InMemoryAdapter:
             if not any(result.activity_tasks for (_task, result), ok in zip(results, applied, strict=True) if ok):
                 return applied, []
             self.schedule_activity_tasks(now, _DISPATCH_BATCH)
-            return applied, self.claim_activity_tasks(claim.names, claim.owner, now, claim.limit)
+            return applied, self.claim_activity_tasks(claim.names, claim.owner, now, claim.lease, claim.limit)
 
     def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
         with self._lock:
@@ -392,7 +392,9 @@ class InMemoryAdapter:
     def _queued_activity_tasks(self, queue: str) -> int:
         return sum(1 for t in self._activity_tasks.values() if t.queue == queue and t.state == QUEUED)
 
-    def claim_activity_tasks(self, names: Collection[str], owner: str, now: datetime, limit: int) -> list[ActivityTask]:
+    def claim_activity_tasks(
+        self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[ActivityTask]:
         with self._lock:
             ready = [
                 t
@@ -407,18 +409,18 @@ class InMemoryAdapter:
             for task in ready[:limit]:
                 if task.lease.owner is not None:
                     task.attempt += 1  # the previous holder's lease expired: that attempt is lost
-                task.lease.take(owner, now + task.lock_timeout)
+                task.lease.take(owner, now + min(lease, task.lock_timeout))
                 claimed.append(task.claimed())
             return claimed
 
-    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
+    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
         with self._lock:
             extended = []
             for task in tasks:
                 row = self._activity_tasks.get(task.task_id)
                 held = row is not None and row.lease.is_(task.lease)
                 if held and row is not None:
-                    row.lease.until = now + row.lock_timeout
+                    row.lease.until = now + min(lease, row.lock_timeout)
                 extended.append(held)
             return extended
 

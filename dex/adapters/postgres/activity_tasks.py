@@ -12,7 +12,7 @@ locked rows (``SKIP LOCKED``), so they never wait at all.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
 
@@ -72,11 +72,18 @@ def schedule_activity_tasks(conn: psycopg.Connection, q: Statements, now: dateti
 
 
 def claim_activity_tasks(
-    conn: psycopg.Connection, q: Statements, names: Collection[str], owner: str, now: datetime, limit: int
+    conn: psycopg.Connection,
+    q: Statements,
+    names: Collection[str],
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    limit: int,
 ) -> list[ActivityTask]:
     if not names or limit <= 0:
         return []
-    # as for workflow tasks: SKIP LOCKED, a lease until now + the task's lock_timeout, and a new
+    # as for workflow tasks: SKIP LOCKED, a lease until now + the short lease (at most the
+    # task's lock_timeout; the engine extends it while the attempt runs), and a new
     # lock_version; a task taken over from an expired lease counts as a new attempt
     rows = conn.execute(
         q(
@@ -92,19 +99,20 @@ def claim_activity_tasks(
             )
             UPDATE {s}.activity_tasks t
             SET attempt = t.attempt + CASE WHEN t.locked_by IS NULL THEN 0 ELSE 1 END,
-                locked_by = %(owner)s, locked_until = %(now)s + t.lock_timeout, lock_version = t.lock_version + 1
+                locked_by = %(owner)s, locked_until = %(now)s + least(t.lock_timeout, %(lease)s),
+                lock_version = t.lock_version + 1
             FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
             RETURNING """
             + ", ".join(f"t.{column.strip()}" for column in ACTIVITY_TASK_COLUMNS.split(","))
         ),
-        {"names": sorted(names), "now": now, "limit": limit, "owner": owner},
+        {"names": sorted(names), "now": now, "lease": lease, "limit": limit, "owner": owner},
     ).fetchall()
     rows.sort(key=lambda row: (-row[6], row[0]))
     return [activity_task(row) for row in rows]
 
 
 def extend_activity_leases(
-    conn: psycopg.Connection, q: Statements, tasks: Sequence[ActivityTask], now: datetime
+    conn: psycopg.Connection, q: Statements, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta
 ) -> list[bool]:
     if not tasks:
         return []
@@ -118,11 +126,11 @@ def extend_activity_leases(
             + "  ON t.queue = w.queue AND t.task_id = w.task_id"
             " WHERE t.locked_by = w.owner AND t.lock_version = w.version"
             " ORDER BY t.queue, t.task_id FOR UPDATE OF t)"
-            " UPDATE {s}.activity_tasks t SET locked_until = %s + t.lock_timeout"
+            " UPDATE {s}.activity_tasks t SET locked_until = %s + least(t.lock_timeout, %s)"
             " FROM held h WHERE t.queue = h.queue AND t.task_id = h.task_id"
             " RETURNING t.task_id"
         ),
-        [*_lease_arrays(tasks), now],
+        [*_lease_arrays(tasks), now, lease],
     ).fetchall()
     extended = {row[0] for row in rows}
     return [task.task_id in extended for task in tasks]

@@ -261,7 +261,9 @@ class PostgresAdapter:
                 self._dispatch_now(conn, _of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
             claimed: list[ActivityTask] = []
             if claim is not None and made_activities:
-                claimed = activity_tasks.claim_activity_tasks(conn, self._q, claim.names, claim.owner, now, claim.limit)
+                claimed = activity_tasks.claim_activity_tasks(
+                    conn, self._q, claim.names, claim.owner, now, claim.lease, claim.limit
+                )
             return applied, claimed
 
     # -- activity tasks ------------------------------------------------------------------------
@@ -269,13 +271,15 @@ class PostgresAdapter:
         with self._transaction() as conn:
             return activity_tasks.schedule_activity_tasks(conn, self._q, now, limit)
 
-    def claim_activity_tasks(self, names: Collection[str], owner: str, now: datetime, limit: int) -> list[ActivityTask]:
+    def claim_activity_tasks(
+        self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[ActivityTask]:
         with self._statement() as conn:
-            return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, limit)
+            return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
 
-    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime) -> list[bool]:
+    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
         with self._statement() as conn:
-            return activity_tasks.extend_activity_leases(conn, self._q, tasks, now)
+            return activity_tasks.extend_activity_leases(conn, self._q, tasks, now, lease)
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
         return self._complete_activity_tasks(outcomes, now, None)[0]

@@ -3,7 +3,11 @@
 A wrong DSN or an unreachable server must fail at once with a message naming the server
 (never the password), not as a pool retrying in the background until a timeout. So the
 adapter first opens one plain connection with a ``connect_timeout``; only when that works
-does it open the pool.
+does it open the pool. The password appears nowhere in what these errors carry: psycopg's
+and libpq's messages may quote the DSN, so each :class:`DatabaseConnectionError` is raised
+outside the ``except`` block that caught the driver's error (its ``__context__`` stays empty,
+where ``from None`` would merely hide it from tracebacks), and any driver text it keeps goes
+through :func:`scrub` first.
 
 Once running, the server may go away and come back (a restart, a failover). A pooled
 connection the server closed is noticed when the pool hands it out (:class:`LivenessCheck`)
@@ -16,12 +20,15 @@ a client that stalls inside a transaction cannot hold row locks indefinitely.
 
 from __future__ import annotations
 
+import re
 import select
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -48,28 +55,57 @@ class DatabaseConnectionError(DexError, ConnectionError):
 
 def describe_dsn(dsn: str) -> str:
     """``host:port/dbname`` of a DSN (for error messages), never its password."""
-    try:
-        params = pg_conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
+    params = _parse(dsn)
+    if params is None:
         return "<unparsable DSN>"
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     port = params.get("port")
     where = f"{host}:{port}" if port else host
     dbname = params.get("dbname")
-    return f"{where}/{dbname}" if dbname else where
+    return scrub(f"{where}/{dbname}" if dbname else where, dsn)
+
+
+def _parse(dsn: str) -> dict[str, Any] | None:
+    """The DSN's parameters, or None if libpq cannot parse it (its error may quote the DSN)."""
+    try:
+        return pg_conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return None
+
+
+# A password as written in a DSN, for DSNs libpq cannot parse: the user-info part of a URI
+# (``scheme://user:password@``) and a ``password=`` pair, quoted or not.
+_URI_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
+_PAIR_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def scrub(text: str, dsn: str) -> str:
+    """``text`` with every spelling of ``dsn``'s password replaced by ``***``."""
+    secrets: set[str] = set()
+    params = _parse(dsn)
+    if params is not None and params.get("password"):
+        secrets.add(str(params["password"]))
+    for match in _URI_PASSWORD.finditer(dsn):
+        secrets.update((match.group(1), urllib.parse.unquote(match.group(1))))
+    for match in _PAIR_PASSWORD.finditer(dsn):
+        value = match.group(1)
+        secrets.update((value, value.strip("'").replace("\\'", "'").replace("\\\\", "\\")))
+    # the longest first, so that a secret containing another is replaced whole
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def prepare_conninfo(dsn: str, connect_timeout: float | None) -> str:
     """The DSN with a ``connect_timeout`` (unless it sets one) and an application name."""
     if not isinstance(dsn, str) or not dsn.strip():
         raise DatabaseConnectionError("no PostgreSQL DSN given (e.g. postgresql://user:password@host:5432/dbname)")
-    try:
-        params = pg_conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        # psycopg's message quotes the DSN, which may hold a password: leave it out
+    params = _parse(dsn)
+    if params is None:
+        # libpq's message quotes the DSN, which may hold a password: leave it out
         raise DatabaseConnectionError(
             "invalid PostgreSQL DSN: expected postgresql://user:password@host:port/dbname or key=value pairs"
-        ) from None
+        )
     extra: dict[str, str] = {}
     if "connect_timeout" not in params:
         timeout = DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
@@ -80,12 +116,16 @@ def prepare_conninfo(dsn: str, connect_timeout: float | None) -> str:
 
 
 def connect(conninfo: str) -> psycopg.Connection:
-    """One connection, or :class:`DatabaseConnectionError` naming the server."""
+    """One connection, or :class:`DatabaseConnectionError` naming the server (the driver's
+    reason scrubbed of the password, and not chained: see the module's docstring)."""
     try:
         return psycopg.connect(conninfo)
-    except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatabaseConnectionError(f"cannot connect to PostgreSQL at {describe_dsn(conninfo)}: {reason}") from None
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+        text = str(exc).strip()
+        reason = text.splitlines()[0] if text else type(exc).__name__
+    raise DatabaseConnectionError(
+        f"cannot connect to PostgreSQL at {describe_dsn(conninfo)}: {scrub(reason, conninfo)}"
+    )
 
 
 def _milliseconds(limit: timedelta) -> str:
@@ -192,12 +232,11 @@ def open_pool(
     liveness.pool = pool
     try:
         pool.open(wait=True, timeout=timeout)
+        return pool
     except PoolTimeout as exc:
-        pool.close()
-        raise DatabaseConnectionError(
-            f"cannot open a connection pool to PostgreSQL at {describe_dsn(conninfo)}: {exc}"
-        ) from None
-    return pool
+        reason = scrub(str(exc), conninfo)
+    pool.close()
+    raise DatabaseConnectionError(f"cannot open a connection pool to PostgreSQL at {describe_dsn(conninfo)}: {reason}")
 
 
 class KeptConnection:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import psycopg
 from psycopg import sql
 
+from dex.adapters.postgres.connection import connect, prepare_conninfo
 from dex.domain.definitions import validate_queue
 from dex.domain.errors import DexError
 
@@ -283,10 +284,41 @@ class DatabasePermissionError(DexError, PermissionError):
 
 
 def validate_schema(schema: object) -> str:
-    """Return ``schema`` if it can name a PostgreSQL schema, else raise ValueError."""
-    if not isinstance(schema, str) or not 1 <= len(schema.encode()) <= 63 or "\x00" in schema:
+    """Return ``schema`` if it can name dex's PostgreSQL schema, else raise ValueError.
+
+    Any name PostgreSQL takes as a quoted identifier works (quotes, semicolons, spaces, ``$$``:
+    it only ever reaches SQL through ``sql.Identifier``), except one holding ``%``: psycopg
+    reads ``%`` in a statement that has parameters as a placeholder, and the schema's name is
+    part of every statement's text.
+    """
+    if not isinstance(schema, str):
         raise ValueError(f"schema must be a non-empty str of at most 63 bytes, got {schema!r}")
+    try:
+        size = len(schema.encode())
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 spelling, so no name in PostgreSQL
+        size = -1
+    if not 1 <= size <= 63 or "\x00" in schema:
+        raise ValueError(f"schema must be a non-empty str of at most 63 bytes, got {schema!r}")
+    if "%" in schema:
+        raise ValueError(
+            f"schema {schema!r} contains '%', which psycopg would read as a parameter placeholder: choose a name without it"
+        )
     return schema
+
+
+def dollar_quoted(statement: str, schema: str) -> str:
+    """``statement`` with its ``$$`` quotes (function bodies) replaced by a tag that the
+    schema's name does not contain, so a name with ``$$`` in it cannot end the body early.
+
+    The body, the function and everything else the statement makes are the same whatever the
+    tag: released migrations keep their text, and databases they made stay as they are.
+    """
+    if "$$" not in statement:
+        return statement
+    n = 0
+    while (tag := f"$dex{n or ''}$") in schema:
+        n += 1
+    return statement.replace("$$", tag)
 
 
 class Statements:
@@ -320,7 +352,8 @@ def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
     used if one is already open). Idempotent; concurrent callers serialise on an advisory lock.
     """
     if isinstance(target, str):
-        with psycopg.connect(target) as conn:
+        # through connect(): psycopg's own errors may quote the DSN, password and all
+        with connect(prepare_conninfo(target, None)) as conn:
             return migrate(conn, schema)
     q = Statements(schema)
     with target.transaction():
@@ -353,7 +386,7 @@ def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
             if version <= current:
                 continue
             for statement in statements:
-                target.execute(q(statement))
+                target.execute(q(dollar_quoted(statement, q.schema)))
             target.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [version])
             current = version
     return current
