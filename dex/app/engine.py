@@ -194,6 +194,8 @@ class Engine(AsyncEngineMixin):
         labels: Mapping[str, str] | None = None,
     ) -> str:
         """Create a run and return its id (or the id of the live run with this ``instance_id``)."""
+        if isinstance(fn_or_name, str):
+            validate_name(fn_or_name, "workflow name")  # a name no workflow can have: say why
         definition = self.registry.workflow(fn_or_name)
         definition.signature.check_arity(len(args), f"workflow {definition.name!r}")
         # a NUL would be cut off by libpq (two ids colliding) or fail a write: refused here

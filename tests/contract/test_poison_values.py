@@ -55,6 +55,15 @@ START_FIELDS: dict[str, tuple[str, Callable[[str], dict[str, Any]]]] = {
 
 
 @pytest.mark.parametrize("poison", sorted(POISONS))
+def test_start_workflow_refuses_a_poisoned_workflow_name(make_engine: Any, poison: str) -> None:
+    engine = make_engine([healthy], [add_one])
+    with pytest.raises(ValueError, match="invalid workflow name"):
+        engine.start_workflow("healthy" + POISONS[poison], 1)
+    assert engine.list_runs() == []
+    _healthy_run_completes(engine)
+
+
+@pytest.mark.parametrize("poison", sorted(POISONS))
 @pytest.mark.parametrize("field", sorted(START_FIELDS))
 def test_start_workflow_refuses_a_poisoned_field(make_engine: Any, field: str, poison: str) -> None:
     engine = make_engine([healthy], [add_one])
@@ -151,6 +160,13 @@ def test_list_runs_refuses_a_poisoned_filter(make_engine: Any, field: str, poiso
     assert len(engine.list_runs()) == 1
 
 
+@pytest.mark.parametrize("poison", sorted(POISONS))
+def test_an_engine_refuses_a_poisoned_node_id(adapter_factory: Any, poison: str) -> None:
+    # the node id is the owner of every lease the engine takes: a text column
+    with pytest.raises(ValueError, match="node_id"):
+        dex.Engine(adapter_factory(), workflows=[healthy], activities=[add_one], node_id="node" + POISONS[poison])
+
+
 # -- in workflow code, at the call ---------------------------------------------------------------
 WORKFLOW_FIELDS = {
     "set_status": "status",
@@ -161,6 +177,8 @@ WORKFLOW_FIELDS = {
     "child queue": "queue name",
     "wait_for_event": "event id",
     "side_effect": "side effect name",
+    "activity name": "invalid activity name",
+    "child workflow name": "invalid workflow name",
 }
 
 
@@ -181,6 +199,10 @@ async def _poisoned_step(ctx: dex.WorkflowContext, where: str, text: str) -> Non
         await ctx.wait_for_event(text)
     elif where == "side_effect":
         ctx.side_effect(text, lambda: 1)
+    elif where == "activity name":
+        await ctx.activity("add_one" + text, 1)
+    elif where == "child workflow name":
+        await ctx.child("healthy" + text, 1)
     else:  # pragma: no cover
         raise AssertionError(where)
 
