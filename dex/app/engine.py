@@ -572,7 +572,7 @@ _LEFT_TO_TOPIC = ((WORKFLOW, WORKFLOWS), (ACTIVITY, ACTIVITIES), (SCHEDULING, SC
 
 def _run_id(run_id: object) -> str:
     """A run id as the calls take it: a str (``start_workflow`` returns one), storable as text."""
-    if not isinstance(run_id, str) and isinstance(run_id, uuid.UUID):
+    if isinstance(run_id, uuid.UUID):
         raise TypeError(f"run_id must be a str, got the UUID {run_id}: pass str(run_id)")
     return validate_text(run_id, "run_id")
 
