@@ -123,7 +123,7 @@ def test_a_bytearray_is_sent_as_bytes(make_engine: Any) -> None:
     ("value", "where"),
     [
         ({(1, 2): "pair"}, "argument 0: value of type dict is not serialisable: its key (1, 2) is of type tuple"),
-        ({"orders": {(1, 2): 3}}, "value of type dict at ['orders'] is not serialisable: its key (1, 2) is of type tuple"),
+        ({"orders": {(1, 2): 3}}, "dict at ['orders'] is not serialisable: its key (1, 2) is of type tuple"),
         ([{frozenset(): 1}], "value of type dict at [0] is not serialisable: its key frozenset() is of type frozenset"),
     ],
 )

@@ -307,7 +307,8 @@ def test_the_in_memory_adapter_refuses_what_postgresql_cannot_store() -> None:
             store.get_run(poison)
     # a NUL is only a byte inside protobuf (events, messages, failures): PostgreSQL stores it
     store.create_run("r1", created(), now)
-    store.send_message("r1", ev.ExternalEventReceived(event_id="e", payload=Payload(encoding="json/plain", data=b"1")), now)
+    event = ev.ExternalEventReceived(event_id="e\x00", payload=Payload(encoding="json/plain", data=b"\x00"))
+    store.send_message("r1", event, now)
     store.request_transition("r1", dex.RunStatus.CANCELLED, ev.RunCancelled(reason="a\x00b"), now)
     with pytest.raises(ValueError, match="lone surrogate"):
         store.request_transition("r1", dex.RunStatus.CANCELLED, ev.RunCancelled(reason="a\ud800b"), now)

@@ -239,7 +239,7 @@ class Opaque:
         ({1: "a"}, r"value of type dict is not serialisable: its key 1 is of type int"),
         ([{"ok": {1: 0}}], r"value of type dict at \[0\]\['ok'\] is not serialisable: its key 1 is of type int"),
         ({(1, 2): 0}, r"value of type dict is not serialisable: its key \(1, 2\) is of type tuple"),
-        ({"k": [{(1,): 0}]}, r"value of type dict at \['k'\]\[0\] is not serialisable: its key \(1,\) is of type tuple"),
+        ({"k": [{(1,): 0}]}, r"dict at \['k'\]\[0\] is not serialisable: its key \(1,\) is of type tuple"),
         ({"blob": b"xx"}, r"value of type bytes at \['blob'\] is not serialisable: bytes can be sent only as a whole"),
         ([bytearray(b"x")], r"value of type bytearray at \[0\]"),
         ({"s": struct_pb2.Struct()}, r"value of type Struct at \['s'\] .*protobuf messages can be sent only as a whole"),
