@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from dex.app.info import RunInfo
+from dex.app.reads import wait_seconds
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 
@@ -93,8 +94,7 @@ class AsyncEngineMixin:
 
     async def wait_async(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
         """Like ``wait``: the result, or WorkflowFailedError / WorkflowCancelledError / TimeoutError."""
-        if isinstance(timeout, timedelta):
-            timeout = timeout.total_seconds()
+        timeout = wait_seconds(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.002
         while True:

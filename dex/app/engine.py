@@ -32,7 +32,7 @@ from dex.app.ports import (
     Store,
     WorkflowTask,
 )
-from dex.app.reads import RunReads
+from dex.app.reads import RunReads, aware_datetime
 from dex.app.registry import Registry
 from dex.app.runner import BatchWindow, Foreground, Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
@@ -40,7 +40,15 @@ from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
 from dex.app.workers import ActivityWorker, AsyncRunner, WorkflowWorker
 from dex.domain import events as ev
-from dex.domain.definitions import PayloadConverter, validate_name, validate_priority, validate_queue
+from dex.domain.definitions import (
+    PayloadConverter,
+    validate_key,
+    validate_name,
+    validate_optional_text,
+    validate_priority,
+    validate_queue,
+    validate_text,
+)
 from dex.domain.errors import InvalidStateError, SerializationError
 from dex.domain.replay import normalize_labels
 from dex.domain.status import RunStatus
@@ -79,7 +87,7 @@ class Engine(AsyncEngineMixin):
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
-        self.node_id = node_id or f"node-{uuid.uuid4()}"
+        self.node_id = validate_text(node_id, "node_id") if node_id else f"node-{uuid.uuid4()}"
         if converter is not None and max_payload_size is not None:
             raise ValueError("pass max_payload_size to your converter, not to the engine")
         self.converter: PayloadConverter = converter or (
@@ -201,11 +209,13 @@ class Engine(AsyncEngineMixin):
         labels: Mapping[str, str] | None = None,
     ) -> str:
         """Create a run and return its id (or the id of the live run with this ``instance_id``)."""
+        if isinstance(fn_or_name, str):
+            validate_name(fn_or_name, "workflow name")  # a name no workflow can have: say why
         definition = self.registry.workflow(fn_or_name)
         definition.signature.check_arity(len(args), f"workflow {definition.name!r}")
-        for value, what in ((instance_id, "instance_id"), (concurrency_key, "concurrency_key")):
-            if value is not None and (not isinstance(value, str) or not value or len(value) > 256):
-                raise ValueError(f"{what} must be a non-empty str of at most 256 characters, got {value!r}")
+        # a NUL would be cut off by libpq (two ids colliding) or fail a write: refused here
+        instance_id = validate_key(instance_id, "instance_id")
+        concurrency_key = validate_key(concurrency_key, "concurrency_key")
         queue_name = validate_queue(queue) if queue is not None else definition.queue
         payloads = self._encode_all(args)
         with self.tracing.start_run(definition.name, {"dex.workflow": definition.name}) as trace_context:
@@ -254,6 +264,7 @@ class Engine(AsyncEngineMixin):
 
     def send_event(self, run_id: str, event_id: str, payload: Any = None) -> None:
         """Deliver an external event to a run; it is buffered until the run waits for it."""
+        run_id = _run_id(run_id)
         validate_name(event_id, "event id")
         message = ev.ExternalEventReceived(event_id=event_id, payload=self.converter.encode(payload))
         with self.foreground.calling():
@@ -262,15 +273,16 @@ class Engine(AsyncEngineMixin):
 
     def cancel(self, run_id: str, reason: str = "") -> None:
         """Ask a run to stop at its next await and end CANCELLED."""
-        self._transition(run_id, RunStatus.CANCELLED, ev.RunCancelled(reason=str(reason)))
+        message = ev.RunCancelled(reason=validate_text(reason, "reason"))
+        self._transition(_run_id(run_id), RunStatus.CANCELLED, message)
 
     def suspend(self, run_id: str) -> None:
         """Hold back a running run's new events until ``resume``."""
-        self._transition(run_id, RunStatus.SUSPENDED, ev.RunSuspended())
+        self._transition(_run_id(run_id), RunStatus.SUSPENDED, ev.RunSuspended())
 
     def resume(self, run_id: str) -> None:
         """Release a suspended run's held events, in order."""
-        self._transition(run_id, RunStatus.RUNNING, ev.RunResumed())
+        self._transition(_run_id(run_id), RunStatus.RUNNING, ev.RunResumed())
 
     def _transition(self, run_id: str, target: RunStatus, message: ev.Message) -> None:
         with self.foreground.calling():
@@ -278,7 +290,7 @@ class Engine(AsyncEngineMixin):
         self._nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
 
     def get_run(self, run_id: str) -> RunInfo:
-        return self._reads.get_run(run_id)
+        return self._reads.get_run(_run_id(run_id))
 
     def list_runs(
         self,
@@ -295,27 +307,27 @@ class Engine(AsyncEngineMixin):
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
         run_filter = RunFilter(
-            workflow_name=workflow_name,
+            workflow_name=validate_optional_text(workflow_name, "workflow_name"),
             statuses=frozenset(RunStatus(s) for s in statuses) if statuses is not None else None,
             labels=normalize_labels(labels),
-            instance_id=instance_id,
-            created_after=created_after,
-            created_before=created_before,
+            instance_id=validate_optional_text(instance_id, "instance_id"),
+            created_after=aware_datetime(created_after, "created_after"),
+            created_before=aware_datetime(created_before, "created_before"),
             limit=limit,
         )
         return self._reads.list_runs(run_filter)
 
     def history(self, run_id: str) -> list[ev.HistoryEvent]:
         """The run's history events, oldest first."""
-        return self.store.load_history(run_id)
+        return self.store.load_history(_run_id(run_id))
 
     def export_history(self, run_id: str) -> bytes:
         """The run's history as a protobuf ``WorkflowHistory`` (``dex.testing.load_history`` reads it)."""
-        return self._reads.export_history(run_id)
+        return self._reads.export_history(_run_id(run_id))
 
     def wait(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
         """Block until the run ends; return its result or raise its failure."""
-        return self._reads.wait(run_id, timeout)
+        return self._reads.wait(_run_id(run_id), timeout)
 
     # -- running ------------------------------------------------------------------------------
     def drain(self, advance_time: bool = True) -> None:
@@ -608,6 +620,13 @@ class Engine(AsyncEngineMixin):
 
 
 _LEFT_TO_TOPIC = ((WORKFLOW, WORKFLOWS), (ACTIVITY, ACTIVITIES), (SCHEDULING, SCHEDULER))
+
+
+def _run_id(run_id: object) -> str:
+    """A run id as the calls take it: a str (``start_workflow`` returns one), storable as text."""
+    if isinstance(run_id, uuid.UUID):
+        raise TypeError(f"run_id must be a str, got the UUID {run_id}: pass str(run_id)")
+    return validate_text(run_id, "run_id")
 
 
 def _kind(kind: str) -> str:

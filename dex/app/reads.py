@@ -14,10 +14,11 @@ A run's outcome never changes once written, so nothing read ahead goes stale.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
@@ -88,8 +89,7 @@ class RunReads:
 
     def wait(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
         """Block until the run ends; return its result or raise its failure."""
-        if isinstance(timeout, timedelta):
-            timeout = timeout.total_seconds()
+        timeout = wait_seconds(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.002
         first = True
@@ -161,6 +161,37 @@ class RunReads:
             result=self._decode_result(record.workflow_name, record.result),
             failure=record.failure,
         )
+
+
+def wait_seconds(timeout: object) -> float | None:
+    """A wait's ``timeout`` in seconds: None (no limit), or a number or timedelta of at least 0.
+
+    A negative, NaN or non-numeric timeout is a mistake to report, not a wait of no time.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        raise ValueError(f"timeout must be None, a number of seconds or a timedelta, got {type(timeout).__name__}")
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"timeout must be None or at least 0 seconds, got {timeout!r}")
+    return seconds
+
+
+def aware_datetime(value: object, field: str) -> datetime | None:
+    """A ``list_runs`` bound: None, or a timezone-aware datetime (a naive one has no one meaning)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"{field} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            f"{field} must be timezone-aware (e.g. datetime.now(timezone.utc)), got the naive {value.isoformat()}"
+        )
+    return value
 
 
 def _ended(run_id: str, status: RunStatus, result: Any, failure: FailureInfo | None) -> Any:

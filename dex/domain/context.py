@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from dex.domain.coroutines import DexFuture
+from dex.domain.definitions import validate_optional_text
 from dex.domain.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -155,7 +156,8 @@ class WorkflowContext:
         """Set the custom status shown in ``RunInfo.custom_status``."""
         if text is not None and not isinstance(text, str):
             raise TypeError(f"set_status takes a str or None, got {type(text).__name__}")
-        self._executor.custom_status = text
+        # refused here, at the call, where the code can catch it: stored, it would fail the write
+        self._executor.custom_status = validate_optional_text(text, "status")
 
     def continue_as_new(self, *args: Any) -> NoReturn:
         """End this generation and start the same run afresh with ``args``."""

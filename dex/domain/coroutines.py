@@ -18,8 +18,14 @@ T = TypeVar("T")
 _FOREIGN_AWAIT_HINT = (
     "workflow code may await only what WorkflowContext returns "
     "(ctx.activity, ctx.sleep, ctx.wait_for_event, ctx.child, ctx.gather); "
-    "use ctx.sleep instead of asyncio.sleep and run I/O in an activity"
+    "use ctx.gather instead of asyncio.gather, asyncio.wait or asyncio.create_task, "
+    "ctx.sleep instead of asyncio.sleep, ctx.wait_for_event(..., timeout=...) instead of asyncio.wait_for, "
+    "and run I/O in an activity"
 )
+# what asyncio says when workflow code calls it without a loop (asyncio.create_task and
+# wait_for ask for the running loop; gather and ensure_future, outside the main thread, for
+# the current one)
+_MISSING_LOOP = ("no running event loop", "no current event loop")
 
 
 class DexFuture(Generic[T]):
@@ -128,7 +134,7 @@ class CoroutineStepper:
         if isinstance(yielded, DexFuture):
             yielded.add_done_callback(lambda _f: self._ready.append(task))
         else:
-            task.throw = TypeError(f"workflow awaited {yielded!r}: {_FOREIGN_AWAIT_HINT}")
+            task.throw = TypeError(f"workflow awaited {_shown(yielded)}: {_FOREIGN_AWAIT_HINT}")
             self._ready.append(task)
 
     def close(self) -> None:
@@ -143,10 +149,23 @@ class CoroutineStepper:
 
 
 def _explain_missing_loop(exc: BaseException) -> BaseException:
-    # asyncio primitives look for a running loop before they yield anything; their error
+    # asyncio primitives look for an event loop before they yield anything; their error
     # alone would not tell the author what to do instead.
-    if isinstance(exc, RuntimeError) and "no running event loop" in str(exc):
-        replacement = TypeError(f"workflow used an asyncio awaitable: {_FOREIGN_AWAIT_HINT}")
+    if type(exc) is not RuntimeError:  # asyncio raises exactly this; a user's subclass is theirs
+        return exc
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - not asyncio's error, then
+        return exc
+    if any(phrase in text for phrase in _MISSING_LOOP):
+        replacement = TypeError(f"workflow used asyncio ({text}): {_FOREIGN_AWAIT_HINT}")
         replacement.__traceback__ = exc.__traceback__
         return replacement
     return exc
+
+
+def _shown(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a hostile __repr__ must not hide what went wrong
+        return f"a {type(value).__name__} object"

@@ -24,17 +24,65 @@ DEFAULT_QUEUE = "default"
 DEFAULT_LOCK_TIMEOUT = timedelta(minutes=5)
 
 
+def validate_text(value: object, field: str) -> str:
+    """Return ``value`` if it is a str PostgreSQL can store as text, else raise naming ``field``.
+
+    A ``TypeError`` for anything but a str; a ``ValueError`` for a NUL character (a text column
+    refuses it, and libpq would cut the value short there) or a code point that has no UTF-8
+    form (a lone surrogate, which no client can send). Refused where it enters, such a value
+    cannot reach a batch of writes and fail it for the other runs in it (SPEC §8).
+    """
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise TypeError(f"{field} must be a str, got {type(value).__name__} {_shown(value)}")
+        value = str.__str__(value)  # a str subclass: store its plain text
+    if "\x00" in value:
+        raise ValueError(f"{field} must not contain a NUL character (\\x00): {_shown(value)}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"{field} must be valid Unicode text, but it holds a lone surrogate "
+                f"{value[exc.start]!r} at index {exc.start}: {_shown(value)}"
+            ) from None
+    return value
+
+
+def validate_optional_text(value: object, field: str) -> str | None:
+    """``validate_text``, where None (not given) is allowed too."""
+    return None if value is None else validate_text(value, field)
+
+
+def validate_key(value: object, field: str) -> str | None:
+    """An ``instance_id`` or ``concurrency_key``: None, or a storable str of 1 to 256 characters."""
+    if value is None:
+        return None
+    text = validate_text(value, field)
+    if not text or len(text) > 256:
+        raise ValueError(f"{field} must be a non-empty str of at most 256 characters, got {_shown(text)}")
+    return text
+
+
+def _shown(value: object) -> str:
+    try:
+        text = repr(value)  # escapes NUL and surrogates: the message itself stays printable and storable
+    except Exception:  # noqa: BLE001 - a hostile __repr__ must not hide the error being reported
+        return f"<{type(value).__name__} object>"
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def validate_name(name: object, what: str = "name") -> str:
     """Return ``name`` if it is a valid workflow, activity or event name, else raise ValueError."""
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise ValueError(f"invalid {what} {name!r}: it must match {NAME_PATTERN.pattern}")
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"invalid {what} {_shown(name)}: it must match {NAME_PATTERN.pattern}")
     return name
 
 
 def validate_queue(queue: object) -> str:
     """Return ``queue`` if it is a valid queue name, else raise ValueError."""
-    if not isinstance(queue, str) or not QUEUE_PATTERN.match(queue):
-        raise ValueError(f"invalid queue name {queue!r}: it must match {QUEUE_PATTERN.pattern}")
+    if not isinstance(queue, str) or not QUEUE_PATTERN.fullmatch(queue):
+        raise ValueError(f"invalid queue name {_shown(queue)}: it must match {QUEUE_PATTERN.pattern}")
     return queue
 
 

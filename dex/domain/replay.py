@@ -32,8 +32,10 @@ from dex.domain.definitions import (
     Signature,
     WorkflowDefinition,
     validate_name,
+    validate_optional_text,
     validate_priority,
     validate_queue,
+    validate_text,
 )
 from dex.domain.errors import (
     ActivityFailedError,
@@ -420,9 +422,10 @@ class WorkflowExecutor:
             workflow_name=name,
             input=tuple(self.converter.encode(a) for a in args),
             queue=validate_queue(queue) if queue is not None else (definition.queue if definition else "default"),
-            instance_id=instance_id,
+            # storable text only: no length rule here, which histories recorded before it would break
+            instance_id=validate_optional_text(instance_id, "instance_id"),
             priority=validate_priority(priority) if priority is not None else self.created.priority,
-            concurrency_key=concurrency_key,
+            concurrency_key=validate_optional_text(concurrency_key, "concurrency_key"),
             labels=normalize_labels(labels),
         )
         _seq, event = self._issue_or_abort(command)
@@ -503,12 +506,15 @@ def _definition_of(
 
 
 def normalize_labels(labels: Mapping[str, str] | None) -> ev.Labels:
-    """Labels as a sorted tuple of pairs, checked to be strings."""
+    """Labels as a sorted tuple of pairs, checked to be storable strings (``validate_text``)."""
     if not labels:
         return ()
     if not isinstance(labels, Mapping):
         raise TypeError(f"labels must be a mapping of str to str, got {type(labels).__name__}")
+    pairs = []
     for key, value in labels.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"labels must map str to str, got {key!r}: {value!r}")
-    return tuple(sorted(labels.items()))
+        key = validate_text(key, "labels key")
+        pairs.append((key, validate_text(value, f"labels[{key!r}] value")))
+    return tuple(sorted(pairs))

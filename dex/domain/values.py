@@ -21,37 +21,112 @@ class Payload:
     message_type: str = ""
 
 
+def visible_text(text: str) -> str:
+    """``text`` as it can be stored: a code point with no UTF-8 form (a lone surrogate, as in
+    ``"\\ud800"``) becomes its visible escape, the six characters ``\\ud800``; everything else,
+    NUL included (a failure is stored as protobuf bytes, never in a text column), is kept."""
+    if not isinstance(text, str) or text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+# the deepest chain of causes a failure records (a longer one, or a cycle, is cut short)
+MAX_CAUSES = 32
+
+
 @attrs.frozen(kw_only=True)
 class FailureInfo:
-    """What went wrong: exception type, message, stack, whether retrying is pointless, cause."""
+    """What went wrong: exception type, message, stack, whether retrying is pointless, cause.
 
-    type: str
-    message: str
-    stack_trace: str = ""
+    Its texts are always storable (``visible_text``): an exception message with a lone surrogate
+    cannot hold up the batch of writes that records it.
+    """
+
+    type: str = attrs.field(converter=visible_text)
+    message: str = attrs.field(converter=visible_text)
+    stack_trace: str = attrs.field(default="", converter=visible_text)
     terminal: bool = False
     cause: FailureInfo | None = None
 
     @classmethod
     def from_exception(cls, exc: BaseException, *, terminal: bool | None = None) -> FailureInfo:
-        """Describe ``exc`` (and its ``__cause__`` chain) as a failure."""
-        if terminal is None:
-            terminal = isinstance(exc, ApplicationError) and exc.terminal
-        cause_exc = exc.__cause__
-        carried = getattr(exc, "failure", None)
-        cause: FailureInfo | None
-        if cause_exc is not None:
-            cause = cls.from_exception(cause_exc, terminal=False)
-        elif isinstance(carried, FailureInfo):
-            cause = carried
-        else:
-            cause = None
-        return cls(
-            type=type(exc).__name__,
-            message=str(exc),
-            stack_trace="".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False)),
-            terminal=terminal,
-            cause=cause,
-        )
+        """Describe ``exc`` (and its ``__cause__`` chain) as a failure. Never raises.
+
+        User code's exceptions may be hostile: a ``__str__`` that raises, a ``terminal`` or
+        ``failure`` property that raises, a cycle of causes. What cannot be read becomes a
+        placeholder naming the exception's type, so the failure is still recorded.
+        """
+        chain = [exc]
+        seen = {id(exc)}
+        while len(chain) <= MAX_CAUSES:
+            cause_exc = _attribute(chain[-1], "__cause__")
+            if not isinstance(cause_exc, BaseException) or id(cause_exc) in seen:
+                break
+            seen.add(id(cause_exc))
+            chain.append(cause_exc)
+        # the innermost cause first: each exception's failure is built on its cause's
+        innermost = chain[-1]
+        carried = _attribute(innermost, "failure") if _attribute(innermost, "__cause__") is None else None
+        cause = carried if isinstance(carried, FailureInfo) else None
+        for position in range(len(chain) - 1, -1, -1):
+            current = chain[position]
+            if position == 0 and terminal is not None:
+                is_terminal = terminal
+            elif position == 0:
+                is_terminal = isinstance(current, ApplicationError) and _truthy(_attribute(current, "terminal"))
+            else:
+                is_terminal = False
+            cause = cls(
+                type=_type_name(current),
+                message=_message(current),
+                stack_trace=_stack_trace(current),
+                terminal=is_terminal,
+                cause=cause,
+            )
+        assert cause is not None
+        return cause
+
+
+def _attribute(exc: BaseException, name: str) -> object:
+    try:
+        return getattr(exc, name, None)
+    except BaseException:  # noqa: BLE001 - a property of user code that raises reads as absent
+        return None
+
+
+def _truthy(value: object) -> bool:
+    try:
+        return bool(value)
+    except BaseException:  # noqa: BLE001 - a __bool__ that raises: not terminal, the policy decides
+        return False
+
+
+def _type_name(exc: BaseException) -> str:
+    name = type(exc).__name__
+    return name if isinstance(name, str) else "<unnamed exception type>"
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except BaseException as error:  # noqa: BLE001 - the failure must be recorded all the same
+        return f"<unprintable {_type_name(exc)}: __str__ raised {_type_name(error)}>"
+    return text
+
+
+def _stack_trace(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False))
+    except BaseException as error:  # noqa: BLE001 - fall back to the frames alone
+        try:
+            frames = "".join(traceback.format_tb(exc.__traceback__))
+        except BaseException:  # noqa: BLE001
+            frames = ""
+        return f"{frames}<{_type_name(exc)}: its traceback could not be formatted ({_type_name(error)})>"
 
 
 def describe_failure(failure: FailureInfo) -> str:

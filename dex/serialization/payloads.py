@@ -5,7 +5,8 @@ Three encodings cover everything dex sends:
 * ``json/plain`` — JSON-compatible values (None, bool, int, float, str, lists, tuples, dicts
   with str keys) and attrs classes / dataclasses, which cattrs unstructures to JSON data
   first and structures back from the receiver's type hint;
-* ``binary/plain`` — a ``bytes`` value, as is;
+* ``binary/plain`` — a ``bytes`` value, as is (a ``bytearray`` too: it comes back as ``bytes``,
+  or as a ``bytearray`` where the receiver's hint asks for one);
 * ``binary/protobuf`` — a protobuf message, with its full name in ``message_type``.
 
 Anything else raises :class:`~dex.domain.errors.SerializationError` naming the type and where
@@ -16,12 +17,14 @@ Nothing is ever pickled.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import json
 import types
 import typing
 from typing import Any
 
+import attrs
 import cattrs
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
@@ -59,7 +62,7 @@ class PayloadConverter:
 
     def encode(self, value: object) -> Payload:
         """Turn ``value`` into a payload; raise :class:`SerializationError` if it cannot be sent."""
-        if isinstance(value, bytes):
+        if isinstance(value, (bytes, bytearray)):
             payload = Payload(encoding=BINARY_PLAIN, data=bytes(value))
         elif isinstance(value, ProtoMessage):
             # Deterministic output keeps replayed arguments byte-equal (map fields are sorted).
@@ -84,6 +87,8 @@ class PayloadConverter:
         if payload.encoding == JSON_PLAIN:
             return self._decode_json(payload, hint)
         if payload.encoding == BINARY_PLAIN:
+            if hint is bytearray:
+                return bytearray(payload.data)
             return _check_instance(bytes(payload.data), hint)
         if payload.encoding == BINARY_PROTOBUF:
             return _check_instance(_decode_protobuf(payload, hint), hint)
@@ -115,6 +120,11 @@ class PayloadConverter:
                 f"value of type {_type_name(value)} is not serialisable: it holds a string that is not valid Unicode ({exc.reason})"
             ) from None
         except Exception as exc:
+            # cattrs fails on a dict key it cannot keep (a tuple key becomes a list); say where
+            found = _bad_key(value, ())
+            if found is not None:
+                container, path, key = found
+                raise SerializationError(_key_refused(container, path, key)) from None
             raise SerializationError(f"value of type {_type_name(value)} is not serialisable: {exc}") from exc
 
     def _decode_json(self, payload: Payload, hint: object) -> Any:
@@ -191,10 +201,7 @@ def _validate_json(data: object, path: tuple[object, ...]) -> None:
     if isinstance(data, dict):
         for key, item in data.items():
             if not isinstance(key, str):
-                raise SerializationError(
-                    f"{_where(data, path)} is not serialisable: its key {key!r} is of type "
-                    f"{_type_name(key)}; only str keys are allowed"
-                )
+                raise SerializationError(_key_refused(data, path, key))
             _validate_json(item, (*path, key))
         return
     if isinstance(data, (bytes, bytearray)):
@@ -204,6 +211,45 @@ def _validate_json(data: object, path: tuple[object, ...]) -> None:
     else:
         reason = _ACCEPTED
     raise SerializationError(f"{_where(data, path)} is not serialisable: {reason}")
+
+
+def _key_refused(container: object, path: tuple[object, ...], key: object) -> str:
+    return (
+        f"{_where(container, path)} is not serialisable: its key {key!r} is of type "
+        f"{_type_name(key)}; only str keys are allowed"
+    )
+
+
+_Found = tuple[object, tuple[object, ...], object]  # the dict, where it sits, its key
+
+
+def _bad_key(value: object, path: tuple[object, ...], depth: int = 0) -> _Found | None:
+    """The first dict (with its path) in ``value`` whose key is not a str, and that key.
+
+    Looks into dicts, lists, tuples and the fields of attrs classes and dataclasses: only run
+    when encoding failed, to tell the user where."""
+    if depth > 100:
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return value, path, key
+            found = _bad_key(item, (*path, key), depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = _bad_key(item, (*path, index), depth + 1)
+            if found is not None:
+                return found
+    elif attrs.has(type(value)) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        cls: Any = type(value)
+        names = [f.name for f in (attrs.fields(cls) if attrs.has(cls) else dataclasses.fields(cls))]
+        for name in names:
+            found = _bad_key(getattr(value, name, None), (*path, name), depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _where(value: object, path: tuple[object, ...]) -> str:

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 
+from dex.adapters.memory import storable
 from dex.adapters.memory.tables import (
     CREATED,
     QUEUED,
@@ -69,6 +70,7 @@ class InMemoryAdapter:
 
     # -- runs ------------------------------------------------------------------------------
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        storable.created(run_id, created)
         with self._lock:
             existing = self._find_live_instance(created.instance_id)
             if existing is not None:
@@ -130,22 +132,28 @@ class InMemoryAdapter:
         return row
 
     def get_run(self, run_id: str) -> RunRecord | None:
+        storable.text(run_id, "run_id")
         with self._lock:
             row = self._runs.get(run_id)
             return row.record() if row is not None else None
 
     def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        storable.texts(run_ids, "run_id")
         with self._lock:
             rows = (self._runs.get(run_id) for run_id in dict.fromkeys(run_ids))
             return [row.record() for row in rows if row is not None]
 
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
+        storable.text(run_filter.workflow_name, "workflow_name")
+        storable.text(run_filter.instance_id, "instance_id")
+        storable.labels(run_filter.labels)
         with self._lock:
             rows = [row for row in self._runs.values() if _matches(row, run_filter)]
             rows.sort(key=lambda r: (r.created_at, r.position), reverse=True)
             return [row.record() for row in rows[: run_filter.limit]]
 
     def load_history(self, run_id: str) -> list[ev.HistoryEvent]:
+        storable.text(run_id, "run_id")
         with self._lock:
             row = self._runs.get(run_id)
             if row is None:
@@ -153,11 +161,16 @@ class InMemoryAdapter:
             return list(row.history)
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
+        storable.text(run_id, "run_id")
+        storable.protobuf(message, "message")
         with self._lock:
             self._live_run(run_id)
             self._push(run_id, message, now)
 
     def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
+        for run_id, message in items:  # one statement in PostgreSQL: one bad item fails them all
+            storable.text(run_id, "run_id")
+            storable.protobuf(message, "message")
         with self._lock:
             errors: list[DexError | None] = []
             for run_id, message in items:
@@ -170,6 +183,8 @@ class InMemoryAdapter:
             return errors
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
+        storable.text(run_id, "run_id")
+        storable.protobuf(message, "message")
         with self._lock:
             row = self._live_run(run_id)
             transition(row.status, target)
@@ -236,6 +251,8 @@ class InMemoryAdapter:
     def claim_workflow_tasks(
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[WorkflowTask]:
+        storable.texts(names, "workflow name")
+        storable.text(owner, "owner")
         with self._lock:
             ready = [
                 t
@@ -280,6 +297,7 @@ class InMemoryAdapter:
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
     ) -> list[bool]:
+        storable.workflow_results(results)  # before anything changes: the batch is all or nothing
         with self._lock:
             return [self._complete_workflow_task(task, result, now) for task, result in results]
 
@@ -395,6 +413,8 @@ class InMemoryAdapter:
     def claim_activity_tasks(
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[ActivityTask]:
+        storable.texts(names, "activity name")
+        storable.text(owner, "owner")
         with self._lock:
             ready = [
                 t
@@ -425,6 +445,7 @@ class InMemoryAdapter:
             return extended
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
+        storable.activity_outcomes(outcomes)  # before anything changes: the batch is all or nothing
         with self._lock:
             return [self._complete_activity_task(outcome, now) for outcome in outcomes]
 
@@ -504,6 +525,7 @@ class InMemoryAdapter:
 
     # -- leadership and maintenance -------------------------------------------------------------
     def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:
+        storable.text(node_id, "node_id")
         with self._lock:
             if self._leader is None or self._leader[0] == node_id or self._leader[1] <= now:
                 self._leader = (node_id, now + ttl)
