@@ -421,7 +421,12 @@ class WorkflowWorker:
             cached, item = preloaded[0], preloaded[1]
         else:
             cached = self.cache.take(task.run_id)
-            item = self._store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
+            try:
+                item = self._store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
+            except Exception:
+                if cached is not None:
+                    cached[0].close()  # not left to the garbage collector (SPEC §8)
+                raise
         if isinstance(item, Exception):
             if cached is not None:
                 cached[0].close()
