@@ -15,14 +15,17 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+import attrs
 import pytest
 
 import dex
+from dex.adapters.memory import InMemoryAdapter
 from dex.app.ports import StoreRejectedError
 from dex.domain import events as ev
 from dex.testing import VirtualClock
 
 MARK = "POISON"
+LEASE = timedelta(seconds=30)
 
 
 class RefusingStore:
@@ -223,3 +226,39 @@ def test_a_result_refused_even_as_a_failure_gives_its_task_back(refusing: Any, c
     engine.drain()
     assert engine.wait(healthy, timeout=5) == "h"
     assert engine.wait(stuck, timeout=5) == "s"  # retried after its backoff, and written this time
+
+
+def test_postgresql_refusing_a_value_fails_only_its_run(adapter_factory: Callable[[], Any], clock: VirtualClock) -> None:
+    """No wrapper: PostgreSQL itself refuses a NUL and a lone surrogate (the adapter says
+    StoreRejectedError), and the buffer splits the batch down to the run that carries one."""
+    adapter = adapter_factory()
+    if isinstance(adapter, InMemoryAdapter):
+        pytest.skip("PostgreSQL's own refusals")
+    engine = dex.Engine(adapter, workflows=[labelled])
+    run_ids = [engine.start_workflow(labelled, status) for status in ["A", "B", "C", "D"]]
+    engine.workflow_scheduler.step()
+    tasks = adapter.claim_workflow_tasks(frozenset({"labelled"}), engine.node_id, clock.now(), LEASE, 10)
+    tasks.sort(key=lambda task: run_ids.index(task.run_id))
+    results = [(task, engine.workflow_worker.execute(task)) for task in tasks]
+    for bad in ("nul\x00here", "lone \ud800 surrogate"):
+        doctored = [(results[1][0], attrs.evolve(results[1][1], custom_status=bad))]
+        with pytest.raises(StoreRejectedError, match="PostgreSQL refused the data"):
+            adapter.complete_workflow_tasks(doctored, clock.now())
+    # in a batch, through the buffer: B carries the NUL, C the surrogate; A and D are written
+    batch = [
+        results[0],
+        (results[1][0], attrs.evolve(results[1][1], custom_status="nul\x00here")),
+        (results[2][0], attrs.evolve(results[2][1], custom_status="lone \ud800 surrogate")),
+        results[3],
+    ]
+    engine.buffer.add_workflow_results(batch)
+    assert engine.buffer.flush() == 4 and len(engine.buffer) == 0
+    infos = [engine.get_run(run_id) for run_id in run_ids]
+    ok, failed = dex.RunStatus.COMPLETED, dex.RunStatus.FAILED
+    assert [i.status for i in infos] == [ok, failed, failed, ok]
+    for info in (infos[1], infos[2]):
+        assert info.failure is not None and info.failure.type == "StoreRejectedError"
+        assert info.failure.message.startswith("the store refused this task's result: PostgreSQL refused the data")
+    healthy = engine.start_workflow(labelled, "E")
+    engine.drain()
+    assert engine.wait(healthy, timeout=5) == "e"
