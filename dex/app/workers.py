@@ -31,7 +31,6 @@ from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import ApplicationError, NotRegisteredError, RunNotFoundError, SerializationError
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.retry import RetryPolicy
-from dex.domain.status import RunStatus
 from dex.domain.task import (
     InboxMessage,
     NewActivityTask,

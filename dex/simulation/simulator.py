@@ -248,7 +248,7 @@ class Simulator:
             node.engine.buffer.flush()
         result = node.engine.workflow_worker.execute(task)
         if result is None:
-            return f"task {task.task_id} dropped: retention deleted its run"
+            return f"task {task.task_id}: nothing to write (retention deleted its run, or it was given back)"
         node.engine.buffer.add_workflow_result(task, result)
         return f"task {task.task_id} -> {len(result.new_events)} events"
 
