@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import attrs
 
@@ -31,15 +31,12 @@ from dex.app.ports import (
     StoreRejectedError,
     WorkflowTask,
 )
+from dex.app.refusals import GiveBack, bisect, write_activity_outcomes, write_workflow_results
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
-from dex.domain.status import RunStatus
 from dex.domain.task import WorkflowTaskResult
-from dex.domain.values import FailureInfo
 
 log = logging.getLogger("dex.buffer")
-
-T = TypeVar("T")
 
 SCHEDULING = "scheduling"
 # the two lanes a started engine flushes in parallel (see ResultBuffer.flush)
@@ -109,7 +106,7 @@ class ResultBuffer:
         self.discarded = 0
         # gives a workflow task back to be retried later (WorkflowWorker.retry_later), for a
         # result the store refuses even as the run's failure
-        self.give_back: Callable[[WorkflowTask, str, BaseException | None], bool] | None = None
+        self.give_back: GiveBack | None = None
         # set by a started engine: completions then claim the next tasks in their own transaction
         self.dispatch: Dispatch | None = None
 
@@ -225,7 +222,7 @@ class ResultBuffer:
                 messages = []
             if heartbeats:
                 # a heartbeat the store refuses is dropped (its lease may lapse: a retry)
-                held = self._bisect(
+                held = bisect(
                     heartbeats, lambda part: self._store.extend_activity_leases(part, now), lambda _beat, _exc: True
                 )
                 with self._lock:
@@ -246,7 +243,7 @@ class ResultBuffer:
             # The store may be restarting. Keep what was not written and send it again with
             # the next flush: if a write did land after all, its lease check discards the
             # repeat. Senders of events are told now; they decide whether to retry. (Data the
-            # store refuses never gets here: _bisect settles it item by item.)
+            # store refuses never gets here: refusals.bisect settles it item by item.)
             with self._lock:
                 self._workflow_results[:0] = workflow_results
                 self._activity_outcomes[:0] = activity_outcomes
@@ -269,12 +266,12 @@ class ResultBuffer:
         claim = dispatch.workflow_claim([o.task.run_id for o in outcomes]) if dispatch is not None else None
         if dispatch is None or claim is None:
             left.update(EVERYTHING)
-            return self._write_activity_outcomes(outcomes, now)
+            return write_activity_outcomes(self._store, outcomes, now)
         try:
             applied, claimed, loaded = self._store.complete_activity_tasks_then_claim(outcomes, now, claim)
         except StoreRejectedError:
             left.update(EVERYTHING)  # the pollers claim what the split writes make due
-            return self._write_activity_outcomes(outcomes, now)
+            return write_activity_outcomes(self._store, outcomes, now)
         answered = sum(1 for outcome, ok in zip(outcomes, applied, strict=True) if ok and outcome.retry_at is None)
         if len(claimed) < answered:
             left.add(WORKFLOW)  # runs that got an answer and whose task we did not claim
@@ -297,7 +294,7 @@ class ResultBuffer:
         claim = dispatch.activity_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
             left.update(EVERYTHING)
-            return self._write_workflow_results(results, now)
+            return write_workflow_results(self._store, results, now, self._on_written, self.give_back)
         claimed: list[ActivityTask] = []
         try:
             applied, claimed = self._store.complete_workflow_tasks_then_claim(results, now, claim)
@@ -309,7 +306,7 @@ class ResultBuffer:
             dispatch.activities_claimed(claim, claimed)  # runs them, or frees the reservation
         if refused:
             left.update(EVERYTHING)  # the pollers claim what the split writes make due
-            return self._write_workflow_results(results, now)
+            return write_workflow_results(self._store, results, now, self._on_written, self.give_back)
         written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
         if len(claimed) < sum(len(r.activity_tasks) for r in written):
             left.add(ACTIVITY)  # activity tasks we had no room for
@@ -342,87 +339,6 @@ class ResultBuffer:
             pending.error = error
             pending.written.set()
 
-    # -- data the store refuses ------------------------------------------------------------------
-    def _bisect(
-        self, items: list[T], write: Callable[[list[T]], list[bool]], refused: Callable[[T, StoreRejectedError], bool]
-    ) -> list[bool]:
-        """``write(items)``; when the store refuses the batch for its data, each half is written
-        on its own, down to the single items it refuses, which ``refused`` settles (whether
-        something of it was applied). A store that is unavailable raises through: the caller
-        keeps the whole batch for the next flush (halves written already are repeats then,
-        which their lease checks discard)."""
-        try:
-            return write(items)
-        except StoreRejectedError as exc:
-            if len(items) == 1:
-                return [refused(items[0], exc)]
-            log.info("the store refused a batch of %d writes (%s); writing its halves apart", len(items), exc)
-            half = len(items) // 2
-            return self._bisect(items[:half], write, refused) + self._bisect(items[half:], write, refused)
-
-    def _write_activity_outcomes(self, outcomes: list[ActivityOutcome], now: datetime) -> list[bool]:
-        def refused(outcome: ActivityOutcome, exc: StoreRejectedError) -> bool:
-            # the attempt fails for good with the reason (the run's code may catch it); if even
-            # that is refused, the outcome is dropped and the attempt is retried once its lease lapses
-            task = outcome.task
-            failure = FailureInfo(
-                type=StoreRejectedError.__name__,
-                message=f"the store refused this activity attempt's outcome: {refusal_reason(exc)}",
-                terminal=True,
-            )
-            log.error(
-                "the store refused the outcome of activity %s of run %s, attempt %d: %s; the activity fails",
-                task.name,
-                task.run_id,
-                task.attempt,
-                refusal_reason(exc),
-                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
-            )
-            try:
-                return self._store.complete_activity_tasks([ActivityOutcome(task=task, failure=failure)], now)[0]
-            except StoreRejectedError:
-                log.error("the store refused the failure too; the attempt is retried when its lease lapses")
-                return False
-
-        return self._bisect(outcomes, lambda part: self._store.complete_activity_tasks(part, now), refused)
-
-    def _write_workflow_results(
-        self, results: list[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
-    ) -> list[tuple[WorkflowTaskResult, bool]]:
-        written: dict[int, WorkflowTaskResult] = {}  # id() of a refused item -> what replaced it
-
-        def refused(item: tuple[WorkflowTask, WorkflowTaskResult], exc: StoreRejectedError) -> bool:
-            # a result that can never be written would be retried forever: the run fails with
-            # the reason instead; if even that is refused, the task is given back for later
-            task, result = item
-            if self._on_written is not None:
-                self._on_written(task, result, False)  # the executor that decided it is closed
-            reason = refusal_reason(exc)
-            failure = FailureInfo(
-                type=StoreRejectedError.__name__,
-                message=f"the store refused this task's result: {reason}",
-                terminal=True,
-            )
-            log.error(
-                "the store refused the result of workflow task %s of run %s: %s; the run fails",
-                task.task_id,
-                task.run_id,
-                reason,
-                extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
-            )
-            failed = failed_result(task.run_id, result.expected_last_seq, result.consumed, now, failure)
-            try:
-                applied = self._store.complete_workflow_tasks([(task, failed)], now)[0]
-            except StoreRejectedError as again:
-                if self.give_back is None or not self.give_back(task, "the store refused its result", again):
-                    log.error("could not give back workflow task %s; its lease will lapse", task.task_id)
-                return False
-            written[id(item)] = failed
-            return applied
-
-        applied = self._bisect(results, lambda part: self._store.complete_workflow_tasks(part, now), refused)
-        return [(written.get(id(item), item[1]), ok) for item, ok in zip(results, applied, strict=True)]
-
     def _count_discarded(self, kind: str, task_ids: list[int], applied: list[bool]) -> None:
         lost = 0
         for task_id, ok in zip(task_ids, applied, strict=True):
@@ -433,30 +349,3 @@ class ResultBuffer:
             self.discarded += lost
             self._telemetry.leases_lost(kind, lost)
 
-
-def refusal_reason(exc: BaseException, limit: int = 500) -> str:
-    """The store's reason for a refusal, as text any store keeps: no NUL, no lone surrogate
-    (shown escaped), at most ``limit`` characters."""
-    try:
-        text = str(exc) or type(exc).__name__
-    except Exception:  # noqa: BLE001 - a reason that cannot be had is said so
-        text = type(exc).__name__
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def failed_result(
-    run_id: str, last: int, message_ids: Sequence[int], now: datetime, failure: FailureInfo
-) -> WorkflowTaskResult:
-    """A result that ends the run FAILED with ``failure``, consuming the given inbox messages."""
-    completion = ev.RunCompleted(status=RunStatus.FAILED, failure=failure)
-    events: list[ev.Event] = [ev.WorkflowTaskStarted(), completion, ev.WorkflowTaskCompleted()]
-    return WorkflowTaskResult(
-        run_id=run_id,
-        expected_last_seq=last,
-        new_events=tuple(
-            ev.HistoryEvent(sequence_number=last + i + 1, timestamp=now, event=e) for i, e in enumerate(events)
-        ),
-        consumed=tuple(message_ids),
-        completion=completion,
-    )

@@ -20,8 +20,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
-from dex.app.buffer import ResultBuffer, failed_result
+from dex.app.buffer import ResultBuffer
 from dex.app.ports import ActivityOutcome, ActivityTask, Loaded, Store, UnreadableHistoryError, WorkflowTask
+from dex.app.refusals import failed_result
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
 from dex.app.telemetry import Telemetry, TelemetryHub

@@ -22,6 +22,7 @@ import dex
 from dex.adapters.memory import InMemoryAdapter
 from dex.app.ports import StoreRejectedError
 from dex.domain import events as ev
+from dex.domain.state import fold
 from dex.testing import VirtualClock
 
 MARK = "POISON"
@@ -119,9 +120,31 @@ def test_a_refused_result_fails_only_its_run_and_the_rest_of_the_batch_commits(r
             assert info.status is dex.RunStatus.COMPLETED and info.result == status.lower()
     with pytest.raises(dex.WorkflowFailedError, match="the store refused this task's result"):
         engine.wait(run_ids[2], timeout=1)
+    history = engine.history(run_ids[2])
+    assert fold(history).status is dex.RunStatus.FAILED  # a history like any other: it started, then failed
+    assert [e.kind for e in history][:3] == ["RunCreated", "WorkflowTaskStarted", "RunStarted"]
     healthy = engine.start_workflow(labelled, "E")
     engine.drain()
     assert engine.wait(healthy, timeout=5) == "e"
+
+
+@dex.workflow
+async def parent_of(ctx: dex.WorkflowContext, status: str) -> str:
+    try:
+        return await ctx.child(labelled, status)  # type: ignore[no-any-return]
+    except dex.ChildWorkflowFailedError as exc:
+        return f"child failed: {exc.failure.type}: {exc.failure.message}"
+
+
+def test_a_child_whose_result_is_refused_fails_and_its_parent_is_told(refusing: Any) -> None:
+    engine, _store = refusing([parent_of, labelled])
+    parent = engine.start_workflow(parent_of, MARK)
+    engine.drain()
+    told = engine.wait(parent, timeout=5)  # the parent does not wait forever for its child
+    assert told.startswith("child failed: StoreRejectedError: the store refused this task's result")
+    healthy = engine.start_workflow(parent_of, "ok")
+    engine.drain()
+    assert engine.wait(healthy, timeout=5) == "ok"
 
 
 @dex.activity
@@ -228,7 +251,9 @@ def test_a_result_refused_even_as_a_failure_gives_its_task_back(refusing: Any, c
     assert engine.wait(stuck, timeout=5) == "s"  # retried after its backoff, and written this time
 
 
-def test_postgresql_refusing_a_value_fails_only_its_run(adapter_factory: Callable[[], Any], clock: VirtualClock) -> None:
+def test_postgresql_refusing_a_value_fails_only_its_run(
+    adapter_factory: Callable[[], Any], clock: VirtualClock
+) -> None:
     """No wrapper: PostgreSQL itself refuses a NUL and a lone surrogate (the adapter says
     StoreRejectedError), and the buffer splits the batch down to the run that carries one."""
     adapter = adapter_factory()

@@ -121,7 +121,8 @@ def drive(kind: str, runs: int, fault_seconds: float, monkeypatch: pytest.Monkey
             started = time.monotonic()
             time.sleep(max(0.0, began + fault_seconds - started))  # the faults go on for a while
             store.enabled = False
-            print(f"{kind}: {runs} runs started in {started - began:.1f} s, faults off after {time.monotonic() - began:.1f} s")
+            faults_off = time.monotonic() - began
+            print(f"{kind}: {runs} runs started in {started - began:.1f} s, faults off after {faults_off:.1f} s")
             assert sum(store.injected.values()) > runs, store.injected  # the faults did strike
             assert store.injected["after"] and store.injected["before"] and store.injected["timeout"]
             results = {}
