@@ -6,6 +6,10 @@ soon as they are free, so batches grow with the load and a lone workflow is not 
 buffer. External events are a group commit: ``send_event``
 returns only once its batch is written, so the caller still learns about a missing or finished
 run, while concurrent senders share one write.
+
+A batch the store cannot write now (the connection lost, a timeout) is kept whole for the next
+flush; a batch whose data it refuses (``StoreRejectedError``) is split down to the refused
+items, each settled alone, and the rest is written (:mod:`dex.app.refusals`).
 """
 
 from __future__ import annotations

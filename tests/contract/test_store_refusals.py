@@ -287,3 +287,20 @@ def test_postgresql_refusing_a_value_fails_only_its_run(
     healthy = engine.start_workflow(labelled, "E")
     engine.drain()
     assert engine.wait(healthy, timeout=5) == "e"
+
+
+def test_the_postgresql_adapter_tells_refused_data_from_an_unavailable_server() -> None:
+    import psycopg
+    import psycopg.errors
+
+    from dex.adapters.postgres.refusals import refusals
+
+    for refused in (psycopg.errors.CharacterNotInRepertoire("0x00"), psycopg.errors.NumericValueOutOfRange("big")):
+        with pytest.raises(StoreRejectedError, match="PostgreSQL refused the data"), refusals():
+            raise refused
+    with pytest.raises(StoreRejectedError, match="surrogates not allowed at position 1"), refusals():
+        "a\ud800".encode()
+    # the server down, a timeout, a dropped table: the batch waits (and splitting would not help)
+    for kept in (psycopg.OperationalError("server closed"), psycopg.errors.UndefinedTable("gone"), TimeoutError()):
+        with pytest.raises(type(kept)), refusals():
+            raise kept
