@@ -352,4 +352,3 @@ class ResultBuffer:
         if lost:
             self.discarded += lost
             self._telemetry.leases_lost(kind, lost)
-
