@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import attrs
@@ -18,10 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dex.app.ports import Lease
 from dex.domain.status import RunStatus
 from dex.domain.values import FailureInfo
 from dex.simulation import FAULT_KINDS, Fault, Simulator
 from dex.simulation.invariants import InvariantViolation
+from dex.simulation.ledgers import LeaseLedger
 from dex.simulation.referee import RunLog
 from tests.simulation.test_simulation import STEPS, explore, seeds, simulate
 
@@ -101,3 +104,15 @@ def test_a_run_failed_by_the_machinery_is_caught() -> None:
     with pytest.raises(InvariantViolation, match="machinery-never-fails-a-run"):
         simulator.referee._check_failed_by_its_code(log, failed)
     assert isinstance(log, RunLog)
+
+
+def test_the_lease_ledger_accepts_only_the_latest_claim_given_back() -> None:
+    now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    ledger = LeaseLedger()
+    first = Lease(owner="n1", until=now + timedelta(seconds=30), version=1)
+    ledger.claimed("workflow", 7, "run", first, now)
+    ledger.given_back("workflow", 7, first, True)  # released: another claim may come at once
+    second = Lease(owner="n2", until=now + timedelta(seconds=30), version=2)
+    ledger.claimed("workflow", 7, "run", second, now)
+    with pytest.raises(InvariantViolation, match="no-two-live-leases"):
+        ledger.given_back("workflow", 7, first, True)  # the store gave back a lease it had lost
