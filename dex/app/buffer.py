@@ -6,6 +6,10 @@ soon as they are free, so batches grow with the load and a lone workflow is not 
 buffer. External events are a group commit: ``send_event``
 returns only once its batch is written, so the caller still learns about a missing or finished
 run, while concurrent senders share one write.
+
+A batch the store cannot write now (the connection lost, a timeout) is kept whole for the next
+flush; a batch whose data it refuses (``StoreRejectedError``) is split down to the refused
+items, each settled alone, and the rest is written (:mod:`dex.app.refusals`).
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from dex.app.ports import (
     Claim,
     Loaded,
     Store,
+    StoreRejectedError,
     WorkflowTask,
 )
+from dex.app.refusals import GiveBack, bisect, write_activity_outcomes, write_workflow_results
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
 from dex.domain.task import WorkflowTaskResult
@@ -108,6 +114,9 @@ class ResultBuffer:
         self._abandoned: set[tuple[int, int]] = set()  # (task id, lease version): see abandon()
         self.background = False
         self.discarded = 0
+        # gives a workflow task back to be retried later (WorkflowWorker.retry_later), for a
+        # result the store refuses even as the run's failure
+        self.give_back: GiveBack | None = None
         # set by a started engine: completions then claim the next tasks in their own transaction
         self.dispatch: Dispatch | None = None
 
@@ -166,7 +175,10 @@ class ResultBuffer:
             self._heartbeats[_lease_key(task)] = task
             self._wanted.notify_all()
         if not self.background:
-            self.flush()
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - the store's trouble is not the activity's: it stays queued
+                log.info("a heartbeat's flush failed; it is sent again with the next one", exc_info=True)
         with self._lock:
             return _lease_key(task) not in self._lost_leases
 
@@ -239,7 +251,12 @@ class ResultBuffer:
                 self._write_messages(messages, now)
                 messages = []
             if heartbeats:
-                held = self._store.extend_activity_leases(heartbeats, now, self._activity_lease)
+                # a heartbeat the store refuses is dropped (its lease may lapse: a retry)
+                held = bisect(
+                    heartbeats,
+                    lambda part: self._store.extend_activity_leases(part, now, self._activity_lease),
+                    lambda _beat, _exc: True,
+                )
                 with self._lock:
                     self._lost_leases.update(_lease_key(t) for t, ok in zip(heartbeats, held, strict=True) if not ok)
                 heartbeats = []
@@ -248,15 +265,17 @@ class ResultBuffer:
                 self._count_discarded("activity", [o.task.task_id for o in activity_outcomes], applied)
                 activity_outcomes = []
             if workflow_results:
-                applied = self._complete_workflows(workflow_results, now, left)
+                written = self._complete_workflows(workflow_results, now, left)
+                applied = [ok for _result, ok in written]
                 self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
                 if self._on_written is not None:
-                    for (task, result), ok in zip(workflow_results, applied, strict=True):
+                    for (task, _result), (result, ok) in zip(workflow_results, written, strict=True):
                         self._on_written(task, result, ok)
         except Exception as exc:
             # The store may be restarting. Keep what was not written and send it again with
             # the next flush: if a write did land after all, its lease check discards the
-            # repeat. Senders of events are told now; they decide whether to retry.
+            # repeat. Senders of events are told now; they decide whether to retry. (Data the
+            # store refuses never gets here: refusals.bisect settles it item by item.)
             with self._lock:
                 self._workflow_results[:0] = workflow_results
                 self._activity_outcomes[:0] = activity_outcomes
@@ -279,8 +298,12 @@ class ResultBuffer:
         claim = dispatch.workflow_claim([o.task.run_id for o in outcomes]) if dispatch is not None else None
         if dispatch is None or claim is None:
             left.update(EVERYTHING)
-            return self._store.complete_activity_tasks(outcomes, now)
-        applied, claimed, loaded = self._store.complete_activity_tasks_then_claim(outcomes, now, claim)
+            return write_activity_outcomes(self._store, outcomes, now)
+        try:
+            applied, claimed, loaded = self._store.complete_activity_tasks_then_claim(outcomes, now, claim)
+        except StoreRejectedError:
+            left.update(EVERYTHING)  # the pollers claim what the split writes make due
+            return write_activity_outcomes(self._store, outcomes, now)
         answered = sum(1 for outcome, ok in zip(outcomes, applied, strict=True) if ok and outcome.retry_at is None)
         if len(claimed) < answered:
             left.add(WORKFLOW)  # runs that got an answer and whose task we did not claim
@@ -295,18 +318,27 @@ class ResultBuffer:
 
     def _complete_workflows(
         self, results: list[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, left: set[str]
-    ) -> list[bool]:
-        """Write workflow results; with a dispatch, claim the activity tasks they make due."""
+    ) -> list[tuple[WorkflowTaskResult, bool]]:
+        """Write workflow results; with a dispatch, claim the activity tasks they make due.
+        Per result, what was written for its task (itself, or the run's failure when the store
+        refused it) and whether the store applied it."""
         dispatch = self.dispatch if self.background else None
         claim = dispatch.activity_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
             left.update(EVERYTHING)
-            return self._store.complete_workflow_tasks(results, now)
+            return write_workflow_results(self._store, results, now, self._on_written, self.give_back)
         claimed: list[ActivityTask] = []
         try:
             applied, claimed = self._store.complete_workflow_tasks_then_claim(results, now, claim)
+        except StoreRejectedError:
+            refused = True
+        else:
+            refused = False
         finally:
             dispatch.activities_claimed(claim, claimed)  # runs them, or frees the reservation
+        if refused:
+            left.update(EVERYTHING)  # the pollers claim what the split writes make due
+            return write_workflow_results(self._store, results, now, self._on_written, self.give_back)
         written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
         if len(claimed) < sum(len(r.activity_tasks) for r in written):
             left.add(ACTIVITY)  # activity tasks we had no room for
@@ -318,10 +350,23 @@ class ResultBuffer:
             left.update((WORKFLOW, SCHEDULING))
         if claimed:
             self._telemetry.tasks_claimed("activity", len(claimed))
-        return applied
+        return [(result, ok) for (_task, result), ok in zip(results, applied, strict=True)]
 
     def _write_messages(self, messages: list[_PendingMessage], now: datetime) -> None:
-        errors = self._store.send_messages([(p.run_id, p.message) for p in messages], now)
+        """Write events and tell each sender how it went; the sender of an event the store
+        refuses gets the StoreRejectedError, the others' events are written."""
+        try:
+            errors: Sequence[BaseException | None] = self._store.send_messages(
+                [(p.run_id, p.message) for p in messages], now
+            )
+        except StoreRejectedError as exc:
+            if len(messages) == 1:
+                errors = [exc]
+            else:
+                half = len(messages) // 2
+                self._write_messages(messages[:half], now)
+                self._write_messages(messages[half:], now)
+                return
         for pending, error in zip(messages, errors, strict=True):
             pending.error = error
             pending.written.set()

@@ -129,6 +129,7 @@ class Engine(AsyncEngineMixin):
             telemetry=self.telemetry,
             tracing=self.tracing,
         )
+        self.buffer.give_back = self.workflow_worker.retry_later  # a result the store refuses outright
         # the application's calls (start, send, transitions) go first: see runner.Foreground
         self.foreground = Foreground()
         self.workflow_worker.foreground = self.foreground

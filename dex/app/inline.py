@@ -22,6 +22,7 @@ attempt in a process always takes the ordinary path: that is how its duration be
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from dex.app.ports import ActivityTask, Lease, QueueInfo
 from dex.app.workers import ActivityWorker
 from dex.domain import events as ev
 from dex.domain.task import NewActivityTask
+
+log = logging.getLogger("dex.worker")
 
 # what an inline attempt gives its task: the run's message, or the task that retries it
 Answer = tuple[ev.ActivityTaskCompleted | ev.ActivityTaskFailed | None, NewActivityTask | None]
@@ -56,7 +59,13 @@ class QueueView:
         """Whether the activity queue is active and below its capacity (as last read)."""
         with self._lock:
             if time.monotonic() - self._read_at >= self._ttl:
-                self._queues = {info.name: info for info in self._read() if info.kind == "activity"}
+                try:
+                    self._queues = {info.name: info for info in self._read() if info.kind == "activity"}
+                except Exception:  # noqa: BLE001 - the store is unreachable: no run may fail of that
+                    # run nothing inline until the next read: activities take the ordinary path,
+                    # which waits for the store anyway (SPEC §8: the machinery never fails a run)
+                    self._queues = {}
+                    log.info("could not read the queues; activities run inline again once they are read", exc_info=True)
                 self._read_at = time.monotonic()
             info = self._queues.get(queue)
         return info is not None and info.status == "ACTIVE" and info.depth < info.capacity

@@ -37,6 +37,17 @@ class UnreadableHistoryError(Exception):
         self.run_id, self.last_seq, self.message_ids, self.detail = run_id, last_seq, tuple(message_ids), detail
 
 
+class StoreRejectedError(Exception):
+    """The store refused the data of a write (a value it cannot hold: an encoding, a range, a
+    constraint), as opposed to being unavailable (``ConnectionError``, a timeout, anything else).
+
+    Sending the same data again fails the same way, so a batch that gets this is split until
+    the item it refuses is found, and only that item's task or run bears it (``ResultBuffer``);
+    a store that is unavailable keeps the whole batch for the next flush instead. Adapters
+    raise it for the writes the buffer makes (completions, messages, heartbeats).
+    """
+
+
 class Clock(Protocol):
     def now(self) -> datetime:
         """The current time, UTC and aware."""

@@ -14,7 +14,7 @@ import statistics
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ from dex.app.ports import (
     UnreadableHistoryError,
     WorkflowTask,
 )
+from dex.app.refusals import failed_result
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
 from dex.app.telemetry import Telemetry, TelemetryHub
@@ -40,7 +41,6 @@ from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import ApplicationError, NotRegisteredError, RunNotFoundError, SerializationError
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.retry import RetryPolicy
-from dex.domain.status import RunStatus
 from dex.domain.task import (
     InboxMessage,
     NewActivityTask,
@@ -210,7 +210,14 @@ class WorkflowWorker:
         if claim and len(tasks) < self._batch_size:
             now = self._store.clock.now()
             limit = self._batch_size - len(tasks)
-            claimed = self._store.claim_workflow_tasks(self._names, self._node_id, now, self._lease, limit)
+            try:
+                claimed = self._store.claim_workflow_tasks(self._names, self._node_id, now, self._lease, limit)
+            except Exception:
+                # the store failed the claim: the tasks handed to us stay ours for the next
+                # round (the polling thread backs off first)
+                with self._handed_lock:
+                    self._handed[:0] = handed
+                raise
             if claimed:
                 self._telemetry.tasks_claimed("workflow", len(claimed))
             self.claimed_full = len(claimed) == limit  # the queue may hold more
@@ -227,7 +234,12 @@ class WorkflowWorker:
             for (task, given), entry in zip(handed, cached, strict=True)
             if given is None
         ]
-        fresh = iter(self._store.load_workflow_tasks(requests, now) if requests else [])
+        fresh: Iterator[Loaded] = iter([])
+        if requests:
+            try:
+                fresh = iter(self._store.load_workflow_tasks(requests, now))
+            except Exception as exc:  # noqa: BLE001 - the store failed the load: the tasks, not the runs
+                fresh = self._give_back_unloaded([task for task, _after in requests], exc)
         # the round's results go to the buffer together: its flush writes them in one
         # transaction, instead of the first alone and the rest after it
         done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
@@ -241,7 +253,7 @@ class WorkflowWorker:
                     if self.foreground.busy() and result.new_events:
                         # the flusher writes the round in one go without stepping aside: its
                         # encoding is done here, between tasks, while the application's call waits
-                        encode_block_ahead(result.new_events)
+                        _encode_ahead(result)
                     done.append((task, result))
                     outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
                     self._telemetry.task_finished(
@@ -255,7 +267,16 @@ class WorkflowWorker:
         return len(tasks)
 
     def execute(self, task: WorkflowTask, preloaded: _Preloaded | None = None) -> WorkflowTaskResult | None:
-        """Decide ``task``; None when its run no longer exists (retention took it)."""
+        """Decide ``task``; None when there is nothing to write: its run no longer exists
+        (retention took it), or the task failed for a reason outside its workflow code and was
+        given back to be retried (:meth:`retry_later`).
+
+        Workflow code never fails a task: whatever it raises (or a non-determinism) is caught
+        by the core and becomes the run's ``RunCompleted(FAILED)`` in the result. So an
+        exception that escapes loading, replaying or advancing is the machinery's — the store
+        unreachable, a bug of dex — and fails only the task (SPEC §8), which is retried with
+        a backoff; a bug that recurs on every attempt is retried (and logged) every 5 minutes
+        at most, and the run waits, FAILED by nothing but its own code."""
         now = preloaded[2] if preloaded is not None else self._store.clock.now()
         executor: WorkflowExecutor | None = None
         try:
@@ -268,18 +289,23 @@ class WorkflowWorker:
                 extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
             )
             return None
+        except _GivenBack:  # its round's load failed, and it was given back already
+            return None
         except UnreadableHistoryError as exc:
             log.error("%s; the run fails", exc, extra={"run_id": task.run_id, "workflow_name": task.workflow_name})
             failure = FailureInfo(type="UnreadableHistoryError", message=str(exc), terminal=True)
             return failed_result(task.run_id, exc.last_seq, exc.message_ids, now, failure)
-        created = executor.created if executor is not None else history[0].event
-        trace_context = created.trace_context if isinstance(created, ev.RunCreated) else ()
-        attributes: dict[str, str | int] = {
-            "dex.run_id": task.run_id,
-            "dex.workflow": task.workflow_name,
-            "dex.task_id": task.task_id,
-        }
+        except Exception as exc:  # noqa: BLE001 - the store failed the load: the task, not the run
+            self.retry_later(task, f"loading its run failed: {_describe(exc)}", exc)
+            return None
         try:
+            created = executor.created if executor is not None else history[0].event
+            trace_context = created.trace_context if isinstance(created, ev.RunCreated) else ()
+            attributes: dict[str, str | int] = {
+                "dex.run_id": task.run_id,
+                "dex.workflow": task.workflow_name,
+                "dex.task_id": task.task_id,
+            }
             with self._tracing.span(f"dex.workflow-task {task.workflow_name}", trace_context, attributes):
                 if executor is None:
                     executor = replay_history(
@@ -292,17 +318,14 @@ class WorkflowWorker:
                     )
                 result = advance(executor, last_seq, inbox, now)
                 if self.inline is not None and task.lease.version == 1:
+                    # inline attempts that ran before a failure here run again when the task
+                    # is retried: activities run at least once
                     result = self._run_inline(self.inline, task, executor, result)
-        except Exception as exc:  # a history the core cannot read fails that run, not the worker
-            log.exception(
-                "workflow task for run %s failed",
-                task.run_id,
-                extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
-            )
+        except Exception as exc:  # noqa: BLE001 - not the workflow's code (see above): the task fails
             if executor is not None:
                 executor.close()
-            failure = FailureInfo.from_exception(exc, terminal=True)
-            return failed_result(task.run_id, last_seq, [m.message_id for m in inbox], now, failure)
+            self.retry_later(task, f"deciding it failed: {_describe(exc)}", exc)
+            return None
         if executor.finished or result.new_history is not None:
             executor.close()
         elif not result.new_events:
@@ -313,6 +336,16 @@ class WorkflowWorker:
             with self._unwritten_lock:
                 self._unwritten[(task.task_id, task.lease.version)] = (executor, result.new_events[-1].sequence_number)
         return result
+
+    def _give_back_unloaded(self, tasks: Sequence[WorkflowTask], exc: Exception) -> Iterator[Loaded]:
+        """The load of a round failed: give its tasks back (``retry_later``) while the store takes
+        them; once it does not, the rest lapse with their leases (a retry all the same, without
+        a call per task to a store that is down). Yields, per task, the error to skip it by."""
+        giving_back = True
+        for task in tasks:
+            if giving_back:
+                giving_back = self.retry_later(task, f"loading its run failed: {_describe(exc)}", exc)
+            yield _GivenBack(task.task_id)
 
     def _run_inline(
         self, inline: InlineActivities, task: WorkflowTask, executor: WorkflowExecutor, result: WorkflowTaskResult
@@ -397,7 +430,12 @@ class WorkflowWorker:
             cached, item = preloaded[0], preloaded[1]
         else:
             cached = self.cache.take(task.run_id)
-            item = self._store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
+            try:
+                item = self._store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
+            except Exception:
+                if cached is not None:
+                    cached[0].close()  # not left to the garbage collector (SPEC §8)
+                raise
         if isinstance(item, Exception):
             if cached is not None:
                 cached[0].close()
@@ -417,21 +455,26 @@ class WorkflowWorker:
         return None, history[-1].sequence_number, history, inbox
 
 
-def failed_result(
-    run_id: str, last: int, message_ids: Sequence[int], now: datetime, failure: FailureInfo
-) -> WorkflowTaskResult:
-    """A result that ends the run FAILED with ``failure``, consuming the given inbox messages."""
-    completion = ev.RunCompleted(status=RunStatus.FAILED, failure=failure)
-    events: list[ev.Event] = [ev.WorkflowTaskStarted(), completion, ev.WorkflowTaskCompleted()]
-    return WorkflowTaskResult(
-        run_id=run_id,
-        expected_last_seq=last,
-        new_events=tuple(
-            ev.HistoryEvent(sequence_number=last + i + 1, timestamp=now, event=e) for i, e in enumerate(events)
-        ),
-        consumed=tuple(message_ids),
-        completion=completion,
-    )
+class _GivenBack(Exception):
+    """Stands for the input of a task whose round failed to load it: the task was given back."""
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of a machinery error, for the log (a message that cannot be had is said so)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises still gets described
+        text = "<message unavailable>"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _encode_ahead(result: WorkflowTaskResult) -> None:
+    """Encode the result's history block for the flusher now; a block that cannot be encoded
+    is left to the flusher, which tells the task or run it belongs to (see the buffer)."""
+    try:
+        encode_block_ahead(result.new_events)
+    except Exception:  # noqa: BLE001 - only a head start: the flush encodes again, and reports it
+        log.debug("could not encode the result of run %s ahead of its flush", result.run_id, exc_info=True)
 
 
 class AsyncRunner:

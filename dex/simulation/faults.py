@@ -8,9 +8,13 @@ failure prints for the run to be replayed.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
+
+from dex.app.ports import Clock
 
 FAULT_KINDS: dict[str, str] = {
     "crash": "a node dies now: its claims lapse with their leases, its unflushed results are lost",
@@ -27,6 +31,8 @@ FAULT_KINDS: dict[str, str] = {
     "leader-loss": "time jumps past the leader lease and another node takes over",
     "activity-fails": "the next two activity executions raise a retryable error",
     "activity-fails-terminally": "the next activity execution raises a terminal error",
+    "store-errors": "a node's next 1 + pick store calls (any method) raise ConnectionError",
+    "store-flaky": "of a node's next 30 store calls, about a third (drawn from the seed) raise ConnectionError",
 }
 
 
@@ -51,3 +57,50 @@ def schedule(faults: Iterable[Fault | tuple[int, str, int]]) -> tuple[Fault, ...
     """The faults in the order they strike (stable for faults at the same step)."""
     items = [f if isinstance(f, Fault) else Fault(*f) for f in faults]
     return tuple(sorted(items, key=lambda f: f.at_step))
+
+
+class NodeStore:
+    """One node's way to the shared store, which ``store-errors`` and ``store-flaky`` faults
+    make fail: a failing call (any port method) raises ConnectionError instead of reaching the
+    store, as a cut connection or a database restart would."""
+
+    def __init__(self, store: Any, rng: random.Random) -> None:
+        self._store = store
+        self._rng = rng
+        self.failing = 0  # the next this many calls fail
+        self.flaky = 0  # of the next this many calls (after those), about a third fail
+        self.failed = 0
+
+    def _fails(self) -> bool:
+        if self.failing > 0:
+            self.failing -= 1
+            return True
+        if self.flaky > 0:
+            self.flaky -= 1
+            return self._rng.random() < 0.3
+        return False
+
+    def heal(self) -> None:
+        """No more failures (the store is back)."""
+        self.failing = self.flaky = 0
+
+    @property
+    def clock(self) -> Clock:
+        return self._store.clock  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._store, name)
+        if name.startswith("_") or not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._fails():
+                self.failed += 1
+                raise ConnectionError(f"simulated store error: connection lost during {name}")
+            return target(*args, **kwargs)
+
+        self.__dict__[name] = call  # found directly from now on
+        return call

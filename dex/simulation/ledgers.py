@@ -81,6 +81,18 @@ class LeaseLedger:
             claim.released = True  # the task is done, retried or dropped: the lease ends here
 
 
+    def given_back(self, kind: str, task_id: int, lease: Lease, ok: bool) -> None:
+        """A claim was given back without a result (retry_later); only the latest may be."""
+        claim = self._claims.get((kind, task_id))
+        latest = claim is not None and (claim.owner, claim.version) == (lease.owner, lease.version)
+        if ok and not latest:
+            raise InvariantViolation(
+                "no-two-live-leases", f"{kind} task {task_id}: lost lease {lease.owner} v{lease.version} was given back"
+            )
+        if ok and claim is not None:
+            claim.released = True
+
+
 class LeaderLedger:
     """Leadership leases: never two nodes whose leases overlap."""
 

@@ -56,6 +56,11 @@ class RunLog:
         return [*self.generations, self.history]
 
 
+# errors of the machinery, which may fail a task but never a run
+MACHINERY_ERRORS = frozenset(
+    {"ConnectionError", "TimeoutError", "StoreUnavailable", "StoreRejectedError", "OperationalError", "PoolTimeout"}
+)
+
 Delivery = tuple[str, Any]  # ("workflow", (task, result)) or ("activity", outcome)
 
 
@@ -201,6 +206,7 @@ class Referee:
             raise InvariantViolation(
                 "history-folds", f"run {log.run_id}: folds to {folded.value}, is {record.status.value}"
             )
+        self._check_failed_by_its_code(log, record)
         self._check_requests_honoured(log)
         created = log.history[0].event
         assert isinstance(created, ev.RunCreated)
@@ -210,6 +216,18 @@ class Referee:
         if problem is not None:
             raise InvariantViolation("workflow-results", f"run {log.run_id} ({log.workflow_name}{inputs}): {problem}")
         self._check_children(log)
+
+    def _check_failed_by_its_code(self, log: RunLog, record: RunRecord) -> None:
+        """A run is FAILED only by its workflow code or an activity's final failure, never by
+        the machinery: a store error, a refused write, a lost connection (SPEC §8)."""
+        failure = record.failure if record.status is RunStatus.FAILED else None
+        while failure is not None:
+            if failure.type in MACHINERY_ERRORS:
+                raise InvariantViolation(
+                    "machinery-never-fails-a-run",
+                    f"run {log.run_id} ({log.workflow_name}) FAILED of {failure.type}: {failure.message}",
+                )
+            failure = failure.cause
 
     def _check_requests_honoured(self, log: RunLog) -> None:
         """An accepted cancel or suspend reaches the history, unless a task that started no
@@ -304,6 +322,14 @@ class ObservedAdapter(InMemoryAdapter):
             for task in tasks:
                 self.referee.leases.claimed("workflow", task.task_id, task.run_id, task.lease, now)
         return tasks
+
+    def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
+        given_back = super().retry_workflow_tasks(retries, now)
+        with self.referee.judging():
+            for (task, _at), ok in zip(retries, given_back, strict=True):
+                self.referee.leases.given_back("workflow", task.task_id, task.lease, ok)
+                self.referee.counts["given back"] += ok
+        return given_back
 
     def claim_activity_tasks(
         self, names: Any, owner: str, now: datetime, lease: timedelta, limit: int

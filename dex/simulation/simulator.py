@@ -34,7 +34,7 @@ from dex.app.registry import ACTIVITY_ATTRIBUTE
 from dex.domain.errors import InvalidStateError
 from dex.domain.status import RunStatus
 from dex.serialization.payloads import PayloadConverter
-from dex.simulation.faults import Fault, schedule
+from dex.simulation.faults import Fault, NodeStore, schedule
 from dex.simulation.invariants import InvariantViolation
 from dex.simulation.referee import ObservedAdapter, Referee, StoreUnavailable
 from dex.simulation.workload import STANDARD_WORKLOAD, Workload, World, inhabiting
@@ -53,6 +53,7 @@ class Node:
 
     name: str
     engine: dex.Engine
+    store: NodeStore  # the node's way to the shared store (store-errors faults strike here)
     workflow_tasks: list[WorkflowTask] = attrs.Factory(list)  # claimed, not yet executed
     activity_tasks: list[ActivityTask] = attrs.Factory(list)  # claimed, not yet executed
     hung: list[ActivityTask] = attrs.Factory(list)  # claimed, never to finish
@@ -153,7 +154,11 @@ class Simulator:
                 for step in range(self.steps):
                     self.step_no = step
                     for fault in faults_at.get(step, []):
-                        self._log("fault", fault.kind, self._inject(fault))
+                        try:
+                            detail = self._inject(fault)
+                        except ConnectionError as exc:  # a store-errors fault cut this one short
+                            detail = f"cut short, the store is unavailable ({exc})"
+                        self._log("fault", fault.kind, detail)
                         self._check_step()
                     self._act()
                     self._check_step()
@@ -184,9 +189,9 @@ class Simulator:
         )
 
     # -- nodes -----------------------------------------------------------------------------------
-    def _engine(self, name: str) -> dex.Engine:
+    def _engine(self, name: str, store: Any = None) -> dex.Engine:
         return dex.Engine(
-            self.store,
+            store if store is not None else self.store,
             workflows=self.workload.workflows,
             activities=self.workload.activities,
             node_id=name,
@@ -201,16 +206,19 @@ class Simulator:
     def _new_node(self) -> Node:
         self._node_serial += 1
         name = f"n{self._node_serial}"
-        engine = self._engine(name)
+        store = NodeStore(self.store, random.Random(self.rng.getrandbits(64)))
+        engine = self._engine(name, store)
+        # the backoff of a task given back (retry_later) draws its jitter from the seed too
+        engine.workflow_worker._rng = random.Random(self.rng.getrandbits(64))
         # as in a started engine: results and heartbeats wait in the buffer for a flush step
         engine.buffer.background = True
         if self.inline:
             for activity in engine.registry.activities:
                 engine.activity_worker.durations.record(activity, 0.0)
             engine.workflow_worker.inline = InlineActivities(
-                engine.activity_worker, QueueView(self.store.list_queues, ttl=0), name, 1.0, threading.Event()
+                engine.activity_worker, QueueView(store.list_queues, ttl=0), name, 1.0, threading.Event()
             )
-        return Node(name=name, engine=engine)
+        return Node(name=name, engine=engine, store=store)
 
     def _replace(self, index: int) -> str:
         old = self.nodes[index]
@@ -220,7 +228,7 @@ class Simulator:
 
     def _claim_workflow_tasks(self, node: Node, limit: int) -> str:
         engine = node.engine
-        tasks = self.store.claim_workflow_tasks(
+        tasks = node.store.claim_workflow_tasks(
             frozenset(engine.registry.workflows), node.name, self.clock.now(), WORKFLOW_LEASE, limit
         )
         node.workflow_tasks.extend(tasks)
@@ -240,7 +248,7 @@ class Simulator:
             node.engine.buffer.flush()
         result = node.engine.workflow_worker.execute(task)
         if result is None:
-            return f"task {task.task_id} dropped: retention deleted its run"
+            return f"task {task.task_id}: nothing to write (retention deleted its run, or it was given back)"
         node.engine.buffer.add_workflow_result(task, result)
         return f"task {task.task_id} -> {len(result.new_events)} events"
 
@@ -266,7 +274,14 @@ class Simulator:
             options += self._node_actions(node)
         _weight, who_what, action = self.rng.choices(options, weights=[o[0] for o in options])[0]
         who, _, what = who_what.partition(" ")
-        self._log(who, what, action())
+        try:
+            detail = action()
+        except ConnectionError as exc:
+            if not any(node.name == who for node in self.nodes):
+                raise
+            # the store failed the node's step: its polling thread would back off and go on
+            detail = f"failed, the store is unavailable ({exc})"
+        self._log(who, what, detail)
 
     def _node_actions(self, node: Node) -> list[Action]:
         engine, rng = node.engine, self.rng
@@ -404,8 +419,11 @@ class Simulator:
                 return f"wrote {half} of {len(outcomes) + len(results)}; " + self._replace(index)
             case "restart":
                 self._finish_held(node)
+                failed = node.store.failed
                 node.engine.stop(timeout=0)
-                if len(node.engine.buffer):
+                # a graceful stop flushes everything, unless the store fails it (then what is
+                # unwritten is redone when its leases lapse, as after a crash)
+                if len(node.engine.buffer) and node.store.failed == failed:
                     raise InvariantViolation("graceful-stop", f"{node.name} stopped with results still buffered")
                 return self._replace(index)
             case "write-fails" | "write-ack-lost":
@@ -446,6 +464,12 @@ class Simulator:
             case "activity-fails-terminally":
                 self.world.forced.append("terminal")
                 return None
+            case "store-errors":
+                node.store.failing += 1 + fault.pick
+                return f"{node.name}'s next {node.store.failing} store calls fail"
+            case "store-flaky":
+                node.store.flaky += 30
+                return f"about a third of {node.name}'s next {node.store.flaky} store calls fail"
         raise AssertionError(fault.kind)  # pragma: no cover - Fault validates its kind
 
     # -- the end ------------------------------------------------------------------------------------
@@ -454,6 +478,7 @@ class Simulator:
         self.world.forced.clear()
         for node in self.nodes:
             node.stalled_until = -1
+            node.store.heal()
             self._finish_held(node)
             node.engine.buffer.flush()
         for run_id, record in self.referee.records(self.store).items():

@@ -108,7 +108,7 @@ EVERY_FAULT = [Fault(10 + 20 * i, kind, i) for i, kind in enumerate(sorted(FAULT
 
 
 def test_every_fault_kind_strikes_and_the_runs_still_end() -> None:
-    report = Simulator(3, EVERY_FAULT).run()
+    report = Simulator(3, EVERY_FAULT, steps=STEPS).run()
     struck = [line for line in report.trace if " fault  " in line]
     assert [line.split()[3].rstrip(":") for line in struck] == sorted(FAULT_KINDS)
     assert report.outcomes and all(":RUNNING" not in o and ":CREATED" not in o for o in report.outcomes)

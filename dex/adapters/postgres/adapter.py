@@ -29,6 +29,7 @@ from dex.adapters.postgres.connection import (
     prepare_conninfo,
     session_settings,
 )
+from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS, Statements, migrate
 from dex.app.clock import SystemClock
 from dex.app.ports import (
@@ -195,7 +196,7 @@ class PostgresAdapter:
             runs.send_message(conn, self._q, run_id, message, now)
 
     def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
-        with self._transaction() as conn:
+        with refusals(), self._transaction() as conn:
             return runs.send_messages(conn, self._q, list(items), now)
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
@@ -248,7 +249,13 @@ class PostgresAdapter:
         # of their own (DDL), so that the batch itself only inserts rows
         needed = [(spec.queue, ACTIVITY) for _, result in results for spec in result.activity_tasks]
         needed += [(child.created.queue, WORKFLOW) for _, result in results for child in result.child_runs]
-        self._ensure_queues(needed)
+        with refusals():  # the buffer splits a refused batch; see refusals.py
+            self._ensure_queues(needed)
+            return self._complete_workflow_tasks_in_one(results, now, claim)
+
+    def _complete_workflow_tasks_in_one(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim | None
+    ) -> tuple[list[bool], list[ActivityTask]]:
         with self._transaction(pipeline=True) as conn:
             applied = completion.complete_workflow_tasks(conn, self._q, results, now)
             written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
@@ -278,7 +285,7 @@ class PostgresAdapter:
             return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
-        with self._statement() as conn:
+        with refusals(), self._statement() as conn:
             return activity_tasks.extend_activity_leases(conn, self._q, tasks, now, lease)
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
@@ -292,7 +299,7 @@ class PostgresAdapter:
     def _complete_activity_tasks(
         self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim | None
     ) -> tuple[list[bool], list[WorkflowTask], list[Loaded]]:
-        with self._transaction(pipeline=True) as conn:
+        with refusals(), self._transaction(pipeline=True) as conn:  # see refusals.py
             applied = activity_tasks.complete_activity_tasks(conn, self._q, outcomes, now)
             told = [o.task.run_id for o, ok in zip(outcomes, applied, strict=True) if ok and o.retry_at is None]
             if told:
