@@ -8,6 +8,7 @@ steppable from one thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import random
 import statistics
@@ -426,7 +427,15 @@ def failed_result(
 
 
 class AsyncRunner:
-    """An event loop in its own thread, owned by the worker, on which async activities run."""
+    """An event loop in its own thread, owned by the worker, on which async activities run.
+
+    asyncio lets ``KeyboardInterrupt`` and ``SystemExit`` out of a task through ``run_forever``,
+    which would end the loop's thread and leave every later ``async def`` attempt waiting
+    forever. So the activity's coroutine runs wrapped: any ``BaseException`` it raises travels
+    to the caller as the payload of an ordinary exception and is raised there again, as the
+    attempt's failure. Should the thread die anyway, it is logged and the next attempt starts a
+    new loop; an attempt waiting on the dead loop fails instead of waiting forever.
+    """
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -435,20 +444,65 @@ class AsyncRunner:
 
     def run(self, coro: Any) -> Any:
         with self._lock:
+            if self._thread is not None and not self._thread.is_alive():
+                log.error("the asyncio activity thread had died; starting a new one")
+                self._loop, self._thread = None, None
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="dex-async-activities", daemon=True)
+                thread = threading.Thread(target=_run_loop, args=(loop,), name="dex-async-activities", daemon=True)
                 thread.start()
                 self._loop, self._thread = loop, thread
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+            loop, thread = self._loop, self._thread
+        future = asyncio.run_coroutine_threadsafe(_carried(coro), loop)
+        while not future.done():
+            concurrent.futures.wait([future], timeout=1.0)
+            if not future.done() and not thread.is_alive():
+                future.cancel()
+                raise RuntimeError("the asyncio activity thread died while the attempt ran")
+        try:
+            return future.result()
+        except _Carried as carried:
+            raise carried.exc from None
+
+    @property
+    def alive(self) -> bool:
+        """False only when the loop's thread was started and has died."""
+        thread = self._thread
+        return thread is None or thread.is_alive()
 
     def close(self) -> None:
         with self._lock:
             if self._loop is not None and self._thread is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join(timeout=5)
-                self._loop.close()
+                if not self._thread.is_alive():
+                    self._loop.close()
             self._loop, self._thread = None, None
+
+
+class _Carried(Exception):
+    """A ``BaseException`` of an async activity, carried out of the event loop as an Exception."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(type(exc).__name__)
+        self.exc = exc
+
+
+async def _carried(coro: Any) -> Any:
+    try:
+        return await coro
+    except Exception:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit would stop the loop
+        raise _Carried(exc) from None
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    except BaseException:  # noqa: BLE001 - logged loudly; the next attempt starts a new loop
+        log.critical("the asyncio activity thread died", exc_info=True)
 
 
 class Durations:
@@ -531,10 +585,26 @@ class ActivityWorker:
         return len(tasks)
 
     def run(self, task: ActivityTask) -> None:
+        """Run one attempt and buffer its outcome. Never raises: whatever happens, an outcome is
+        buffered, or the task is left to its lease with a log line (a pool thread's exception
+        would be swallowed by its future, and the task silently lost until its lease ends)."""
         started = time.perf_counter()
         outcome = self.execute(task)
-        self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
-        self._buffer.add_activity_outcome(outcome)
+        try:
+            self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
+        except BaseException:  # noqa: BLE001 - a telemetry sink or a log handler failed: the outcome still counts
+            log.exception("could not record the end of activity %s of run %s", task.name, task.run_id)
+        try:
+            self._buffer.add_activity_outcome(outcome)
+        except BaseException:  # noqa: BLE001 - nothing left to do but let the lease expire: it is retried then
+            log.exception(
+                "could not buffer the outcome of activity %s of run %s (attempt %d); it is retried when its lease"
+                " expires",
+                task.name,
+                task.run_id,
+                task.attempt,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
 
     def finished(self, outcome: ActivityOutcome, seconds: float) -> None:
         """Record an attempt that ended (here or inline): telemetry, its duration, a log line."""
@@ -554,7 +624,28 @@ class ActivityWorker:
             )
 
     def execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None = None) -> ActivityOutcome:
-        """Run one attempt; ``heartbeat`` replaces the lease extension (an inline attempt has no lease)."""
+        """Run one attempt; ``heartbeat`` replaces the lease extension (an inline attempt has no lease).
+
+        Never raises: any ``BaseException`` of the activity's code (``SystemExit``,
+        ``KeyboardInterrupt`` too) is a failed attempt naming its type, retried under the retry
+        policy, and so is a failure of dex's own handling of the attempt."""
+        try:
+            return self._execute(task, heartbeat)
+        except BaseException as exc:  # noqa: BLE001 - see above: no engine thread dies of an attempt
+            log.exception(
+                "activity %s of run %s, attempt %d: its outcome could not be made; the attempt counts as failed",
+                task.name,
+                task.run_id,
+                task.attempt,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
+            failure = described_failure(exc)
+            try:
+                return self._retry_or_fail(task, failure, None)
+            except BaseException:  # noqa: BLE001 - not even a retry could be computed: a final failure
+                return ActivityOutcome(task=task, failure=failure)
+
+    def _execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None) -> ActivityOutcome:
         if task.attempt > task.retry_policy.max_attempts:
             # the previous holder's lease expired on the last allowed attempt: that attempt counts
             # as failed (its outcome is unknown), and the policy allows no further one
@@ -590,9 +681,7 @@ class ActivityWorker:
                     value = definition.fn(*args)
                     if definition.is_async or asyncio.iscoroutine(value):
                         value = self._async.run(value)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from user code are failures too
+            except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt ... of user code are failures too
                 return self._failed(task, exc)
             try:
                 return ActivityOutcome(task=task, result=self._converter.encode(value))
@@ -602,7 +691,15 @@ class ActivityWorker:
             reset_activity_context(token)
 
     def _failed(self, task: ActivityTask, exc: BaseException) -> ActivityOutcome:
-        failure = FailureInfo.from_exception(exc)
+        try:
+            failure = FailureInfo.from_exception(exc)
+            retry_after = exc.retry_after if isinstance(exc, ApplicationError) else None
+        except BaseException:  # noqa: BLE001 - describing it raised (a hostile __str__): a failure all the same
+            failure, retry_after = undescribed_failure(exc), None
+        return self._retry_or_fail(task, failure, retry_after)
+
+    def _retry_or_fail(self, task: ActivityTask, failure: FailureInfo, retry_after: timedelta | None) -> ActivityOutcome:
+        """The outcome of a failed attempt: final when terminal or out of attempts, else a retry."""
         if failure.terminal:
             return ActivityOutcome(task=task, failure=failure)
         now = self._store.clock.now()
@@ -610,6 +707,26 @@ class ActivityWorker:
             delay = task.retry_policy.next_delay(task.attempt, self._rng)
         if delay is None:
             return ActivityOutcome(task=task, failure=failure)
-        if isinstance(exc, ApplicationError) and exc.retry_after is not None:
-            delay = exc.retry_after
+        if retry_after is not None:
+            delay = retry_after
         return ActivityOutcome(task=task, failure=failure, retry_at=now + delay)
+
+
+def described_failure(exc: BaseException, *, terminal: bool | None = None) -> FailureInfo:
+    """``FailureInfo.from_exception(exc)``, or, if describing ``exc`` raised, :func:`undescribed_failure`."""
+    try:
+        return FailureInfo.from_exception(exc, terminal=terminal)
+    except BaseException:  # noqa: BLE001 - a hostile __str__/__repr__ must not lose the failure
+        return undescribed_failure(exc, terminal=bool(terminal))
+
+
+def undescribed_failure(exc: BaseException, *, terminal: bool = False) -> FailureInfo:
+    """A failure for an exception that could not be described (its ``__str__`` or ``__repr__``
+    raised, or describing it failed otherwise): its type name only, never ``str(exc)``."""
+    try:
+        name = type(exc).__name__
+        if not isinstance(name, str):
+            raise TypeError(name)
+    except BaseException:  # noqa: BLE001 - a type whose name cannot be read: still a failure
+        name = "BaseException"
+    return FailureInfo(type=name, message=f"<{name}: the exception could not be described>", terminal=terminal)
