@@ -15,7 +15,7 @@ import statistics
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -214,20 +214,22 @@ class WorkflowWorker:
         # else whole histories
         now = self._store.clock.now()
         cached = [self.cache.take(task.run_id) for task in tasks]
-        requests = [
-            (task, entry[1] if entry is not None else 0)
-            for (task, given), entry in zip(handed, cached, strict=True)
-            if given is None
-        ]
-        fresh = iter(self._store.load_workflow_tasks(requests, now) if requests else [])
         # the round's results go to the buffer together: its flush writes them in one
         # transaction, instead of the first alone and the rest after it
         done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
+        executed = 0  # the executors taken for tasks from here on are this round's to close if it fails
         try:
+            requests = [
+                (task, entry[1] if entry is not None else 0)
+                for (task, given), entry in zip(handed, cached, strict=True)
+                if given is None
+            ]
+            fresh = iter(self._store.load_workflow_tasks(requests, now) if requests else [])
             for (task, given), entry in zip(handed, cached, strict=True):
                 started = time.perf_counter()
                 item, loaded_at = given if given is not None else (next(fresh), now)
                 preloaded: _Preloaded = (entry, item, loaded_at)
+                executed += 1
                 result = self.execute(task, preloaded=preloaded)
                 if result is not None:
                     if self.foreground.busy() and result.new_events:
@@ -241,6 +243,9 @@ class WorkflowWorker:
                     )
                 self.foreground.step_aside()  # an application's call waiting for the store goes first
         finally:
+            # a dropped executor is closed at once, replay-silent (SPEC §8): left to the garbage
+            # collector, its code's finally blocks would run as if live
+            close_all(entry[0] for entry in cached[executed:] if entry is not None)
             if done:  # also when a later task of the round raised: what is decided is written
                 self._buffer.add_workflow_results(done)
         self.worked_at = time.monotonic()
@@ -295,6 +300,10 @@ class WorkflowWorker:
                 executor.close()
             failure = FailureInfo.from_exception(exc, terminal=True)
             return failed_result(task.run_id, last_seq, [m.message_id for m in inbox], now, failure)
+        except BaseException:  # the watchdog's interrupt, or worse: the executor is dropped, so closed now
+            if executor is not None:
+                executor.close()
+            raise
         if executor.finished or result.new_history is not None:
             executor.close()
         elif not result.new_events:
@@ -389,7 +398,12 @@ class WorkflowWorker:
             cached, item = preloaded[0], preloaded[1]
         else:
             cached = self.cache.take(task.run_id)
-            item = self._store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
+            try:
+                item = self._store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
+            except BaseException:
+                if cached is not None:
+                    cached[0].close()  # dropped: closed at once, not by the garbage collector
+                raise
         if isinstance(item, Exception):
             if cached is not None:
                 cached[0].close()
@@ -407,6 +421,15 @@ class WorkflowWorker:
             # (Claim.after_seqs); a history loaded from the start is used as it is
             history, inbox = self._store.load_workflow_task(task, now)
         return None, history[-1].sequence_number, history, inbox
+
+
+def close_all(executors: Iterable[WorkflowExecutor]) -> None:
+    """Close dropped executors (each silently; one that fails to close does not stop the rest)."""
+    for executor in executors:
+        try:
+            executor.close()
+        except Exception:  # noqa: BLE001 - closing is best effort; the executor is gone either way
+            log.exception("closing the executor of run %s failed", executor.run_id)
 
 
 def failed_result(

@@ -104,6 +104,7 @@ class WorkflowExecutor:
         self.suspended = False
         self.completed_in_history = False
         self.closed = False
+        self._driving = False  # True while apply_block steps the code: only then may it issue commands
         self.outcome: cmd.CompleteRun | ContinueAsNewRequest | None = None
         self.nondeterminism: str | None = None
         # the block being applied
@@ -130,6 +131,24 @@ class WorkflowExecutor:
         the block being decided now; then new commands are numbered from ``next_seq`` and
         returned with their sequence numbers.
         """
+        if self.closed:
+            raise RuntimeError(f"the executor of run {self.run_id} is closed")
+        try:
+            self._driving = True
+            return self._apply_block(now, messages, recorded, next_seq)
+        finally:
+            # workflow code runs only in here (and when closed): whatever runs it elsewhere — a
+            # garbage collector finalizing a dropped coroutine — finds it replaying, issuing nothing
+            self._driving = False
+            self.is_replaying = True
+
+    def _apply_block(
+        self,
+        now: datetime,
+        messages: Sequence[tuple[int, ev.Event]],
+        recorded: Sequence[ev.HistoryEvent] | None,
+        next_seq: int,
+    ) -> list[tuple[int, cmd.Command]]:
         self.now = now
         self.is_replaying = recorded is not None
         if recorded is not None and any(isinstance(item.event, ev.RunCompleted) for item in recorded):
@@ -160,9 +179,12 @@ class WorkflowExecutor:
         return self._new
 
     def close(self) -> None:
-        """Stop the workflow code for good (its ``finally`` blocks run, silently, issuing nothing)."""
+        """Stop the workflow code for good (its ``finally`` blocks run, silently, issuing nothing:
+        ``ctx.is_replaying`` is True, the logger is quiet, a step or a side effect it asks for
+        stops the code there, and a ``finally`` that awaits ends at the await)."""
         self.closed = True
         self.is_replaying = True  # keeps the logger quiet while the code unwinds
+        self._driving = False
         self._stepper.close()
 
     def _mismatch(self, text: str) -> None:
@@ -171,7 +193,7 @@ class WorkflowExecutor:
 
     def _issue(self, command: cmd.Command) -> tuple[int, ev.Event] | None:
         """Record a command: match it against history when replaying, else number it as new."""
-        if self.nondeterminism is not None or self.closed:
+        if self.nondeterminism is not None or self.closed or not self._driving:
             return None
         if self._recorded is None:
             seq = self._next_seq
@@ -478,7 +500,7 @@ class WorkflowExecutor:
             hint = Signature.of(fn).returns
         except (TypeError, ValueError):  # builtins without a signature
             hint = None
-        if self._recorded is None and self.nondeterminism is None:
+        if self._recorded is None and self.nondeterminism is None and self._driving and not self.closed:
             payload = self.converter.encode(fn(*args))
             self._issue_or_abort(cmd.RecordSideEffect(name=name, result=payload))
         else:
