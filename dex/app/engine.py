@@ -36,6 +36,7 @@ from dex.app.runner import BatchWindow, Foreground, Nudge, PollingThread, activi
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
+from dex.app.watchdog import Watchdog
 from dex.app.workers import ActivityWorker, AsyncRunner, WorkflowWorker
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, validate_name, validate_priority, validate_queue
@@ -73,6 +74,7 @@ class Engine(AsyncEngineMixin):
         tracing: Tracing | None = None,
         inline_activity_seconds: float = 0.005,
         batch_window: float = 0.05,
+        workflow_task_deadline: float = 5.0,
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
@@ -145,6 +147,11 @@ class Engine(AsyncEngineMixin):
         if isinstance(batch_window, bool) or not isinstance(batch_window, (int, float)) or batch_window < 0:
             raise ValueError(f"batch_window must be a number of seconds >= 0, got {batch_window!r}")
         self._window = BatchWindow(float(batch_window))
+        if isinstance(workflow_task_deadline, bool) or not isinstance(workflow_task_deadline, (int, float)):
+            raise TypeError(f"workflow_task_deadline must be a number of seconds, got {workflow_task_deadline!r}")
+        if not workflow_task_deadline > 0:
+            raise ValueError(f"workflow_task_deadline must be > 0 seconds, got {workflow_task_deadline!r}")
+        self._deadline = float(workflow_task_deadline)  # see dex.app.watchdog
         self._queue_view = QueueView(adapter.list_queues)
         for definition in self.registry.workflows.values():
             adapter.ensure_queue(definition.queue, "workflow")
@@ -386,6 +393,21 @@ class Engine(AsyncEngineMixin):
             thread = PollingThread(name, step, wake, self._stopping, interval=self._poll_interval, fine_timers=fine)
             self._threads.append(thread)
             thread.start()
+        watchdog = Watchdog(
+            self.workflow_worker, self._threads, self._stopping, deadline=self._deadline, telemetry=self.telemetry
+        )
+        self.workflow_worker.watchdog = watchdog
+        tick = max(0.01, min(0.25, self._deadline / 5))
+        self._threads.append(PollingThread("dex-watchdog", watchdog.step, threading.Event(), self._stopping, interval=tick))
+        self._threads[-1].start()
+
+    def health(self) -> dict[str, bool]:
+        """Each thread of a started engine, by name: alive (True) or dead (False); empty when
+        not started. A dead polling thread is logged and replaced (``dex.app.watchdog``)."""
+        threads = {thread.name: thread.alive for thread in list(self._threads)}
+        if threads:
+            threads["dex-async-activities"] = self._async.alive
+        return threads
 
     def _schedule_round(self) -> int:
         if self._window.wait(SCHEDULER, self._stopping):  # under load: what arrives meanwhile joins
@@ -505,6 +527,7 @@ class Engine(AsyncEngineMixin):
             self._pool = None
         self.buffer.background = False
         self.workflow_worker.inline = None
+        self.workflow_worker.watchdog = None
         try:
             # tasks a last completion claimed for us after the workflow thread left
             while self.workflow_worker.poll_once(claim=False):

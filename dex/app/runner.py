@@ -222,9 +222,9 @@ class PollingThread:
         try:
             self._loop()
         except BaseException:  # noqa: BLE001 - only a failure of the loop's own waits gets here
+            # the thread ends (logged here; the watchdog replaces it and counts it)
             if not self._retired.is_set():
                 log.critical("%s died", self.name, exc_info=True)
-            raise
 
     def _loop(self) -> None:
         if self._fine_timers:

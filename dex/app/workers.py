@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ from dex.serialization.history import encode_block_ahead
 
 if TYPE_CHECKING:
     from dex.app.inline import InlineActivities
+    from dex.app.watchdog import Watchdog
 
 log = logging.getLogger("dex.worker")
 
@@ -119,6 +121,17 @@ _Preloaded = tuple[
 ]
 
 
+class _Round:
+    """A round's tasks not yet started (each with its cached executor and input) and its
+    results decided so far: shared, so the watchdog can hand them to another thread."""
+
+    def __init__(self) -> None:
+        self.jobs: deque[
+            tuple[WorkflowTask, tuple[WorkflowExecutor, int] | None, tuple[Loaded, datetime]]
+        ] = deque()
+        self.done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
+
+
 class WorkflowWorker:
     """Runs workflow tasks: load history and inbox, decide purely, buffer the result."""
 
@@ -152,6 +165,9 @@ class WorkflowWorker:
         # with its input when the completion loaded it too (and the time it was loaded at)
         self._handed: list[tuple[WorkflowTask, tuple[Loaded, datetime] | None]] = []
         self._handed_lock = threading.Lock()
+        self._rounds: dict[int, _Round] = {}  # by thread: the round each thread is running
+        # notices workflow code that blocks its task (set by a started engine, dex.app.watchdog)
+        self.watchdog: Watchdog | None = None
         # first attempts of short activities run inside the task (set by a started engine)
         self.inline: InlineActivities | None = None
         # the application's calls in flight, which the worker lets go first (runner.Foreground)
@@ -216,8 +232,7 @@ class WorkflowWorker:
         cached = [self.cache.take(task.run_id) for task in tasks]
         # the round's results go to the buffer together: its flush writes them in one
         # transaction, instead of the first alone and the rest after it
-        done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
-        executed = 0  # the executors taken for tasks from here on are this round's to close if it fails
+        round_ = _Round()
         try:
             requests = [
                 (task, entry[1] if entry is not None else 0)
@@ -226,33 +241,96 @@ class WorkflowWorker:
             ]
             fresh = iter(self._store.load_workflow_tasks(requests, now) if requests else [])
             for (task, given), entry in zip(handed, cached, strict=True):
+                round_.jobs.append((task, entry, given if given is not None else (next(fresh), now)))
+        except BaseException:
+            # a dropped executor is closed at once, replay-silent (SPEC §8): left to the garbage
+            # collector, its code's finally blocks would run as if live
+            close_all(entry[0] for entry in cached if entry is not None)
+            raise
+        ident = threading.get_ident()
+        with self._handed_lock:
+            self._rounds[ident] = round_  # the watchdog may hand the rest over to another thread
+        try:
+            while True:
+                with self._handed_lock:
+                    if not round_.jobs:
+                        break
+                    task, entry, (item, loaded_at) = round_.jobs.popleft()
                 started = time.perf_counter()
-                item, loaded_at = given if given is not None else (next(fresh), now)
-                preloaded: _Preloaded = (entry, item, loaded_at)
-                executed += 1
-                result = self.execute(task, preloaded=preloaded)
+                result = self.execute(task, preloaded=(entry, item, loaded_at))
                 if result is not None:
                     if self.foreground.busy() and result.new_events:
                         # the flusher writes the round in one go without stepping aside: its
                         # encoding is done here, between tasks, while the application's call waits
                         encode_block_ahead(result.new_events)
-                    done.append((task, result))
+                    with self._handed_lock:
+                        round_.done.append((task, result))
                     outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
                     self._telemetry.task_finished(
                         "workflow", task.workflow_name, outcome, time.perf_counter() - started
                     )
                 self.foreground.step_aside()  # an application's call waiting for the store goes first
         finally:
-            # a dropped executor is closed at once, replay-silent (SPEC §8): left to the garbage
-            # collector, its code's finally blocks would run as if live
-            close_all(entry[0] for entry in cached[executed:] if entry is not None)
+            with self._handed_lock:
+                self._rounds.pop(ident, None)
+                left, done = list(round_.jobs), round_.done
+                round_.jobs.clear()
+                round_.done = []
+            close_all(entry[0] for _task, entry, _input in left if entry is not None)  # dropped: closed now
             if done:  # also when a later task of the round raised: what is decided is written
                 self._buffer.add_workflow_results(done)
         self.worked_at = time.monotonic()
         return len(tasks)
 
+    def hand_over(self, thread: int) -> int:
+        """Give the round that ``thread`` is running up to the next round of another thread (the
+        watchdog found ``thread`` blocked in workflow code): the results decided so far go to the
+        buffer now, the tasks not yet started are handed back, their executors to the cache.
+        Returns how many tasks were handed back."""
+        with self._handed_lock:
+            round_ = self._rounds.pop(thread, None)
+            if round_ is None:
+                return 0
+            left, done = list(round_.jobs), round_.done
+            round_.jobs.clear()
+            round_.done = []
+            self._handed[:0] = [(task, given) for task, _entry, given in left]
+        for task, entry, _given in left:
+            if entry is not None:
+                self.cache.put(task.run_id, *entry)
+        if done:
+            self._buffer.add_workflow_results(done)
+        return len(left)
+
     def execute(self, task: WorkflowTask, preloaded: _Preloaded | None = None) -> WorkflowTaskResult | None:
-        """Decide ``task``; None when its run no longer exists (retention took it)."""
+        """Decide ``task``; None when its run no longer exists (retention took it), or when the
+        watchdog gave the task back while its workflow code blocked (the result is discarded)."""
+        watchdog = self.watchdog
+        if watchdog is None:
+            return self._decide(task, preloaded)
+        try:
+            result = self._decide(task, preloaded)
+        finally:
+            abandoned = watchdog.abandoned(task)
+        if abandoned:
+            self._drop(task)
+            return None
+        return result
+
+    def _watched(self, task: WorkflowTask, executor: WorkflowExecutor | None) -> AbstractContextManager[None]:
+        """Around workflow code: the watchdog notices if it runs past the task's deadline."""
+        watchdog = self.watchdog
+        return watchdog.watch(task, executor) if watchdog is not None else nullcontext()
+
+    def _drop(self, task: WorkflowTask) -> None:
+        """Close what a task given back by the watchdog left behind (its executor)."""
+        with self._unwritten_lock:
+            entry = self._unwritten.pop((task.task_id, task.lease.version), None)
+        if entry is not None:
+            entry[0].close()
+        self.cache.discard(task.run_id)
+
+    def _decide(self, task: WorkflowTask, preloaded: _Preloaded | None = None) -> WorkflowTaskResult | None:
         now = preloaded[2] if preloaded is not None else self._store.clock.now()
         executor: WorkflowExecutor | None = None
         try:
@@ -279,15 +357,19 @@ class WorkflowWorker:
         try:
             with self._tracing.span(f"dex.workflow-task {task.workflow_name}", trace_context, attributes):
                 if executor is None:
-                    executor = replay_history(
-                        self._registry.workflows[task.workflow_name],
-                        task.run_id,
-                        history,
-                        self._converter,
-                        activities=self._registry.find_activity,
-                        workflows=self._registry.find_workflow,
-                    )
-                result = advance(executor, last_seq, inbox, now)
+                    with self._watched(task, None):
+                        executor = replay_history(
+                            self._registry.workflows[task.workflow_name],
+                            task.run_id,
+                            history,
+                            self._converter,
+                            activities=self._registry.find_activity,
+                            workflows=self._registry.find_workflow,
+                        )
+                    if self.watchdog is not None and self.watchdog.gave_up(task):
+                        executor.abandon()  # it blocked in replay: nothing of the new block may run
+                with self._watched(task, executor):
+                    result = advance(executor, last_seq, inbox, now)
                 if self.inline is not None and task.lease.version == 1:
                     result = self._run_inline(self.inline, task, executor, result)
         except Exception as exc:  # a history the core cannot read fails that run, not the worker
@@ -324,7 +406,8 @@ class WorkflowWorker:
         budget_ends = task.lease.until - self._lease / 2
         tried: set[int] = set()
         while (
-            can_continue(executor, result)
+            not executor.closed  # the watchdog gave the task up: no further attempt runs for it
+            and can_continue(executor, result)
             and self._store.clock.now() < budget_ends
             and len(result.new_events) < _INLINE_EVENTS
         ):
@@ -341,7 +424,8 @@ class WorkflowWorker:
                     retries.append(retry)
             if not outcomes and not retries:
                 break
-            result = continue_task(executor, result, outcomes, retries, self._store.clock.now())
+            with self._watched(task, executor):
+                result = continue_task(executor, result, outcomes, retries, self._store.clock.now())
             if not outcomes:
                 break
         return result
@@ -470,11 +554,12 @@ class AsyncRunner:
             if self._thread is not None and not self._thread.is_alive():
                 log.error("the asyncio activity thread had died; starting a new one")
                 self._loop, self._thread = None, None
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=_run_loop, args=(loop,), name="dex-async-activities", daemon=True)
-                thread.start()
-                self._loop, self._thread = loop, thread
+            if self._loop is None or self._thread is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=_run_loop, args=(self._loop,), name="dex-async-activities", daemon=True
+                )
+                self._thread.start()
             loop, thread = self._loop, self._thread
         future = asyncio.run_coroutine_threadsafe(_carried(coro), loop)
         while not future.done():
