@@ -490,8 +490,19 @@ class Engine(AsyncEngineMixin):
 
     def _run_activity(self, task: ActivityTask) -> None:
         """Run a claimed attempt in the pool; its slot is reserved already."""
-        assert self._pool is not None
-        future = self._pool.submit(self.activity_worker.run, task)
+        try:
+            assert self._pool is not None
+            future = self._pool.submit(self.activity_worker.run, task)
+        except BaseException:  # noqa: BLE001 - the pool is shut down (the engine stops): the lease brings it back
+            log.warning(
+                "could not run activity %s of run %s; it is retried when its lease expires",
+                task.name,
+                task.run_id,
+                exc_info=True,
+                extra={"run_id": task.run_id, "activity_name": task.name},
+            )
+            self._activity_done()  # its slot is free again
+            return
         future.add_done_callback(lambda _f: self._activity_done())
 
     def _activity_done(self) -> None:

@@ -40,7 +40,6 @@ from dex.domain.errors import (
     ChildWorkflowFailedError,
     InvalidStateError,
     NonDeterminismError,
-    SerializationError,
     WaitTimeoutError,
 )
 from dex.domain.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -290,16 +289,18 @@ class WorkflowExecutor:
     def _resolve(self, pending: _Pending, payload: Payload) -> None:
         try:
             value = self.converter.decode(payload, pending.hint)
-        except SerializationError as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised at the await, where the code may catch it
             pending.future.set_exception(exc)
         else:
             pending.future.set_result(value)
 
     def _deliver_event(self, waiter: DexFuture[Any], payload: Payload) -> None:
         try:
-            waiter.set_result(self.converter.decode(payload))
-        except SerializationError as exc:
+            value = self.converter.decode(payload)
+        except BaseException as exc:  # noqa: BLE001 - raised at the await, where the code may catch it
             waiter.set_exception(exc)
+        else:
+            waiter.set_result(value)
 
     def _start(self) -> None:
         signature = self.definition.signature
@@ -309,7 +310,7 @@ class WorkflowExecutor:
             coro = self.definition.fn(self.context, *args)
             if not inspect.iscoroutine(coro):
                 raise TypeError(f"workflow {self.workflow_name!r} must be an async def function")
-        except Exception as exc:  # bad input fails the run, it does not crash the worker
+        except BaseException as exc:  # noqa: BLE001 - bad input (or user code decoding it) fails the run, not the worker
             self._complete_failed(exc)
             return
         self._stepper.spawn(coro, "main").add_done_callback(self._on_main_done)
@@ -321,7 +322,7 @@ class WorkflowExecutor:
         if exc is None:
             try:
                 payload = self.converter.encode(future.result())
-            except SerializationError as error:
+            except BaseException as error:  # noqa: BLE001 - a result user code cannot encode fails the run
                 self._complete_failed(error)
                 return
             self._complete(cmd.CompleteRun(status=RunStatus.COMPLETED, result=payload))
@@ -354,7 +355,7 @@ class WorkflowExecutor:
             return
         try:
             payloads = tuple(self.converter.encode(a) for a in args)
-        except SerializationError as exc:
+        except BaseException as exc:  # noqa: BLE001 - arguments user code cannot encode fail the run
             self._complete_failed(exc)
             return
         self.outcome = ContinueAsNewRequest(input=payloads)

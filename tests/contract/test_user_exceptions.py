@@ -77,6 +77,12 @@ async def healthy(ctx: dex.WorkflowContext, x: int) -> int:
     return await ctx.activity(quick_async, x)  # type: ignore[no-any-return]
 
 
+@dex.workflow
+async def raises(ctx: dex.WorkflowContext, kind: str) -> str:
+    await ctx.activity(quick, 1)
+    raise RAISED[kind]("raised by the workflow")
+
+
 @pytest.fixture(autouse=True)
 def _clear() -> None:
     ran_on.clear()
@@ -85,7 +91,7 @@ def _clear() -> None:
 def _started(make_engine: Any, path: str) -> dex.Engine:
     pooled = path == "pooled"
     engine: dex.Engine = make_engine(
-        [catches, healthy],
+        [catches, healthy, raises],
         [hostile, hostile_async, quick, quick_async],
         poll_interval=0.01,
         inline_activity_seconds=0 if pooled else 0.005,
@@ -136,6 +142,16 @@ def test_the_worker_records_a_failure_even_when_describing_it_raises(
     run_id = engine.start_workflow(catches, "Custom", False)
     assert engine.wait(run_id, timeout=10) == "Custom"
     _assert_still_healthy(engine)
+
+
+def test_a_base_exception_of_workflow_code_fails_its_run_naming_its_type(make_engine: Any) -> None:
+    engine = _started(make_engine, "inline")
+    for kind in ("KeyboardInterrupt", "SystemExit", "Custom"):
+        run_id = engine.start_workflow(raises, kind)
+        with pytest.raises(dex.WorkflowFailedError) as failed:
+            engine.wait(run_id, timeout=10)
+        assert failed.value.failure.type == kind
+        _assert_still_healthy(engine)
 
 
 def test_a_dead_engine_thread_is_logged_counted_and_replaced(
