@@ -40,8 +40,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -65,11 +64,27 @@ class WorkflowTaskBlocked(BaseException):  # noqa: N818 - named for what happene
 
 
 class _Watch:
-    __slots__ = ("task", "executor", "thread", "since", "fired")
+    """One stretch of a task's workflow code in one thread (a context manager: cheap, as it
+    wraps every workflow task a started engine runs)."""
 
-    def __init__(self, task: WorkflowTask, executor: WorkflowExecutor | None, thread: int, since: float) -> None:
-        self.task, self.executor, self.thread, self.since = task, executor, thread, since
-        self.fired = False
+    __slots__ = ("_dog", "task", "executor", "thread", "since", "fired")
+
+    def __init__(self, dog: Watchdog, task: WorkflowTask, executor: WorkflowExecutor | None) -> None:
+        self._dog, self.task, self.executor = dog, task, executor
+        self.thread, self.since, self.fired = 0, 0.0, False
+
+    def __enter__(self) -> None:
+        self.thread, self.since = threading.get_ident(), self._dog._clock()
+        with self._dog._lock:
+            self._dog._watches[self.thread] = self
+
+    def __exit__(self, *exc_info: object) -> None:
+        dog = self._dog
+        with dog._lock:  # from here on the watchdog cannot fire on this stretch
+            if dog._watches.get(self.thread) is self:
+                del dog._watches[self.thread]
+        if self.fired:
+            _clear_interrupt(self.thread)  # the interrupt may still be pending: it must not land elsewhere
 
 
 class Watchdog:
@@ -94,21 +109,9 @@ class Watchdog:
         self._deaths: dict[str, tuple[int, float]] = {}  # by thread name: deaths so far, next restart
         self._lock = threading.Lock()
 
-    @contextmanager
-    def watch(self, task: WorkflowTask, executor: WorkflowExecutor | None) -> Iterator[None]:
-        """Around a stretch of ``task``'s workflow code, run in the calling thread."""
-        thread = threading.get_ident()
-        watch = _Watch(task, executor, thread, self._clock())
-        with self._lock:
-            self._watches[thread] = watch
-        try:
-            yield
-        finally:
-            with self._lock:  # from here on the watchdog cannot fire on this stretch
-                if self._watches.get(thread) is watch:
-                    del self._watches[thread]
-            if watch.fired:
-                _clear_interrupt(thread)  # the interrupt may still be pending: it must not land elsewhere
+    def watch(self, task: WorkflowTask, executor: WorkflowExecutor | None) -> _Watch:
+        """A context manager around a stretch of ``task``'s workflow code, run in the calling thread."""
+        return _Watch(self, task, executor)
 
     def gave_up(self, task: WorkflowTask) -> bool:
         """Whether this claim of ``task`` was given back while its code blocked."""
