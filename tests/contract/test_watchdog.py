@@ -117,7 +117,7 @@ def test_code_that_blocks_its_task_fails_the_task_and_others_go_on(
         assert woke == []  # the healthy run finished while the blocked code still slept
     else:
         assert _eventually(lambda: left_loop) == [True]  # the loop was interrupted, replay-silent
-        _eventually(lambda: len(_workflow_threads()) == threads_before)  # the blocked thread left
+        _eventually(lambda: len(_workflow_threads()) <= threads_before)  # the blocked thread left
     assert all(engine.health().values())
     assert not engine.get_run(blocked).status.is_terminal  # the task failed, not the run
 
