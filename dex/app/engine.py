@@ -380,6 +380,11 @@ class Engine(AsyncEngineMixin):
             self.workflow_worker.inline = InlineActivities(
                 self.activity_worker, self._queue_view, self.node_id, self._inline_seconds, self._stopping
             )
+        # before the threads start: the first task may be claimed at once
+        watchdog = Watchdog(
+            self.workflow_worker, self._threads, self._stopping, deadline=self._deadline, telemetry=self.telemetry
+        )
+        self.workflow_worker.watchdog = watchdog
         loops: list[tuple[str, Callable[[], int], threading.Event]] = [
             ("dex-scheduler", self._schedule_round, self._nudge.channel(SCHEDULER)),
             ("dex-workflow-worker", self._workflow_round, wake_workflows),
@@ -393,10 +398,6 @@ class Engine(AsyncEngineMixin):
             thread = PollingThread(name, step, wake, self._stopping, interval=self._poll_interval, fine_timers=fine)
             self._threads.append(thread)
             thread.start()
-        watchdog = Watchdog(
-            self.workflow_worker, self._threads, self._stopping, deadline=self._deadline, telemetry=self.telemetry
-        )
-        self.workflow_worker.watchdog = watchdog
         tick = max(0.01, min(0.25, self._deadline / 5))
         self._threads.append(PollingThread("dex-watchdog", watchdog.step, threading.Event(), self._stopping, interval=tick))
         self._threads[-1].start()

@@ -144,3 +144,30 @@ def test_a_task_that_blocks_again_is_given_back_again_with_a_longer_backoff(
     blocking["spin"] = False
     clock.advance(timedelta(seconds=30))
     assert engine.wait(blocked, timeout=10) == "spun"
+
+
+def test_the_rest_of_a_blocked_round_goes_on_in_a_fresh_thread(
+    make_engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dex")
+    engine: dex.Engine = make_engine(
+        [sleeper, spinner, healthy], [quick], poll_interval=0.01, workflow_task_deadline=0.5
+    )
+    # created before the start: the first round claims both, the blocking one first (priority)
+    blocked = engine.start_workflow(sleeper, priority=100)
+    ok = engine.start_workflow(healthy, 1)
+    claimed: list[list[str]] = []
+    claim = engine.store.claim_workflow_tasks
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        tasks = claim(*args, **kwargs)
+        if tasks:
+            claimed.append([task.run_id for task in tasks])
+        return tasks
+
+    engine.store.claim_workflow_tasks = recording  # type: ignore[method-assign]
+    engine.start()
+    assert engine.wait(ok, timeout=10) == 2
+    assert woke == []  # while the blocked code still slept
+    assert claimed[0] == [blocked, ok]  # one round held both
+    _given_back(caplog, blocked)
