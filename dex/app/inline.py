@@ -22,6 +22,7 @@ attempt in a process always takes the ordinary path: that is how its duration be
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from dex.app.ports import ActivityTask, Lease, QueueInfo
 from dex.app.workers import ActivityWorker
 from dex.domain import events as ev
 from dex.domain.task import NewActivityTask
+
+log = logging.getLogger("dex.worker")
 
 # what an inline attempt gives its task: the run's message, or the task that retries it
 Answer = tuple[ev.ActivityTaskCompleted | ev.ActivityTaskFailed | None, NewActivityTask | None]
@@ -96,8 +99,11 @@ class InlineActivities:
             trace_context=spec.trace_context,
         )
         started = time.perf_counter()
-        outcome = self.worker.execute(task, heartbeat=_no_lease)
-        self.worker.finished(outcome, time.perf_counter() - started)
+        outcome = self.worker.execute(task, heartbeat=_no_lease)  # never raises: any exception is a failure
+        try:
+            self.worker.finished(outcome, time.perf_counter() - started)
+        except Exception:  # noqa: BLE001 - a telemetry sink or log handler failed: not the run's failure
+            log.exception("could not record the end of inline activity %s of run %s", spec.name, spec.run_id)
         message = outcome.message
         if message is None:
             assert outcome.retry_at is not None

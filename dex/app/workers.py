@@ -86,6 +86,9 @@ class ExecutorCache:
             if self._capacity <= 0:
                 evicted.append(executor)
             else:
+                replaced = self._entries.pop(run_id, None)
+                if replaced is not None and replaced[0] is not executor:
+                    evicted.append(replaced[0])  # another executor of the run: dropped, so closed
                 self._entries[run_id] = (executor, last_seq)
                 while len(self._entries) > self._capacity:
                     evicted.append(self._entries.popitem(last=False)[1][0])

@@ -118,3 +118,18 @@ def test_evicted_executors_are_closed_silently(make_engine: Any) -> None:
     small.put(run_id, *entry)  # evicted at once
     assert finals == [True]
     assert effects == []
+
+
+def test_an_executor_replaced_in_the_cache_is_closed_silently(make_engine: Any) -> None:
+    engine, run_id = _waiting(make_engine, guarded, 1)
+    cache: ExecutorCache = engine.workflow_worker.cache
+    entry = cache.take(run_id)
+    assert entry is not None
+    other, _other_id = _waiting(make_engine, guarded, 2)
+    newer = other.workflow_worker.cache.take(_other_id)
+    assert newer is not None
+    cache.put(run_id, *entry)
+    cache.put(run_id, *newer)  # the first one is dropped
+    assert finals == [True]
+    assert effects == []
+    cache.clear()
