@@ -102,7 +102,7 @@ class InlineActivities:
         outcome = self.worker.execute(task, heartbeat=_no_lease)  # never raises: any exception is a failure
         try:
             self.worker.finished(outcome, time.perf_counter() - started)
-        except Exception:  # noqa: BLE001 - a telemetry sink or log handler failed: not the run's failure
+        except BaseException:  # noqa: BLE001 - a telemetry sink or log handler failed: not the run's failure
             log.exception("could not record the end of inline activity %s of run %s", spec.name, spec.run_id)
         message = outcome.message
         if message is None:
