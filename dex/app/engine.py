@@ -38,6 +38,7 @@ from dex.app.runner import BatchWindow, Foreground, Nudge, PollingThread, activi
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
+from dex.app.watchdog import Watchdog
 from dex.app.workers import ActivityWorker, AsyncRunner, WorkflowWorker
 from dex.domain import events as ev
 from dex.domain.definitions import (
@@ -84,6 +85,7 @@ class Engine(AsyncEngineMixin):
         tracing: Tracing | None = None,
         inline_activity_seconds: float = 0.005,
         batch_window: float = 0.05,
+        workflow_task_deadline: float = 5.0,
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
@@ -169,6 +171,11 @@ class Engine(AsyncEngineMixin):
         if isinstance(batch_window, bool) or not isinstance(batch_window, (int, float)) or batch_window < 0:
             raise ValueError(f"batch_window must be a number of seconds >= 0, got {batch_window!r}")
         self._window = BatchWindow(float(batch_window))
+        if isinstance(workflow_task_deadline, bool) or not isinstance(workflow_task_deadline, (int, float)):
+            raise TypeError(f"workflow_task_deadline must be a number of seconds, got {workflow_task_deadline!r}")
+        if not workflow_task_deadline > 0:
+            raise ValueError(f"workflow_task_deadline must be > 0 seconds, got {workflow_task_deadline!r}")
+        self._deadline = float(workflow_task_deadline)  # see dex.app.watchdog
         self._queue_view = QueueView(adapter.list_queues)
         for definition in self.registry.workflows.values():
             adapter.ensure_queue(definition.queue, "workflow")
@@ -401,6 +408,11 @@ class Engine(AsyncEngineMixin):
             self.workflow_worker.inline = InlineActivities(
                 self.activity_worker, self._queue_view, self.node_id, self._inline_seconds, self._stopping
             )
+        # before the threads start: the first task may be claimed at once
+        watchdog = Watchdog(
+            self.workflow_worker, self._threads, self._stopping, deadline=self._deadline, telemetry=self.telemetry
+        )
+        self.workflow_worker.watchdog = watchdog
         loops: list[tuple[str, Callable[[], int], threading.Event]] = [
             ("dex-scheduler", self._schedule_round, self._nudge.channel(SCHEDULER)),
             ("dex-workflow-worker", self._workflow_round, wake_workflows),
@@ -414,6 +426,17 @@ class Engine(AsyncEngineMixin):
             thread = PollingThread(name, step, wake, self._stopping, interval=self._poll_interval, fine_timers=fine)
             self._threads.append(thread)
             thread.start()
+        tick = max(0.01, min(0.25, self._deadline / 5))
+        self._threads.append(PollingThread("dex-watchdog", watchdog.step, threading.Event(), self._stopping, interval=tick))
+        self._threads[-1].start()
+
+    def health(self) -> dict[str, bool]:
+        """Each thread of a started engine, by name: alive (True) or dead (False); empty when
+        not started. A dead polling thread is logged and replaced (``dex.app.watchdog``)."""
+        threads = {thread.name: thread.alive for thread in list(self._threads)}
+        if threads:
+            threads["dex-async-activities"] = self._async.alive
+        return threads
 
     def _schedule_round(self) -> int:
         if self._window.wait(SCHEDULER, self._stopping):  # under load: what arrives meanwhile joins
@@ -505,9 +528,14 @@ class Engine(AsyncEngineMixin):
             if pool is None:
                 raise RuntimeError("the engine stopped")
             future = pool.submit(self.activity_worker.run, task)
-        except RuntimeError:  # a claim that ended after stop() shut the pool: its lease lapses
-            log.info("the engine stopped: activity %s of run %s is left to its lease", task.name, task.run_id)
-            self._activity_done(key)
+        except BaseException:  # noqa: BLE001 - the pool is shut down (the engine stops): the lease brings it back
+            log.info(
+                "could not run activity %s of run %s; it is retried when its lease expires",
+                task.name,
+                task.run_id,
+                extra={"run_id": task.run_id, "activity_name": task.name},
+            )
+            self._activity_done(key)  # its slot is free again
             return
         future.add_done_callback(lambda _f: self._activity_done(key))
 
@@ -566,7 +594,8 @@ class Engine(AsyncEngineMixin):
             )
         self.buffer.background = False
         self.workflow_worker.inline = None
-        stuck = [thread for thread in self._threads if thread.is_alive()]
+        self.workflow_worker.watchdog = None
+        stuck = [thread for thread in self._threads if thread.alive and not thread.retired]
         try:
             if stuck:  # the workflow worker may still be in its round: leave its tasks alone
                 log.warning("stop: %d engine thread(s) did not end within %g s", len(stuck), timeout)

@@ -105,8 +105,11 @@ class InlineActivities:
             trace_context=spec.trace_context,
         )
         started = time.perf_counter()
-        outcome = self.worker.execute(task, heartbeat=_no_lease)
-        self.worker.finished(outcome, time.perf_counter() - started)
+        outcome = self.worker.execute(task, heartbeat=_no_lease)  # never raises: any exception is a failure
+        try:
+            self.worker.finished(outcome, time.perf_counter() - started)
+        except BaseException:  # noqa: BLE001 - a telemetry sink or log handler failed: not the run's failure
+            log.exception("could not record the end of inline activity %s of run %s", spec.name, spec.run_id)
         message = outcome.message
         if message is None:
             assert outcome.retry_at is not None

@@ -158,7 +158,13 @@ class Foreground:
 
 
 class PollingThread:
-    """Calls ``step`` until stopped; sleeps up to ``interval`` after a round with no work."""
+    """Calls ``step`` until stopped; sleeps up to ``interval`` after a round with no work.
+
+    No exception ends the loop — not the store's, not a bug's, not a ``BaseException`` that
+    user code let through: it is logged with the thread's name, the loop backs off and goes on.
+    ``retire()`` ends the loop after its current step (the watchdog replaces a thread blocked in
+    workflow code by a fresh one, and the blocked one leaves when the code returns).
+    """
 
     def __init__(
         self,
@@ -171,10 +177,12 @@ class PollingThread:
         max_backoff: float = 2.0,
         fine_timers: bool = False,
     ) -> None:
+        self.name = name
         self._step, self._wake, self._stopping = step, wake, stopping
         self._interval, self._max_backoff = interval, max_backoff
         self._fine_timers = fine_timers  # a thread whose short sleeps must end on time (Foreground)
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._retired = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -182,30 +190,76 @@ class PollingThread:
     def join(self, timeout: float | None) -> None:
         self._thread.join(timeout)
 
-    def is_alive(self) -> bool:
+    @property
+    def alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident
+
+    @property
+    def retired(self) -> bool:
+        return self._retired.is_set()
+
+    def retire(self) -> None:
+        """Leave the loop after the current step (a fresh thread takes over this one's work)."""
+        self._retired.set()
+
+    def fresh(self) -> PollingThread:
+        """A new, unstarted thread running the same step (to replace this one)."""
+        return PollingThread(
+            self.name,
+            self._step,
+            self._wake,
+            self._stopping,
+            interval=self._interval,
+            max_backoff=self._max_backoff,
+            fine_timers=self._fine_timers,
+        )
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:  # noqa: BLE001 - only a failure of the loop's own waits gets here
+            # the thread ends (logged here; the watchdog replaces it and counts it)
+            if not self._retired.is_set():
+                log.critical("%s died", self.name, exc_info=True)
 
     def _loop(self) -> None:
         if self._fine_timers:
             fine_timer_slack()
         failures = 0
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and not self._retired.is_set():
             try:
                 worked = self._step()
                 failures = 0
-            except Exception:
-                # the store is unreachable or refused: back off, then try again
+            except BaseException as exc:  # noqa: BLE001 - a thread's loop never ends by an exception
+                if self._retired.is_set():
+                    return  # replaced, and interrupted while blocked: nothing of this thread's is wanted
+                # the store is unreachable or refused, or a bug: back off, then try again
                 failures += 1
                 worked = 0
                 # the whole traceback once per outage; one line for each further failure
                 log.warning(
-                    "%s failed (%d in a row); backing off", self._thread.name, failures, exc_info=failures == 1
+                    "%s failed (%d in a row: %s); backing off",
+                    self.name,
+                    failures,
+                    _name_of(exc),
+                    exc_info=failures == 1 or not isinstance(exc, Exception),
                 )
                 self._stopping.wait(min(self._interval * 2**failures, self._max_backoff))
                 continue
             if not worked:
                 self._wake.wait(self._interval)
                 self._wake.clear()
+
+
+def _name_of(exc: BaseException) -> str:
+    try:
+        return type(exc).__name__
+    except BaseException:  # noqa: BLE001 - a hostile type: its name is not worth dying for
+        return "an exception"
 
 
 _PR_SET_TIMERSLACK = 29  # <linux/prctl.h>

@@ -1,7 +1,7 @@
 """Telemetry hooks: what the engine reports about its work, for metrics back ends to count.
 
 Components call a :class:`Telemetry` at the points that matter to an operator (tasks claimed
-and finished, leases lost, buffer flushes, leadership, queue depths). The engine holds a
+and finished, leases lost, buffer flushes, leadership, queue depths, engine threads that died). The engine holds a
 :class:`TelemetryHub` that forwards to any number of sinks, so a back end (Prometheus, see
 :mod:`dex.observability.prometheus`) can be attached before or after the engine starts; with
 no sink every hook is a no-op.
@@ -36,6 +36,10 @@ class Telemetry(Protocol):
     def leadership(self, leading: bool) -> None: ...
 
     def queue_depths(self, queues: Sequence[QueueInfo]) -> None: ...
+
+    def thread_died(self, name: str) -> None:
+        """An engine thread died (it is logged and replaced by a fresh one: ``dex.app.watchdog``)."""
+        ...
 
 
 class TelemetryHub:
@@ -79,3 +83,9 @@ class TelemetryHub:
     def queue_depths(self, queues: Sequence[QueueInfo]) -> None:
         for sink in self._sinks:
             sink.queue_depths(queues)
+
+    def thread_died(self, name: str) -> None:
+        for sink in self._sinks:
+            hook = getattr(sink, "thread_died", None)  # sinks written before this hook lack it
+            if hook is not None:
+                hook(name)

@@ -8,14 +8,16 @@ steppable from one thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import random
 import statistics
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +57,7 @@ from dex.serialization.history import encode_block_ahead
 
 if TYPE_CHECKING:
     from dex.app.inline import InlineActivities
+    from dex.app.watchdog import Watchdog
 
 log = logging.getLogger("dex.worker")
 
@@ -92,6 +95,9 @@ class ExecutorCache:
             if self._capacity <= 0:
                 evicted.append(executor)
             else:
+                replaced = self._entries.pop(run_id, None)
+                if replaced is not None and replaced[0] is not executor:
+                    evicted.append(replaced[0])  # another executor of the run: dropped, so closed
                 self._entries[run_id] = (executor, last_seq)
                 while len(self._entries) > self._capacity:
                     evicted.append(self._entries.popitem(last=False)[1][0])
@@ -127,6 +133,17 @@ _Preloaded = tuple[
 ]
 
 
+class _Round:
+    """A round's tasks not yet started (each with its cached executor and input) and its
+    results decided so far: shared, so the watchdog can hand them to another thread."""
+
+    def __init__(self) -> None:
+        self.jobs: deque[
+            tuple[WorkflowTask, tuple[WorkflowExecutor, int] | None, tuple[Loaded, datetime]]
+        ] = deque()
+        self.done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
+
+
 class WorkflowWorker:
     """Runs workflow tasks: load history and inbox, decide purely, buffer the result."""
 
@@ -160,6 +177,9 @@ class WorkflowWorker:
         # with its input when the completion loaded it too (and the time it was loaded at)
         self._handed: list[tuple[WorkflowTask, tuple[Loaded, datetime] | None]] = []
         self._handed_lock = threading.Lock()
+        self._rounds: dict[int, _Round] = {}  # by thread: the round each thread is running
+        # notices workflow code that blocks its task (set by a started engine, dex.app.watchdog)
+        self.watchdog: Watchdog | None = None
         # first attempts of short activities run inside the task (set by a started engine)
         self.inline: InlineActivities | None = None
         # the application's calls in flight, which the worker lets go first (runner.Foreground)
@@ -229,47 +249,88 @@ class WorkflowWorker:
         # else whole histories
         now = self._store.clock.now()
         cached = [self.cache.take(task.run_id) for task in tasks]
-        requests = [
-            (task, entry[1] if entry is not None else 0)
-            for (task, given), entry in zip(handed, cached, strict=True)
-            if given is None
-        ]
-        fresh: Iterator[Loaded] = iter([])
-        if requests:
-            try:
-                fresh = iter(self._store.load_workflow_tasks(requests, now))
-            except Exception as exc:  # noqa: BLE001 - the store failed the load: the tasks, not the runs
-                fresh = self._give_back_unloaded([task for task, _after in requests], exc)
         # the round's results go to the buffer together: its flush writes them in one
         # transaction, instead of the first alone and the rest after it
-        done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
+        round_ = _Round()
         try:
+            requests = [
+                (task, entry[1] if entry is not None else 0)
+                for (task, given), entry in zip(handed, cached, strict=True)
+                if given is None
+            ]
+            fresh: Iterator[Loaded] = iter([])
+            if requests:
+                try:
+                    fresh = iter(self._store.load_workflow_tasks(requests, now))
+                except Exception as exc:  # noqa: BLE001 - the store failed the load: the tasks, not the runs
+                    fresh = self._give_back_unloaded([task for task, _after in requests], exc)
             for (task, given), entry in zip(handed, cached, strict=True):
+                round_.jobs.append((task, entry, given if given is not None else (next(fresh), now)))
+        except BaseException:
+            # a dropped executor is closed at once, replay-silent (SPEC §8): left to the garbage
+            # collector, its code's finally blocks would run as if live
+            close_all(entry[0] for entry in cached if entry is not None)
+            raise
+        ident = threading.get_ident()
+        with self._handed_lock:
+            self._rounds[ident] = round_  # the watchdog may hand the rest over to another thread
+        try:
+            while True:
+                with self._handed_lock:
+                    if not round_.jobs:
+                        break
+                    task, entry, (item, loaded_at) = round_.jobs.popleft()
                 started = time.perf_counter()
-                item, loaded_at = given if given is not None else (next(fresh), now)
-                preloaded: _Preloaded = (entry, item, loaded_at)
-                result = self.execute(task, preloaded=preloaded)
+                result = self.execute(task, preloaded=(entry, item, loaded_at))
                 if result is not None:
                     if self.foreground.busy() and result.new_events:
                         # the flusher writes the round in one go without stepping aside: its
                         # encoding is done here, between tasks, while the application's call waits
                         _encode_ahead(result)
-                    done.append((task, result))
+                    with self._handed_lock:
+                        round_.done.append((task, result))
                     outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
                     self._telemetry.task_finished(
                         "workflow", task.workflow_name, outcome, time.perf_counter() - started
                     )
                 self.foreground.step_aside()  # an application's call waiting for the store goes first
         finally:
+            with self._handed_lock:
+                self._rounds.pop(ident, None)
+                left, done = list(round_.jobs), round_.done
+                round_.jobs.clear()
+                round_.done = []
+            close_all(entry[0] for _task, entry, _input in left if entry is not None)  # dropped: closed now
             if done:  # also when a later task of the round raised: what is decided is written
                 self._buffer.add_workflow_results(done)
         self.worked_at = time.monotonic()
         return len(tasks)
 
+    def hand_over(self, thread: int) -> int:
+        """Give the round that ``thread`` is running up to the next round of another thread (the
+        watchdog found ``thread`` blocked in workflow code): the results decided so far go to the
+        buffer now, the tasks not yet started are handed back, their executors to the cache.
+        Returns how many tasks were handed back."""
+        with self._handed_lock:
+            round_ = self._rounds.pop(thread, None)
+            if round_ is None:
+                return 0
+            left, done = list(round_.jobs), round_.done
+            round_.jobs.clear()
+            round_.done = []
+            self._handed[:0] = [(task, given) for task, _entry, given in left]
+        for task, entry, _given in left:
+            if entry is not None:
+                self.cache.put(task.run_id, *entry)
+        if done:
+            self._buffer.add_workflow_results(done)
+        return len(left)
+
     def execute(self, task: WorkflowTask, preloaded: _Preloaded | None = None) -> WorkflowTaskResult | None:
         """Decide ``task``; None when there is nothing to write: its run no longer exists
-        (retention took it), or the task failed for a reason outside its workflow code and was
-        given back to be retried (:meth:`retry_later`).
+        (retention took it), the task failed for a reason outside its workflow code and was
+        given back to be retried (:meth:`retry_later`), or the watchdog gave the task back while
+        its workflow code blocked (the result is discarded).
 
         Workflow code never fails a task: whatever it raises (or a non-determinism) is caught
         by the core and becomes the run's ``RunCompleted(FAILED)`` in the result. So an
@@ -277,6 +338,32 @@ class WorkflowWorker:
         unreachable, a bug of dex — and fails only the task (SPEC §8), which is retried with
         a backoff; a bug that recurs on every attempt is retried (and logged) every 5 minutes
         at most, and the run waits, FAILED by nothing but its own code."""
+        watchdog = self.watchdog
+        if watchdog is None:
+            return self._decide(task, preloaded)
+        try:
+            result = self._decide(task, preloaded)
+        finally:
+            abandoned = watchdog.abandoned(task)
+        if abandoned:
+            self._drop(task)
+            return None
+        return result
+
+    def _watched(self, task: WorkflowTask, executor: WorkflowExecutor | None) -> AbstractContextManager[None]:
+        """Around workflow code: the watchdog notices if it runs past the task's deadline."""
+        watchdog = self.watchdog
+        return watchdog.watch(task, executor) if watchdog is not None else nullcontext()
+
+    def _drop(self, task: WorkflowTask) -> None:
+        """Close what a task given back by the watchdog left behind (its executor)."""
+        with self._unwritten_lock:
+            entry = self._unwritten.pop((task.task_id, task.lease.version), None)
+        if entry is not None:
+            entry[0].close()
+        self.cache.discard(task.run_id)
+
+    def _decide(self, task: WorkflowTask, preloaded: _Preloaded | None = None) -> WorkflowTaskResult | None:
         now = preloaded[2] if preloaded is not None else self._store.clock.now()
         executor: WorkflowExecutor | None = None
         try:
@@ -308,15 +395,19 @@ class WorkflowWorker:
             }
             with self._tracing.span(f"dex.workflow-task {task.workflow_name}", trace_context, attributes):
                 if executor is None:
-                    executor = replay_history(
-                        self._registry.workflows[task.workflow_name],
-                        task.run_id,
-                        history,
-                        self._converter,
-                        activities=self._registry.find_activity,
-                        workflows=self._registry.find_workflow,
-                    )
-                result = advance(executor, last_seq, inbox, now)
+                    with self._watched(task, None):
+                        executor = replay_history(
+                            self._registry.workflows[task.workflow_name],
+                            task.run_id,
+                            history,
+                            self._converter,
+                            activities=self._registry.find_activity,
+                            workflows=self._registry.find_workflow,
+                        )
+                    if self.watchdog is not None and self.watchdog.gave_up(task):
+                        executor.abandon()  # it blocked in replay: nothing of the new block may run
+                with self._watched(task, executor):
+                    result = advance(executor, last_seq, inbox, now)
                 if self.inline is not None and task.lease.version == 1:
                     # inline attempts that ran before a failure here run again when the task
                     # is retried: activities run at least once
@@ -326,6 +417,10 @@ class WorkflowWorker:
                 executor.close()
             self.retry_later(task, f"deciding it failed: {_describe(exc)}", exc)
             return None
+        except BaseException:  # the watchdog's interrupt, or worse: the executor is dropped, so closed now
+            if executor is not None:
+                executor.close()
+            raise
         if executor.finished or result.new_history is not None:
             executor.close()
         elif not result.new_events:
@@ -356,7 +451,8 @@ class WorkflowWorker:
         budget_ends = task.lease.until - self._lease / 2
         tried: set[int] = set()
         while (
-            can_continue(executor, result)
+            not executor.closed  # the watchdog gave the task up: no further attempt runs for it
+            and can_continue(executor, result)
             and self._store.clock.now() < budget_ends
             and len(result.new_events) < _INLINE_EVENTS
         ):
@@ -373,7 +469,8 @@ class WorkflowWorker:
                     retries.append(retry)
             if not outcomes and not retries:
                 break
-            result = continue_task(executor, result, outcomes, retries, self._store.clock.now())
+            with self._watched(task, executor):
+                result = continue_task(executor, result, outcomes, retries, self._store.clock.now())
             if not outcomes:
                 break
         return result
@@ -432,9 +529,9 @@ class WorkflowWorker:
             cached = self.cache.take(task.run_id)
             try:
                 item = self._store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
-            except Exception:
+            except BaseException:
                 if cached is not None:
-                    cached[0].close()  # not left to the garbage collector (SPEC §8)
+                    cached[0].close()  # dropped: closed at once, not by the garbage collector (SPEC §8)
                 raise
         if isinstance(item, Exception):
             if cached is not None:
@@ -477,8 +574,25 @@ def _encode_ahead(result: WorkflowTaskResult) -> None:
         log.debug("could not encode the result of run %s ahead of its flush", result.run_id, exc_info=True)
 
 
+def close_all(executors: Iterable[WorkflowExecutor]) -> None:
+    """Close dropped executors (each silently; one that fails to close does not stop the rest)."""
+    for executor in executors:
+        try:
+            executor.close()
+        except Exception:  # noqa: BLE001 - closing is best effort; the executor is gone either way
+            log.exception("closing the executor of run %s failed", executor.run_id)
+
+
 class AsyncRunner:
-    """An event loop in its own thread, owned by the worker, on which async activities run."""
+    """An event loop in its own thread, owned by the worker, on which async activities run.
+
+    asyncio lets ``KeyboardInterrupt`` and ``SystemExit`` out of a task through ``run_forever``,
+    which would end the loop's thread and leave every later ``async def`` attempt waiting
+    forever. So the activity's coroutine runs wrapped: any ``BaseException`` it raises travels
+    to the caller as the payload of an ordinary exception and is raised there again, as the
+    attempt's failure. Should the thread die anyway, it is logged and the next attempt starts a
+    new loop; an attempt waiting on the dead loop fails instead of waiting forever.
+    """
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -487,12 +601,32 @@ class AsyncRunner:
 
     def run(self, coro: Any) -> Any:
         with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="dex-async-activities", daemon=True)
-                thread.start()
-                self._loop, self._thread = loop, thread
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+            if self._thread is not None and not self._thread.is_alive():
+                log.error("the asyncio activity thread had died; starting a new one")
+                self._loop, self._thread = None, None
+            if self._loop is None or self._thread is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=_run_loop, args=(self._loop,), name="dex-async-activities", daemon=True
+                )
+                self._thread.start()
+            loop, thread = self._loop, self._thread
+        future = asyncio.run_coroutine_threadsafe(_carried(coro), loop)
+        while not future.done():
+            concurrent.futures.wait([future], timeout=1.0)
+            if not future.done() and not thread.is_alive():
+                future.cancel()
+                raise RuntimeError("the asyncio activity thread died while the attempt ran")
+        try:
+            return future.result()
+        except _Carried as carried:
+            raise carried.exc from None
+
+    @property
+    def alive(self) -> bool:
+        """False only when the loop's thread was started and has died."""
+        thread = self._thread
+        return thread is None or thread.is_alive()
 
     def close(self, timeout: float = 5) -> None:
         """Stop the loop. Coroutines still running (attempts a stopping engine abandons) are
@@ -519,6 +653,31 @@ def _cancel_all_and_stop(loop: asyncio.AbstractEventLoop) -> None:
     for task in tasks:
         task.cancel()
     asyncio.gather(*tasks, return_exceptions=True).add_done_callback(lambda _f: loop.stop())
+
+
+class _Carried(Exception):
+    """A ``BaseException`` of an async activity, carried out of the event loop as an Exception."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(type(exc).__name__)
+        self.exc = exc
+
+
+async def _carried(coro: Any) -> Any:
+    try:
+        return await coro
+    except Exception:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit would stop the loop
+        raise _Carried(exc) from None
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    except BaseException:  # noqa: BLE001 - logged loudly; the next attempt starts a new loop
+        log.critical("the asyncio activity thread died", exc_info=True)
 
 
 class Durations:
@@ -610,11 +769,27 @@ class ActivityWorker:
         return len(tasks)
 
     def run(self, task: ActivityTask) -> None:
+        """Run one attempt and buffer its outcome. Never raises: whatever happens, an outcome is
+        buffered, or the task is left to its lease with a log line (a pool thread's exception
+        would be swallowed by its future, and the task silently lost until its lease ends)."""
         started = time.perf_counter()
         with self.leases.running(task, self._store.clock.now()):  # its lease is kept alive meanwhile
             outcome = self.execute(task)
-        self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
-        self._buffer.add_activity_outcome(outcome)
+        try:
+            self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
+        except BaseException:  # noqa: BLE001 - a telemetry sink or a log handler failed: the outcome still counts
+            log.exception("could not record the end of activity %s of run %s", task.name, task.run_id)
+        try:
+            self._buffer.add_activity_outcome(outcome)
+        except BaseException:  # noqa: BLE001 - nothing left to do but let the lease expire: it is retried then
+            log.exception(
+                "could not buffer the outcome of activity %s of run %s (attempt %d); it is retried when its lease"
+                " expires",
+                task.name,
+                task.run_id,
+                task.attempt,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
 
     def finished(self, outcome: ActivityOutcome, seconds: float) -> None:
         """Record an attempt that ended (here or inline): telemetry, its duration, a log line."""
@@ -634,7 +809,28 @@ class ActivityWorker:
             )
 
     def execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None = None) -> ActivityOutcome:
-        """Run one attempt; ``heartbeat`` replaces the lease extension (an inline attempt has no lease)."""
+        """Run one attempt; ``heartbeat`` replaces the lease extension (an inline attempt has no lease).
+
+        Never raises: any ``BaseException`` of the activity's code (``SystemExit``,
+        ``KeyboardInterrupt`` too) is a failed attempt naming its type, retried under the retry
+        policy, and so is a failure of dex's own handling of the attempt."""
+        try:
+            return self._execute(task, heartbeat)
+        except BaseException as exc:  # noqa: BLE001 - see above: no engine thread dies of an attempt
+            log.exception(
+                "activity %s of run %s, attempt %d: its outcome could not be made; the attempt counts as failed",
+                task.name,
+                task.run_id,
+                task.attempt,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
+            failure = described_failure(exc)
+            try:
+                return self._retry_or_fail(task, failure, None)
+            except BaseException:  # noqa: BLE001 - not even a retry could be computed: a final failure
+                return ActivityOutcome(task=task, failure=failure)
+
+    def _execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None) -> ActivityOutcome:
         if task.attempt > task.retry_policy.max_attempts:
             # the previous holder's lease expired on the last allowed attempt: that attempt counts
             # as failed (its outcome is unknown), and the policy allows no further one
@@ -670,9 +866,7 @@ class ActivityWorker:
                     value = definition.fn(*args)
                     if definition.is_async or asyncio.iscoroutine(value):
                         value = self._async.run(value)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # noqa: BLE001 - SystemExit and friends from user code are failures too
+            except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt ... of user code are failures too
                 return self._failed(task, exc)
             try:
                 return ActivityOutcome(task=task, result=self._converter.encode(value))
@@ -720,7 +914,15 @@ class ActivityWorker:
         return ActivityOutcome(task=task, failure=failure, retry_at=retry_at)
 
     def _failed(self, task: ActivityTask, exc: BaseException) -> ActivityOutcome:
-        failure = FailureInfo.from_exception(exc)
+        try:
+            failure = FailureInfo.from_exception(exc)
+            retry_after = exc.retry_after if isinstance(exc, ApplicationError) else None
+        except BaseException:  # noqa: BLE001 - describing it raised (a hostile __str__): a failure all the same
+            failure, retry_after = undescribed_failure(exc), None
+        return self._retry_or_fail(task, failure, retry_after)
+
+    def _retry_or_fail(self, task: ActivityTask, failure: FailureInfo, retry_after: timedelta | None) -> ActivityOutcome:
+        """The outcome of a failed attempt: final when terminal or out of attempts, else a retry."""
         if failure.terminal:
             return ActivityOutcome(task=task, failure=failure)
         now = self._store.clock.now()
@@ -728,6 +930,26 @@ class ActivityWorker:
             delay = task.retry_policy.next_delay(task.attempt, self._rng)
         if delay is None:
             return ActivityOutcome(task=task, failure=failure)
-        if isinstance(exc, ApplicationError) and exc.retry_after is not None:
-            delay = exc.retry_after
+        if retry_after is not None:
+            delay = retry_after
         return ActivityOutcome(task=task, failure=failure, retry_at=now + delay)
+
+
+def described_failure(exc: BaseException, *, terminal: bool | None = None) -> FailureInfo:
+    """``FailureInfo.from_exception(exc)``, or, if describing ``exc`` raised, :func:`undescribed_failure`."""
+    try:
+        return FailureInfo.from_exception(exc, terminal=terminal)
+    except BaseException:  # noqa: BLE001 - a hostile __str__/__repr__ must not lose the failure
+        return undescribed_failure(exc, terminal=bool(terminal))
+
+
+def undescribed_failure(exc: BaseException, *, terminal: bool = False) -> FailureInfo:
+    """A failure for an exception that could not be described (its ``__str__`` or ``__repr__``
+    raised, or describing it failed otherwise): its type name only, never ``str(exc)``."""
+    try:
+        name = type(exc).__name__
+        if not isinstance(name, str):
+            raise TypeError(name)
+    except BaseException:  # noqa: BLE001 - a type whose name cannot be read: still a failure
+        name = "BaseException"
+    return FailureInfo(type=name, message=f"<{name}: the exception could not be described>", terminal=terminal)

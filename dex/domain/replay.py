@@ -42,7 +42,6 @@ from dex.domain.errors import (
     ChildWorkflowFailedError,
     InvalidStateError,
     NonDeterminismError,
-    SerializationError,
     WaitTimeoutError,
 )
 from dex.domain.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -106,6 +105,7 @@ class WorkflowExecutor:
         self.suspended = False
         self.completed_in_history = False
         self.closed = False
+        self._driving = False  # True while apply_block steps the code: only then may it issue commands
         self.outcome: cmd.CompleteRun | ContinueAsNewRequest | None = None
         self.nondeterminism: str | None = None
         # the block being applied
@@ -132,6 +132,24 @@ class WorkflowExecutor:
         the block being decided now; then new commands are numbered from ``next_seq`` and
         returned with their sequence numbers.
         """
+        if self.closed:
+            return []  # closed (or given up by the watchdog): its code runs no further
+        try:
+            self._driving = True
+            return self._apply_block(now, messages, recorded, next_seq)
+        finally:
+            # workflow code runs only in here (and when closed): whatever runs it elsewhere — a
+            # garbage collector finalizing a dropped coroutine — finds it replaying, issuing nothing
+            self._driving = False
+            self.is_replaying = True
+
+    def _apply_block(
+        self,
+        now: datetime,
+        messages: Sequence[tuple[int, ev.Event]],
+        recorded: Sequence[ev.HistoryEvent] | None,
+        next_seq: int,
+    ) -> list[tuple[int, cmd.Command]]:
         self.now = now
         self.is_replaying = recorded is not None
         if recorded is not None and any(isinstance(item.event, ev.RunCompleted) for item in recorded):
@@ -162,10 +180,20 @@ class WorkflowExecutor:
         return self._new
 
     def close(self) -> None:
-        """Stop the workflow code for good (its ``finally`` blocks run, silently, issuing nothing)."""
+        """Stop the workflow code for good (its ``finally`` blocks run, silently, issuing nothing:
+        ``ctx.is_replaying`` is True, the logger is quiet, a step or a side effect it asks for
+        stops the code there, and a ``finally`` that awaits ends at the await)."""
         self.closed = True
         self.is_replaying = True  # keeps the logger quiet while the code unwinds
+        self._driving = False
         self._stepper.close()
+
+    def abandon(self) -> None:
+        """Give the executor up while another thread runs its code (the watchdog found that code
+        blocked): from now on the code issues nothing and runs no side effect, and its logger is
+        quiet. The thread running it closes it when the code returns."""
+        self.closed = True
+        self.is_replaying = True
 
     def _mismatch(self, text: str) -> None:
         if self.nondeterminism is None:
@@ -173,7 +201,7 @@ class WorkflowExecutor:
 
     def _issue(self, command: cmd.Command) -> tuple[int, ev.Event] | None:
         """Record a command: match it against history when replaying, else number it as new."""
-        if self.nondeterminism is not None or self.closed:
+        if self.nondeterminism is not None or self.closed or not self._driving:
             return None
         if self._recorded is None:
             seq = self._next_seq
@@ -263,16 +291,18 @@ class WorkflowExecutor:
     def _resolve(self, pending: _Pending, payload: Payload) -> None:
         try:
             value = self.converter.decode(payload, pending.hint)
-        except SerializationError as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised at the await, where the code may catch it
             pending.future.set_exception(exc)
         else:
             pending.future.set_result(value)
 
     def _deliver_event(self, waiter: DexFuture[Any], payload: Payload) -> None:
         try:
-            waiter.set_result(self.converter.decode(payload))
-        except SerializationError as exc:
+            value = self.converter.decode(payload)
+        except BaseException as exc:  # noqa: BLE001 - raised at the await, where the code may catch it
             waiter.set_exception(exc)
+        else:
+            waiter.set_result(value)
 
     def _start(self) -> None:
         signature = self.definition.signature
@@ -282,7 +312,7 @@ class WorkflowExecutor:
             coro = self.definition.fn(self.context, *args)
             if not inspect.iscoroutine(coro):
                 raise TypeError(f"workflow {self.workflow_name!r} must be an async def function")
-        except Exception as exc:  # bad input fails the run, it does not crash the worker
+        except BaseException as exc:  # noqa: BLE001 - bad input (or user code decoding it) fails the run, not the worker
             self._complete_failed(exc)
             return
         self._stepper.spawn(coro, "main").add_done_callback(self._on_main_done)
@@ -294,7 +324,7 @@ class WorkflowExecutor:
         if exc is None:
             try:
                 payload = self.converter.encode(future.result())
-            except SerializationError as error:
+            except BaseException as error:  # noqa: BLE001 - a result user code cannot encode fails the run
                 self._complete_failed(error)
                 return
             self._complete(cmd.CompleteRun(status=RunStatus.COMPLETED, result=payload))
@@ -327,7 +357,7 @@ class WorkflowExecutor:
             return
         try:
             payloads = tuple(self.converter.encode(a) for a in args)
-        except SerializationError as exc:
+        except BaseException as exc:  # noqa: BLE001 - arguments user code cannot encode fail the run
             self._complete_failed(exc)
             return
         self.outcome = ContinueAsNewRequest(input=payloads)
@@ -481,7 +511,7 @@ class WorkflowExecutor:
             hint = Signature.of(fn).returns
         except (TypeError, ValueError):  # builtins without a signature
             hint = None
-        if self._recorded is None and self.nondeterminism is None:
+        if self._recorded is None and self.nondeterminism is None and self._driving and not self.closed:
             payload = self.converter.encode(fn(*args))
             self._issue_or_abort(cmd.RecordSideEffect(name=name, result=payload))
         else:

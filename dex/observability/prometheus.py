@@ -39,6 +39,9 @@ class PrometheusTelemetry:
         self.depth = Gauge("dex_queue_depth", "Tasks in a queue", ["queue", "kind"], registry=r)
         self.capacity = Gauge("dex_queue_capacity", "Capacity of a queue", ["queue", "kind"], registry=r)
         self.paused = Gauge("dex_queue_paused", "1 while a queue is paused", ["queue", "kind"], registry=r)
+        self.thread_deaths = Counter(
+            "dex_thread_deaths_total", "Engine threads that died (each is replaced)", ["thread"], registry=r
+        )
 
     def tasks_claimed(self, kind: str, count: int) -> None:
         self.claimed.labels(kind).inc(count)
@@ -62,6 +65,9 @@ class PrometheusTelemetry:
             self.depth.labels(queue.name, queue.kind).set(queue.depth)
             self.capacity.labels(queue.name, queue.kind).set(queue.capacity)
             self.paused.labels(queue.name, queue.kind).set(1 if queue.status == "PAUSED" else 0)
+
+    def thread_died(self, name: str) -> None:
+        self.thread_deaths.labels(name).inc()
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         """Serve ``/metrics`` on ``addr:port`` from a daemon thread."""

@@ -1,0 +1,207 @@
+"""The watchdog of a started engine: workflow code that blocks its task, and threads that die.
+
+Workflow code must not block (SPEC §8): a ``time.sleep`` or a CPU loop in it holds the
+workflow worker's thread, and every run of the process waits behind it; redone after the
+task's lease, it would block again, forever. So the workflow worker registers each stretch
+of workflow code it runs (:meth:`Watchdog.watch`), and the watchdog, a steppable object
+ticked by its own thread, notices one that runs past the deadline
+(``Engine(workflow_task_deadline=5)``). It then
+
+- captures where the code is (``sys._current_frames()``: the file, line and stack of the
+  blocked thread), and gives the task back with a backoff (``WorkflowWorker.retry_later``),
+  logging the run id, the deadline and that place: the task fails, not the run;
+- gives the stuck execution up (``WorkflowExecutor.abandon``): whatever the code does when
+  it comes back issues nothing and runs no side effect, and its result is discarded;
+- raises :class:`WorkflowTaskBlocked` in the blocked thread (``PyThreadState_SetAsyncExc``,
+  CPython's public C API), which ends a CPU loop at once and a ``time.sleep`` when it returns;
+- retires the blocked thread and starts a fresh one in its place, which takes over the rest
+  of the blocked round (``WorkflowWorker.hand_over``), so other runs go on at once. The old
+  thread leaves when the blocked call returns.
+
+The deadline is half the default workflow-task lease (10 s), so a blocked task is given back
+well before its lease would let another worker redo it; Temporal's deadlock detector uses 2 s,
+but dex's tasks also replay whole histories, and a long replay on a busy host must not be
+mistaken for a block. ``Engine.drain()`` has no watchdog: it steps everything in the caller's
+thread, deterministically.
+
+Its second duty: a polling thread that died anyway (none should: their loops survive every
+exception) is logged loudly, counted (``Telemetry.thread_died``) and replaced by a fresh one
+running the same step — the threads hold no state of their own, so a fresh one carries on
+where the dead one stopped, while stopping the engine would stall every run of the process
+over one fault. Restarts of one thread are spaced out (doubling up to a minute), so a thread
+that dies at once again does not spin. ``Engine.health()`` reports every thread alive or dead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from dex.app.ports import WorkflowTask
+from dex.app.runner import PollingThread
+from dex.app.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from dex.app.workers import WorkflowWorker
+    from dex.domain.replay import WorkflowExecutor
+
+log = logging.getLogger("dex.watchdog")
+
+_DEX = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dex package's directory
+
+
+class WorkflowTaskBlocked(BaseException):  # noqa: N818 - named for what happened, like KeyboardInterrupt
+    """Raised into a thread whose workflow code ran past its task's deadline. A BaseException,
+    so that the code's ``except Exception`` does not swallow it; its run does not fail of it
+    (the task was given back before, and what the code does afterwards is discarded)."""
+
+
+class _Watch:
+    """One stretch of a task's workflow code in one thread (a context manager: cheap, as it
+    wraps every workflow task a started engine runs)."""
+
+    __slots__ = ("_dog", "task", "executor", "thread", "since", "fired")
+
+    def __init__(self, dog: Watchdog, task: WorkflowTask, executor: WorkflowExecutor | None) -> None:
+        self._dog, self.task, self.executor = dog, task, executor
+        self.thread, self.since, self.fired = 0, 0.0, False
+
+    def __enter__(self) -> None:
+        self.thread, self.since = threading.get_ident(), self._dog._clock()
+        with self._dog._lock:
+            self._dog._watches[self.thread] = self
+
+    def __exit__(self, *exc_info: object) -> None:
+        dog = self._dog
+        with dog._lock:  # from here on the watchdog cannot fire on this stretch
+            if dog._watches.get(self.thread) is self:
+                del dog._watches[self.thread]
+        if self.fired:
+            _clear_interrupt(self.thread)  # the interrupt may still be pending: it must not land elsewhere
+
+
+class Watchdog:
+    """Notices workflow code that blocks its task, and engine threads that died (module docstring)."""
+
+    def __init__(
+        self,
+        worker: WorkflowWorker,
+        threads: list[PollingThread],
+        stopping: threading.Event,
+        *,
+        deadline: float,
+        telemetry: Telemetry,
+        clock: Callable[[], float] = time.monotonic,
+        interrupt: bool = True,
+    ) -> None:
+        self.deadline = deadline
+        self._worker, self._threads, self._stopping = worker, threads, stopping
+        self._telemetry, self._clock, self._interrupt = telemetry, clock, interrupt
+        self._watches: dict[int, _Watch] = {}  # by thread: the stretch of workflow code it runs now
+        self._fired: set[tuple[int, int]] = set()  # claims (task id, lease version) given back
+        self._deaths: dict[str, tuple[int, float]] = {}  # by thread name: deaths so far, next restart
+        self._lock = threading.Lock()
+
+    def watch(self, task: WorkflowTask, executor: WorkflowExecutor | None) -> _Watch:
+        """A context manager around a stretch of ``task``'s workflow code, run in the calling thread."""
+        return _Watch(self, task, executor)
+
+    def gave_up(self, task: WorkflowTask) -> bool:
+        """Whether this claim of ``task`` was given back while its code blocked."""
+        with self._lock:
+            return (task.task_id, task.lease.version) in self._fired
+
+    def abandoned(self, task: WorkflowTask) -> bool:
+        """Whether this claim of ``task`` was given back while its code blocked (asking forgets it)."""
+        key = (task.task_id, task.lease.version)
+        with self._lock:
+            if key in self._fired:
+                self._fired.discard(key)
+                return True
+            return False
+
+    def step(self) -> int:
+        """Give up the workflow tasks blocked past the deadline; replace dead threads."""
+        now = self._clock()
+        late: list[tuple[_Watch, str]] = []
+        with self._lock:
+            for watch in self._watches.values():
+                if watch.fired or now - watch.since <= self.deadline:
+                    continue
+                watch.fired = True
+                self._fired.add((watch.task.task_id, watch.task.lease.version))
+                if watch.executor is not None:
+                    watch.executor.abandon()
+                late.append((watch, blocked_at(watch.thread)))  # before the interrupt unwinds it
+                if self._interrupt:
+                    _interrupt(watch.thread)
+        for watch, where in late:
+            self._blocked(watch, where)
+        return len(late) + self._revive()
+
+    def _blocked(self, watch: _Watch, where: str) -> None:
+        if not self._stopping.is_set():
+            for index, thread in enumerate(self._threads):
+                if thread.ident == watch.thread:
+                    thread.retire()  # it leaves when the blocked call returns
+                    fresh = thread.fresh()
+                    self._threads[index] = fresh
+                    fresh.start()
+        self._worker.hand_over(watch.thread)
+        self._worker.retry_later(
+            watch.task, f"its workflow code blocked the task for more than {self.deadline:g} s, at {where}"
+        )
+
+    def _revive(self) -> int:
+        if self._stopping.is_set():
+            return 0
+        revived = 0
+        for index, thread in enumerate(self._threads):
+            if thread.alive or thread.retired:
+                continue
+            deaths, not_before = self._deaths.get(thread.name, (0, 0.0))
+            now = self._clock()
+            if now < not_before:
+                continue
+            log.critical("engine thread %s died (%d time(s) before); starting a new one", thread.name, deaths)
+            self._telemetry.thread_died(thread.name)
+            self._deaths[thread.name] = (deaths + 1, now + min(60.0, 0.1 * 2**deaths))
+            fresh = thread.fresh()
+            self._threads[index] = fresh
+            fresh.start()
+            revived += 1
+        return revived
+
+
+def blocked_at(thread: int) -> str:
+    """Where ``thread`` is: the innermost frame outside dex as ``file:line in function``, then
+    the stack of code outside dex (outermost first)."""
+    frame = sys._current_frames().get(thread)
+    frames: list[FrameType] = []
+    while frame is not None:
+        outside = not os.path.abspath(frame.f_code.co_filename).startswith(_DEX + os.sep)
+        if outside and frame.f_globals.get("__name__") != "threading":  # not the thread's own bootstrap
+            frames.append(frame)
+        frame = frame.f_back
+    if not frames:
+        return "an unknown place (the thread is in dex's own code)"
+    here = frames[0]
+    stack = "".join(
+        f"\n  {f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in reversed(frames[:12])
+    )
+    return f"{here.f_code.co_filename}:{here.f_lineno} in {here.f_code.co_name}; stack (outside dex):{stack}"
+
+
+def _interrupt(thread: int) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(WorkflowTaskBlocked))
+
+
+def _clear_interrupt(thread: int) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), None)
