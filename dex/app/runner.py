@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import queue
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 log = logging.getLogger("dex.runner")
+
+T = TypeVar("T")
 
 
 class Nudge:
@@ -280,6 +285,94 @@ def fine_timer_slack(nanoseconds: int = 1000) -> bool:
 
 ACTIVITY_THREADS = "dex-activity"  # the pool's threads are named dex-activity_0, dex-activity_1, ...
 
+_Job = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
-def activity_pool(concurrency: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=ACTIVITY_THREADS)
+
+class ActivityPool(ThreadPoolExecutor):
+    """The threads that run activity attempts: ``submit`` and ``shutdown`` as a
+    ``ThreadPoolExecutor``'s, on daemon threads that the interpreter does not join at exit.
+
+    ``concurrent.futures`` joins its pools' threads when the interpreter exits (daemon or not),
+    so a program that stopped its engine with ``stop(timeout)`` and returned would hang until
+    the attempts the stop abandoned ended, however long they run (SPEC §8: they are abandoned to
+    their leases). These threads are left behind instead: the process exits, and the abandoned
+    attempts' leases lapse and another worker runs them again.
+
+    Like a ``ThreadPoolExecutor``, the pool starts a thread per submitted call while none is
+    idle, up to ``max_workers``. It derives from ``ThreadPoolExecutor`` for its type only (the
+    engine's attribute is typed as one); none of that class's code or state is used.
+    """
+
+    def __init__(self, max_workers: int, thread_name_prefix: str = ACTIVITY_THREADS) -> None:
+        # ThreadPoolExecutor.__init__ is not called on purpose: it would set up its own threads' state
+        if max_workers <= 0:
+            raise ValueError("max_workers must be greater than 0")
+        self._size = max_workers
+        self._prefix = thread_name_prefix
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)  # released by each thread that waits for a job
+        self._workers: list[threading.Thread] = []
+        self._closed = False
+        self._guard = threading.Lock()
+        # a pool dropped without shutdown() lets its threads go (they hold no reference to it)
+        weakref.finalize(self, self._jobs.put, None)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        with self._guard:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            future: Future[T] = Future()
+            self._jobs.put((future, fn, args, kwargs))
+            if not self._idle.acquire(blocking=False) and len(self._workers) < self._size:
+                thread = threading.Thread(
+                    target=_work,
+                    args=(self._jobs, self._idle),
+                    name=f"{self._prefix}_{len(self._workers)}",
+                    daemon=True,
+                )
+                thread.start()
+                self._workers.append(thread)
+            return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._guard:
+            self._closed = True
+            if cancel_futures:
+                while True:
+                    try:
+                        job = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is not None:
+                        job[0].cancel()
+            self._jobs.put(None)  # each thread passes it on to the next and leaves
+            workers = list(self._workers)
+        if wait:
+            for thread in workers:
+                thread.join()
+
+
+def _work(jobs: queue.SimpleQueue[_Job | None], idle: threading.Semaphore) -> None:
+    """An activity thread's loop: run jobs until the pool is shut down (or dropped)."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            jobs.put(None)  # for the next thread
+            return
+        future, fn, args, kwargs = job
+        del job
+        if future.set_running_or_notify_cancel():
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - the future carries it, as ThreadPoolExecutor's do
+                future.set_exception(exc)
+                del exc
+            else:
+                future.set_result(result)
+                del result
+        del future, fn, args, kwargs
+        idle.release()
+
+
+def activity_pool(concurrency: int) -> ActivityPool:
+    return ActivityPool(concurrency, thread_name_prefix=ACTIVITY_THREADS)

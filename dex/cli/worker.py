@@ -86,23 +86,19 @@ def describe(engine: Engine) -> str:
 def run_worker(engine: Engine, stop_timeout: float) -> int:
     """Start ``engine``, wait for SIGTERM/SIGINT, stop it gracefully; return the exit code.
 
-    If the stop abandoned attempts that are still running, the process ends here (their threads
-    would hold up the interpreter's exit until they finish, past ``stop_timeout``).
+    Attempts the stop abandoned do not hold up the exit: the activity pool's threads are daemon
+    threads, which the interpreter leaves behind (their leases lapse, and another worker runs
+    them again).
     """
     code = _run_until_signalled(engine, stop_timeout)
     abandoned = _abandoned_attempts()
     if abandoned:
         progress(f"exiting with {abandoned} abandoned activity attempt(s) still running; their leases will lapse")
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
     return code
 
 
 def _abandoned_attempts(grace: float = 0.5) -> int:
-    # the pool's threads that ended their attempts leave at once; the others run abandoned ones,
-    # and the interpreter would join them at exit (concurrent.futures does, daemon or not)
+    # after the stop, the pool's idle threads leave at once; those still alive run abandoned attempts
     pool = [t for t in threading.enumerate() if t.name.startswith(ACTIVITY_THREADS + "_")]
     deadline = time.monotonic() + grace
     for thread in pool:

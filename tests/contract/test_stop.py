@@ -120,3 +120,73 @@ def test_stop_still_lets_short_attempts_finish_and_writes_their_outcomes(
     successor.drain(advance_time=False)  # no lease to wait for: the outcome was written
     assert successor.wait(run_id, timeout=1) == 60
     assert attempts == [1]
+
+
+EXITS_AFTER_STOP = r"""
+import threading, time
+import dex
+from dex.adapters.memory import InMemoryAdapter
+
+STARTED = threading.Event()
+
+@dex.activity(name="sleeps")
+def sleeps(x: int) -> int:
+    STARTED.set()
+    time.sleep(30)
+    return x
+
+@dex.activity(name="quick")
+def quick(x: int) -> int:
+    return x * 2
+
+@dex.workflow(name="sleeper")
+async def sleeper(ctx: dex.WorkflowContext, x: int) -> int:
+    return await ctx.activity(sleeps, x)
+
+@dex.workflow(name="healthy")
+async def healthy(ctx: dex.WorkflowContext, x: int) -> int:
+    return await ctx.activity(quick, x)
+
+def main() -> None:
+    adapter = InMemoryAdapter()
+    engine = dex.Engine(adapter, workflows=[sleeper], activities=[sleeps], poll_interval=0.01)
+    engine.start()
+    engine.start_workflow(sleeper, 1)
+    assert STARTED.wait(10), "the activity never started"
+    began = time.monotonic()
+    engine.stop(timeout=1)
+    print(f"stopped in {time.monotonic() - began:.2f}", flush=True)
+    fresh = dex.Engine(adapter, workflows=[healthy], activities=[quick], poll_interval=0.01)
+    fresh.start()
+    print("healthy", fresh.wait(fresh.start_workflow(healthy, 21), timeout=10), flush=True)
+    fresh.stop(timeout=1)
+    print(f"returning at {time.time()}", flush=True)
+
+main()
+"""
+
+
+def test_a_process_exits_promptly_after_stop_abandoned_a_running_attempt(tmp_path: Any) -> None:
+    """A plain program that stops its engine and returns is not held up by the abandoned
+    attempt's thread (the interpreter joins a ThreadPoolExecutor's threads at exit)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "exits.py"
+    script.write_text(EXITS_AFTER_STOP)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=15
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the process did not exit after engine.stop(timeout=1): {exc.stdout!r} {exc.stderr!r}")
+    exited = time.time()
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert float(lines[0].split()[-1]) < 2.5, lines  # stop(timeout=1) returned in time
+    assert lines[1] == "healthy 42", lines  # a healthy run after the stop completes
+    returned = float(lines[2].split()[-1])
+    assert exited - returned < 5, f"the process took {exited - returned:.1f} s to exit after main returned"
