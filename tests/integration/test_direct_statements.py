@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dex.adapters.postgres import direct
-from dex.app.ports import Claim, Lease
+from dex.app.ports import Claim, Lease, RunFilter
 from dex.domain import events as ev
 from dex.testing import VirtualClock
 
@@ -180,3 +180,45 @@ def test_a_start_that_claims_names_its_workflow_among_quoted_names(make_adapter)
     stored_history, stored_inbox = stored
     assert [m.message_id for m in stored_inbox] == [m.message_id for m in inbox]
     assert [e.event for e in stored_history] == [created]
+
+
+@pytest.mark.parametrize(
+    ("field", "change"),
+    [
+        ("instance_id", {"instance_id": "a\x00b"}),
+        ("concurrency_key", {"concurrency_key": "k\x00"}),
+        ("workflow_name", {"workflow_name": "wf\x00x"}),
+        ("labels", {"labels": (("tenant", "a\x00b"),)}),
+        ("labels", {"labels": (("ten\x00ant", "a"),)}),
+    ],
+)
+def test_a_nul_in_a_start_is_refused_not_truncated(make_adapter, field: str, change: dict) -> None:  # type: ignore[no-untyped-def]
+    """libpq reads a text parameter as a C string: ``"a\\x00b"`` would be stored as ``"a"``
+    (another run's instance id). The adapter refuses it, naming the field, and sends nothing;
+    a healthy start afterwards is stored as it was created."""
+    from dex.app.ports import StoreRejectedError
+
+    adapter = make_adapter()
+    adapter.ensure_queue("q_1", "workflow")
+    now = VirtualClock().now()
+    fields = {"workflow_name": "wf", "input": (), "queue": "q_1", "instance_id": None, **change}
+    with pytest.raises(StoreRejectedError, match=field):
+        adapter.create_run("run-nul-1", ev.RunCreated(**fields), now)
+    assert adapter.get_run("run-nul-1") is None
+    assert adapter.list_runs(RunFilter()) == []
+
+    healthy = ev.RunCreated(workflow_name="wf", input=(), queue="q_1", instance_id="a", labels=(("t", "b"),))
+    assert adapter.create_run("run-nul-2", healthy, now) == "run-nul-2"
+    record = adapter.get_run("run-nul-2")
+    assert record is not None and (record.instance_id, dict(record.labels)) == ("a", {"t": "b"})
+
+
+def test_a_nul_in_any_text_parameter_is_refused_before_sending(conn: psycopg.Connection) -> None:
+    from dex.app.ports import StoreRejectedError
+
+    with pytest.raises(StoreRejectedError, match=r"\$1 contains a NUL"):
+        ECHO.execute(conn, [b"a\x00b", b"1", b"t", None, b"{}", None, None])
+    with pytest.raises(StoreRejectedError, match=r"\$6 contains a NUL"):
+        ECHO.execute(conn, [b"a", b"1", b"t", None, b"{}", direct.text_array(["x\x00"]), None])
+    # bytea goes as binary with its length: a NUL in it is data
+    assert echo(conn, b"ok", b"1", b"t", None, b"{}", None, b"\x00\x01")[6] == b"\x00\x01"

@@ -16,6 +16,12 @@ no other thread uses it meanwhile; libpq releases the GIL while it
 waits, as psycopg does. An error result raises the exception psycopg would have raised for
 it (``psycopg.errors.UniqueViolation`` and so on). A session that lost the prepared statement
 (``DISCARD ALL`` by someone else) gets it prepared again, once.
+
+libpq reads a parameter in text form as a C string: a NUL in it would end the value there,
+and ``"a\\x00b"`` would be stored as ``"a"`` (an instance id that collides with another). So a
+text parameter holding a NUL is refused before anything is sent: ``StoreRejectedError``
+naming the field, as PostgreSQL refuses a NUL in text everywhere else (the engine refuses
+it where it enters, at ``start_workflow``; this is the adapter's own guard).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from psycopg import pq
 from psycopg.errors import error_from_result
 
 from dex.adapters.postgres import arrays
+from dex.app.ports import StoreRejectedError
 
 # type oids (pg_type), fixed when the statement is prepared
 TEXT, INT4, BOOL, BYTEA, TIMESTAMPTZ, JSONB, TEXT_ARRAY = 25, 23, 16, 17, 1184, 3802, 1009
@@ -43,12 +50,16 @@ Param = bytes | None
 
 class DirectStatement:
     """A statement with a fixed name and parameter types, prepared on each connection the
-    first time it runs there."""
+    first time it runs there. ``fields`` names the parameters in errors (``$1``, ``$2``, ...
+    without it)."""
 
-    def __init__(self, name: str, query: bytes, types: Sequence[int]) -> None:
+    def __init__(self, name: str, query: bytes, types: Sequence[int], fields: Sequence[str] = ()) -> None:
         self.name = name.encode()
         self.query = query
         self.types = list(types)
+        if fields and len(fields) != len(self.types):
+            raise ValueError(f"{name}: {len(self.types)} field names expected, got {len(fields)}")
+        self.fields = list(fields) or [f"${n}" for n in range(1, len(self.types) + 1)]
         self.formats = [1 if oid in _BINARY else 0 for oid in self.types]
         # the connections that hold the statement; a closed connection drops out by itself
         self._ready: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
@@ -59,6 +70,9 @@ class DirectStatement:
         result; raise psycopg's exception for an error."""
         if len(params) != len(self.types):
             raise ValueError(f"{self.name.decode()}: {len(self.types)} parameters expected, got {len(params)}")
+        for field, form, param in zip(self.fields, self.formats, params, strict=True):
+            if form == 0 and param is not None and b"\x00" in param:
+                raise StoreRejectedError(_nul(field))
         pgconn = conn.pgconn
         with self._lock:
             ready = conn in self._ready
@@ -79,6 +93,10 @@ class DirectStatement:
             raise error_from_result(result, encoding=conn.info.encoding)
         with self._lock:
             self._ready.add(conn)
+
+
+def _nul(field: str) -> str:
+    return f"{field} contains a NUL character (\\x00), which PostgreSQL cannot store in text"
 
 
 def _sqlstate(result: pq.abc.PGresult) -> str | None:
@@ -104,9 +122,17 @@ def timestamptz(value: datetime | None) -> Param:
     return value.isoformat().encode() if value is not None else None
 
 
-def jsonb_object(pairs: Iterable[tuple[str, str]]) -> bytes:
-    """A JSON object of string pairs (most runs have no labels: ``{}`` without encoding)."""
-    return json.dumps(dict(pairs), ensure_ascii=False).encode() if pairs else b"{}"
+def jsonb_object(pairs: Iterable[tuple[str, str]], field: str = "a JSON object") -> bytes:
+    """A JSON object of string pairs (most runs have no labels: ``{}`` without encoding).
+
+    A NUL in a key or a value is refused (``StoreRejectedError`` naming ``field``): JSON
+    escapes it as ``\\u0000``, which ``jsonb`` cannot hold either."""
+    if not pairs:
+        return b"{}"
+    mapping = dict(pairs)
+    if any("\x00" in key or "\x00" in value for key, value in mapping.items()):
+        raise StoreRejectedError(_nul(field))
+    return json.dumps(mapping, ensure_ascii=False).encode()
 
 
 def text_array(values: Sequence[str] | None) -> Param:

@@ -45,6 +45,10 @@ def create_run_statement(q: Statements) -> direct.DirectStatement:
         # the function's parameters, in order (schema migration 4)
         [TEXT, TEXT, TEXT, TEXT, INT4, TEXT, JSONB, TEXT, TIMESTAMPTZ, BYTEA, TEXT, BYTEA, BOOL, TEXT, TIMESTAMPTZ,
          TEXT_ARRAY, INT4, TEXT],
+        # their names in errors (a NUL refused in one of them)
+        ["run_id", "workflow_name", "queue", "instance_id", "priority", "concurrency_key", "labels",
+         "parent_run_id", "created_at", "history", "message kind", "message", "claim", "owner", "lease until",
+         "workflow names", "lock", "schema"],
     )  # fmt: skip
 
 
@@ -83,7 +87,7 @@ def create_run(
         direct.text(created.instance_id),
         direct.int4(created.priority),
         direct.text(created.concurrency_key),
-        direct.jsonb_object(created.labels),
+        direct.jsonb_object(created.labels, "labels"),
         direct.text(created.parent_run_id),
         direct.timestamptz(now),
         block,
