@@ -2,7 +2,8 @@
 
 Store calls run in the default executor (``asyncio.to_thread``), so an application serving
 requests on an event loop (FastAPI, aiohttp) can start, signal and wait for runs without
-stalling its loop. ``wait_async`` polls with ``asyncio.sleep``, backing off up to 50 ms.
+stalling its loop. ``wait_async`` polls with ``asyncio.sleep``, backing off up to 50 ms, and
+retries a read that the store failed until its own deadline, as ``wait`` does.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from dex.app.info import RunInfo
-from dex.app.reads import wait_seconds
+from dex.app.reads import ReadFailures, outcome_of, wait_seconds
 from dex.domain import events as ev
+from dex.domain.definitions import validate_text
+from dex.domain.errors import DexError
 from dex.domain.status import RunStatus
 
 if TYPE_CHECKING:
@@ -93,15 +96,29 @@ class AsyncEngineMixin:
         return await asyncio.to_thread(self._sync.history, run_id)
 
     async def wait_async(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
-        """Like ``wait``: the result, or WorkflowFailedError / WorkflowCancelledError / TimeoutError."""
+        """Like ``wait``: the result, or WorkflowFailedError / WorkflowCancelledError / TimeoutError.
+
+        A store error (anything but a ``DexError``) is retried until the deadline, as ``wait`` does.
+        """
         timeout = wait_seconds(timeout)
+        run_id = validate_text(run_id, "run_id")  # a bad id is the caller's mistake, not the store's to retry
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.002
+        failures = ReadFailures(run_id)
+        status: RunStatus | None = None
         while True:
-            info = await self.get_run_async(run_id)
-            if info.status.is_terminal:
-                return await asyncio.to_thread(self._sync.wait, run_id, 0)
+            try:
+                info = await self.get_run_async(run_id)
+            except DexError:
+                raise  # an answer (no such run), not a failure of the store
+            except Exception as exc:  # noqa: BLE001 - the store failed (a connection, a timeout): read again
+                failures.failed(exc)
+            else:
+                failures.succeeded()
+                status = info.status
+                if info.status.is_terminal:
+                    return outcome_of(run_id, info.status, info.result, info.failure)
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {run_id} did not finish within {timeout} s (status {info.status.value})")
+                raise failures.timed_out(timeout, status)
             await asyncio.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
             pause = min(pause * 1.5, 0.05)

@@ -10,10 +10,17 @@ own. So the runs this engine started and has not yet seen end are remembered
 (``started``), and a ``wait`` that must read the store reads, in the same statement, the
 oldest of them too: those that have ended go to the outcomes, where the next waits find them.
 A run's outcome never changes once written, so nothing read ahead goes stale.
+
+A wait outlives a store that fails for a while (SPEC §8: the machinery's faults are not the
+caller's): a read that raises anything but a ``DexError`` (a connection lost, a pool timeout)
+is retried with the wait's usual backoff until the wait's own deadline, and a wait that times
+out while the store fails says so (``TimeoutError`` from the last store error). A
+``DexError`` (an unknown run) is an answer, raised at once.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -27,10 +34,12 @@ from dex.app.ports import RunFilter, RunRecord, Store
 from dex.app.registry import Registry
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
-from dex.domain.errors import RunNotFoundError, WorkflowCancelledError, WorkflowFailedError
+from dex.domain.errors import DexError, RunNotFoundError, WorkflowCancelledError, WorkflowFailedError
 from dex.domain.status import RunStatus
 from dex.domain.values import FailureInfo, Payload, describe_failure
 from dex.serialization.history import encode_history
+
+log = logging.getLogger("dex.reads")
 
 
 class RunReads:
@@ -88,25 +97,40 @@ class RunReads:
         return encode_history(run_id, record.workflow_name, self._store.load_history(run_id))
 
     def wait(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
-        """Block until the run ends; return its result or raise its failure."""
+        """Block until the run ends; return its result or raise its failure.
+
+        A store error (anything but a ``DexError``) is retried until the deadline; a
+        ``TimeoutError`` raised while the store fails says so and chains its last error.
+        """
         timeout = wait_seconds(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.002
         first = True
+        failures = ReadFailures(run_id)
+        status: RunStatus | None = None
         while True:
             flushes = self._flushes
             written = self._outcomes.get(run_id)  # a run this engine ended: no need to read it back
             if written is not None:
                 name, outcome = written
                 result = self._decode_result(name, outcome.result)
-                return _ended(run_id, outcome.status, result, outcome.failure)
-            info = self._read_for_wait(run_id, ahead=first)  # polls read only the run itself
-            first = False
-            if info.status.is_terminal:
-                self._seen(run_id)
-                return _ended(run_id, info.status, info.result, info.failure)
+                return outcome_of(run_id, outcome.status, result, outcome.failure)
+            try:
+                record = self._read_for_wait(run_id, ahead=first)  # polls read only the run itself
+            except DexError:
+                raise  # an answer (no such run), not a failure of the store
+            except Exception as exc:  # noqa: BLE001 - the store failed (a connection, a timeout): read again
+                failures.failed(exc)
+            else:
+                failures.succeeded()
+                first = False
+                status = record.status
+                if record.status.is_terminal:
+                    self._seen(run_id)
+                    info = self._info(record)
+                    return outcome_of(run_id, info.status, info.result, info.failure)
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {run_id} did not finish within {timeout} s (status {info.status.value})")
+                raise failures.timed_out(timeout, status)
             # woken at once by our own flushes; the timeout covers runs that other processes end
             with self._progress:
                 if self._flushes == flushes:
@@ -115,14 +139,17 @@ class RunReads:
                     )
             pause = min(pause * 1.5, 0.05)
 
-    def _read_for_wait(self, run_id: str, ahead: bool) -> RunInfo:
+    def _read_for_wait(self, run_id: str, ahead: bool) -> RunRecord:
         """The run, read from the store; with ``ahead`` (a wait's first read), the oldest runs
         this engine started and has not seen end are read in the same statement, and those
         that have ended are kept for the waits to come."""
         with self._unseen_lock:
             others = list(islice((o for o in self._unseen if o != run_id), self._read_ahead)) if ahead else []
         if not others:
-            return self.get_run(run_id)
+            found = self._store.get_run(run_id)
+            if found is None:
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            return found
         records = {record.run_id: record for record in self._store.get_runs([run_id, *others])}
         ended = []
         for other in others:
@@ -133,10 +160,10 @@ class RunReads:
             if record is None or record.status.is_terminal:  # ended, or gone: nothing to read again
                 ended.append(other)
         self._seen(*ended)
-        record = records.get(run_id)
-        if record is None:
+        found = records.get(run_id)
+        if found is None:
             raise RunNotFoundError(f"no run with id {run_id!r}")
-        return self._info(record)
+        return found
 
     def _decode_result(self, workflow_name: str, result: Payload | None) -> Any:
         if result is None:
@@ -161,6 +188,56 @@ class RunReads:
             result=self._decode_result(record.workflow_name, record.result),
             failure=record.failure,
         )
+
+
+class ReadFailures:
+    """The store errors one wait met while reading its run: each is logged (the first of a
+    spell at INFO, the others at DEBUG), and a wait that times out while they last says so."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.count = 0  # failed reads in a row
+        self.last: Exception | None = None
+
+    def failed(self, exc: Exception) -> None:
+        self.count += 1
+        self.last = exc
+        log.log(
+            logging.INFO if self.count == 1 else logging.DEBUG,
+            "wait for run %s: reading it from the store failed (%s, %d in a row); retrying until the wait's timeout",
+            self.run_id,
+            _describe(exc),
+            self.count,
+            extra={"run_id": self.run_id},
+        )
+
+    def succeeded(self) -> None:
+        self.count = 0
+        self.last = None
+
+    def timed_out(self, timeout: float | None, status: RunStatus | None) -> TimeoutError:
+        """The ``TimeoutError`` a wait raises at its deadline (chaining the store's last error
+        if its last read failed)."""
+        if self.last is None:
+            shown = status.value if status is not None else "unknown"
+            return TimeoutError(f"run {self.run_id} did not finish within {timeout} s (status {shown})")
+        error = TimeoutError(
+            f"run {self.run_id} was not seen to finish within {timeout} s: the store was failing "
+            f"({self.count} read(s) in a row failed, the last with {_describe(self.last)})"
+        )
+        error.__cause__ = self.last
+        return error
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - an error that cannot say what it is still has a type
+        text = "<unprintable>"
+    text = text.strip().splitlines()[0] if text.strip() else ""
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def wait_seconds(timeout: object) -> float | None:
@@ -194,7 +271,7 @@ def aware_datetime(value: object, field: str) -> datetime | None:
     return value
 
 
-def _ended(run_id: str, status: RunStatus, result: Any, failure: FailureInfo | None) -> Any:
+def outcome_of(run_id: str, status: RunStatus, result: Any, failure: FailureInfo | None) -> Any:
     """What ``wait`` gives for a run that ended so: its result, or the error to raise."""
     if status is RunStatus.COMPLETED:
         return result

@@ -3,7 +3,11 @@ recorded (no read of the store); any other run is read from the store, with the 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -11,6 +15,7 @@ import pytest
 import dex
 from dex.app.info import Outcomes
 from dex.domain import events as ev
+from tests.faults import FaultyStore
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,3 +146,90 @@ def test_outcomes_keep_only_the_newest() -> None:
     assert len(outcomes) == 3
     assert [outcomes.get(f"run-{n}") is not None for n in range(6)] == [False, False, True, False, True, True]
     assert outcomes.get("run-5") == ("wf", completed)
+
+
+# -- a store that fails for a while (SPEC §8: the store's faults are not the caller's) ---------
+def waiting_client(adapter_factory: Any) -> tuple[dex.Engine, FaultyStore]:
+    """An engine that only waits, over a store whose calls all fail while ``enabled``
+    (a lost connection or a timeout, as :class:`tests.faults.FaultyStore` injects them)."""
+    store = FaultyStore(adapter_factory(), rate=1.0, seed=7, weights={"before": 0.7, "timeout": 0.3})
+    client = dex.Engine(store, workflows=[receipt, refuses])  # type: ignore[arg-type]
+    return client, store
+
+
+@pytest.mark.parametrize("facade", ["sync", "async"])
+def test_wait_reads_again_while_the_store_fails_and_returns_the_result(
+    make_engine: Any, adapter_factory: Any, facade: str
+) -> None:
+    worker = make_engine([receipt, refuses])
+    client, store = waiting_client(adapter_factory)
+    done, failed = worker.start_workflow(receipt, "a-17"), worker.start_workflow(refuses)
+    store.enabled = True  # every read of the client's fails ...
+
+    def meanwhile() -> None:
+        time.sleep(0.2)
+        worker.drain(advance_time=False)  # ... while the runs end elsewhere ...
+        time.sleep(0.2)
+        store.enabled = False  # ... and then the store answers again
+
+    helper = threading.Thread(target=meanwhile)
+    helper.start()
+    try:
+        if facade == "sync":
+            got = client.wait(done, timeout=10)
+        else:
+            got = asyncio.run(client.wait_async(done, timeout=10))
+    finally:
+        helper.join()
+    assert got == Receipt(order="a-17", total=4)
+    assert store.injected["before"] and store.injected["timeout"], store.injected  # both kinds struck the wait
+    with pytest.raises(dex.WorkflowFailedError, match="no such order"):
+        client.wait(failed, timeout=5)
+
+    healthy = worker.start_workflow(receipt, "b-2")  # a run afterwards: the same wait, no faults
+    worker.drain(advance_time=False)
+    assert client.wait(healthy, timeout=5) == Receipt(order="b-2", total=3)
+
+
+@pytest.mark.parametrize("facade", ["sync", "async"])
+def test_wait_on_a_store_that_always_fails_times_out_naming_the_store_failure(
+    make_engine: Any, adapter_factory: Any, caplog: pytest.LogCaptureFixture, facade: str
+) -> None:
+    worker = make_engine([receipt, refuses])
+    client, store = waiting_client(adapter_factory)
+    run_id = worker.start_workflow(receipt, "c-3")
+    store.enabled = True
+    began = time.monotonic()
+    with caplog.at_level(logging.DEBUG, logger="dex.reads"), pytest.raises(TimeoutError) as raised:
+        if facade == "sync":
+            client.wait(run_id, timeout=0.5)
+        else:
+            asyncio.run(client.wait_async(run_id, timeout=0.5))
+    took = time.monotonic() - began
+    assert 0.45 < took < 1.5, took
+    assert "the store was failing" in str(raised.value)
+    assert "injected fault" in str(raised.value)
+    assert isinstance(raised.value.__cause__, (ConnectionError, TimeoutError))
+    assert "injected fault" in str(raised.value.__cause__)
+    logged = [r for r in caplog.records if r.name == "dex.reads"]
+    assert [r.levelno for r in logged[:2]] == [logging.INFO, logging.DEBUG], logged  # the first at INFO
+    assert all(r.levelno == logging.DEBUG for r in logged[1:])
+    assert run_id in logged[0].getMessage()
+
+    store.enabled = False  # the store is back: the same run, and a healthy one, complete
+    worker.drain(advance_time=False)
+    assert client.wait(run_id, timeout=5) == Receipt(order="c-3", total=3)
+
+
+def test_wait_for_an_unknown_run_still_raises_at_once(adapter_factory: Any) -> None:
+    client, store = waiting_client(adapter_factory)
+    for call in (lambda: client.wait("no-such-run", timeout=10),
+                 lambda: asyncio.run(client.wait_async("no-such-run", timeout=10))):  # fmt: skip
+        began = time.monotonic()
+        with pytest.raises(dex.RunNotFoundError):
+            call()
+        assert time.monotonic() - began < 1
+    # nor is a bad id a store failure to retry
+    with pytest.raises(ValueError, match="NUL"):
+        asyncio.run(client.wait_async("a\x00b", timeout=10))
+    assert not store.injected
