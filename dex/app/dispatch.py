@@ -18,8 +18,9 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from dex.app.activity_worker import ActivityWorker
 from dex.app.ports import ActivityTask, Claim, Loaded, WorkflowTask
-from dex.app.workers import ActivityWorker, WorkflowWorker
+from dex.app.workflow_worker import WorkflowWorker
 
 
 class ActivitySlots:

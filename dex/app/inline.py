@@ -26,16 +26,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 
 import attrs
 
-from dex.app.ports import ActivityTask, Lease, QueueInfo
-from dex.app.workers import ActivityWorker
+from dex.app.activity_worker import ActivityWorker
+from dex.app.ports import ActivityTask, Clock, Lease, QueueInfo
 from dex.domain import events as ev
-from dex.domain.task import NewActivityTask
+from dex.domain.replay import WorkflowExecutor
+from dex.domain.task import NewActivityTask, WorkflowTaskResult, can_continue, continue_task
 
 log = logging.getLogger("dex.worker")
+
+# an inline chain stops once its task has this many new events, so that one write stays bounded
+_INLINE_EVENTS = 2000
 
 # what an inline attempt gives its task: the run's message, or the task that retries it
 Answer = tuple[ev.ActivityTaskCompleted | ev.ActivityTaskFailed | None, NewActivityTask | None]
@@ -116,6 +121,43 @@ class InlineActivities:
             return None, attrs.evolve(spec, attempt=spec.attempt + 1, visible_from=outcome.retry_at)
         assert isinstance(message, (ev.ActivityTaskCompleted, ev.ActivityTaskFailed))
         return message, None
+
+    def go_on(
+        self,
+        executor: WorkflowExecutor,
+        result: WorkflowTaskResult,
+        *,
+        until: datetime,
+        clock: Clock,
+        watched: Callable[[], AbstractContextManager[None]],
+    ) -> WorkflowTaskResult:
+        """Go on with the first attempts of the activities the task scheduled that may run here,
+        step after step, until ``until`` (each step's workflow code runs in ``watched()``)."""
+        tried: set[int] = set()
+        while (
+            not executor.closed  # the watchdog gave the task up: no further attempt runs for it
+            and can_continue(executor, result)
+            and clock.now() < until
+            and len(result.new_events) < _INLINE_EVENTS
+        ):
+            outcomes: list[ev.ActivityTaskCompleted | ev.ActivityTaskFailed] = []
+            retries: list[NewActivityTask] = []
+            for spec in result.activity_tasks:
+                if spec.created_seq in tried or not self.eligible(spec):
+                    continue
+                tried.add(spec.created_seq)
+                message, retry = self.run(spec, clock.now())
+                if message is not None:
+                    outcomes.append(message)
+                if retry is not None:
+                    retries.append(retry)
+            if not outcomes and not retries:
+                break
+            with watched():
+                result = continue_task(executor, result, outcomes, retries, clock.now())
+            if not outcomes:
+                break
+        return result
 
 
 def _no_lease() -> bool:

@@ -49,7 +49,7 @@ from dex.app.runner import PollingThread
 from dex.app.telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from dex.app.workers import WorkflowWorker
+    from dex.app.workflow_worker import WorkflowWorker
     from dex.domain.replay import WorkflowExecutor
 
 log = logging.getLogger("dex.watchdog")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.workers import ExecutorCache
+from dex.app.executors import ExecutorCache
 
 finals: list[bool] = []  # ctx.is_replaying in each run of the finally block
 effects: list[str] = []  # side effects that really ran

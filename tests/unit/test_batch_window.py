@@ -183,11 +183,11 @@ def test_starts_and_transitions_are_calls_in_flight() -> None:
 
 def test_a_scheduler_round_that_made_tasks_lets_the_worker_claim_them_at_once() -> None:
     engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick], batch_window=60)
-    engine._window.worked("workflow", engine._window.now())  # a claim just found work
-    assert engine._window.left("workflow") > 50
+    engine._background.window.worked("workflow", engine._background.window.now())  # a claim just found work
+    assert engine._background.window.left("workflow") > 50
     engine.start_workflow(quick)
-    assert engine._schedule_round() == 1
-    assert engine._window.left("workflow") == 0.0  # the round's tasks are the batch: no wait
+    assert engine._background.schedule_round() == 1
+    assert engine._background.window.left("workflow") == 0.0  # the round's tasks are the batch: no wait
 
 
 def _timer_slack() -> int:
@@ -271,7 +271,7 @@ def test_release_ends_every_wait_when_the_engine_stops() -> None:
 
 def test_a_written_task_hurries_a_scheduler_inside_its_window() -> None:
     engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick], batch_window=3600)
-    window = engine._window
+    window = engine._background.window
     engine.start_workflow(quick)
     engine.workflow_scheduler.step()
     window.worked("scheduler", window.now())  # as a scheduler round that found work does

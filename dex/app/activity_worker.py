@@ -1,0 +1,310 @@
+"""The activity worker: claims activity tasks, runs their attempts, hands each outcome (a
+result, a final failure or a retry) to the result buffer.
+
+Like every worker it is a plain object whose ``poll_once()`` does one round; the engine's
+threads call it in a loop and ``Engine.drain()`` calls it inline, which is what makes a whole
+engine steppable from one thread. The engine's pool runs single attempts with ``run()``, and
+inline attempts (:mod:`dex.app.inline`) call ``execute()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from datetime import timedelta
+
+from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
+from dex.app.async_activities import AsyncRunner
+from dex.app.buffer import ResultBuffer
+from dex.app.leases import ActivityLeases
+from dex.app.ports import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask, Store
+from dex.app.registry import Registry
+from dex.app.telemetry import Telemetry, TelemetryHub
+from dex.app.tracing import NoTracing, Tracing
+from dex.domain.definitions import PayloadConverter
+from dex.domain.errors import ApplicationError, NotRegisteredError, SerializationError
+from dex.domain.values import FailureInfo
+
+log = logging.getLogger("dex.worker")
+
+
+class Durations:
+    """How long the last few attempts of each activity took (seconds), for inline execution."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self._keep = keep
+        self._seen: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def record(self, name: str, seconds: float) -> None:
+        with self._lock:
+            seen = self._seen.get(name)
+            if seen is None:
+                seen = self._seen[name] = deque(maxlen=self._keep)
+            seen.append(seconds)
+
+    def typical(self, name: str) -> float | None:
+        """The median of the last attempts of ``name`` (wall time, so an attempt that waited for
+        the GIL counts long: the median sees past those); None before its first one ended."""
+        with self._lock:
+            seen = self._seen.get(name)
+            return statistics.median(seen) if seen else None
+
+
+class ActivityWorker:
+    """Runs activity attempts and turns each into a result, a final failure or a retry."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        converter: PayloadConverter,
+        buffer: ResultBuffer,
+        node_id: str,
+        *,
+        rng: random.Random,
+        async_runner: AsyncRunner,
+        batch_size: int = 16,
+        telemetry: Telemetry | None = None,
+        tracing: Tracing | None = None,
+        lease: timedelta = DEFAULT_ACTIVITY_LEASE,
+    ) -> None:
+        self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
+        self.leases = ActivityLeases(lease)  # the attempts this worker runs under a lease
+        self._telemetry = telemetry if telemetry is not None else TelemetryHub()
+        self._tracing: Tracing = tracing if tracing is not None else NoTracing()
+        self._node_id, self._rng, self._async, self._batch_size = node_id, rng, async_runner, batch_size
+        self._names = frozenset(registry.activities)
+        self._rng_lock = threading.Lock()
+        self.durations = Durations()
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self._names
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def lease(self) -> timedelta:
+        """The short lease its claims take (at most each task's ``lock_timeout``)."""
+        return self.leases.lease
+
+    def claim(self, limit: int | None = None) -> list[ActivityTask]:
+        if not self._names:
+            return []
+        limit = self._batch_size if limit is None else min(limit, self._batch_size)
+        if limit <= 0:
+            return []
+        tasks = self._store.claim_activity_tasks(
+            self._names, self._node_id, self._store.clock.now(), self.leases.lease, limit
+        )
+        if tasks:
+            self._telemetry.tasks_claimed("activity", len(tasks))
+        return tasks
+
+    def poll_once(self, executor: Executor | None = None, on_done: Callable[[], None] | None = None) -> int:
+        """Claim a batch; run each attempt inline, or on ``executor`` when one is given."""
+        tasks = self.claim()
+        for task in tasks:
+            if executor is None:
+                self.run(task)
+            else:
+                future: Future[None] = executor.submit(self.run, task)
+                if on_done is not None:
+                    future.add_done_callback(lambda _f: on_done())
+        return len(tasks)
+
+    def run(self, task: ActivityTask) -> None:
+        """Run one attempt and buffer its outcome. Never raises: whatever happens, an outcome is
+        buffered, or the task is left to its lease with a log line (a pool thread's exception
+        would be swallowed by its future, and the task silently lost until its lease ends)."""
+        started = time.perf_counter()
+        with self.leases.running(task, self._store.clock.now()):  # its lease is kept alive meanwhile
+            outcome = self.execute(task)
+        try:
+            self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
+        except BaseException:  # noqa: BLE001 - a telemetry sink or a log handler failed: the outcome still counts
+            log.exception("could not record the end of activity %s of run %s", task.name, task.run_id)
+        try:
+            self._buffer.add_activity_outcome(outcome)
+        except BaseException:  # noqa: BLE001 - nothing left to do but let the lease expire: it is retried then
+            log.exception(
+                "could not buffer the outcome of activity %s of run %s (attempt %d); it is retried when its lease"
+                " expires",
+                task.name,
+                task.run_id,
+                task.attempt,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
+
+    def finished(self, outcome: ActivityOutcome, seconds: float) -> None:
+        """Record an attempt that ended (here or inline): telemetry, its duration, a log line."""
+        task = outcome.task
+        self.durations.record(task.name, seconds)
+        kind = "retried" if outcome.retry_at is not None else "failed" if outcome.failure is not None else "completed"
+        self._telemetry.task_finished("activity", task.name, kind, seconds)
+        if outcome.failure is not None:
+            log.info(
+                "activity %s of run %s, attempt %d: %s (%s)",
+                task.name,
+                task.run_id,
+                task.attempt,
+                kind,
+                outcome.failure.message,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
+
+    def execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None = None) -> ActivityOutcome:
+        """Run one attempt; ``heartbeat`` replaces the lease extension (an inline attempt has no lease).
+
+        Never raises: any ``BaseException`` of the activity's code (``SystemExit``,
+        ``KeyboardInterrupt`` too) is a failed attempt naming its type, retried under the retry
+        policy, and so is a failure of dex's own handling of the attempt."""
+        try:
+            return self._execute(task, heartbeat)
+        except BaseException as exc:  # noqa: BLE001 - see above: no engine thread dies of an attempt
+            log.exception(
+                "activity %s of run %s, attempt %d: its outcome could not be made; the attempt counts as failed",
+                task.name,
+                task.run_id,
+                task.attempt,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
+            failure = described_failure(exc)
+            try:
+                return self._retry_or_fail(task, failure, None)
+            except BaseException:  # noqa: BLE001 - not even a retry could be computed: a final failure
+                return ActivityOutcome(task=task, failure=failure)
+
+    def _execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None) -> ActivityOutcome:
+        if task.attempt > task.retry_policy.max_attempts:
+            # the previous holder's lease expired on the last allowed attempt: that attempt counts
+            # as failed (its outcome is unknown), and the policy allows no further one
+            failure = FailureInfo(
+                type="LeaseExpiredError",
+                message=f"attempt {task.attempt - 1} of activity {task.name!r} lost its lease (its worker died or hung)"
+                f" and the retry policy allows {task.retry_policy.max_attempts} attempt(s)",
+            )
+            return ActivityOutcome(task=task, failure=failure)
+        context = ActivityContext(
+            run_id=task.run_id,
+            activity_name=task.name,
+            attempt=task.attempt,
+            heartbeat_fn=heartbeat if heartbeat is not None else lambda: self._heartbeat(task),
+        )
+        token = set_activity_context(context)
+        try:
+            try:
+                definition = self._registry.activity(task.name)
+                signature = definition.signature
+                signature.check_arity(len(task.input), f"activity {task.name!r}")
+                args = [self._converter.decode(p, signature.hint_for(i)) for i, p in enumerate(task.input)]
+            except (NotRegisteredError, SerializationError, TypeError) as exc:
+                # bad input does not get better by retrying
+                return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
+            attributes: dict[str, str | int] = {
+                "dex.run_id": task.run_id,
+                "dex.activity": task.name,
+                "dex.attempt": task.attempt,
+            }
+            try:
+                with self._tracing.span(f"dex.activity {task.name}", task.trace_context, attributes):
+                    value = definition.fn(*args)
+                    if definition.is_async or asyncio.iscoroutine(value):
+                        value = self._async.run(value)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt ... of user code are failures too
+                return self._failed(task, exc)
+            try:
+                return ActivityOutcome(task=task, result=self._converter.encode(value))
+            except SerializationError as exc:
+                return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
+        finally:
+            reset_activity_context(token)
+
+    def _heartbeat(self, task: ActivityTask) -> bool:
+        """The attempt's ``heartbeat()``: moves its deadline (``lock_timeout`` from now) and
+        extends its lease at once; False once the lease is lost or given up."""
+        return self.leases.heartbeat(task, self._store.clock.now()) and self._buffer.heartbeat(task)
+
+    def keep_leases(self) -> int:
+        """A step of the engine's activity thread: queue the extensions of the running attempts'
+        leases when due, and fail the attempts past their ``lock_timeout`` (leases.py)."""
+        decided = self.leases.step(self._store.clock.now())
+        for task in decided.extend:
+            self._buffer.heartbeat(task)
+        for task in decided.overdue:
+            log.warning(
+                "activity %s of run %s, attempt %d: still running after its lock_timeout (%s); failed,"
+                " and whatever it returns will be discarded",
+                task.name,
+                task.run_id,
+                task.attempt,
+                task.lock_timeout,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
+            self._buffer.add_activity_outcome(self.timed_out(task))
+        return len(decided.extend) + len(decided.overdue)
+
+    def timed_out(self, task: ActivityTask) -> ActivityOutcome:
+        """The outcome of an attempt that ran past its deadline: a failure, retried as its policy says."""
+        failure = FailureInfo(
+            type="LockTimeoutError",
+            message=f"attempt {task.attempt} of activity {task.name!r} ran longer than its lock_timeout"
+            f" ({task.lock_timeout}) since it started or last called heartbeat()",
+        )
+        with self._rng_lock:
+            delay = task.retry_policy.next_delay(task.attempt, self._rng)
+        retry_at = None if delay is None else self._store.clock.now() + delay
+        seconds = task.lock_timeout.total_seconds()
+        self._telemetry.task_finished("activity", task.name, "failed" if retry_at is None else "retried", seconds)
+        return ActivityOutcome(task=task, failure=failure, retry_at=retry_at)
+
+    def _failed(self, task: ActivityTask, exc: BaseException) -> ActivityOutcome:
+        try:
+            failure = FailureInfo.from_exception(exc)
+            retry_after = exc.retry_after if isinstance(exc, ApplicationError) else None
+        except BaseException:  # noqa: BLE001 - describing it raised (a hostile __str__): a failure all the same
+            failure, retry_after = undescribed_failure(exc), None
+        return self._retry_or_fail(task, failure, retry_after)
+
+    def _retry_or_fail(self, task: ActivityTask, failure: FailureInfo, retry_after: timedelta | None) -> ActivityOutcome:
+        """The outcome of a failed attempt: final when terminal or out of attempts, else a retry."""
+        if failure.terminal:
+            return ActivityOutcome(task=task, failure=failure)
+        now = self._store.clock.now()
+        with self._rng_lock:
+            delay = task.retry_policy.next_delay(task.attempt, self._rng)
+        if delay is None:
+            return ActivityOutcome(task=task, failure=failure)
+        if retry_after is not None:
+            delay = retry_after
+        return ActivityOutcome(task=task, failure=failure, retry_at=now + delay)
+
+
+def described_failure(exc: BaseException, *, terminal: bool | None = None) -> FailureInfo:
+    """``FailureInfo.from_exception(exc)``, or, if describing ``exc`` raised, :func:`undescribed_failure`."""
+    try:
+        return FailureInfo.from_exception(exc, terminal=terminal)
+    except BaseException:  # noqa: BLE001 - a hostile __str__/__repr__ must not lose the failure
+        return undescribed_failure(exc, terminal=bool(terminal))
+
+
+def undescribed_failure(exc: BaseException, *, terminal: bool = False) -> FailureInfo:
+    """A failure for an exception that could not be described (its ``__str__`` or ``__repr__``
+    raised, or describing it failed otherwise): its type name only, never ``str(exc)``."""
+    try:
+        name = type(exc).__name__
+        if not isinstance(name, str):
+            raise TypeError(name)
+    except BaseException:  # noqa: BLE001 - a type whose name cannot be read: still a failure
+        name = "BaseException"
+    return FailureInfo(type=name, message=f"<{name}: the exception could not be described>", terminal=terminal)

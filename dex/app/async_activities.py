@@ -1,0 +1,111 @@
+"""The event loop on which ``async def`` activities run: one thread of its own, owned by the
+activity worker (:class:`dex.app.activity_worker.ActivityWorker`), so a coroutine activity is
+awaited there while the attempt's own thread waits for its outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from typing import Any
+
+log = logging.getLogger("dex.worker")
+
+
+class AsyncRunner:
+    """An event loop in its own thread, owned by the worker, on which async activities run.
+
+    asyncio lets ``KeyboardInterrupt`` and ``SystemExit`` out of a task through ``run_forever``,
+    which would end the loop's thread and leave every later ``async def`` attempt waiting
+    forever. So the activity's coroutine runs wrapped: any ``BaseException`` it raises travels
+    to the caller as the payload of an ordinary exception and is raised there again, as the
+    attempt's failure. Should the thread die anyway, it is logged and the next attempt starts a
+    new loop; an attempt waiting on the dead loop fails instead of waiting forever.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, coro: Any) -> Any:
+        with self._lock:
+            if self._thread is not None and not self._thread.is_alive():
+                log.error("the asyncio activity thread had died; starting a new one")
+                self._loop, self._thread = None, None
+            if self._loop is None or self._thread is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=_run_loop, args=(self._loop,), name="dex-async-activities", daemon=True
+                )
+                self._thread.start()
+            loop, thread = self._loop, self._thread
+        future = asyncio.run_coroutine_threadsafe(_carried(coro), loop)
+        while not future.done():
+            concurrent.futures.wait([future], timeout=1.0)
+            if not future.done() and not thread.is_alive():
+                future.cancel()
+                raise RuntimeError("the asyncio activity thread died while the attempt ran")
+        try:
+            return future.result()
+        except _Carried as carried:
+            raise carried.exc from None
+
+    @property
+    def alive(self) -> bool:
+        """False only when the loop's thread was started and has died."""
+        thread = self._thread
+        return thread is None or thread.is_alive()
+
+    def close(self, timeout: float = 5) -> None:
+        """Stop the loop. Coroutines still running (attempts a stopping engine abandons) are
+        cancelled, so the threads waiting for them go on; a loop that a coroutine keeps from
+        stopping within ``timeout`` seconds is left to its daemon thread."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop, self._thread = None, None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(_cancel_all_and_stop, loop)
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("the asyncio loop of async activities did not stop within %g s; it is left running", timeout)
+            return
+        loop.close()
+
+
+def _cancel_all_and_stop(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = asyncio.all_tasks(loop)
+    if not tasks:
+        loop.stop()
+        return
+    for task in tasks:
+        task.cancel()
+    asyncio.gather(*tasks, return_exceptions=True).add_done_callback(lambda _f: loop.stop())
+
+
+class _Carried(Exception):
+    """A ``BaseException`` of an async activity, carried out of the event loop as an Exception."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(type(exc).__name__)
+        self.exc = exc
+
+
+async def _carried(coro: Any) -> Any:
+    try:
+        return await coro
+    except Exception:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit would stop the loop
+        raise _Carried(exc) from None
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    except BaseException:  # noqa: BLE001 - logged loudly; the next attempt starts a new loop
+        log.critical("the asyncio activity thread died", exc_info=True)

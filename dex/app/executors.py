@@ -1,0 +1,185 @@
+"""What a workflow task starts from: the executor of the run's previous task, kept in a cache,
+and the history after it; or, when none is kept (or it no longer stands where the stored history
+ends), the whole history, replayed.
+
+Executors hold live coroutines: one that is dropped is closed at once, replay-silent (SPEC §8),
+never left to the garbage collector, whose closing would run its code's ``finally`` blocks as
+if live.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
+
+from dex.app.ports import Loaded, Store, WorkflowTask
+from dex.domain import events as ev
+from dex.domain.replay import WorkflowExecutor
+from dex.domain.task import InboxMessage
+
+log = logging.getLogger("dex.worker")
+
+# a cached executor and the sequence number it stands at
+Cached = tuple[WorkflowExecutor, int]
+
+# what a round hands WorkflowWorker.execute: the executor taken from the cache, the loaded
+# input, the time
+Preloaded = tuple[
+    "Cached | None",
+    "tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception",
+    datetime,
+]
+
+# a task of a round not yet started: its cached executor and its input (loaded at a time)
+Job = tuple[WorkflowTask, "Cached | None", tuple[Loaded, datetime]]
+
+
+class ExecutorCache:
+    """Executors of recently advanced runs, so a run's next task applies only what is new.
+
+    An entry is valid only for the history it was advanced to (``last_seq``); a task that
+    finds the run's history elsewhere, or a result of ours the store discarded, drops it.
+    Bounded (least recently used first out), because each entry holds live coroutines.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, tuple[WorkflowExecutor, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, run_id: str) -> tuple[WorkflowExecutor, int] | None:
+        """Remove and return the executor cached for ``run_id`` and the sequence number it stands at."""
+        with self._lock:
+            return self._entries.pop(run_id, None)
+
+    def put(self, run_id: str, executor: WorkflowExecutor, last_seq: int) -> None:
+        evicted = []
+        with self._lock:
+            if self._capacity <= 0:
+                evicted.append(executor)
+            else:
+                replaced = self._entries.pop(run_id, None)
+                if replaced is not None and replaced[0] is not executor:
+                    evicted.append(replaced[0])  # another executor of the run: dropped, so closed
+                self._entries[run_id] = (executor, last_seq)
+                while len(self._entries) > self._capacity:
+                    evicted.append(self._entries.popitem(last=False)[1][0])
+        for old in evicted:
+            old.close()
+
+    def positions(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """The sequence number each cached run's executor stands at (runs not cached are left out)."""
+        with self._lock:
+            return {run_id: self._entries[run_id][1] for run_id in run_ids if run_id in self._entries}
+
+    def discard(self, run_id: str) -> None:
+        with self._lock:
+            entry = self._entries.pop(run_id, None)
+        if entry is not None:
+            entry[0].close()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            entries, self._entries = list(self._entries.values()), OrderedDict()
+        for executor, _seq in entries:
+            executor.close()
+
+
+def round_inputs(
+    store: Store,
+    cache: ExecutorCache,
+    handed: Sequence[tuple[WorkflowTask, tuple[Loaded, datetime] | None]],
+    give_back: Callable[[WorkflowTask, Exception], bool],
+) -> list[Job]:
+    """The jobs of a round: each task with its cached executor (taken from ``cache``) and its
+    input, the given one or, for those that came without it, loaded in one round trip (the
+    tails after cached executors, else whole histories). If that load fails, its tasks are
+    handed to ``give_back`` while it takes them (see :func:`_given_back`)."""
+    now = store.clock.now()
+    cached = [cache.take(task.run_id) for task, _given in handed]
+    try:
+        requests = [
+            (task, entry[1] if entry is not None else 0)
+            for (task, given), entry in zip(handed, cached, strict=True)
+            if given is None
+        ]
+        fresh: Iterator[Loaded] = iter([])
+        if requests:
+            try:
+                fresh = iter(store.load_workflow_tasks(requests, now))
+            except Exception as exc:  # noqa: BLE001 - the store failed the load: the tasks, not the runs
+                fresh = _given_back([task for task, _after in requests], exc, give_back)
+        return [
+            (task, entry, given if given is not None else (next(fresh), now))
+            for (task, given), entry in zip(handed, cached, strict=True)
+        ]
+    except BaseException:
+        # a dropped executor is closed at once, replay-silent (SPEC §8): left to the garbage
+        # collector, its code's finally blocks would run as if live
+        close_all(entry[0] for entry in cached if entry is not None)
+        raise
+
+
+def _given_back(
+    tasks: Sequence[WorkflowTask], exc: Exception, give_back: Callable[[WorkflowTask, Exception], bool]
+) -> Iterator[Loaded]:
+    """The load of a round failed: give its tasks back (``retry_later``) while the store takes
+    them; once it does not, the rest lapse with their leases (a retry all the same, without
+    a call per task to a store that is down). Yields, per task, the error to skip it by."""
+    giving_back = True
+    for task in tasks:
+        if giving_back:
+            giving_back = give_back(task, exc)
+        yield GivenBack(task.task_id)
+
+
+class GivenBack(Exception):
+    """Stands for the input of a task whose round failed to load it: the task was given back."""
+
+
+def start_point(
+    store: Store, cache: ExecutorCache, task: WorkflowTask, now: datetime, preloaded: Preloaded | None
+) -> tuple[WorkflowExecutor | None, int, list[ev.HistoryEvent], list[InboxMessage]]:
+    """The cached executor if the stored history still ends where it stands, else the full history."""
+    if preloaded is not None:
+        cached, item = preloaded[0], preloaded[1]
+    else:
+        cached = cache.take(task.run_id)
+        try:
+            item = store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
+        except BaseException:
+            if cached is not None:
+                cached[0].close()  # dropped: closed at once, not by the garbage collector (SPEC §8)
+            raise
+    if isinstance(item, Exception):
+        if cached is not None:
+            cached[0].close()
+        raise item
+    if cached is not None:
+        executor, cached_seq = cached
+        tail, inbox = item
+        if len(tail) == 1 and tail[0].sequence_number == cached_seq:
+            return executor, cached_seq, [], inbox
+        executor.close()  # someone else moved the run on (or our last result was refused)
+    history, inbox = item
+    if not history or history[0].sequence_number != 1:
+        # a tail, loaded for an executor that does not stand there now: it was closed just
+        # above, or it left the bounded cache after the claim that loaded the tail for it
+        # (Claim.after_seqs); a history loaded from the start is used as it is
+        history, inbox = store.load_workflow_task(task, now)
+    return None, history[-1].sequence_number, history, inbox
+
+
+def close_all(executors: Iterable[WorkflowExecutor]) -> None:
+    """Close dropped executors (each silently; one that fails to close does not stop the rest)."""
+    for executor in executors:
+        try:
+            executor.close()
+        except Exception:  # noqa: BLE001 - closing is best effort; the executor is gone either way
+            log.exception("closing the executor of run %s failed", executor.run_id)

@@ -1,0 +1,410 @@
+"""The workflow worker: claims workflow tasks, loads each run's history and inbox, decides
+purely (:mod:`dex.domain.task`), and hands the results to the result buffer.
+
+Like every worker it is a plain object whose ``poll_once()`` does one round; the engine's
+threads call it in a loop and ``Engine.drain()`` calls it inline, which is what makes a whole
+engine steppable from one thread. What a task starts from (a cached executor, or the whole
+history) is :mod:`dex.app.executors`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from dex.app.buffer import ResultBuffer
+from dex.app.executors import (
+    Cached,
+    ExecutorCache,
+    GivenBack,
+    Job,
+    Preloaded,
+    close_all,
+    round_inputs,
+    start_point,
+)
+from dex.app.ports import Loaded, Store, UnreadableHistoryError, WorkflowTask
+from dex.app.refusals import failed_result
+from dex.app.registry import Registry
+from dex.app.runner import Foreground
+from dex.app.telemetry import Telemetry, TelemetryHub
+from dex.app.tracing import NoTracing, Tracing
+from dex.domain import events as ev
+from dex.domain.definitions import PayloadConverter
+from dex.domain.errors import RunNotFoundError
+from dex.domain.replay import WorkflowExecutor
+from dex.domain.retry import RetryPolicy
+from dex.domain.task import WorkflowTaskResult, advance, replay_history
+from dex.domain.values import FailureInfo
+from dex.serialization.history import encode_block_ahead
+
+if TYPE_CHECKING:
+    from dex.app.inline import InlineActivities
+    from dex.app.watchdog import Watchdog
+
+log = logging.getLogger("dex.worker")
+
+# the backoff of a workflow task that failed for a reason other than its code (retry_later):
+# 1 s, 2 s, 4 s ... at most 5 minutes, for as long as it takes (attempts are claims)
+TASK_RETRY = RetryPolicy(
+    initial_delay=timedelta(seconds=1), multiplier=2.0, max_delay=timedelta(minutes=5), max_attempts=2**31 - 1
+)
+
+
+class _Round:
+    """A round's tasks not yet started (each with its cached executor and input) and its
+    results decided so far: shared, so the watchdog can hand them to another thread."""
+
+    def __init__(self) -> None:
+        self.jobs: deque[Job] = deque()
+        self.done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
+
+
+class WorkflowWorker:
+    """Runs workflow tasks: load history and inbox, decide purely, buffer the result."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        converter: PayloadConverter,
+        buffer: ResultBuffer,
+        node_id: str,
+        *,
+        lease: timedelta = timedelta(seconds=10),
+        batch_size: int = 64,
+        cache_size: int = 1000,
+        telemetry: Telemetry | None = None,
+        tracing: Tracing | None = None,
+    ) -> None:
+        self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
+        self._telemetry = telemetry if telemetry is not None else TelemetryHub()
+        self._tracing: Tracing = tracing if tracing is not None else NoTracing()
+        self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
+        self._rng = random.Random()  # jitter of retry_later's backoff only
+        self._names = frozenset(registry.workflows)
+        self.worked_at = float("-inf")  # time.monotonic() of the end of the last round that ran tasks
+        self.claimed_full = False  # the last round's claim got all it asked for: more may wait
+        self.cache = ExecutorCache(cache_size)
+        # keyed by claim (task id, lease version): a node may hold two claims of one task
+        self._unwritten: dict[tuple[int, int], Cached] = {}
+        self._unwritten_lock = threading.Lock()
+        # tasks claimed for us by a completion ("complete, then claim"), waiting to be run, each
+        # with its input when the completion loaded it too (and the time it was loaded at)
+        self._handed: list[tuple[WorkflowTask, tuple[Loaded, datetime] | None]] = []
+        self._handed_lock = threading.Lock()
+        self._rounds: dict[int, _Round] = {}  # by thread: the round each thread is running
+        # notices workflow code that blocks its task (set by a started engine, dex.app.watchdog)
+        self.watchdog: Watchdog | None = None
+        # first attempts of short activities run inside the task (set by a started engine)
+        self.inline: InlineActivities | None = None
+        # the application's calls in flight, which the worker lets go first (runner.Foreground)
+        self.foreground = Foreground(pause=0)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self._names
+
+    @property
+    def lease(self) -> timedelta:
+        return self._lease
+
+    def room(self) -> int:
+        """How many more tasks may be handed to this worker (up to four rounds' worth wait)."""
+        with self._handed_lock:
+            return max(0, 4 * self._batch_size - len(self._handed))
+
+    def idle_for(self) -> float:
+        """Seconds since this worker last ran a task (infinite if it never did)."""
+        return time.monotonic() - self.worked_at
+
+    def backlog(self) -> int:
+        """How many handed tasks wait for a round."""
+        with self._handed_lock:
+            return len(self._handed)
+
+    def hand(
+        self, tasks: Sequence[WorkflowTask], loaded: Sequence[Loaded] | None = None, now: datetime | None = None
+    ) -> None:
+        """Tasks already claimed for this worker: the next round runs them without a claim, and,
+        for those whose input came along (``loaded`` at ``now``), without a load."""
+        inputs: Sequence[tuple[Loaded, datetime] | None] = (
+            [(item, now) for item in loaded] if loaded and now is not None else [None] * len(tasks)
+        )
+        with self._handed_lock:
+            self._handed.extend(zip(tasks, inputs, strict=True))
+
+    def poll_once(self, claim: bool = True) -> int:
+        """Execute up to one batch of workflow tasks (handed ones first, then, with ``claim``,
+        claimed ones); return how many ran."""
+        if not self._names:
+            return 0
+        with self._handed_lock:
+            handed, self._handed = self._handed[: self._batch_size], self._handed[self._batch_size :]
+        tasks = [task for task, _input in handed]
+        self.claimed_full = False
+        if claim and len(tasks) < self._batch_size:
+            now = self._store.clock.now()
+            limit = self._batch_size - len(tasks)
+            try:
+                claimed = self._store.claim_workflow_tasks(self._names, self._node_id, now, self._lease, limit)
+            except Exception:
+                # the store failed the claim: the tasks handed to us stay ours for the next
+                # round (the polling thread backs off first)
+                with self._handed_lock:
+                    self._handed[:0] = handed
+                raise
+            if claimed:
+                self._telemetry.tasks_claimed("workflow", len(claimed))
+            self.claimed_full = len(claimed) == limit  # the queue may hold more
+            handed += [(task, None) for task in claimed]
+            tasks += claimed
+        if not tasks:
+            return 0
+        # one round trip loads what came without its input: the tails after cached executors,
+        # else whole histories; the round's results go to the buffer together: its flush writes
+        # them in one transaction, instead of the first alone and the rest after it
+        round_ = _Round()
+        round_.jobs.extend(round_inputs(self._store, self.cache, handed, self._give_back_unloaded))
+        ident = threading.get_ident()
+        with self._handed_lock:
+            self._rounds[ident] = round_  # the watchdog may hand the rest over to another thread
+        try:
+            while True:
+                with self._handed_lock:
+                    if not round_.jobs:
+                        break
+                    task, entry, (item, loaded_at) = round_.jobs.popleft()
+                started = time.perf_counter()
+                result = self.execute(task, preloaded=(entry, item, loaded_at))
+                if result is not None:
+                    if self.foreground.busy() and result.new_events:
+                        # the flusher writes the round in one go without stepping aside: its
+                        # encoding is done here, between tasks, while the application's call waits
+                        _encode_ahead(result)
+                    with self._handed_lock:
+                        round_.done.append((task, result))
+                    outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
+                    self._telemetry.task_finished(
+                        "workflow", task.workflow_name, outcome, time.perf_counter() - started
+                    )
+                self.foreground.step_aside()  # an application's call waiting for the store goes first
+        finally:
+            with self._handed_lock:
+                self._rounds.pop(ident, None)
+                left, done = list(round_.jobs), round_.done
+                round_.jobs.clear()
+                round_.done = []
+            close_all(entry[0] for _task, entry, _input in left if entry is not None)  # dropped: closed now
+            if done:  # also when a later task of the round raised: what is decided is written
+                self._buffer.add_workflow_results(done)
+        self.worked_at = time.monotonic()
+        return len(tasks)
+
+    def hand_over(self, thread: int) -> int:
+        """Give the round that ``thread`` is running up to the next round of another thread (the
+        watchdog found ``thread`` blocked in workflow code): the results decided so far go to the
+        buffer now, the tasks not yet started are handed back, their executors to the cache.
+        Returns how many tasks were handed back."""
+        with self._handed_lock:
+            round_ = self._rounds.pop(thread, None)
+            if round_ is None:
+                return 0
+            left, done = list(round_.jobs), round_.done
+            round_.jobs.clear()
+            round_.done = []
+            self._handed[:0] = [(task, given) for task, _entry, given in left]
+        for task, entry, _given in left:
+            if entry is not None:
+                self.cache.put(task.run_id, *entry)
+        if done:
+            self._buffer.add_workflow_results(done)
+        return len(left)
+
+    def execute(self, task: WorkflowTask, preloaded: Preloaded | None = None) -> WorkflowTaskResult | None:
+        """Decide ``task``; None when there is nothing to write: its run no longer exists
+        (retention took it), the task failed for a reason outside its workflow code and was
+        given back to be retried (:meth:`retry_later`), or the watchdog gave the task back while
+        its workflow code blocked (the result is discarded).
+
+        Workflow code never fails a task: whatever it raises (or a non-determinism) is caught
+        by the core and becomes the run's ``RunCompleted(FAILED)`` in the result. So an
+        exception that escapes loading, replaying or advancing is the machinery's — the store
+        unreachable, a bug of dex — and fails only the task (SPEC §8), which is retried with
+        a backoff; a bug that recurs on every attempt is retried (and logged) every 5 minutes
+        at most, and the run waits, FAILED by nothing but its own code."""
+        watchdog = self.watchdog
+        if watchdog is None:
+            return self._decide(task, preloaded)
+        try:
+            result = self._decide(task, preloaded)
+        finally:
+            abandoned = watchdog.abandoned(task)
+        if abandoned:
+            self._drop(task)
+            return None
+        return result
+
+    def _watched(self, task: WorkflowTask, executor: WorkflowExecutor | None) -> AbstractContextManager[None]:
+        """Around workflow code: the watchdog notices if it runs past the task's deadline."""
+        watchdog = self.watchdog
+        return watchdog.watch(task, executor) if watchdog is not None else nullcontext()
+
+    def _drop(self, task: WorkflowTask) -> None:
+        """Close what a task given back by the watchdog left behind (its executor)."""
+        with self._unwritten_lock:
+            entry = self._unwritten.pop((task.task_id, task.lease.version), None)
+        if entry is not None:
+            entry[0].close()
+        self.cache.discard(task.run_id)
+
+    def _decide(self, task: WorkflowTask, preloaded: Preloaded | None = None) -> WorkflowTaskResult | None:
+        now = preloaded[2] if preloaded is not None else self._store.clock.now()
+        executor: WorkflowExecutor | None = None
+        try:
+            executor, last_seq, history, inbox = start_point(self._store, self.cache, task, now, preloaded)
+        except RunNotFoundError:
+            log.info(
+                "dropping workflow task %s: run %s no longer exists",
+                task.task_id,
+                task.run_id,
+                extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
+            )
+            return None
+        except GivenBack:  # its round's load failed, and it was given back already
+            return None
+        except UnreadableHistoryError as exc:
+            log.error("%s; the run fails", exc, extra={"run_id": task.run_id, "workflow_name": task.workflow_name})
+            failure = FailureInfo(type="UnreadableHistoryError", message=str(exc), terminal=True)
+            return failed_result(task.run_id, exc.last_seq, exc.message_ids, now, failure)
+        except Exception as exc:  # noqa: BLE001 - the store failed the load: the task, not the run
+            self.retry_later(task, f"loading its run failed: {_describe(exc)}", exc)
+            return None
+        try:
+            created = executor.created if executor is not None else history[0].event
+            trace_context = created.trace_context if isinstance(created, ev.RunCreated) else ()
+            attributes: dict[str, str | int] = {
+                "dex.run_id": task.run_id,
+                "dex.workflow": task.workflow_name,
+                "dex.task_id": task.task_id,
+            }
+            with self._tracing.span(f"dex.workflow-task {task.workflow_name}", trace_context, attributes):
+                if executor is None:
+                    with self._watched(task, None):
+                        executor = replay_history(
+                            self._registry.workflows[task.workflow_name],
+                            task.run_id,
+                            history,
+                            self._converter,
+                            activities=self._registry.find_activity,
+                            workflows=self._registry.find_workflow,
+                        )
+                    if self.watchdog is not None and self.watchdog.gave_up(task):
+                        executor.abandon()  # it blocked in replay: nothing of the new block may run
+                with self._watched(task, executor):
+                    result = advance(executor, last_seq, inbox, now)
+                if self.inline is not None and task.lease.version == 1:
+                    # inline attempts that ran before a failure here run again when the task
+                    # is retried: activities run at least once
+                    # (while at least half the task's lease is left: the other half is for the
+                    # rest of the batch and the write)
+                    result = self.inline.go_on(
+                        executor,
+                        result,
+                        until=task.lease.until - self._lease / 2,
+                        clock=self._store.clock,
+                        watched=lambda: self._watched(task, executor),
+                    )
+        except Exception as exc:  # noqa: BLE001 - not the workflow's code (see above): the task fails
+            if executor is not None:
+                executor.close()
+            self.retry_later(task, f"deciding it failed: {_describe(exc)}", exc)
+            return None
+        except BaseException:  # the watchdog's interrupt, or worse: the executor is dropped, so closed now
+            if executor is not None:
+                executor.close()
+            raise
+        if executor.finished or result.new_history is not None:
+            executor.close()
+        elif not result.new_events:
+            self.cache.put(task.run_id, executor, last_seq)  # nothing to write: it stands where it was
+        else:
+            # cached only once the store has applied the result: until then another node may
+            # redo this task and record different side effects at the same sequence numbers
+            with self._unwritten_lock:
+                self._unwritten[(task.task_id, task.lease.version)] = (executor, result.new_events[-1].sequence_number)
+        return result
+
+    def _give_back_unloaded(self, task: WorkflowTask, exc: Exception) -> bool:
+        """The load of the task's round failed: give it back (``retry_later``)."""
+        return self.retry_later(task, f"loading its run failed: {_describe(exc)}", exc)
+
+    def retry_later(self, task: WorkflowTask, reason: str, exc: BaseException | None = None) -> bool:
+        """Fail ``task`` (not its run) for a reason outside its workflow code — the store, a bug
+        of dex, code that blocked its task — and give it back to be claimed again after a
+        backoff that grows with its claims (``TASK_RETRY``; the lease version counts them).
+        Logged with the run id. False when the task could not be given back (the lease was lost,
+        or the store is down: the lease then expires on its own, a retry all the same)."""
+        delay = TASK_RETRY.next_delay(max(1, task.lease.version), self._rng) or TASK_RETRY.max_delay
+        log.warning(
+            "workflow task %s of run %s failed and is retried in %.1f s: %s",
+            task.task_id,
+            task.run_id,
+            delay.total_seconds(),
+            reason,
+            exc_info=exc is not None and not isinstance(exc, ConnectionError),
+            extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
+        )
+        self._telemetry.task_finished("workflow", task.workflow_name, "retried", 0.0)
+        try:
+            now = self._store.clock.now()
+            return self._store.retry_workflow_tasks([(task, now + delay)], now)[0]
+        except Exception:  # noqa: BLE001 - the store is down: the lease expires on its own
+            log.info("could not give back workflow task %s; its lease will expire", task.task_id, exc_info=True)
+            return False
+
+    def forget(self) -> None:
+        """Close every executor this worker holds (the engine stops)."""
+        self.cache.clear()
+        with self._unwritten_lock:
+            unwritten, self._unwritten = list(self._unwritten.values()), {}
+        for executor, _seq in unwritten:
+            executor.close()
+
+    def written(self, task: WorkflowTask, applied: bool) -> None:
+        """The buffer wrote our result for ``task``: keep its executor if the store applied it."""
+        with self._unwritten_lock:
+            entry = self._unwritten.pop((task.task_id, task.lease.version), None)
+        if entry is None:
+            return
+        executor, seq = entry
+        if applied:
+            self.cache.put(task.run_id, executor, seq)
+        else:
+            executor.close()
+
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of a machinery error, for the log (a message that cannot be had is said so)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises still gets described
+        text = "<message unavailable>"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _encode_ahead(result: WorkflowTaskResult) -> None:
+    """Encode the result's history block for the flusher now; a block that cannot be encoded
+    is left to the flusher, which tells the task or run it belongs to (see the buffer)."""
+    try:
+        encode_block_ahead(result.new_events)
+    except Exception:  # noqa: BLE001 - only a head start: the flush encodes again, and reports it
+        log.debug("could not encode the result of run %s ahead of its flush", result.run_id, exc_info=True)
