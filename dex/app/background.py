@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from dex.app.activity_worker import ActivityWorker
 from dex.app.async_activities import AsyncRunner
@@ -23,7 +22,7 @@ from dex.app.buffer import ACTIVITY_LANE, SCHEDULING, WORKFLOW_LANE, ResultBuffe
 from dex.app.dispatch import ActivitySlots, LocalDispatch
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import ACTIVITY, WORKFLOW, ActivityTask, Store
-from dex.app.runner import BatchWindow, Nudge, PollingThread, activity_pool
+from dex.app.runner import ActivityPool, BatchWindow, Nudge, PollingThread, activity_pool
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.watchdog import Watchdog
@@ -75,7 +74,7 @@ class Background:
         self._depths_reported_at = 0.0
         self._stopping = threading.Event()
         self.threads: list[PollingThread] = []
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: ActivityPool | None = None
         self._slots = ActivitySlots(activity_concurrency)  # attempts reserved or running in the pool
         # the attempts handed to the pool and not yet ended, by (task id, lease version): what a
         # stop that runs out of time abandons

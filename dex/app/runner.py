@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -288,7 +288,7 @@ ACTIVITY_THREADS = "dex-activity"  # the pool's threads are named dex-activity_0
 _Job = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
-class ActivityPool(ThreadPoolExecutor):
+class ActivityPool(Executor):
     """The threads that run activity attempts: ``submit`` and ``shutdown`` as a
     ``ThreadPoolExecutor``'s, on daemon threads that the interpreter does not join at exit.
 
@@ -299,12 +299,10 @@ class ActivityPool(ThreadPoolExecutor):
     attempts' leases lapse and another worker runs them again.
 
     Like a ``ThreadPoolExecutor``, the pool starts a thread per submitted call while none is
-    idle, up to ``max_workers``. It derives from ``ThreadPoolExecutor`` for its type only (the
-    engine's attribute is typed as one); none of that class's code or state is used.
+    idle, up to ``max_workers``.
     """
 
     def __init__(self, max_workers: int, thread_name_prefix: str = ACTIVITY_THREADS) -> None:
-        # ThreadPoolExecutor.__init__ is not called on purpose: it would set up its own threads' state
         if max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
         self._size = max_workers
