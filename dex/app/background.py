@@ -161,7 +161,7 @@ class Background:
             thread = PollingThread(name, step, wake, self._stopping, interval=self._poll_interval, fine_timers=fine)
             self.threads.append(thread)
             thread.start()
-        tick = max(0.01, min(0.25, self._deadline / 5))
+        tick = max(0.01, min(0.25, watchdog.stall / 4))
         self.threads.append(
             PollingThread("dex-watchdog", watchdog.step, threading.Event(), self._stopping, interval=tick)
         )

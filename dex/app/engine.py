@@ -143,7 +143,9 @@ class Engine(AsyncEngineMixin):
             raise TypeError(f"workflow_task_deadline must be a number of seconds, got {workflow_task_deadline!r}")
         if not workflow_task_deadline > 0:
             raise ValueError(f"workflow_task_deadline must be > 0 seconds, got {workflow_task_deadline!r}")
-        deadline = float(workflow_task_deadline)  # see dex.app.watchdog
+        # see dex.app.watchdog; at most half the task's lease, so that a blocked task is given
+        # back before its lease lets another worker redo it
+        deadline = min(float(workflow_task_deadline), workflow_task_lease.total_seconds() / 2)
         self._queue_view = QueueView(adapter.list_queues)
         # the threads of a started engine (Engine.start) and the rounds they run
         self._background = Background(

@@ -18,6 +18,13 @@ ticked by its own thread, notices one that runs past the deadline
   of the blocked round (``WorkflowWorker.hand_over``), so other runs go on at once. The old
   thread leaves when the blocked call returns.
 
+Other runs do not wait for the deadline, though: code that has held its thread for ``stall``
+seconds (a second, at most a quarter of the deadline) already has its thread retired and
+replaced and the rest of its round handed over, without failing its task — a slow task that
+ends before the deadline is written as usual, and the other runs of its round were not held
+up by it. At most eight such retired threads may be alive at once (a host so slow that every
+task stalls must not breed threads); beyond that, the rest waits for the deadline.
+
 The deadline is half the default workflow-task lease (10 s), so a blocked task is given back
 well before its lease would let another worker redo it; Temporal's deadlock detector uses 2 s,
 but dex's tasks also replay whole histories, and a long replay on a busy host must not be
@@ -67,11 +74,11 @@ class _Watch:
     """One stretch of a task's workflow code in one thread (a context manager: cheap, as it
     wraps every workflow task a started engine runs)."""
 
-    __slots__ = ("_dog", "task", "executor", "thread", "since", "fired")
+    __slots__ = ("_dog", "task", "executor", "thread", "since", "fired", "replaced")
 
     def __init__(self, dog: Watchdog, task: WorkflowTask, executor: WorkflowExecutor | None) -> None:
         self._dog, self.task, self.executor = dog, task, executor
-        self.thread, self.since, self.fired = 0, 0.0, False
+        self.thread, self.since, self.fired, self.replaced = 0, 0.0, False, False
 
     def __enter__(self) -> None:
         self.thread, self.since = threading.get_ident(), self._dog._clock()
@@ -97,11 +104,14 @@ class Watchdog:
         stopping: threading.Event,
         *,
         deadline: float,
+        stall: float | None = None,
         telemetry: Telemetry,
         clock: Callable[[], float] = time.monotonic,
         interrupt: bool = True,
     ) -> None:
         self.deadline = deadline
+        self.stall = stall if stall is not None else min(1.0, deadline / 4)
+        self._retired: list[PollingThread] = []  # replaced while their code stalled, not yet ended
         self._worker, self._threads, self._stopping = worker, threads, stopping
         self._telemetry, self._clock, self._interrupt = telemetry, clock, interrupt
         self._watches: dict[int, _Watch] = {}  # by thread: the stretch of workflow code it runs now
@@ -128,11 +138,15 @@ class Watchdog:
             return False
 
     def step(self) -> int:
-        """Give up the workflow tasks blocked past the deadline; replace dead threads."""
+        """Replace the threads of stalled workflow code, give up the workflow tasks blocked past
+        the deadline, replace dead threads."""
         now = self._clock()
         late: list[tuple[_Watch, str]] = []
+        stalled: list[_Watch] = []
         with self._lock:
             for watch in self._watches.values():
+                if not watch.replaced and not watch.fired and now - watch.since > self.stall:
+                    stalled.append(watch)
                 if watch.fired or now - watch.since <= self.deadline:
                     continue
                 watch.fired = True
@@ -142,19 +156,31 @@ class Watchdog:
                 late.append((watch, blocked_at(watch.thread)))  # before the interrupt unwinds it
                 if self._interrupt:
                     _interrupt(watch.thread)
+        replaced = sum(self._replace(watch, at_most=8) for watch in stalled if watch not in [w for w, _ in late])
         for watch, where in late:
             self._blocked(watch, where)
-        return len(late) + self._revive()
+        return replaced + len(late) + self._revive()
+
+    def _replace(self, watch: _Watch, at_most: int | None = None) -> bool:
+        """Retire the thread running ``watch`` (it leaves once its code returns) and start a fresh
+        one that takes over the rest of its round; False when it was done already, or when
+        ``at_most`` retired threads are still alive."""
+        self._retired = [thread for thread in self._retired if thread.alive]
+        if watch.replaced or self._stopping.is_set() or (at_most is not None and len(self._retired) >= at_most):
+            return False
+        watch.replaced = True
+        for index, thread in enumerate(self._threads):
+            if thread.ident == watch.thread:
+                thread.retire()  # it leaves when the blocked call returns
+                self._retired.append(thread)
+                fresh = thread.fresh()
+                self._threads[index] = fresh
+                fresh.start()
+        self._worker.hand_over(watch.thread)
+        return True
 
     def _blocked(self, watch: _Watch, where: str) -> None:
-        if not self._stopping.is_set():
-            for index, thread in enumerate(self._threads):
-                if thread.ident == watch.thread:
-                    thread.retire()  # it leaves when the blocked call returns
-                    fresh = thread.fresh()
-                    self._threads[index] = fresh
-                    fresh.start()
-        self._worker.hand_over(watch.thread)
+        self._replace(watch)
         self._worker.retry_later(
             watch.task, f"its workflow code blocked the task for more than {self.deadline:g} s, at {where}"
         )

@@ -171,3 +171,34 @@ def test_the_rest_of_a_blocked_round_goes_on_in_a_fresh_thread(
     assert woke == []  # while the blocked code still slept
     assert claimed[0] == [blocked, ok]  # one round held both
     _given_back(caplog, blocked)
+
+
+def test_a_stalled_task_no_longer_holds_up_its_round_and_is_written_if_it_ends_in_time(
+    make_engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dex")
+    # a deadline well past the sleep: the sleeper's task is slow, not blocked
+    engine: dex.Engine = make_engine(
+        [sleeper, healthy],
+        [quick],
+        poll_interval=0.01,
+        workflow_task_deadline=20,
+        workflow_task_lease=timedelta(seconds=60),
+    )
+    slow = engine.start_workflow(sleeper, priority=100)
+    ok = engine.start_workflow(healthy, 1)
+    engine.start()
+    # the healthy run of the same round goes on once the sleeper has stalled for a second
+    assert engine.wait(ok, timeout=2.5) == 2
+    assert woke == []
+    # the slow task ends before its deadline: written as usual, nothing given back
+    assert engine.wait(slow, timeout=10) == "slept"
+    assert not [r for r in caplog.records if "blocked" in r.getMessage()]
+    assert all(engine.health().values())
+
+
+def test_the_deadline_is_at_most_half_the_workflow_task_lease(make_engine: Any) -> None:
+    engine: dex.Engine = make_engine([healthy], [quick], workflow_task_lease=timedelta(seconds=4))
+    engine.start()
+    watchdog = engine.workflow_worker.watchdog
+    assert watchdog is not None and watchdog.deadline == 2.0 and watchdog.stall == 0.5
