@@ -105,14 +105,8 @@ def test_migrations_are_idempotent_and_serialise(pg_dsn: str, pg_schema: str) ->
 
 def schema_at_version(conn: psycopg.Connection, schema: str, version: int) -> pg_schema_module.Statements:
     """Create ``schema`` as the migrations up to ``version`` left it; return its Statements."""
-    q = pg_schema_module.Statements(schema)
-    conn.execute(q("CREATE SCHEMA {s}"))
-    conn.execute(q("CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, applied_at timestamptz)"))
-    for number, statements in pg_schema_module.MIGRATIONS[:version]:
-        for statement in statements:
-            conn.execute(q(statement))
-        conn.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [number])
-    return q
+    assert migrate(conn, schema, version=version) == version
+    return pg_schema_module.Statements(schema)
 
 
 def test_migration_3_drops_the_foreign_keys_of_an_older_schema(pg_dsn: str, pg_schema: str) -> None:

@@ -15,7 +15,8 @@ import pytest
 
 import dex
 from dex.adapters.postgres import PostgresAdapter, migrate
-from dex.adapters.postgres.schema import MIGRATIONS, dollar_quoted
+from dex.adapters.postgres.migrations import MIGRATIONS
+from dex.adapters.postgres.schema import dollar_quoted
 from tests.pg import drop_schema
 
 pytestmark = pytest.mark.postgres

@@ -6,7 +6,8 @@ creates or upgrades the schema (the adapter calls it on construction).
 
 from dex.adapters.postgres.adapter import PostgresAdapter
 from dex.adapters.postgres.connection import DatabaseConnectionError
-from dex.adapters.postgres.schema import LATEST_VERSION, DatabasePermissionError, migrate, schema_version
+from dex.adapters.postgres.migrations import LATEST_VERSION
+from dex.adapters.postgres.schema import DatabasePermissionError, migrate, schema_version
 
 __all__ = [
     "LATEST_VERSION",

@@ -1,7 +1,8 @@
-"""The PostgreSQL schema: versioned migrations, per-queue partitions and statement composition.
+"""The PostgreSQL schema: the migration runner, per-queue partitions and statement composition.
 
 Everything lives in one schema (``dex`` unless configured), so several deployments or test
-cases can share a database. Migrations are numbered; ``schema_version`` records the applied
+cases can share a database. The migrations themselves are frozen texts, one module per
+version in :mod:`dex.adapters.postgres.migrations`; ``schema_version`` records the applied
 ones, and :func:`migrate` applies the missing ones under a transaction-scoped advisory lock,
 so that engines starting together serialise instead of racing on ``CREATE TABLE``.
 
@@ -11,17 +12,18 @@ Identifiers (the schema, partition names) only ever reach SQL through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import psycopg
 from psycopg import sql
 
 from dex.adapters.postgres.connection import connect, prepare_conninfo
+from dex.adapters.postgres.migrations import LATEST_VERSION, MIGRATIONS
 from dex.domain.definitions import validate_queue
 from dex.domain.errors import DexError
 
 # Status lists are spelled out literally (not passed as parameters) wherever a partial index
 # must match: the planner can only use a partial index whose predicate the query implies.
+# Migration 1 spelled out its own copies (runs_live_instance, runs_finished): these must
+# stay equal to them, but the migrations never read these.
 LIVE = "('CREATED', 'RUNNING', 'SUSPENDED')"
 TERMINAL = "('COMPLETED', 'FAILED', 'CANCELLED')"
 
@@ -32,251 +34,6 @@ LOCK_SCHEDULE_WORKFLOWS = 0x0DE2
 LOCK_SCHEDULE_ACTIVITIES = 0x0DE3
 
 PARTITIONED_TABLES = {"workflow": "workflow_tasks", "activity": "activity_tasks"}
-
-_V1 = [
-    """
-    CREATE TABLE {s}.queues (
-        kind text COLLATE "C" NOT NULL CHECK (kind IN ('workflow', 'activity')),
-        name text COLLATE "C" NOT NULL,
-        capacity integer NOT NULL CHECK (capacity > 0),
-        paused boolean NOT NULL DEFAULT false,
-        PRIMARY KEY (kind, name)
-    )
-    """,
-    """
-    CREATE TABLE {s}.runs (
-        run_id text COLLATE "C" PRIMARY KEY,
-        -- creation order: breaks ties between runs created at the same instant
-        position bigint GENERATED ALWAYS AS IDENTITY,
-        workflow_name text COLLATE "C" NOT NULL,
-        queue text COLLATE "C" NOT NULL,
-        status text NOT NULL CHECK (status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'COMPLETED', 'FAILED', 'CANCELLED')),
-        instance_id text COLLATE "C",
-        priority integer NOT NULL,
-        concurrency_key text COLLATE "C",
-        labels jsonb NOT NULL,
-        parent_run_id text COLLATE "C",
-        created_at timestamptz NOT NULL,
-        started_at timestamptz,
-        completed_at timestamptz,
-        custom_status text,
-        result bytea,
-        failure bytea,
-        -- the run holds its concurrency key from its first workflow task until it ends
-        holds_key boolean NOT NULL DEFAULT false,
-        -- sequence number of the last history event: completions compare it under the row lock
-        last_seq integer NOT NULL
-    )
-    """,
-    # one live run per instance id; a run leaves the index when it ends
-    "CREATE UNIQUE INDEX runs_live_instance ON {s}.runs (instance_id) "
-    "WHERE instance_id IS NOT NULL AND status IN " + LIVE,
-    "CREATE INDEX runs_newest ON {s}.runs (created_at DESC, position DESC)",
-    "CREATE INDEX runs_finished ON {s}.runs (completed_at) WHERE status IN " + TERMINAL,
-    "CREATE INDEX runs_key_holders ON {s}.runs (concurrency_key) WHERE holds_key",
-    "CREATE INDEX runs_labels ON {s}.runs USING gin (labels jsonb_path_ops)",
-    """
-    CREATE TABLE {s}.history (
-        run_id text COLLATE "C" NOT NULL REFERENCES {s}.runs ON DELETE CASCADE,
-        seq integer NOT NULL,
-        event bytea NOT NULL,
-        -- a racing duplicate workflow task that got past the last_seq check still loses here
-        PRIMARY KEY (run_id, seq)
-    )
-    """,
-    """
-    CREATE TABLE {s}.inbox (
-        message_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        run_id text COLLATE "C" NOT NULL REFERENCES {s}.runs ON DELETE CASCADE,
-        kind text NOT NULL,
-        message bytea NOT NULL,
-        visible_from timestamptz NOT NULL
-    )
-    """,
-    "CREATE INDEX inbox_run ON {s}.inbox (run_id, message_id)",
-    "CREATE INDEX inbox_visible ON {s}.inbox (visible_from, run_id)",
-    """
-    CREATE TABLE {s}.workflow_tasks (
-        queue text COLLATE "C" NOT NULL,
-        task_id bigserial,
-        run_id text COLLATE "C" NOT NULL REFERENCES {s}.runs ON DELETE CASCADE,
-        workflow_name text COLLATE "C" NOT NULL,
-        priority integer NOT NULL,
-        locked_by text,
-        locked_until timestamptz,
-        lock_version integer NOT NULL DEFAULT 0,
-        PRIMARY KEY (queue, task_id),
-        UNIQUE (run_id, queue)  -- at most one workflow task per run (a run never changes queue)
-    ) PARTITION BY LIST (queue)
-    """,
-    # completed workflow tasks are deleted, so the table only ever holds live tasks
-    "CREATE INDEX workflow_tasks_claim ON {s}.workflow_tasks (priority DESC, task_id)",
-    "CREATE INDEX workflow_tasks_lease ON {s}.workflow_tasks (locked_until) WHERE locked_until IS NOT NULL",
-    """
-    CREATE TABLE {s}.activity_tasks (
-        queue text COLLATE "C" NOT NULL,
-        task_id bigserial,
-        run_id text COLLATE "C" NOT NULL REFERENCES {s}.runs ON DELETE CASCADE,
-        created_seq integer NOT NULL,
-        name text COLLATE "C" NOT NULL,
-        input bytea NOT NULL,
-        priority integer NOT NULL,
-        retry_policy bytea NOT NULL,
-        lock_timeout interval NOT NULL,
-        visible_from timestamptz NOT NULL,
-        attempt integer NOT NULL DEFAULT 1,
-        -- CREATED: waiting to become visible (first attempt or retry); QUEUED: claimable or claimed
-        state text NOT NULL DEFAULT 'CREATED' CHECK (state IN ('CREATED', 'QUEUED')),
-        locked_by text,
-        locked_until timestamptz,
-        lock_version integer NOT NULL DEFAULT 0,
-        PRIMARY KEY (queue, task_id)
-    ) PARTITION BY LIST (queue)
-    """,
-    "CREATE INDEX activity_tasks_waiting ON {s}.activity_tasks (priority DESC, task_id) WHERE state = 'CREATED'",
-    "CREATE INDEX activity_tasks_due ON {s}.activity_tasks (visible_from) WHERE state = 'CREATED'",
-    "CREATE INDEX activity_tasks_claim ON {s}.activity_tasks (priority DESC, task_id) WHERE state = 'QUEUED'",
-    "CREATE INDEX activity_tasks_lease ON {s}.activity_tasks (locked_until) WHERE locked_until IS NOT NULL",
-    "CREATE INDEX activity_tasks_run ON {s}.activity_tasks (run_id)",
-    # UNLOGGED: a lease is worthless after a crash anyway, and renewals then cost no WAL
-    """
-    CREATE UNLOGGED TABLE {s}.leader (
-        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-        node_id text NOT NULL,
-        lease_until timestamptz NOT NULL
-    )
-    """,
-]
-
-# (version, statements); append new versions, never edit an applied one
-_V2 = [
-    # the tracing context of the run an activity task belongs to (JSON of the carrier), so its
-    # span joins the run's trace; added to the parent, so every partition gets it
-    "ALTER TABLE {s}.activity_tasks ADD COLUMN IF NOT EXISTS trace_context text",
-]
-
-_V3 = [
-    # No foreign keys to runs: each one cost a check (a lookup and a row lock on runs) per
-    # history event, inbox message and task inserted (measured: a start ~0.70 -> ~0.63 ms).
-    # Every writer already finds the run under a row lock of its own (completions lock their
-    # runs FOR NO KEY UPDATE, senders FOR SHARE, the scheduler chooses only live runs, which
-    # retention never deletes), and retention deletes a run's rows itself (runs.delete_finished_runs).
-    *(
-        f"ALTER TABLE {{s}}.{table} DROP CONSTRAINT IF EXISTS {table}_run_id_fkey"
-        for table in ("history", "inbox", "workflow_tasks", "activity_tasks")
-    ),
-]
-
-
-def _create_run_function(history_insert: str) -> str:
-    """The ``create_run`` function of migration 4, whose history CTE migration 5 changes."""
-    return (
-        """
-    CREATE OR REPLACE FUNCTION {s}.create_run(
-        p_run text, p_name text, p_queue text, p_instance text, p_priority integer, p_key text,
-        p_labels jsonb, p_parent text, p_now timestamptz, p_event bytea, p_kind text, p_message bytea,
-        p_claim boolean, p_owner text, p_until timestamptz, p_names text[], p_lock integer, p_schema text
-    ) RETURNS TABLE (
-        out_run text, out_message bigint, out_task bigint, out_task_run text, out_workflow text,
-        out_queue text, out_priority integer, out_owner text, out_until timestamptz, out_version integer
-    )
-    LANGUAGE plpgsql
-    SET plan_cache_mode = force_generic_plan
-    AS $$
-    BEGIN
-        RETURN QUERY
-        WITH r AS (
-            INSERT INTO {s}.runs AS n (run_id, workflow_name, queue, status, instance_id, priority,
-                concurrency_key, labels, parent_run_id, created_at, last_seq)
-            VALUES (p_run, p_name, p_queue, 'CREATED', p_instance, p_priority, p_key, p_labels,
-                p_parent, p_now, 1)
-            -- the arbiter is the partial unique index runs_live_instance: a live run with this
-            -- instance id wins, and an insert racing with this one waits for it
-            ON CONFLICT (instance_id) WHERE instance_id IS NOT NULL AND status IN """
-        + LIVE
-        + """
-            DO NOTHING
-            RETURNING n.run_id, n.queue, n.workflow_name, n.priority, n.concurrency_key
-        ),
-        """
-        + history_insert
-        + """
-        i AS (
-            INSERT INTO {s}.inbox AS m (run_id, kind, message, visible_from)
-            SELECT r.run_id, p_kind, p_message, p_now FROM r RETURNING m.message_id
-        ),
-        t AS (
-            INSERT INTO {s}.workflow_tasks AS w (queue, run_id, workflow_name, priority, locked_by,
-                locked_until, lock_version)
-            SELECT r.queue, r.run_id, r.workflow_name, r.priority, p_owner, p_until, 1
-            FROM r JOIN {s}.queues qu ON qu.name = r.queue AND qu.kind = 'workflow'
-            WHERE p_claim AND r.concurrency_key IS NULL AND NOT qu.paused
-              AND r.workflow_name = ANY(p_names)
-              AND (SELECT count(*) FROM {s}.workflow_tasks c WHERE c.queue = r.queue) < qu.capacity
-              AND pg_try_advisory_xact_lock(p_lock, hashtext(p_schema))
-            RETURNING w.task_id, w.run_id, w.workflow_name, w.queue, w.priority, w.locked_by,
-                w.locked_until, w.lock_version
-        )
-        SELECT r.run_id, (SELECT i.message_id FROM i), t.task_id, t.run_id, t.workflow_name, t.queue,
-            t.priority, t.locked_by, t.locked_until, t.lock_version
-        FROM r LEFT JOIN t ON true;
-    END
-    $$
-    """
-    )
-
-
-_V4 = [
-    # A start as one function call. The adapter's sessions force custom plans (see
-    # connection.session_settings), so a plain statement is planned anew on every execution;
-    # the function's SET clause lets its one statement keep a generic plan per session instead
-    # (measured: a start ~0.63 -> ~0.55 ms). Every value in it is a key or a literal row, and
-    # the count of a queue's tasks is pruned to the queue's partition at execution.
-    # Returns no row when a live run holds the instance id (ON CONFLICT .. DO NOTHING); else the
-    # run id, the RunStarted message's id and, with p_claim, the run's first workflow task when
-    # the scheduler would create it at once anyway (no concurrency key, the queue active with a
-    # free slot, the workflow among p_names, the scheduler's lock free: tried, never waited for).
-    _create_run_function("h AS (INSERT INTO {s}.history (run_id, seq, event) SELECT r.run_id, 1, p_event FROM r),"),
-]
-
-
-_V5 = [
-    # The history as one row per write (a block of consecutive events, a dex.v1.HistoryBlock)
-    # instead of one row per event: a three-activity workflow's one task wrote 16 rows and 16
-    # index entries, now one (measured: a flush's history insert ~1.6 -> ~0.3 ms of server time
-    # per 15 workflows, and ~35 -> ~9 us of client time per workflow). ``first_seq`` and
-    # ``last_seq`` bound the block's sequence numbers, so a tail load finds its blocks by key.
-    # The events stored so far become one-event blocks: a block is its events' bytes, each as
-    # field 1 (tag 0x0a, then the length as a varint).
-    """
-    CREATE FUNCTION {s}.dex_varint(n bigint) RETURNS bytea LANGUAGE plpgsql IMMUTABLE STRICT AS $$
-    DECLARE
-        encoded bytea := ''::bytea;
-    BEGIN
-        WHILE n >= 128 LOOP
-            encoded := encoded || set_byte('\\x00'::bytea, 0, ((n & 127) | 128)::integer);
-            n := n >> 7;
-        END LOOP;
-        RETURN encoded || set_byte('\\x00'::bytea, 0, n::integer);
-    END
-    $$
-    """,
-    "ALTER TABLE {s}.history RENAME COLUMN seq TO first_seq",
-    "ALTER TABLE {s}.history RENAME COLUMN event TO events",
-    "ALTER TABLE {s}.history ADD COLUMN last_seq integer",
-    (
-        "UPDATE {s}.history SET last_seq = first_seq,"
-        " events = '\\x0a'::bytea || {s}.dex_varint(length(events)) || events"
-    ),
-    "ALTER TABLE {s}.history ALTER COLUMN last_seq SET NOT NULL",
-    "DROP FUNCTION {s}.dex_varint(bigint)",
-    _create_run_function(
-        "h AS (INSERT INTO {s}.history (run_id, first_seq, last_seq, events) SELECT r.run_id, 1, 1, p_event FROM r),"
-    ),
-]
-
-MIGRATIONS: Sequence[tuple[int, Sequence[str]]] = ((1, _V1), (2, _V2), (3, _V3), (4, _V4), (5, _V5))
-LATEST_VERSION = MIGRATIONS[-1][0]
 
 
 class DatabasePermissionError(DexError, PermissionError):
@@ -345,16 +102,20 @@ class Statements:
         return sql.SQL(text).format(s=self._ident)
 
 
-def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
-    """Bring ``schema`` up to the latest version; return the version it is at.
+def migrate(target: str | psycopg.Connection, schema: str = "dex", *, version: int | None = None) -> int:
+    """Bring ``schema`` up to the latest version (or only up to ``version``); return the version it is at.
 
     ``target`` is a DSN or an open connection (its transaction is committed, or a savepoint is
     used if one is already open). Idempotent; concurrent callers serialise on an advisory lock.
+    ``version`` stops the upgrade early (tests build a database as an older dex left it); a
+    schema already past it stays as it is.
     """
+    if version is not None and not 0 <= version <= LATEST_VERSION:
+        raise ValueError(f"version must be between 0 and {LATEST_VERSION}, got {version!r}")
     if isinstance(target, str):
         # through connect(): psycopg's own errors may quote the DSN, password and all
         with connect(prepare_conninfo(target, None)) as conn:
-            return migrate(conn, schema)
+            return migrate(conn, schema, version=version)
     q = Statements(schema)
     with target.transaction():
         # held until commit: a second migrator waits here, then finds everything applied
@@ -382,13 +143,14 @@ def migrate(target: str | psycopg.Connection, schema: str = "dex") -> int:
             raise RuntimeError(
                 f"schema {q.schema!r} is at version {current}, newer than this dex ({LATEST_VERSION}); upgrade dex"
             )
-        for version, statements in MIGRATIONS:
-            if version <= current:
+        for number, statements in MIGRATIONS:
+            if number <= current or (version is not None and number > version):
                 continue
+            # the runner's only part in a migration's text: the schema's name, quoted
             for statement in statements:
                 target.execute(q(dollar_quoted(statement, q.schema)))
-            target.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [version])
-            current = version
+            target.execute(q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), [number])
+            current = number
     return current
 
 
