@@ -295,10 +295,11 @@ class WorkflowExecutor:
         priority: int | None,
         labels: Mapping[str, str] | None,
     ) -> DexFuture[Any]:
+        child_run_id = uuid.uuid5(uuid.NAMESPACE_URL, f"dex:{self.run_id}:{self.generation}:{self._block.peek_seq()}")
         command, definition = child_command(
             fn_or_name,
             args,
-            child_run_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"dex:{self.run_id}:{self.generation}:{self._block.peek_seq()}")),
+            child_run_id=str(child_run_id),
             instance_id=instance_id,
             queue=queue,
             concurrency_key=concurrency_key,

@@ -212,10 +212,10 @@ class Simulator:
         self._log(who, what, detail)
 
     def _node_actions(self, node: Node) -> list[Action]:
-        engine, rng = node.engine, self.rng
+        engine, rng, clock = node.engine, self.rng, self.clock
         actions: list[Action] = [
             (1.0, f"{node.name} lead", lambda: "leads" if engine.leader.step() else "follows"),
-            (2.0, f"{node.name} claim-workflows", lambda: node.claim_workflow_tasks(self.clock.now(), rng.randint(1, 3))),
+            (2.0, f"{node.name} claim-workflows", lambda: node.claim_workflow_tasks(clock.now(), rng.randint(1, 3))),
             (2.0, f"{node.name} claim-activities", lambda: node.claim_activity_tasks(rng.randint(1, 3))),
         ]
         if engine.leader.is_leader:  # possibly a stale belief: that is a race the store must survive
