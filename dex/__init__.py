@@ -13,7 +13,6 @@ from dex.app.registry import activity, workflow
 from dex.domain.context import WorkflowContext
 from dex.domain.errors import (
     ActivityFailedError,
-    ApplicationError,
     ChildWorkflowFailedError,
     DexError,
     InvalidStateError,
@@ -21,7 +20,6 @@ from dex.domain.errors import (
     NotRegisteredError,
     RunNotFoundError,
     SerializationError,
-    TerminalError,
     WaitTimeoutError,
     WorkflowCancelledError,
     WorkflowFailedError,
@@ -29,7 +27,7 @@ from dex.domain.errors import (
 from dex.domain.events import HistoryEvent
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
-from dex.domain.values import FailureInfo
+from dex.domain.values import ApplicationError, FailureInfo, TerminalError
 
 __all__ = [
     "ActivityContext",

@@ -29,8 +29,8 @@ from dex.app.registry import Registry
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
 from dex.domain.definitions import PayloadConverter
-from dex.domain.errors import ApplicationError, NotRegisteredError, SerializationError
-from dex.domain.values import FailureInfo
+from dex.domain.errors import NotRegisteredError, SerializationError
+from dex.domain.values import ApplicationError, FailureInfo
 
 log = logging.getLogger("dex.worker")
 

@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from dex.app.info import RunInfo
 from dex.app.reads import ReadFailures, outcome_of, wait_seconds
@@ -21,16 +21,53 @@ from dex.domain.definitions import validate_text
 from dex.domain.errors import DexError
 from dex.domain.status import RunStatus
 
-if TYPE_CHECKING:
-    from dex.app.engine import Engine
+
+class EngineCalls(Protocol):
+    """The blocking calls of :class:`dex.Engine` that the awaitable ones run in a thread (the
+    engine mixes :class:`AsyncEngineMixin` in, so it sits above this module)."""
+
+    def start_workflow(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        *args: Any,
+        instance_id: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> str: ...
+
+    def send_event(self, run_id: str, event_id: str, payload: Any = None) -> None: ...
+
+    def cancel(self, run_id: str, reason: str = "") -> None: ...
+
+    def suspend(self, run_id: str) -> None: ...
+
+    def resume(self, run_id: str) -> None: ...
+
+    def get_run(self, run_id: str) -> RunInfo: ...
+
+    def list_runs(
+        self,
+        *,
+        workflow_name: str | None = None,
+        statuses: Iterable[RunStatus | str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        instance_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunInfo]: ...
+
+    def history(self, run_id: str) -> list[ev.HistoryEvent]: ...
 
 
 class AsyncEngineMixin:
     """Awaitable versions of the engine's calls (mixed into :class:`dex.Engine`)."""
 
     @property
-    def _sync(self) -> Engine:
-        return cast("Engine", self)
+    def _sync(self) -> EngineCalls:
+        return cast(EngineCalls, self)
 
     async def start_workflow_async(
         self,

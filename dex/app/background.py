@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 from dex.app.activity_worker import ActivityWorker
 from dex.app.async_activities import AsyncRunner
@@ -34,6 +35,27 @@ log = logging.getLogger("dex.engine")
 SCHEDULER, WORKFLOWS, ACTIVITIES, FLUSHER = "scheduler", "workflows", "activities", "flusher"
 
 _LEFT_TO_TOPIC = ((WORKFLOW, WORKFLOWS), (ACTIVITY, ACTIVITIES), (SCHEDULING, SCHEDULER))
+
+
+def timing(
+    inline_activity_seconds: float, batch_window: float, workflow_task_deadline: float, workflow_task_lease: timedelta
+) -> tuple[float, BatchWindow, float]:
+    """The engine's timing options, checked: how long an activity may take to run inline, the
+    batch window, and the watchdog's deadline for workflow code (``Engine(...)`` arguments)."""
+    if isinstance(inline_activity_seconds, bool) or not isinstance(inline_activity_seconds, (int, float)):
+        raise TypeError(f"inline_activity_seconds must be a number, got {inline_activity_seconds!r}")
+    if inline_activity_seconds < 0:
+        raise ValueError(f"inline_activity_seconds must not be negative, got {inline_activity_seconds!r}")
+    if isinstance(batch_window, bool) or not isinstance(batch_window, (int, float)) or batch_window < 0:
+        raise ValueError(f"batch_window must be a number of seconds >= 0, got {batch_window!r}")
+    if isinstance(workflow_task_deadline, bool) or not isinstance(workflow_task_deadline, (int, float)):
+        raise TypeError(f"workflow_task_deadline must be a number of seconds, got {workflow_task_deadline!r}")
+    if not workflow_task_deadline > 0:
+        raise ValueError(f"workflow_task_deadline must be > 0 seconds, got {workflow_task_deadline!r}")
+    # see dex.app.watchdog; at most half the task's lease, so that a blocked task is given
+    # back before its lease lets another worker redo it
+    deadline = min(float(workflow_task_deadline), workflow_task_lease.total_seconds() / 2)
+    return float(inline_activity_seconds), BatchWindow(float(batch_window)), deadline
 
 
 class Background:

@@ -17,17 +17,17 @@ from typing import Any
 from dex.app.activity_worker import ActivityWorker
 from dex.app.aio import AsyncEngineMixin
 from dex.app.async_activities import AsyncRunner
-from dex.app.background import SCHEDULER, Background
+from dex.app.background import SCHEDULER, Background, timing
 from dex.app.buffer import ResultBuffer
 from dex.app.clock import VirtualClock
 from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
 from dex.app.inline import QueueView
 from dex.app.leases import validate_activity_lease
-from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QUEUE_KINDS, QueueInfo, RunFilter, Store, WorkflowTask
-from dex.app.reads import RunReads, aware_datetime
+from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QUEUE_KINDS, QueueInfo, Store, WorkflowTask
+from dex.app.reads import RunReads, run_filter, run_id_of
 from dex.app.registry import Registry
-from dex.app.runner import BatchWindow, Foreground
+from dex.app.runner import Foreground
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
@@ -37,13 +37,12 @@ from dex.domain.definitions import (
     PayloadConverter,
     validate_key,
     validate_name,
-    validate_optional_text,
     validate_priority,
     validate_queue,
     validate_text,
 )
 from dex.domain.errors import InvalidStateError, SerializationError
-from dex.domain.replay import normalize_labels
+from dex.domain.steps import normalize_labels
 from dex.domain.status import RunStatus
 from dex.domain.task import WorkflowTaskResult
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
@@ -131,21 +130,9 @@ class Engine(AsyncEngineMixin):
             lease=activity_lease,
         )
         self._drain_lock = threading.Lock()
-        if isinstance(inline_activity_seconds, bool) or not isinstance(inline_activity_seconds, (int, float)):
-            raise TypeError(f"inline_activity_seconds must be a number, got {inline_activity_seconds!r}")
-        if inline_activity_seconds < 0:
-            raise ValueError(f"inline_activity_seconds must not be negative, got {inline_activity_seconds!r}")
-        inline_seconds = float(inline_activity_seconds)
-        if isinstance(batch_window, bool) or not isinstance(batch_window, (int, float)) or batch_window < 0:
-            raise ValueError(f"batch_window must be a number of seconds >= 0, got {batch_window!r}")
-        window = BatchWindow(float(batch_window))
-        if isinstance(workflow_task_deadline, bool) or not isinstance(workflow_task_deadline, (int, float)):
-            raise TypeError(f"workflow_task_deadline must be a number of seconds, got {workflow_task_deadline!r}")
-        if not workflow_task_deadline > 0:
-            raise ValueError(f"workflow_task_deadline must be > 0 seconds, got {workflow_task_deadline!r}")
-        # see dex.app.watchdog; at most half the task's lease, so that a blocked task is given
-        # back before its lease lets another worker redo it
-        deadline = min(float(workflow_task_deadline), workflow_task_lease.total_seconds() / 2)
+        inline_seconds, window, deadline = timing(
+            inline_activity_seconds, batch_window, workflow_task_deadline, workflow_task_lease
+        )
         self._queue_view = QueueView(adapter.list_queues)
         # the threads of a started engine (Engine.start) and the rounds they run
         self._background = Background(
@@ -250,7 +237,7 @@ class Engine(AsyncEngineMixin):
 
     def send_event(self, run_id: str, event_id: str, payload: Any = None) -> None:
         """Deliver an external event to a run; it is buffered until the run waits for it."""
-        run_id = _run_id(run_id)
+        run_id = run_id_of(run_id)
         validate_name(event_id, "event id")
         message = ev.ExternalEventReceived(event_id=event_id, payload=self.converter.encode(payload))
         with self.foreground.calling():
@@ -260,15 +247,15 @@ class Engine(AsyncEngineMixin):
     def cancel(self, run_id: str, reason: str = "") -> None:
         """Ask a run to stop at its next await and end CANCELLED."""
         message = ev.RunCancelled(reason=validate_text(reason, "reason"))
-        self._transition(_run_id(run_id), RunStatus.CANCELLED, message)
+        self._transition(run_id_of(run_id), RunStatus.CANCELLED, message)
 
     def suspend(self, run_id: str) -> None:
         """Hold back a running run's new events until ``resume``."""
-        self._transition(_run_id(run_id), RunStatus.SUSPENDED, ev.RunSuspended())
+        self._transition(run_id_of(run_id), RunStatus.SUSPENDED, ev.RunSuspended())
 
     def resume(self, run_id: str) -> None:
         """Release a suspended run's held events, in order."""
-        self._transition(_run_id(run_id), RunStatus.RUNNING, ev.RunResumed())
+        self._transition(run_id_of(run_id), RunStatus.RUNNING, ev.RunResumed())
 
     def _transition(self, run_id: str, target: RunStatus, message: ev.Message) -> None:
         with self.foreground.calling():
@@ -276,7 +263,7 @@ class Engine(AsyncEngineMixin):
         self._background.nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
 
     def get_run(self, run_id: str) -> RunInfo:
-        return self._reads.get_run(_run_id(run_id))
+        return self._reads.get_run(run_id_of(run_id))
 
     def list_runs(
         self,
@@ -290,30 +277,21 @@ class Engine(AsyncEngineMixin):
         limit: int = 100,
     ) -> list[RunInfo]:
         """Runs matching every given filter, newest first."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a positive int, got {limit!r}")
-        run_filter = RunFilter(
-            workflow_name=validate_optional_text(workflow_name, "workflow_name"),
-            statuses=frozenset(RunStatus(s) for s in statuses) if statuses is not None else None,
-            labels=normalize_labels(labels),
-            instance_id=validate_optional_text(instance_id, "instance_id"),
-            created_after=aware_datetime(created_after, "created_after"),
-            created_before=aware_datetime(created_before, "created_before"),
-            limit=limit,
+        return self._reads.list_runs(
+            run_filter(workflow_name, statuses, labels, instance_id, created_after, created_before, limit)
         )
-        return self._reads.list_runs(run_filter)
 
     def history(self, run_id: str) -> list[ev.HistoryEvent]:
         """The run's history events, oldest first."""
-        return self.store.load_history(_run_id(run_id))
+        return self.store.load_history(run_id_of(run_id))
 
     def export_history(self, run_id: str) -> bytes:
         """The run's history as a protobuf ``WorkflowHistory`` (``dex.testing.load_history`` reads it)."""
-        return self._reads.export_history(_run_id(run_id))
+        return self._reads.export_history(run_id_of(run_id))
 
     def wait(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
         """Block until the run ends; return its result or raise its failure."""
-        return self._reads.wait(_run_id(run_id), timeout)
+        return self._reads.wait(run_id_of(run_id), timeout)
 
     # -- running ------------------------------------------------------------------------------
     def drain(self, advance_time: bool = True) -> None:
@@ -409,13 +387,6 @@ class Engine(AsyncEngineMixin):
 
     def list_queues(self) -> list[QueueInfo]:
         return self.store.list_queues()
-
-
-def _run_id(run_id: object) -> str:
-    """A run id as the calls take it: a str (``start_workflow`` returns one), storable as text."""
-    if isinstance(run_id, uuid.UUID):
-        raise TypeError(f"run_id must be a str, got the UUID {run_id}: pass str(run_id)")
-    return validate_text(run_id, "run_id")
 
 
 def _kind(kind: str) -> str:

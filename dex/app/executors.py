@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from dex.app.ports import Loaded, Store, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.replay import WorkflowExecutor
-from dex.domain.task import InboxMessage
+from dex.domain.task import InboxMessage, WorkflowTaskResult
 
 log = logging.getLogger("dex.worker")
 
@@ -35,6 +35,15 @@ Preloaded = tuple[
 
 # a task of a round not yet started: its cached executor and its input (loaded at a time)
 Job = tuple[WorkflowTask, "Cached | None", tuple[Loaded, datetime]]
+
+
+class Round:
+    """A round's tasks not yet started (each with its cached executor and input) and its
+    results decided so far: shared, so the watchdog can hand them to another thread."""
+
+    def __init__(self) -> None:
+        self.jobs: deque[Job] = deque()
+        self.done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
 
 
 class ExecutorCache:

@@ -24,7 +24,9 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -33,9 +35,10 @@ from dex.app.info import Outcomes, RunInfo
 from dex.app.ports import RunFilter, RunRecord, Store
 from dex.app.registry import Registry
 from dex.domain import events as ev
-from dex.domain.definitions import PayloadConverter
+from dex.domain.definitions import PayloadConverter, validate_optional_text, validate_text
 from dex.domain.errors import DexError, RunNotFoundError, WorkflowCancelledError, WorkflowFailedError
 from dex.domain.status import RunStatus
+from dex.domain.steps import normalize_labels
 from dex.domain.values import FailureInfo, Payload, describe_failure
 from dex.serialization.history import encode_history
 
@@ -256,6 +259,36 @@ def wait_seconds(timeout: object) -> float | None:
     if math.isnan(seconds) or seconds < 0:
         raise ValueError(f"timeout must be None or at least 0 seconds, got {timeout!r}")
     return seconds
+
+
+def run_id_of(run_id: object) -> str:
+    """A run id as the calls take it: a str (``start_workflow`` returns one), storable as text."""
+    if isinstance(run_id, uuid.UUID):
+        raise TypeError(f"run_id must be a str, got the UUID {run_id}: pass str(run_id)")
+    return validate_text(run_id, "run_id")
+
+
+def run_filter(
+    workflow_name: str | None,
+    statuses: Iterable[RunStatus | str] | None,
+    labels: Mapping[str, str] | None,
+    instance_id: str | None,
+    created_after: datetime | None,
+    created_before: datetime | None,
+    limit: int,
+) -> RunFilter:
+    """The filter of ``Engine.list_runs``, its arguments checked."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    return RunFilter(
+        workflow_name=validate_optional_text(workflow_name, "workflow_name"),
+        statuses=frozenset(RunStatus(s) for s in statuses) if statuses is not None else None,
+        labels=normalize_labels(labels),
+        instance_id=validate_optional_text(instance_id, "instance_id"),
+        created_after=aware_datetime(created_after, "created_after"),
+        created_before=aware_datetime(created_before, "created_before"),
+        limit=limit,
+    )
 
 
 def aware_datetime(value: object, field: str) -> datetime | None:

@@ -49,14 +49,13 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dex.app.ports import WorkflowTask
 from dex.app.runner import PollingThread
 from dex.app.telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from dex.app.workflow_worker import WorkflowWorker
     from dex.domain.replay import WorkflowExecutor
 
 log = logging.getLogger("dex.watchdog")
@@ -94,12 +93,24 @@ class _Watch:
             _clear_interrupt(self.thread)  # the interrupt may still be pending: it must not land elsewhere
 
 
+class TaskRounds(Protocol):
+    """What the watchdog needs of the workflow worker (``dex.app.workflow_worker``), which owns it."""
+
+    def hand_over(self, thread: int) -> int:
+        """Give the round ``thread`` runs up to another thread; how many tasks went back."""
+        ...
+
+    def retry_later(self, task: WorkflowTask, reason: str) -> bool:
+        """Give ``task`` back to be claimed again after a backoff, for ``reason``."""
+        ...
+
+
 class Watchdog:
     """Notices workflow code that blocks its task, and engine threads that died (module docstring)."""
 
     def __init__(
         self,
-        worker: WorkflowWorker,
+        worker: TaskRounds,
         threads: list[PollingThread],
         stopping: threading.Event,
         *,

@@ -13,7 +13,6 @@ import logging
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
@@ -24,8 +23,8 @@ from dex.app.executors import (
     Cached,
     ExecutorCache,
     GivenBack,
-    Job,
     Preloaded,
+    Round,
     close_all,
     round_inputs,
     start_point,
@@ -56,15 +55,6 @@ log = logging.getLogger("dex.worker")
 TASK_RETRY = RetryPolicy(
     initial_delay=timedelta(seconds=1), multiplier=2.0, max_delay=timedelta(minutes=5), max_attempts=2**31 - 1
 )
-
-
-class _Round:
-    """A round's tasks not yet started (each with its cached executor and input) and its
-    results decided so far: shared, so the watchdog can hand them to another thread."""
-
-    def __init__(self) -> None:
-        self.jobs: deque[Job] = deque()
-        self.done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
 
 
 class WorkflowWorker:
@@ -100,7 +90,7 @@ class WorkflowWorker:
         # with its input when the completion loaded it too (and the time it was loaded at)
         self._handed: list[tuple[WorkflowTask, tuple[Loaded, datetime] | None]] = []
         self._handed_lock = threading.Lock()
-        self._rounds: dict[int, _Round] = {}  # by thread: the round each thread is running
+        self._rounds: dict[int, Round] = {}  # by thread: the round each thread is running
         # notices workflow code that blocks its task (set by a started engine, dex.app.watchdog)
         self.watchdog: Watchdog | None = None
         # first attempts of short activities run inside the task (set by a started engine)
@@ -171,7 +161,7 @@ class WorkflowWorker:
         # one round trip loads what came without its input: the tails after cached executors,
         # else whole histories; the round's results go to the buffer together: its flush writes
         # them in one transaction, instead of the first alone and the rest after it
-        round_ = _Round()
+        round_ = Round()
         round_.jobs.extend(round_inputs(self._store, self.cache, handed, self._give_back_unloaded))
         ident = threading.get_ident()
         with self._handed_lock:
@@ -389,7 +379,6 @@ class WorkflowWorker:
             self.cache.put(task.run_id, executor, seq)
         else:
             executor.close()
-
 
 
 def _describe(exc: BaseException) -> str:

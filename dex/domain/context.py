@@ -10,18 +10,60 @@ import functools
 import logging
 import random as _random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
+from dex.domain import events as ev
 from dex.domain.coroutines import DexFuture
 from dex.domain.definitions import validate_optional_text
 from dex.domain.retry import RetryPolicy
 
-if TYPE_CHECKING:
-    from dex.domain.replay import WorkflowExecutor
-
 T = TypeVar("T")
+
+
+class StepIssuer(Protocol):
+    """What the context needs of the executor driving the code (``dex.domain.replay``): the
+    run's identity and task time, and a step for each request. The executor sits above the
+    context (it makes one), so the context names only this."""
+
+    run_id: str
+    workflow_name: str
+    created: ev.RunCreated
+    generation: int
+    now: datetime
+    is_replaying: bool
+    custom_status: str | None
+
+    def schedule_activity(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        *,
+        queue: str | None,
+        retry: RetryPolicy | None,
+        priority: int | None,
+    ) -> DexFuture[Any]: ...
+
+    def start_timer(self, delay: timedelta | float) -> DexFuture[None]: ...
+
+    def wait_for_event(self, event_id: str, timeout: timedelta | float | None) -> DexFuture[Any]: ...
+
+    def start_child(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        *,
+        instance_id: str | None,
+        queue: str | None,
+        concurrency_key: str | None,
+        priority: int | None,
+        labels: Mapping[str, str] | None,
+    ) -> DexFuture[Any]: ...
+
+    def gather(self, awaitables: Sequence[Awaitable[Any]]) -> DexFuture[list[Any]]: ...
+
+    def side_effect(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any: ...
 
 
 class ContinueAsNew(BaseException):
@@ -36,7 +78,7 @@ class ContinueAsNew(BaseException):
 
 
 class _ReplayFilter(logging.Filter):
-    def __init__(self, executor: WorkflowExecutor) -> None:
+    def __init__(self, executor: StepIssuer) -> None:
         super().__init__()
         self._executor = executor
 
@@ -47,7 +89,7 @@ class _ReplayFilter(logging.Filter):
 class WorkflowContext:
     """Passed as the first argument to every workflow function."""
 
-    def __init__(self, executor: WorkflowExecutor) -> None:
+    def __init__(self, executor: StepIssuer) -> None:
         self._executor = executor
 
     # made on first use: most workflows never ask, and seeding costs ~10 us each (a run's every

@@ -1,8 +1,11 @@
-"""The exceptions users see, all under :class:`DexError`, plus the two that user code raises."""
+"""The exceptions dex raises, all under :class:`DexError`.
+
+The two that activity code raises to steer its retries, :class:`ApplicationError` and
+:class:`TerminalError`, live beside :class:`FailureInfo` in ``dex.domain.values``, which reads them.
+"""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -59,32 +62,3 @@ class WaitTimeoutError(DexError):
 
 class WorkflowCancelledError(DexError):
     """``Engine.wait`` on a run that ended CANCELLED."""
-
-
-class ApplicationError(Exception):
-    """Raised by activity code to control retries.
-
-    ``terminal=True`` stops retrying at once; ``retry_after`` replaces the delay that the
-    retry policy would compute for the next attempt.
-    """
-
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        terminal: bool = False,
-        retry_after: timedelta | float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.terminal = terminal
-        if isinstance(retry_after, (int, float)):
-            retry_after = timedelta(seconds=retry_after)
-        self.retry_after: timedelta | None = retry_after
-
-
-class TerminalError(ApplicationError):
-    """An activity failure that must not be retried."""
-
-    def __init__(self, message: str = "") -> None:
-        super().__init__(message, terminal=True)

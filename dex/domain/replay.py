@@ -8,14 +8,14 @@ The executor replays each recorded block: it applies the block's messages (resol
 futures the code waits on), steps the code until it blocks, and checks that every command the
 code issues is the one recorded at that place. Then it applies the new block, whose commands
 are the output of the current workflow task. A command that differs from the record is a
-non-determinism: the executor stops the code and the run fails naming both steps.
+non-determinism: the executor stops the code and the run fails naming both steps. The
+commands themselves are built (definitions found, arguments checked) in ``dex.domain.steps``.
 """
 
 from __future__ import annotations
 
 import inspect
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,31 +25,15 @@ import attrs
 from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.context import ContinueAsNew, WorkflowContext
-from dex.domain.coroutines import CoroutineStepper, DexFuture, resolved
-from dex.domain.definitions import (
-    ActivityDefinition,
-    PayloadConverter,
-    Signature,
-    WorkflowDefinition,
-    validate_name,
-    validate_optional_text,
-    validate_priority,
-    validate_queue,
-    validate_text,
-)
-from dex.domain.errors import (
-    ActivityFailedError,
-    ChildWorkflowFailedError,
-    InvalidStateError,
-    NonDeterminismError,
-    WaitTimeoutError,
-)
-from dex.domain.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from dex.domain.coroutines import CoroutineStepper, DexFuture
+from dex.domain.definitions import PayloadConverter, Signature, WorkflowDefinition, validate_name
+from dex.domain.errors import InvalidStateError, NonDeterminismError
+from dex.domain.matching import BlockCursor
+from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
-from dex.domain.values import FailureInfo, Payload, describe_failure
-
-ActivityLookup = Callable[[str], ActivityDefinition | None]
-WorkflowLookup = Callable[[str], WorkflowDefinition | None]
+from dex.domain.steps import ActivityLookup, WorkflowLookup, activity_command, child_command, delay_of, gather
+from dex.domain.values import FailureInfo, Payload
+from dex.domain.waits import Waits
 
 
 class _Abort(BaseException):
@@ -61,13 +45,6 @@ class ContinueAsNewRequest:
     """The run ends this generation and starts again with ``input``."""
 
     input: tuple[Payload, ...]
-
-
-@attrs.define
-class _Pending:
-    future: DexFuture[Any]
-    hint: object
-    name: str
 
 
 class WorkflowExecutor:
@@ -96,11 +73,7 @@ class WorkflowExecutor:
         self.custom_status: str | None = None
         self.context = WorkflowContext(self)
         self._stepper = CoroutineStepper()
-        self._activities: dict[int, _Pending] = {}
-        self._timers: dict[int, DexFuture[None]] = {}
-        self._children: dict[str, _Pending] = {}
-        self._event_buffer: dict[str, deque[Payload]] = {}
-        self._event_waiters: dict[str, deque[DexFuture[Any]]] = {}
+        self._waits = Waits(converter)
         self._cancel_requested = False
         self.suspended = False
         self.completed_in_history = False
@@ -108,11 +81,7 @@ class WorkflowExecutor:
         self._driving = False  # True while apply_block steps the code: only then may it issue commands
         self.outcome: cmd.CompleteRun | ContinueAsNewRequest | None = None
         self.nondeterminism: str | None = None
-        # the block being applied
-        self._recorded: Sequence[ev.HistoryEvent] | None = None
-        self._cursor = 0
-        self._next_seq = 0
-        self._new: list[tuple[int, cmd.Command]] = []
+        self._block = BlockCursor(self._mismatch)  # the block being applied
 
     # -- driving ---------------------------------------------------------------------------
     @property
@@ -154,12 +123,12 @@ class WorkflowExecutor:
         self.is_replaying = recorded is not None
         if recorded is not None and any(isinstance(item.event, ev.RunCompleted) for item in recorded):
             self.completed_in_history = True
-        self._recorded, self._cursor, self._next_seq, self._new = recorded, 0, next_seq, []
+        self._block.begin(recorded, next_seq)
         if self.nondeterminism is not None:
             if recorded is None:
                 failure = FailureInfo(type=NonDeterminismError.__name__, message=self.nondeterminism, terminal=True)
-                self._new.append((next_seq, cmd.CompleteRun(status=RunStatus.FAILED, failure=failure)))
-            return self._new
+                self._block.new.append((next_seq, cmd.CompleteRun(status=RunStatus.FAILED, failure=failure)))
+            return self._block.new
         for seq, message in messages:
             self._apply(seq, message)
         if self._cancel_requested and self.outcome is None:
@@ -167,17 +136,13 @@ class WorkflowExecutor:
             self._issue(cmd.CompleteRun(status=RunStatus.CANCELLED))
         elif not self.suspended:
             self._stepper.run_until_blocked()
-        if self.nondeterminism is None and recorded is not None and self._cursor < len(recorded):
-            missing = recorded[self._cursor]
-            self._mismatch(
-                f"history recorded {cmd.describe_event(missing.event)} at event {missing.sequence_number} "
-                "but the workflow code did not ask for it"
-            )
+        if self.nondeterminism is None:
+            self._block.check_all_asked()
         if self.nondeterminism is not None:
             self._stepper.close()
         if self.outcome is not None:
             self._stepper.close()
-        return self._new
+        return self._block.new
 
     def close(self) -> None:
         """Stop the workflow code for good (its ``finally`` blocks run, silently, issuing nothing:
@@ -203,27 +168,7 @@ class WorkflowExecutor:
         """Record a command: match it against history when replaying, else number it as new."""
         if self.nondeterminism is not None or self.closed or not self._driving:
             return None
-        if self._recorded is None:
-            seq = self._next_seq
-            self._next_seq += 1
-            self._new.append((seq, command))
-            return seq, cmd.to_event(command)
-        if self._cursor >= len(self._recorded):
-            self._mismatch(
-                f"the workflow code asked for {cmd.describe_command(command)} where history recorded no further step"
-            )
-            return None
-        recorded = self._recorded[self._cursor]
-        difference = cmd.matches(command, recorded.event)
-        if difference is not None:
-            detail = "" if difference == "step" else f" with a different {difference}"
-            self._mismatch(
-                f"history recorded {cmd.describe_event(recorded.event)} at event {recorded.sequence_number} "
-                f"but the workflow code asked for {cmd.describe_command(command)}{detail}"
-            )
-            return None
-        self._cursor += 1
-        return recorded.sequence_number, recorded.event
+        return self._block.issue(command)
 
     def _issue_or_abort(self, command: cmd.Command) -> tuple[int, ev.Event]:
         issued = self._issue(command)
@@ -231,54 +176,11 @@ class WorkflowExecutor:
             raise _Abort()
         return issued
 
-    def _peek_seq(self) -> int:
-        if self._recorded is None:
-            return self._next_seq
-        if self._cursor < len(self._recorded):
-            return self._recorded[self._cursor].sequence_number
-        return -1
-
     # -- messages ----------------------------------------------------------------------------
     def _apply(self, seq: int, message: ev.Event) -> None:
         match message:
             case ev.RunStarted():
                 self._start()
-            case ev.ActivityTaskCompleted():
-                pending = self._activities.pop(message.created_seq, None)
-                if pending is not None:
-                    self._resolve(pending, message.result)
-            case ev.ActivityTaskFailed():
-                pending = self._activities.pop(message.created_seq, None)
-                if pending is not None:
-                    pending.future.set_exception(
-                        ActivityFailedError(
-                            f"activity {pending.name!r} failed: {describe_failure(message.failure)}", message.failure
-                        )
-                    )
-            case ev.TimerElapsed():
-                timer = self._timers.pop(message.created_seq, None)
-                if timer is not None:
-                    timer.set_result(None)
-            case ev.ExternalEventReceived():
-                waiters = self._event_waiters.get(message.event_id)
-                if waiters:
-                    self._deliver_event(waiters.popleft(), message.payload)
-                else:
-                    self._event_buffer.setdefault(message.event_id, deque()).append(message.payload)
-            case ev.ChildRunCompleted():
-                child = self._children.pop(message.child_run_id, None)
-                if child is not None:
-                    self._resolve(child, message.result)
-            case ev.ChildRunFailed():
-                child = self._children.pop(message.child_run_id, None)
-                if child is not None:
-                    child.future.set_exception(
-                        ChildWorkflowFailedError(
-                            f"child workflow {child.name!r} ({message.child_run_id}) failed: "
-                            f"{describe_failure(message.failure)}",
-                            message.failure,
-                        )
-                    )
             case ev.RunCancelled():
                 self._cancel_requested = True
             case ev.RunSuspended():
@@ -286,23 +188,8 @@ class WorkflowExecutor:
             case ev.RunResumed():
                 self.suspended = False
             case _:
-                raise ValueError(f"{type(message).__name__} is not a message a run can receive")
-
-    def _resolve(self, pending: _Pending, payload: Payload) -> None:
-        try:
-            value = self.converter.decode(payload, pending.hint)
-        except BaseException as exc:  # noqa: BLE001 - raised at the await, where the code may catch it
-            pending.future.set_exception(exc)
-        else:
-            pending.future.set_result(value)
-
-    def _deliver_event(self, waiter: DexFuture[Any], payload: Payload) -> None:
-        try:
-            value = self.converter.decode(payload)
-        except BaseException as exc:  # noqa: BLE001 - raised at the await, where the code may catch it
-            waiter.set_exception(exc)
-        else:
-            waiter.set_result(value)
+                if not self._waits.deliver(message):
+                    raise ValueError(f"{type(message).__name__} is not a message a run can receive")
 
     def _start(self) -> None:
         signature = self.definition.signature
@@ -343,13 +230,7 @@ class WorkflowExecutor:
             self.outcome = command
 
     def _continue_as_new(self, args: tuple[Any, ...]) -> None:
-        pending = []
-        if self._activities:
-            pending.append(f"{len(self._activities)} activit{'y' if len(self._activities) == 1 else 'ies'}")
-        if self._timers:
-            pending.append(f"{len(self._timers)} timer(s)")
-        if self._children:
-            pending.append(f"{len(self._children)} child workflow(s)")
+        pending = self._waits.pending_steps()
         if pending:
             self._complete_failed(
                 InvalidStateError(f"continue_as_new refused while {', '.join(pending)} are pending; await them first")
@@ -372,64 +253,35 @@ class WorkflowExecutor:
         retry: RetryPolicy | None,
         priority: int | None,
     ) -> DexFuture[Any]:
-        definition = _definition_of(fn_or_name, "__dex_activity__", self._activities_lookup, "activity")
-        name = definition.name if definition else validate_name(fn_or_name, "activity name")
-        if definition is not None:
-            definition.signature.check_arity(len(args), f"activity {name!r}")
-        command = cmd.ScheduleActivity(
-            name=name,
-            input=tuple(self.converter.encode(a) for a in args),
-            queue=validate_queue(queue) if queue is not None else (definition.queue if definition else "default"),
-            priority=validate_priority(priority) if priority is not None else self.created.priority,
-            retry_policy=retry or (definition.retry_policy if definition else DEFAULT_RETRY_POLICY),
-            lock_timeout=definition.lock_timeout if definition else timedelta(minutes=5),
+        command, definition = activity_command(
+            fn_or_name,
+            args,
+            queue=queue,
+            retry=retry,
+            priority=priority,
+            run_priority=self.created.priority,
+            converter=self.converter,
+            lookup=self._activities_lookup,
         )
+        name = command.name
         seq, _event = self._issue_or_abort(command)
-        future: DexFuture[Any] = DexFuture(f"activity {name}")
-        self._activities[seq] = _Pending(future, definition.signature.returns if definition else None, name)
-        return future
+        return self._waits.activity(seq, name, definition.signature.returns if definition else None)
 
     def start_timer(self, delay: timedelta | float) -> DexFuture[None]:
-        seq = self._create_timer(delay)
-        future: DexFuture[None] = DexFuture("timer")
-        self._timers[seq] = future
-        return future
+        return self._waits.timer(self._create_timer(delay))
 
     def _create_timer(self, delay: timedelta | float) -> int:
-        if isinstance(delay, (int, float)) and not isinstance(delay, bool):
-            delay = timedelta(seconds=delay)
-        if not isinstance(delay, timedelta):
-            raise TypeError(f"a delay is a timedelta or a number of seconds, got {delay!r}")
-        if delay < timedelta(0):
-            raise ValueError(f"a delay cannot be negative, got {delay}")
-        seq, _event = self._issue_or_abort(cmd.StartTimer(fire_at=self.now + delay))
+        seq, _event = self._issue_or_abort(cmd.StartTimer(fire_at=self.now + delay_of(delay)))
         return seq
 
     def wait_for_event(self, event_id: str, timeout: timedelta | float | None) -> DexFuture[Any]:
         validate_name(event_id, "event id")
-        buffered = self._event_buffer.get(event_id)
-        if buffered:
-            waiter: DexFuture[Any] = DexFuture(f"event {event_id}")
-            self._deliver_event(waiter, buffered.popleft())
-            return waiter
-        waiter = DexFuture(f"event {event_id}")
-        self._event_waiters.setdefault(event_id, deque()).append(waiter)
+        buffered = self._waits.buffered_event(event_id)
+        if buffered is not None:
+            return buffered
+        waiter = self._waits.event(event_id)
         if timeout is not None:
-            timer_seq = self._create_timer(timeout)
-            timer: DexFuture[None] = DexFuture("event timeout")
-            self._timers[timer_seq] = timer
-
-            def on_timeout(_timer: DexFuture[None]) -> None:
-                if not waiter.done():
-                    self._event_waiters[event_id].remove(waiter)
-                    waiter.set_exception(WaitTimeoutError(f"event {event_id!r} did not arrive within {timeout}"))
-
-            def on_event(_waiter: DexFuture[Any]) -> None:
-                # the timer no longer guards anything: it must not block continue_as_new
-                self._timers.pop(timer_seq, None)
-
-            timer.add_done_callback(on_timeout)
-            waiter.add_done_callback(on_event)
+            self._waits.time_out(event_id, waiter, self._create_timer(timeout), timeout)
         return waiter
 
     def start_child(
@@ -443,67 +295,35 @@ class WorkflowExecutor:
         priority: int | None,
         labels: Mapping[str, str] | None,
     ) -> DexFuture[Any]:
-        definition = _definition_of(fn_or_name, "__dex_workflow__", self._workflows_lookup, "workflow")
-        name = definition.name if definition else validate_name(fn_or_name, "workflow name")
-        if definition is not None:
-            definition.signature.check_arity(len(args), f"workflow {name!r}")
-        command = cmd.StartChild(
-            child_run_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"dex:{self.run_id}:{self.generation}:{self._peek_seq()}")),
-            workflow_name=name,
-            input=tuple(self.converter.encode(a) for a in args),
-            queue=validate_queue(queue) if queue is not None else (definition.queue if definition else "default"),
-            # storable text only: no length rule here, which histories recorded before it would break
-            instance_id=validate_optional_text(instance_id, "instance_id"),
-            priority=validate_priority(priority) if priority is not None else self.created.priority,
-            concurrency_key=validate_optional_text(concurrency_key, "concurrency_key"),
-            labels=normalize_labels(labels),
+        child_run_id = uuid.uuid5(uuid.NAMESPACE_URL, f"dex:{self.run_id}:{self.generation}:{self._block.peek_seq()}")
+        command, definition = child_command(
+            fn_or_name,
+            args,
+            child_run_id=str(child_run_id),
+            instance_id=instance_id,
+            queue=queue,
+            concurrency_key=concurrency_key,
+            priority=priority,
+            labels=labels,
+            run_priority=self.created.priority,
+            converter=self.converter,
+            lookup=self._workflows_lookup,
         )
+        name = command.workflow_name
         _seq, event = self._issue_or_abort(command)
         assert isinstance(event, ev.ChildRunCreated)
-        future: DexFuture[Any] = DexFuture(f"child {name}")
-        self._children[event.child_run_id] = _Pending(future, definition.signature.returns if definition else None, name)
-        return future
+        return self._waits.child(event.child_run_id, name, definition.signature.returns if definition else None)
 
     def pending_children(self) -> tuple[str, ...]:
         """Children started and not yet finished, in the order they were started."""
-        return tuple(self._children)
+        return self._waits.pending_children()
 
     def unconsumed_events(self) -> tuple[ev.ExternalEventReceived, ...]:
         """External events received but not yet waited for, in arrival order per id."""
-        return tuple(
-            ev.ExternalEventReceived(event_id=event_id, payload=payload)
-            for event_id, payloads in self._event_buffer.items()
-            for payload in payloads
-        )
+        return self._waits.unconsumed_events()
 
     def gather(self, awaitables: Sequence[Awaitable[Any]]) -> DexFuture[list[Any]]:
-        futures: list[DexFuture[Any]] = []
-        for item in awaitables:
-            if isinstance(item, DexFuture):
-                futures.append(item)
-            elif inspect.iscoroutine(item):
-                futures.append(self._stepper.spawn(item, "gathered"))
-            else:
-                raise TypeError(f"gather takes WorkflowContext steps or coroutines, got {item!r}")
-        if not futures:
-            return resolved([], "gather")
-        result: DexFuture[list[Any]] = DexFuture("gather")
-        remaining = [len(futures)]
-
-        def on_done(done: DexFuture[Any]) -> None:
-            if result.done():
-                return
-            exc = done.exception()
-            if exc is not None:
-                result.set_exception(exc)
-                return
-            remaining[0] -= 1
-            if remaining[0] == 0:
-                result.set_result([f.result() for f in futures])
-
-        for future in futures:
-            future.add_done_callback(on_done)
-        return result
+        return gather(self._stepper, awaitables)
 
     def side_effect(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         validate_name(name, "side effect name")
@@ -511,7 +331,7 @@ class WorkflowExecutor:
             hint = Signature.of(fn).returns
         except (TypeError, ValueError):  # builtins without a signature
             hint = None
-        if self._recorded is None and self.nondeterminism is None and self._driving and not self.closed:
+        if self._block.deciding and self.nondeterminism is None and self._driving and not self.closed:
             payload = self.converter.encode(fn(*args))
             self._issue_or_abort(cmd.RecordSideEffect(name=name, result=payload))
         else:
@@ -520,31 +340,3 @@ class WorkflowExecutor:
             payload = event.result
         return self.converter.decode(payload, hint)
 
-
-def _definition_of(
-    fn_or_name: Callable[..., Any] | str,
-    attribute: str,
-    lookup: Callable[[str], Any],
-    what: str,
-) -> Any:
-    if isinstance(fn_or_name, str):
-        return lookup(fn_or_name)
-    definition = getattr(fn_or_name, attribute, None)
-    if definition is None:
-        raise TypeError(f"{fn_or_name!r} is not a dex {what}: decorate it with @dex.{what} or pass its name")
-    return definition
-
-
-def normalize_labels(labels: Mapping[str, str] | None) -> ev.Labels:
-    """Labels as a sorted tuple of pairs, checked to be storable strings (``validate_text``)."""
-    if not labels:
-        return ()
-    if not isinstance(labels, Mapping):
-        raise TypeError(f"labels must be a mapping of str to str, got {type(labels).__name__}")
-    pairs = []
-    for key, value in labels.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"labels must map str to str, got {key!r}: {value!r}")
-        key = validate_text(key, "labels key")
-        pairs.append((key, validate_text(value, f"labels[{key!r}] value")))
-    return tuple(sorted(pairs))

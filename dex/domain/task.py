@@ -19,14 +19,10 @@ from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition
 from dex.domain.errors import NonDeterminismError
-from dex.domain.replay import (
-    ActivityLookup,
-    ContinueAsNewRequest,
-    WorkflowExecutor,
-    WorkflowLookup,
-)
+from dex.domain.replay import ContinueAsNewRequest, WorkflowExecutor
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
+from dex.domain.steps import ActivityLookup, WorkflowLookup
 from dex.domain.values import FailureInfo, Payload
 
 

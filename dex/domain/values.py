@@ -1,12 +1,45 @@
-"""Small value objects shared by events, commands and the engine: payloads and failures."""
+"""Small value objects shared by events, commands and the engine: payloads and failures.
+
+Also the two exceptions activity code raises to steer its retries (:class:`ApplicationError`,
+:class:`TerminalError`): :meth:`FailureInfo.from_exception` reads them, and the errors dex
+raises (``dex.domain.errors``) carry a :class:`FailureInfo`, so they sit below both.
+"""
 
 from __future__ import annotations
 
 import traceback
+from datetime import timedelta
 
 import attrs
 
-from dex.domain.errors import ApplicationError
+
+class ApplicationError(Exception):
+    """Raised by activity code to control retries.
+
+    ``terminal=True`` stops retrying at once; ``retry_after`` replaces the delay that the
+    retry policy would compute for the next attempt.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        terminal: bool = False,
+        retry_after: timedelta | float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.terminal = terminal
+        if isinstance(retry_after, (int, float)):
+            retry_after = timedelta(seconds=retry_after)
+        self.retry_after: timedelta | None = retry_after
+
+
+class TerminalError(ApplicationError):
+    """An activity failure that must not be retried."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message, terminal=True)
 
 
 @attrs.frozen(kw_only=True)

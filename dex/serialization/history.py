@@ -1,7 +1,8 @@
 """The history codec: domain events to ``dex.v1`` protobuf messages and bytes, and back.
 
 Adapters store and export histories through these functions; the domain never sees
-protobuf. Every event kind maps to the message of the same name in ``history.proto``.
+protobuf. Every event kind maps to the message of the same name in ``history.proto``
+(``dex.serialization.bodies``).
 Datetimes are stored as ``Timestamp`` and come back timezone-aware in UTC; durations as
 ``Duration``; both round-trip exactly to the microsecond.
 
@@ -13,14 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import assert_never, cast
+from typing import cast
 
 import attrs
-from google.protobuf.message import Message as ProtoMessage
 
 from dex.domain import events as ev
-from dex.domain.status import RunStatus
 from dex.serialization import wire
+from dex.serialization.bodies import body_from_proto, body_to_proto
 from dex.serialization.values import (
     datetime_from_proto,
     datetime_to_proto,
@@ -33,18 +33,7 @@ from dex.serialization.values import (
     encode_payload,
     encode_payloads,
     encode_retry_policy,
-    failure_from_proto,
-    failure_to_proto,
     parse_message,
-    payload_from_proto,
-    payload_to_proto,
-    payloads_from_proto,
-    payloads_to_proto,
-    required_field,
-    retry_policy_from_proto,
-    retry_policy_to_proto,
-    timedelta_from_proto,
-    timedelta_to_proto,
 )
 from dex.v1 import history_pb2
 
@@ -73,17 +62,6 @@ __all__ = [
     "event_to_proto",
 ]
 
-_STATUS_TO_PROTO: dict[RunStatus, history_pb2.RunStatus.ValueType] = {
-    RunStatus.CREATED: history_pb2.RUN_STATUS_CREATED,
-    RunStatus.RUNNING: history_pb2.RUN_STATUS_RUNNING,
-    RunStatus.SUSPENDED: history_pb2.RUN_STATUS_SUSPENDED,
-    RunStatus.COMPLETED: history_pb2.RUN_STATUS_COMPLETED,
-    RunStatus.FAILED: history_pb2.RUN_STATUS_FAILED,
-    RunStatus.CANCELLED: history_pb2.RUN_STATUS_CANCELLED,
-}
-_STATUS_FROM_PROTO = {number: status for status, number in _STATUS_TO_PROTO.items()}
-
-
 @attrs.frozen(kw_only=True)
 class ExportedHistory:
     """A decoded ``WorkflowHistory``: which run it belongs to, and its events."""
@@ -98,7 +76,7 @@ class ExportedHistory:
 
 def event_to_proto(event: ev.HistoryEvent) -> history_pb2.HistoryEvent:
     """The ``dex.v1.HistoryEvent`` message for a domain history event."""
-    field, body = _body_to_proto(event.event)
+    field, body = body_to_proto(event.event)
     message = history_pb2.HistoryEvent(
         sequence_number=event.sequence_number, timestamp=datetime_to_proto(event.timestamp)
     )
@@ -117,7 +95,7 @@ def event_from_proto(message: history_pb2.HistoryEvent) -> ev.HistoryEvent:
     return ev.HistoryEvent(
         sequence_number=message.sequence_number,
         timestamp=datetime_from_proto(message.timestamp),
-        event=_body_from_proto(getattr(message, field), where),
+        event=body_from_proto(getattr(message, field), where),
     )
 
 
@@ -227,7 +205,7 @@ def encode_message(message: ev.Message) -> bytes:
         return _RUN_STARTED_MESSAGE
     if not isinstance(message, ev.MESSAGE_TYPES):
         raise TypeError(f"{type(message).__name__} is not an inbox message kind")
-    field, body = _body_to_proto(message)
+    field, body = body_to_proto(message)
     envelope = history_pb2.InboxMessage()
     getattr(envelope, field).CopyFrom(body)
     return envelope.SerializeToString()
@@ -244,7 +222,7 @@ def decode_message(data: bytes) -> ev.Message:
         field = message.WhichOneof("event")
         if field is None:
             raise ValueError("the inbox message holds no event (written by a newer dex?)")
-        event = _body_from_proto(getattr(message, field), "inbox message")
+        event = body_from_proto(getattr(message, field), "inbox message")
         if not isinstance(event, ev.MESSAGE_TYPES):  # InboxMessage's oneof only has message kinds
             raise ValueError(f"{type(event).__name__} is not an inbox message kind")  # noqa: TRY004 - bad bytes
         return cast(ev.Message, event)
@@ -282,187 +260,3 @@ def decode_exported_history(data: bytes) -> ExportedHistory:
 def decode_history(data: bytes) -> list[ev.HistoryEvent]:
     """Read the events of a ``dex.v1.WorkflowHistory``; ``ValueError`` if unreadable."""
     return list(decode_exported_history(data).events)
-
-
-# --- values -------------------------------------------------------------------------------
-
-
-def _body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
-    """The oneof field name and message for an event; mypy checks that every kind is here."""
-    match event:
-        case ev.RunCreated():
-            return "run_created", history_pb2.RunCreated(
-                workflow_name=event.workflow_name,
-                input=payloads_to_proto(event.input),
-                queue=event.queue,
-                instance_id=event.instance_id,
-                priority=event.priority,
-                concurrency_key=event.concurrency_key,
-                labels=_labels_to_proto(event.labels),
-                parent_run_id=event.parent_run_id,
-                generation=event.generation,
-                random_seed=event.random_seed,
-                trace_context=_labels_to_proto(event.trace_context),
-            )
-        case ev.RunStarted():
-            return "run_started", history_pb2.RunStarted()
-        case ev.WorkflowTaskStarted():
-            return "workflow_task_started", history_pb2.WorkflowTaskStarted()
-        case ev.WorkflowTaskCompleted():
-            return "workflow_task_completed", history_pb2.WorkflowTaskCompleted()
-        case ev.ActivityTaskCreated():
-            return "activity_task_created", history_pb2.ActivityTaskCreated(
-                name=event.name,
-                input=payloads_to_proto(event.input),
-                queue=event.queue,
-                priority=event.priority,
-                retry_policy=retry_policy_to_proto(event.retry_policy),
-                lock_timeout=timedelta_to_proto(event.lock_timeout),
-            )
-        case ev.ActivityTaskCompleted():
-            return "activity_task_completed", history_pb2.ActivityTaskCompleted(
-                created_seq=event.created_seq, result=payload_to_proto(event.result)
-            )
-        case ev.ActivityTaskFailed():
-            return "activity_task_failed", history_pb2.ActivityTaskFailed(
-                created_seq=event.created_seq, failure=failure_to_proto(event.failure)
-            )
-        case ev.TimerCreated():
-            return "timer_created", history_pb2.TimerCreated(fire_at=datetime_to_proto(event.fire_at))
-        case ev.TimerElapsed():
-            return "timer_elapsed", history_pb2.TimerElapsed(created_seq=event.created_seq)
-        case ev.ExternalEventReceived():
-            return "external_event_received", history_pb2.ExternalEventReceived(
-                event_id=event.event_id, payload=payload_to_proto(event.payload)
-            )
-        case ev.ChildRunCreated():
-            return "child_run_created", history_pb2.ChildRunCreated(
-                child_run_id=event.child_run_id,
-                workflow_name=event.workflow_name,
-                input=payloads_to_proto(event.input),
-                queue=event.queue,
-                instance_id=event.instance_id,
-                priority=event.priority,
-                concurrency_key=event.concurrency_key,
-                labels=_labels_to_proto(event.labels),
-            )
-        case ev.ChildRunCompleted():
-            return "child_run_completed", history_pb2.ChildRunCompleted(
-                child_run_id=event.child_run_id, result=payload_to_proto(event.result)
-            )
-        case ev.ChildRunFailed():
-            return "child_run_failed", history_pb2.ChildRunFailed(
-                child_run_id=event.child_run_id, failure=failure_to_proto(event.failure)
-            )
-        case ev.SideEffectExecuted():
-            return "side_effect_executed", history_pb2.SideEffectExecuted(
-                name=event.name, result=payload_to_proto(event.result)
-            )
-        case ev.RunSuspended():
-            return "run_suspended", history_pb2.RunSuspended()
-        case ev.RunResumed():
-            return "run_resumed", history_pb2.RunResumed()
-        case ev.RunCancelled():
-            return "run_cancelled", history_pb2.RunCancelled(reason=event.reason)
-        case ev.RunCompleted():
-            return "run_completed", history_pb2.RunCompleted(
-                status=_STATUS_TO_PROTO[event.status],
-                result=None if event.result is None else payload_to_proto(event.result),
-                failure=None if event.failure is None else failure_to_proto(event.failure),
-            )
-        case _:
-            assert_never(event)
-
-
-def _body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
-    """The domain event for one of the per-kind messages; ``ValueError`` if a field is missing."""
-    match body:
-        case history_pb2.RunCreated():
-            return ev.RunCreated(
-                workflow_name=body.workflow_name,
-                input=payloads_from_proto(body.input),
-                queue=body.queue,
-                instance_id=body.instance_id if body.HasField("instance_id") else None,
-                priority=body.priority,
-                concurrency_key=body.concurrency_key if body.HasField("concurrency_key") else None,
-                labels=tuple((label.key, label.value) for label in body.labels),
-                parent_run_id=body.parent_run_id if body.HasField("parent_run_id") else None,
-                generation=body.generation,
-                random_seed=body.random_seed,
-                trace_context=tuple((label.key, label.value) for label in body.trace_context),
-            )
-        case history_pb2.RunStarted():
-            return ev.RunStarted()
-        case history_pb2.WorkflowTaskStarted():
-            return ev.WorkflowTaskStarted()
-        case history_pb2.WorkflowTaskCompleted():
-            return ev.WorkflowTaskCompleted()
-        case history_pb2.ActivityTaskCreated():
-            return ev.ActivityTaskCreated(
-                name=body.name,
-                input=payloads_from_proto(body.input),
-                queue=body.queue,
-                priority=body.priority,
-                retry_policy=retry_policy_from_proto(required_field(body, "retry_policy", where)),
-                lock_timeout=timedelta_from_proto(required_field(body, "lock_timeout", where)),
-            )
-        case history_pb2.ActivityTaskCompleted():
-            return ev.ActivityTaskCompleted(
-                created_seq=body.created_seq, result=payload_from_proto(required_field(body, "result", where))
-            )
-        case history_pb2.ActivityTaskFailed():
-            return ev.ActivityTaskFailed(
-                created_seq=body.created_seq, failure=failure_from_proto(required_field(body, "failure", where))
-            )
-        case history_pb2.TimerCreated():
-            return ev.TimerCreated(fire_at=datetime_from_proto(required_field(body, "fire_at", where)))
-        case history_pb2.TimerElapsed():
-            return ev.TimerElapsed(created_seq=body.created_seq)
-        case history_pb2.ExternalEventReceived():
-            return ev.ExternalEventReceived(
-                event_id=body.event_id, payload=payload_from_proto(required_field(body, "payload", where))
-            )
-        case history_pb2.ChildRunCreated():
-            return ev.ChildRunCreated(
-                child_run_id=body.child_run_id,
-                workflow_name=body.workflow_name,
-                input=payloads_from_proto(body.input),
-                queue=body.queue,
-                instance_id=body.instance_id if body.HasField("instance_id") else None,
-                priority=body.priority,
-                concurrency_key=body.concurrency_key if body.HasField("concurrency_key") else None,
-                labels=tuple((label.key, label.value) for label in body.labels),
-            )
-        case history_pb2.ChildRunCompleted():
-            return ev.ChildRunCompleted(
-                child_run_id=body.child_run_id, result=payload_from_proto(required_field(body, "result", where))
-            )
-        case history_pb2.ChildRunFailed():
-            return ev.ChildRunFailed(
-                child_run_id=body.child_run_id, failure=failure_from_proto(required_field(body, "failure", where))
-            )
-        case history_pb2.SideEffectExecuted():
-            return ev.SideEffectExecuted(name=body.name, result=payload_from_proto(required_field(body, "result", where)))
-        case history_pb2.RunSuspended():
-            return ev.RunSuspended()
-        case history_pb2.RunResumed():
-            return ev.RunResumed()
-        case history_pb2.RunCancelled():
-            return ev.RunCancelled(reason=body.reason)
-        case history_pb2.RunCompleted():
-            status = _STATUS_FROM_PROTO.get(body.status)
-            if status is None:
-                raise ValueError(f"{where}: RunCompleted has no valid status ({body.status})")
-            return ev.RunCompleted(
-                status=status,
-                result=payload_from_proto(body.result) if body.HasField("result") else None,
-                failure=failure_from_proto(body.failure) if body.HasField("failure") else None,
-            )
-    raise ValueError(f"{where}: unexpected message {body.DESCRIPTOR.full_name}")
-
-
-def _labels_to_proto(labels: ev.Labels) -> list[history_pb2.Label]:
-    return [history_pb2.Label(key=key, value=value) for key, value in labels]
-
-
-# --- decoding guards ----------------------------------------------------------------------

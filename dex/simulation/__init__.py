@@ -5,14 +5,17 @@ virtual clock, interleaving their steps as ``random.Random(seed)`` says and inje
 scheduled faults; it raises :class:`SimulationFailure` (naming the seed and the schedule to
 replay) when an invariant breaks.
 
-``simulator.py`` runs the loop; ``faults.py`` says what can go wrong; ``workload.py`` holds
-the workflows and activities simulated; ``referee.py`` watches every store call;
-``invariants.py`` (one history) and ``ledgers.py`` (grants over time) say what must hold.
+``simulator.py`` runs the loop; ``nodes.py`` holds the simulated engines and the work they
+hold; ``clients.py`` starts runs and sends requests; ``faults.py`` says what can go wrong;
+``workload.py`` holds the workflows and activities simulated; ``observed.py`` is the store,
+reporting every call to ``referee.py``, which checks it; ``invariants.py`` (one history) and
+``ledgers.py`` (grants over time) say what must hold.
 """
 
 from dex.simulation.faults import FAULT_KINDS, Fault
 from dex.simulation.invariants import InvariantViolation
-from dex.simulation.referee import ObservedAdapter, Referee, StoreUnavailable
+from dex.simulation.observed import ObservedAdapter, StoreUnavailable
+from dex.simulation.referee import Referee
 from dex.simulation.simulator import Report, SimulationFailure, Simulator
 from dex.simulation.workload import STANDARD_WORKLOAD, Workload
 

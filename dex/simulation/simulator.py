@@ -19,45 +19,31 @@ Everything is a function of the seed and the fault schedule, so a failure names 
 from __future__ import annotations
 
 import random
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
 import dex
-from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import ActivityTask, RunFilter, RunRecord, WorkflowTask
+from dex.app.ports import RunFilter
 from dex.app.registry import ACTIVITY_ATTRIBUTE
-from dex.domain.errors import InvalidStateError
 from dex.domain.status import RunStatus
 from dex.serialization.payloads import PayloadConverter
-from dex.simulation.faults import Fault, NodeStore, schedule
+from dex.simulation.clients import Action, Clients
+from dex.simulation.faults import Fault, schedule
 from dex.simulation.invariants import InvariantViolation
-from dex.simulation.referee import ObservedAdapter, Referee, StoreUnavailable
+from dex.simulation.nodes import WORKFLOW_LEASE, Node, new_node, pop_any
+from dex.simulation.observed import ObservedAdapter, StoreUnavailable
+from dex.simulation.referee import Referee
 from dex.simulation.workload import STANDARD_WORKLOAD, Workload, World, inhabiting
 
-WORKFLOW_LEASE = timedelta(seconds=30)
 LEADER_LEASE = timedelta(seconds=15)
 RETENTION = timedelta(minutes=5)
 SETTLE_ROUNDS = 5000
 CONVERTER = PayloadConverter()  # stateless once built, and costly to build
 STALL_STEPS = 60
-
-
-@attrs.define
-class Node:
-    """One simulated engine process and the work it holds between steps."""
-
-    name: str
-    engine: dex.Engine
-    store: NodeStore  # the node's way to the shared store (store-errors faults strike here)
-    workflow_tasks: list[WorkflowTask] = attrs.Factory(list)  # claimed, not yet executed
-    activity_tasks: list[ActivityTask] = attrs.Factory(list)  # claimed, not yet executed
-    hung: list[ActivityTask] = attrs.Factory(list)  # claimed, never to finish
-    stalled_until: int = -1  # the step until which its writes stall
 
 
 @attrs.frozen
@@ -79,9 +65,6 @@ class SimulationFailure(AssertionError):
         super().__init__(f"{type(cause).__name__}: {cause}\n\nreplay with:\n    {reproduction}\n\nlast steps:\n{tail}")
         self.reproduction = reproduction
         self.cause = cause
-
-
-Action = tuple[float, str, Callable[[], str | None]]
 
 
 class Simulator:
@@ -122,11 +105,11 @@ class Simulator:
         self._checks = 0
         self._started = self.clock.now()
         self._node_serial = 0
-        self._runs_started = 0
         self.nodes = [self._new_node() for _ in range(nodes)]
         # clients start runs and send requests through an engine that does no work: sending an
         # event writes (and waits for) that event only, as it does from any application thread
         self.client = self._engine("client")
+        self.clients = Clients(self.client, self.referee, workload, self.rng, max_runs)
         self.longest_lease = max(
             [WORKFLOW_LEASE, *(getattr(fn, ACTIVITY_ATTRIBUTE).lock_timeout for fn in workload.activities)]
         )
@@ -205,71 +188,16 @@ class Simulator:
 
     def _new_node(self) -> Node:
         self._node_serial += 1
-        name = f"n{self._node_serial}"
-        store = NodeStore(self.store, random.Random(self.rng.getrandbits(64)))
-        engine = self._engine(name, store)
-        # the backoff of a task given back (retry_later) draws its jitter from the seed too
-        engine.workflow_worker._rng = random.Random(self.rng.getrandbits(64))
-        # as in a started engine: results and heartbeats wait in the buffer for a flush step
-        engine.buffer.background = True
-        if self.inline:
-            for activity in engine.registry.activities:
-                engine.activity_worker.durations.record(activity, 0.0)
-            engine.workflow_worker.inline = InlineActivities(
-                engine.activity_worker, QueueView(store.list_queues, ttl=0), name, 1.0, threading.Event()
-            )
-        return Node(name=name, engine=engine, store=store)
+        return new_node(f"n{self._node_serial}", self.store, self.rng, self._engine, self.inline)
 
     def _replace(self, index: int) -> str:
         old = self.nodes[index]
         self.nodes[index] = self._new_node()
-        lost = len(old.engine.buffer) + len(old.workflow_tasks) + len(old.activity_tasks) + len(old.hung)
-        return f"{old.name} gone ({lost} held or buffered), {self.nodes[index].name} joins"
-
-    def _claim_workflow_tasks(self, node: Node, limit: int) -> str:
-        engine = node.engine
-        tasks = node.store.claim_workflow_tasks(
-            frozenset(engine.registry.workflows), node.name, self.clock.now(), WORKFLOW_LEASE, limit
-        )
-        node.workflow_tasks.extend(tasks)
-        return _ids(tasks)
-
-    def _claim_activity_tasks(self, node: Node, limit: int) -> str:
-        tasks = node.engine.activity_worker.claim(limit)
-        node.activity_tasks.extend(tasks)
-        return _ids(tasks)
-
-    def _run_workflow_task(self, node: Node, task: WorkflowTask) -> str:
-        unwritten = any(t.run_id == task.run_id for t, _r in node.engine.buffer._workflow_results)
-        if self.write_before_rerun and unwritten:
-            if self.step_no < node.stalled_until:
-                node.workflow_tasks.append(task)
-                return f"task {task.task_id} waits: an earlier result of its run is not written yet"
-            node.engine.buffer.flush()
-        result = node.engine.workflow_worker.execute(task)
-        if result is None:
-            return f"task {task.task_id}: nothing to write (retention deleted its run, or it was given back)"
-        node.engine.buffer.add_workflow_result(task, result)
-        return f"task {task.task_id} -> {len(result.new_events)} events"
-
-    def _run_activity_task(self, node: Node, task: ActivityTask) -> str:
-        outcome = node.engine.activity_worker.execute(task)
-        node.engine.buffer.add_activity_outcome(outcome)
-        verdict = "ok" if outcome.result is not None else "retry" if outcome.retry_at is not None else "failed"
-        return f"task {task.task_id} {task.name} #{task.attempt} -> {verdict}"
-
-    def _finish_held(self, node: Node) -> None:
-        """Run every task the node holds (a task that must wait for a stalled write stays held)."""
-        workflow_tasks, node.workflow_tasks = node.workflow_tasks, []
-        for task in workflow_tasks:
-            self._log(node.name, "run-workflow", self._run_workflow_task(node, task))
-        activity_tasks, node.activity_tasks = node.activity_tasks, []
-        for activity_task in activity_tasks:
-            self._log(node.name, "run-activity", self._run_activity_task(node, activity_task))
+        return f"{old.name} gone ({old.held()} held or buffered), {self.nodes[index].name} joins"
 
     # -- choosing a step ----------------------------------------------------------------------------
     def _act(self) -> None:
-        options = self._client_actions() + self._clock_actions()
+        options = self.clients.actions() + self._clock_actions()
         for node in self.nodes:
             options += self._node_actions(node)
         _weight, who_what, action = self.rng.choices(options, weights=[o[0] for o in options])[0]
@@ -284,11 +212,11 @@ class Simulator:
         self._log(who, what, detail)
 
     def _node_actions(self, node: Node) -> list[Action]:
-        engine, rng = node.engine, self.rng
+        engine, rng, clock = node.engine, self.rng, self.clock
         actions: list[Action] = [
             (1.0, f"{node.name} lead", lambda: "leads" if engine.leader.step() else "follows"),
-            (2.0, f"{node.name} claim-workflows", lambda: self._claim_workflow_tasks(node, rng.randint(1, 3))),
-            (2.0, f"{node.name} claim-activities", lambda: self._claim_activity_tasks(node, rng.randint(1, 3))),
+            (2.0, f"{node.name} claim-workflows", lambda: node.claim_workflow_tasks(clock.now(), rng.randint(1, 3))),
+            (2.0, f"{node.name} claim-activities", lambda: node.claim_activity_tasks(rng.randint(1, 3))),
         ]
         if engine.leader.is_leader:  # possibly a stale belief: that is a race the store must survive
             actions += [
@@ -301,7 +229,9 @@ class Simulator:
                 (
                     3.0,
                     f"{node.name} run-workflow",
-                    lambda: self._run_workflow_task(node, _pop(node.workflow_tasks, rng)),
+                    lambda: node.run_workflow_task(
+                        pop_any(node.workflow_tasks, rng), self.step_no, self.write_before_rerun
+                    ),
                 )
             )
         if node.activity_tasks:
@@ -309,7 +239,7 @@ class Simulator:
                 (
                     3.0,
                     f"{node.name} run-activity",
-                    lambda: self._run_activity_task(node, _pop(node.activity_tasks, rng)),
+                    lambda: node.run_activity_task(pop_any(node.activity_tasks, rng)),
                 )
             )
         if len(engine.buffer) and self.step_no >= node.stalled_until:
@@ -329,54 +259,6 @@ class Simulator:
             return "to the next due moment"
 
         return [(3.0, "clock tick", tick), (1.0, "clock jump", jump)]
-
-    def _client_actions(self) -> list[Action]:
-        live = {
-            run_id: record
-            for run_id, record in self.referee.statuses.last.items()
-            if run_id not in self.referee.statuses.deleted and not record.status.is_terminal
-        }
-        actions: list[Action] = []
-        if self._runs_started < self.max_runs:
-            actions.append((2.0, "client start", self._start_run))
-        if live:
-            actions += [
-                (1.5, "client send-event", lambda: self._send_event(live)),
-                (0.08, "client cancel", lambda: self._request(live, "cancel", None)),
-                (0.3, "client suspend", lambda: self._request(live, "suspend", RunStatus.RUNNING)),
-            ]
-        if any(r.status is RunStatus.SUSPENDED for r in live.values()):
-            actions.append((1.0, "client resume", lambda: self._request(live, "resume", RunStatus.SUSPENDED)))
-        return actions
-
-    def _start_run(self) -> str:
-        self._runs_started += 1
-        run_id = self.workload.start(self.client, self.rng, self._runs_started)
-        return f"{self.referee.runs[run_id].workflow_name} {run_id[:8]}"
-
-    def _send_event(self, live: dict[str, RunRecord]) -> str:
-        listening = sorted(r for r, record in live.items() if self.workload.listens(record.workflow_name))
-        run_id = self.rng.choice(listening or sorted(live))
-        event = self.workload.event_for(self.referee.runs[run_id].workflow_name, self.rng)
-        if event is None:
-            return f"none for {run_id[:8]}"
-        self.client.send_event(run_id, *event)
-        return f"{event[0]}={event[1]!r} to {run_id[:8]}"
-
-    def _request(self, live: dict[str, RunRecord], what: str, status: RunStatus | None) -> str:
-        candidates = sorted(
-            run_id
-            for run_id, r in live.items()
-            if (status is None or r.status is status) and self.workload.accepts_requests(r.workflow_name)
-        )
-        if not candidates:
-            return "no candidate"
-        run_id = self.rng.choice(candidates)
-        try:
-            getattr(self.client, what)(run_id)
-        except InvalidStateError as exc:
-            return f"{run_id[:8]} refused: {exc}"
-        return run_id[:8]
 
     # -- faults -----------------------------------------------------------------------------------
     def _target(self, fault: Fault, wants: Callable[[Node], bool]) -> int:
@@ -401,10 +283,10 @@ class Simulator:
             case "crash":
                 return self._replace(index)
             case "crash-after-claim":
-                claimed = self._claim_workflow_tasks(node, 3) + " " + self._claim_activity_tasks(node, 3)
+                claimed = node.claim_workflow_tasks(now, 3) + " " + node.claim_activity_tasks(3)
                 return f"claimed {claimed.strip() or 'nothing'}; " + self._replace(index)
             case "crash-after-execute":
-                self._finish_held(node)
+                node.finish_held(self._log, self.step_no, self.write_before_rerun)
                 return self._replace(index)
             case "crash-mid-flush":
                 buffer = node.engine.buffer
@@ -418,7 +300,7 @@ class Simulator:
                     self.store.complete_workflow_tasks(written_results, now)
                 return f"wrote {half} of {len(outcomes) + len(results)}; " + self._replace(index)
             case "restart":
-                self._finish_held(node)
+                node.finish_held(self._log, self.step_no, self.write_before_rerun)
                 failed = node.store.failed
                 node.engine.stop(timeout=0)
                 # a graceful stop flushes everything, unless the store fails it (then what is
@@ -479,7 +361,7 @@ class Simulator:
         for node in self.nodes:
             node.stalled_until = -1
             node.store.heal()
-            self._finish_held(node)
+            node.finish_held(self._log, self.step_no, self.write_before_rerun)
             node.engine.buffer.flush()
         for run_id, record in self.referee.records(self.store).items():
             if record is not None and record.status is RunStatus.SUSPENDED:
@@ -514,13 +396,3 @@ class Simulator:
             raise InvariantViolation("retention", f"{len(left)} finished runs outlived the retention period")
         self._log("settle", "swept", f"{len(self.referee.runs)} runs deleted")
 
-
-def _ids(tasks: list[WorkflowTask] | list[ActivityTask]) -> str:
-    return " ".join(str(t.task_id) for t in tasks)
-
-
-T = TypeVar("T")
-
-
-def _pop(items: list[T], rng: random.Random) -> T:
-    return items.pop(rng.randrange(len(items)))

@@ -15,6 +15,7 @@ from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
 from dex.domain.values import FailureInfo, Payload
 from dex.serialization import history as codec
+from dex.serialization import values as values_codec
 from dex.v1 import history_pb2
 
 # --- strategies ---------------------------------------------------------------------------
@@ -265,9 +266,9 @@ def test_naive_datetime_is_refused() -> None:
 
 @given(durations)
 def test_durations_round_trip_exactly(delta: timedelta) -> None:
-    duration = codec.timedelta_to_proto(delta)
+    duration = values_codec.timedelta_to_proto(delta)
     assert duration.seconds * duration.nanos >= 0  # proto requires the same sign
-    assert codec.timedelta_from_proto(duration) == delta
+    assert values_codec.timedelta_from_proto(duration) == delta
 
 
 # --- what proto sees ----------------------------------------------------------------------
@@ -326,7 +327,7 @@ def test_undecodable_event_bytes_raise_value_error(data: bytes, message: str) ->
 def test_invalid_retry_policy_bytes_raise_value_error() -> None:
     with pytest.raises(ValueError, match="cannot decode a retry policy.*initial_delay is missing"):
         codec.decode_retry_policy(b"")
-    zero_attempts = codec.retry_policy_to_proto(RetryPolicy())
+    zero_attempts = values_codec.retry_policy_to_proto(RetryPolicy())
     zero_attempts.max_attempts = 0
     with pytest.raises(ValueError, match="max_attempts must be >= 1"):
         codec.decode_retry_policy(zero_attempts.SerializeToString())

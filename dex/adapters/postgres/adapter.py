@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -259,13 +259,14 @@ class PostgresAdapter:
         with self._transaction(pipeline=True) as conn:
             applied = completion.complete_workflow_tasks(conn, self._q, results, now)
             written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
-            # dispatch what this batch made due in the same transaction (see _dispatch_now)
+            # dispatch what this batch made due in the same transaction (see completion.dispatch_now)
             made_activities = any(result.activity_tasks for result in written)
             if made_activities:
-                self._dispatch_now(conn, activity_tasks.schedule_activity_tasks, LOCK_SCHEDULE_ACTIVITIES, now)
+                schedule = activity_tasks.schedule_activity_tasks
+                completion.dispatch_now(conn, self._q, schedule, LOCK_SCHEDULE_ACTIVITIES, now)
             told = [m.run_id for r in written for m in r.messages] + [c.run_id for r in written for c in r.child_runs]
             if told:
-                self._dispatch_now(conn, _of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
+                completion.dispatch_now(conn, self._q, completion.of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
             claimed: list[ActivityTask] = []
             if claim is not None and made_activities:
                 claimed = activity_tasks.claim_activity_tasks(
@@ -303,7 +304,7 @@ class PostgresAdapter:
             applied = activity_tasks.complete_activity_tasks(conn, self._q, outcomes, now)
             told = [o.task.run_id for o, ok in zip(outcomes, applied, strict=True) if ok and o.retry_at is None]
             if told:
-                self._dispatch_now(conn, _of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
+                completion.dispatch_now(conn, self._q, completion.of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
             claimed: list[WorkflowTask] = []
             loaded: list[Loaded] = []
             if claim is not None and told:
@@ -315,26 +316,6 @@ class PostgresAdapter:
                     requests = [(task, after.get(task.run_id, 0)) for task in claimed]
                     loaded = workflow_tasks.load_workflow_tasks(conn, self._q, requests, now)
             return applied, claimed, loaded
-
-    def _dispatch_now(
-        self,
-        conn: psycopg.Connection,
-        schedule: Callable[[psycopg.Connection, Statements, datetime, int], int],
-        lock: int,
-        now: datetime,
-    ) -> None:
-        """Run a scheduler inside a completion's transaction, if no scheduler is running now.
-
-        A completion that makes work due (activity tasks, messages to runs) schedules it at
-        once instead of leaving it to the leader's next round: one transaction and one thread
-        hand-off fewer per step. The scheduler's own rules (capacity, pause, concurrency keys)
-        apply unchanged, under the same advisory lock; the lock is only *tried*, so a
-        completion never waits for a scheduler (the leader's round picks the work up then), and
-        the scheduler's statements skip locked rows, so no lock order is broken.
-        """
-        got = conn.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", [lock, self._q.schema]).fetchone()
-        if got is not None and got[0]:
-            schedule(conn, self._q, now, _DISPATCH_BATCH)
 
     # -- queues ------------------------------------------------------------------------------
     def _ensure_queues(self, wanted: Iterable[tuple[str, str]]) -> None:
@@ -390,14 +371,6 @@ class PostgresAdapter:
     def next_due_time(self, now: datetime) -> datetime | None:
         with self._statement() as conn:
             return queues.next_due_time(conn, self._q, now)
-
-
-_DISPATCH_BATCH = 256
-
-
-def _of_runs(run_ids: list[str]) -> Callable[[psycopg.Connection, Statements, datetime, int], int]:
-    """A completion's workflow-task dispatch: the scheduler's choice among the runs it told."""
-    return lambda conn, q, now, _limit: workflow_tasks.schedule_workflow_tasks_of(conn, q, now, run_ids)
 
 
 def _migrate(conn: psycopg.Connection, schema: str) -> None:

@@ -23,13 +23,13 @@ How the batch stays cheap and safe:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import attrs
 import psycopg
 
-from dex.adapters.postgres import arrays
+from dex.adapters.postgres import arrays, workflow_tasks
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -344,3 +344,29 @@ class _Round:
 
 def _first_event(child: NewRun, now: datetime) -> ev.HistoryEvent:
     return ev.HistoryEvent(sequence_number=1, timestamp=now, event=child.created)
+
+
+# -- dispatch in the completion's transaction ------------------------------------------------------
+DISPATCH_BATCH = 256
+
+Schedule = Callable[[psycopg.Connection, Statements, datetime, int], int]
+
+
+def dispatch_now(conn: psycopg.Connection, q: Statements, schedule: Schedule, lock: int, now: datetime) -> None:
+    """Run a scheduler inside a completion's transaction, if no scheduler is running now.
+
+    A completion that makes work due (activity tasks, messages to runs) schedules it at
+    once instead of leaving it to the leader's next round: one transaction and one thread
+    hand-off fewer per step. The scheduler's own rules (capacity, pause, concurrency keys)
+    apply unchanged, under the same advisory lock; the lock is only *tried*, so a
+    completion never waits for a scheduler (the leader's round picks the work up then), and
+    the scheduler's statements skip locked rows, so no lock order is broken.
+    """
+    got = conn.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", [lock, q.schema]).fetchone()
+    if got is not None and got[0]:
+        schedule(conn, q, now, DISPATCH_BATCH)
+
+
+def of_runs(run_ids: list[str]) -> Schedule:
+    """A completion's workflow-task dispatch: the scheduler's choice among the runs it told."""
+    return lambda conn, q, now, _limit: workflow_tasks.schedule_workflow_tasks_of(conn, q, now, run_ids)

@@ -1,0 +1,126 @@
+"""The in-memory adapter's runs: creating them, reading them, and messages to them.
+
+Creating a run (or finding the live run that holds its instance id), the reads of the run
+records and histories, messages and status requests to a live run, and the retention that
+deletes finished runs. Part of :class:`dex.adapters.memory.InMemoryAdapter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from dex.adapters.memory import storable
+from dex.adapters.memory.state import MemoryState
+from dex.adapters.memory.tables import RunRow
+from dex.app.ports import RunFilter, RunRecord
+from dex.domain import events as ev
+from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
+from dex.domain.status import RunStatus, transition
+
+
+class MemoryRuns(MemoryState):
+    """The run-store operations of the in-memory adapter."""
+
+    def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        storable.created(run_id, created)
+        with self._lock:
+            existing = self._find_live_instance(created.instance_id)
+            if existing is not None:
+                return existing
+            self._insert_run(run_id, created, now)
+            return run_id
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        storable.text(run_id, "run_id")
+        with self._lock:
+            row = self._runs.get(run_id)
+            return row.record() if row is not None else None
+
+    def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        storable.texts(run_ids, "run_id")
+        with self._lock:
+            rows = (self._runs.get(run_id) for run_id in dict.fromkeys(run_ids))
+            return [row.record() for row in rows if row is not None]
+
+    def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
+        storable.text(run_filter.workflow_name, "workflow_name")
+        storable.text(run_filter.instance_id, "instance_id")
+        storable.labels(run_filter.labels)
+        with self._lock:
+            rows = [row for row in self._runs.values() if _matches(row, run_filter)]
+            rows.sort(key=lambda r: (r.created_at, r.position), reverse=True)
+            return [row.record() for row in rows[: run_filter.limit]]
+
+    def load_history(self, run_id: str) -> list[ev.HistoryEvent]:
+        storable.text(run_id, "run_id")
+        with self._lock:
+            row = self._runs.get(run_id)
+            if row is None:
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            return list(row.history)
+
+    def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
+        storable.text(run_id, "run_id")
+        storable.protobuf(message, "message")
+        with self._lock:
+            self._live_run(run_id)
+            self._push(run_id, message, now)
+
+    def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
+        for run_id, message in items:  # one statement in PostgreSQL: one bad item fails them all
+            storable.text(run_id, "run_id")
+            storable.protobuf(message, "message")
+        with self._lock:
+            errors: list[DexError | None] = []
+            for run_id, message in items:
+                try:
+                    self.send_message(run_id, message, now)
+                except (RunNotFoundError, InvalidStateError) as exc:
+                    errors.append(exc)
+                else:
+                    errors.append(None)
+            return errors
+
+    def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
+        storable.text(run_id, "run_id")
+        storable.protobuf(message, "message")
+        with self._lock:
+            row = self._live_run(run_id)
+            transition(row.status, target)
+            if target is not RunStatus.CANCELLED:
+                row.status = target
+            elif any(isinstance(m.event, ev.RunCancelled) for m in self._inbox[run_id]):
+                return  # a cancel is already on its way
+            self._push(run_id, message, now)
+
+    def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
+        with self._lock:
+            doomed = [
+                run_id
+                for run_id, row in self._runs.items()
+                if row.status.is_terminal and row.completed_at is not None and row.completed_at < completed_before
+            ][:limit]
+            for run_id in doomed:
+                del self._runs[run_id]
+                self._inbox.pop(run_id, None)
+                task_id = self._workflow_task_of_run.pop(run_id, None)  # a stale claim's task goes too
+                if task_id is not None:
+                    del self._workflow_tasks[task_id]
+            return len(doomed)
+
+
+def _matches(row: RunRow, run_filter: RunFilter) -> bool:
+    c = row.created
+    if run_filter.workflow_name is not None and c.workflow_name != run_filter.workflow_name:
+        return False
+    if run_filter.statuses is not None and row.status not in run_filter.statuses:
+        return False
+    if run_filter.instance_id is not None and c.instance_id != run_filter.instance_id:
+        return False
+    if run_filter.created_after is not None and row.created_at <= run_filter.created_after:
+        return False
+    if run_filter.created_before is not None and row.created_at >= run_filter.created_before:
+        return False
+    labels = dict(c.labels)
+    return all(labels.get(k) == v for k, v in run_filter.labels)

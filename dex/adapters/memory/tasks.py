@@ -1,0 +1,273 @@
+"""The in-memory adapter's task queues: workflow and activity tasks, claimed under leases.
+
+Scheduling tasks from runs' inboxes (workflow tasks) and from completed workflow tasks
+(activity tasks), claiming them under a lease, and applying what a finished task wrote:
+a workflow task's new history, children, activity tasks, outcome and messages; an activity
+task's result or retry. A result whose lease was lost is refused. Part of
+:class:`dex.adapters.memory.InMemoryAdapter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+
+from dex.adapters.memory import storable
+from dex.adapters.memory.state import MemoryState
+from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow, RunRow
+from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, WorkflowTask
+from dex.domain import events as ev
+from dex.domain.errors import RunNotFoundError
+from dex.domain.status import RunStatus
+from dex.domain.task import InboxMessage, WorkflowTaskResult
+from dex.domain.values import FailureInfo
+
+
+class MemoryTasks(MemoryState):
+    """The workflow-task and activity-task operations of the in-memory adapter."""
+
+    # -- workflow tasks -----------------------------------------------------------------------
+    def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
+        with self._lock:
+            key_holders = {
+                row.created.concurrency_key
+                for row in self._runs.values()
+                if row.holds_key and not row.status.is_terminal
+            }
+            candidates = []
+            for run_id, inbox in self._inbox.items():
+                row = self._runs[run_id]
+                if row.status.is_terminal or run_id in self._workflow_task_of_run:
+                    continue
+                visible = [m for m in inbox if m.visible_from <= now]
+                if not visible:
+                    continue
+                cancel = any(isinstance(m.event, ev.RunCancelled) for m in visible)
+                if row.status is RunStatus.SUSPENDED and not cancel:
+                    continue
+                candidates.append((row, cancel))
+            candidates.sort(key=lambda c: (-c[0].created.priority, c[0].created_at, c[0].position))
+            created = 0
+            for row, cancel in candidates:
+                if created >= limit:
+                    break
+                key = row.created.concurrency_key
+                needs_key = key is not None and not row.holds_key and not cancel
+                if needs_key and key in key_holders:
+                    continue
+                queue = self._queue(row.created.queue, WORKFLOW)
+                if queue.paused or self._active_workflow_tasks(queue.name) >= queue.capacity:
+                    continue
+                if needs_key:
+                    row.holds_key = True
+                    key_holders.add(key)
+                self._add_workflow_task(row, queue.name)
+                created += 1
+            return created
+
+    def claim_workflow_tasks(
+        self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[WorkflowTask]:
+        storable.texts(names, "workflow name")
+        storable.text(owner, "owner")
+        with self._lock:
+            ready = [
+                t
+                for t in self._workflow_tasks.values()
+                if t.workflow_name in names and not t.lease.held(now) and not self._queue(t.queue, WORKFLOW).paused
+            ]
+            ready.sort(key=lambda t: (-t.priority, t.task_id))
+            claimed = []
+            for task in ready[:limit]:
+                task.lease.take(owner, now + lease)
+                claimed.append(task.claimed())
+            return claimed
+
+    def load_workflow_task(
+        self, task: WorkflowTask, now: datetime, after_seq: int = 0
+    ) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
+        with self._lock:
+            row = self._runs.get(task.run_id)
+            if row is None:
+                raise RunNotFoundError(f"no run with id {task.run_id!r}")
+            # in the order the messages became visible: a timer inserted early but due late
+            # must not overtake an event that arrived before it fired
+            visible = sorted(
+                (m for m in self._inbox.get(task.run_id, []) if m.visible_from <= now),
+                key=lambda m: (m.visible_from, m.message_id),
+            )
+            inbox = [InboxMessage(message_id=m.message_id, event=m.event) for m in visible]
+            return [e for e in row.history if e.sequence_number >= after_seq], inbox
+
+    def load_workflow_tasks(
+        self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime
+    ) -> list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception]:
+        with self._lock:
+            loaded: list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception] = []
+            for task, after_seq in requests:
+                try:
+                    loaded.append(self.load_workflow_task(task, now, after_seq))
+                except RunNotFoundError as exc:
+                    loaded.append(exc)
+            return loaded
+
+    def complete_workflow_tasks(
+        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
+    ) -> list[bool]:
+        storable.workflow_results(results)  # before anything changes: the batch is all or nothing
+        with self._lock:
+            return [self._complete_workflow_task(task, result, now) for task, result in results]
+
+    def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
+        with self._lock:
+            given_back = []
+            for task, retry_at in retries:
+                row = self._workflow_tasks.get(task.task_id)
+                held = row is not None and row.lease.is_(task.lease)
+                if held and row is not None:
+                    # claimable again once retry_at has passed; a late result of this claim
+                    # no longer matches the version
+                    row.lease.until = retry_at
+                    row.lease.version += 1
+                given_back.append(held)
+            return given_back
+
+    def _complete_workflow_task(self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime) -> bool:
+        row_task = self._workflow_tasks.get(task.task_id)
+        if row_task is None or not row_task.lease.is_(task.lease):
+            return False  # the lease was lost: another worker owns (or finished) this task
+        del self._workflow_tasks[task.task_id]
+        del self._workflow_task_of_run[task.run_id]
+        run = self._runs.get(task.run_id)
+        if run is None:
+            return False
+        if run.history[-1].sequence_number != result.expected_last_seq:
+            return False  # a racing duplicate already wrote this part of the history
+        consumed = set(result.consumed)
+        inbox = [m for m in self._inbox[run.run_id] if m.message_id not in consumed]
+        if result.new_history is not None:
+            inbox = [m for m in inbox if isinstance(m.event, _SURVIVE_CONTINUE_AS_NEW)]
+            run.history = list(result.new_history)
+        else:
+            run.history.extend(result.new_events)
+        self._inbox[run.run_id] = inbox
+        if result.started and run.status is RunStatus.CREATED:
+            run.status, run.started_at = RunStatus.RUNNING, now
+        if result.new_events:
+            run.custom_status = result.custom_status
+        for child in result.child_runs:
+            if self._find_live_instance(child.created.instance_id) is not None:
+                failure = FailureInfo(
+                    type="InvalidStateError",
+                    message=f"instance id {child.created.instance_id!r} is in use by a running run",
+                    terminal=True,
+                )
+                self._push(run.run_id, ev.ChildRunFailed(child_run_id=child.run_id, failure=failure), now)
+            else:
+                self._insert_run(child.run_id, child.created, now)
+        for spec in result.activity_tasks:
+            self.ensure_queue(spec.queue, ACTIVITY)
+            task_id = next(self._ids)
+            self._activity_tasks[task_id] = ActivityTaskRow(
+                task_id=task_id,
+                run_id=spec.run_id,
+                created_seq=spec.created_seq,
+                name=spec.name,
+                input=spec.input,
+                queue=spec.queue,
+                priority=spec.priority,
+                retry_policy=spec.retry_policy,
+                lock_timeout=spec.lock_timeout,
+                visible_from=spec.visible_from,
+                trace_context=spec.trace_context,
+                attempt=spec.attempt,
+            )
+        if result.completion is not None:
+            self._finish_run(run, result, now)
+        for message in result.messages:
+            self._deliver(message.run_id, message.event, message.visible_from)
+        return True
+
+    def _finish_run(self, run: RunRow, result: WorkflowTaskResult, now: datetime) -> None:
+        completion = result.completion
+        assert completion is not None
+        # no transition check: a suspend that raced with the run's last task loses to its outcome
+        run.status = completion.status
+        run.completed_at, run.result, run.failure, run.holds_key = now, completion.result, completion.failure, False
+        self._inbox[run.run_id] = []
+        for task_id in [t for t, a in self._activity_tasks.items() if a.run_id == run.run_id]:
+            del self._activity_tasks[task_id]
+
+    # -- activity tasks -------------------------------------------------------------------------
+    def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
+        with self._lock:
+            waiting = [t for t in self._activity_tasks.values() if t.state == CREATED and t.visible_from <= now]
+            waiting.sort(key=lambda t: (-t.priority, t.task_id))
+            moved = 0
+            for task in waiting:
+                if moved >= limit:
+                    break
+                queue = self._queue(task.queue, ACTIVITY)
+                if queue.paused or self._queued_activity_tasks(queue.name) >= queue.capacity:
+                    continue
+                task.state = QUEUED
+                moved += 1
+            return moved
+
+    def claim_activity_tasks(
+        self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
+    ) -> list[ActivityTask]:
+        storable.texts(names, "activity name")
+        storable.text(owner, "owner")
+        with self._lock:
+            ready = [
+                t
+                for t in self._activity_tasks.values()
+                if t.state == QUEUED
+                and t.name in names
+                and not t.lease.held(now)
+                and not self._queue(t.queue, ACTIVITY).paused
+            ]
+            ready.sort(key=lambda t: (-t.priority, t.task_id))
+            claimed = []
+            for task in ready[:limit]:
+                if task.lease.owner is not None:
+                    task.attempt += 1  # the previous holder's lease expired: that attempt is lost
+                task.lease.take(owner, now + min(lease, task.lock_timeout))
+                claimed.append(task.claimed())
+            return claimed
+
+    def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
+        with self._lock:
+            extended = []
+            for task in tasks:
+                row = self._activity_tasks.get(task.task_id)
+                held = row is not None and row.lease.is_(task.lease)
+                if held and row is not None:
+                    row.lease.until = now + min(lease, row.lock_timeout)
+                extended.append(held)
+            return extended
+
+    def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
+        storable.activity_outcomes(outcomes)  # before anything changes: the batch is all or nothing
+        with self._lock:
+            return [self._complete_activity_task(outcome, now) for outcome in outcomes]
+
+    def _complete_activity_task(self, outcome: ActivityOutcome, now: datetime) -> bool:
+        row = self._activity_tasks.get(outcome.task.task_id)
+        if row is None or not row.lease.is_(outcome.task.lease):
+            return False
+        if outcome.retry_at is not None:
+            row.state, row.visible_from, row.attempt = CREATED, outcome.retry_at, row.attempt + 1
+            row.lease.clear()
+            return True
+        del self._activity_tasks[row.task_id]
+        message = outcome.message
+        assert message is not None
+        self._deliver(row.run_id, message, now)
+        return True
+
+
+# what a run's inbox keeps when it continues as new: events and requests addressed to the run
+# (timers and activity results belong to the old generation)
+_SURVIVE_CONTINUE_AS_NEW = (ev.ExternalEventReceived, ev.RunCancelled, ev.RunSuspended, ev.RunResumed)
