@@ -207,12 +207,14 @@ class Watchdog:
             now = self._clock()
             if now < not_before:
                 continue
-            log.critical("engine thread %s died (%d time(s) before); starting a new one", thread.name, deaths)
-            self._telemetry.thread_died(thread.name)
-            self._deaths[thread.name] = (deaths + 1, now + min(60.0, 0.1 * 2**deaths))
+            # the fresh thread runs and stands in the list before the death is reported, so whoever
+            # hears of it (a log handler, a metric, a health check) finds the engine whole again
             fresh = thread.fresh()
-            self._threads[index] = fresh
             fresh.start()
+            self._threads[index] = fresh
+            self._deaths[thread.name] = (deaths + 1, now + min(60.0, 0.1 * 2**deaths))
+            log.critical("engine thread %s died (%d time(s) before); started a new one", thread.name, deaths)
+            self._telemetry.thread_died(thread.name)
             revived += 1
         return revived
 
