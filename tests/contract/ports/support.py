@@ -127,9 +127,13 @@ def claim(
 
 
 def next_task(store: Store, clock: VirtualClock, run_id: str, owner: str = "w1") -> WorkflowTask:
-    """Schedule and claim the run's workflow task (the only claimable one of its workflow)."""
+    """Schedule and claim the run's workflow task; the other tasks claimed on the way are given
+    back at once, claimable again as before."""
     store.schedule_workflow_tasks(clock.now(), 100)
-    (task,) = [t for t in claim(store, clock, owner) if t.run_id == run_id]
+    tasks = claim(store, clock, owner)
+    others = [(t, clock.now()) for t in tasks if t.run_id != run_id]
+    assert store.retry_workflow_tasks(others, clock.now()) == [True] * len(others)
+    (task,) = [t for t in tasks if t.run_id == run_id]
     return task
 
 
