@@ -230,6 +230,21 @@ class WorkflowTaskQueueContract(PortContract):
         assert not isinstance(good, Exception) and kinds(good[1]) == ["RunStarted"]
         assert store.load_workflow_tasks([], clock.now()) == []
 
+    def test_a_tail_of_a_run_that_is_gone_says_so_and_a_tail_past_the_end_is_empty(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        start(store, clock, "r1")
+        task = next_task(store, clock, "r1")
+        with pytest.raises(RunNotFoundError):
+            store.load_workflow_task(task_of("gone"), clock.now(), after_seq=5)
+        # an executor standing past the stored history (its result was refused) learns only that
+        assert store.load_workflow_task(task, clock.now(), after_seq=5)[0] == []
+        start(store, clock, "r2")
+        other = next_task(store, clock, "r2")
+        past, missing = store.load_workflow_tasks([(other, 5), (task_of("gone"), 5)], clock.now())
+        assert isinstance(missing, RunNotFoundError)
+        assert not isinstance(past, Exception) and past[0] == [] and kinds(past[1]) == ["RunStarted"]
+
 
 class TestWorkflowTaskQueueMemory(MemoryBackend, WorkflowTaskQueueContract):
     pass
