@@ -149,6 +149,7 @@ def decide(
     complete: RunStatus | None = None,
     status: str | None = None,
     priority: int = 0,
+    queue: str = QUEUE,
 ) -> WorkflowTaskResult:
     """What a workflow task that consumes the whole visible inbox and issues these commands
     writes: a block of history after the run's last event, and its effects."""
@@ -161,7 +162,7 @@ def decide(
             ev.ActivityTaskCreated(
                 name=name,
                 input=(payload(name),),
-                queue=QUEUE,
+                queue=queue,
                 priority=priority,
                 retry_policy=RetryPolicy(),
                 lock_timeout=LOCK_TIMEOUT,
@@ -173,7 +174,7 @@ def decide(
                 created_seq=last + len(events),
                 name=name,
                 input=(payload(name),),
-                queue=QUEUE,
+                queue=queue,
                 priority=priority,
                 retry_policy=RetryPolicy(),
                 lock_timeout=LOCK_TIMEOUT,
