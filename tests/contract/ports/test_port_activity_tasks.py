@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import attrs
+
 from dex.app.ports import ActivityOutcome, ActivityTask, Claim, Store, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
@@ -24,11 +26,13 @@ from tests.contract.ports.support import (
     PortContract,
     PostgresBackend,
     activity,
+    decide,
     done,
     failure,
     finish,
     inbox_of,
     kinds,
+    next_task,
     payload,
     start,
     step,
@@ -77,6 +81,37 @@ class ActivityTaskQueueContract(PortContract):
         assert _claim(store, clock, "a2") == []  # a paused queue gives out nothing it holds
         store.set_queue_paused(QUEUE, "activity", False)
         assert len(_claim(store, clock, "a2")) == 1
+
+    def test_a_full_queue_makes_the_best_waiting_task_claimable_first(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        store.create_queue(QUEUE, "activity", 1)
+        start(store, clock, "holder")
+        step(store, clock, "holder", activities=[ACT])
+        (held,) = activity(store, clock)  # the queue's one slot is taken
+        for run_id, priority in [("low", 0), ("high", 7), ("later", 7)]:
+            start(store, clock, run_id)
+            step(store, clock, run_id, activities=[ACT], priority=priority)
+        assert store.schedule_activity_tasks(clock.now(), 100) == 0
+        assert store.complete_activity_tasks([done(held)], clock.now()) == [True]
+        assert [t.run_id for t in activity(store, clock)] == ["high"]
+
+    def test_a_task_due_later_is_claimable_from_its_time_with_its_attempt(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        start(store, clock, "r1")
+        task = next_task(store, clock, "r1")
+        result = decide(store, task, clock.now(), activities=[ACT])
+        # a retry of a first attempt that ran inside the workflow task: attempt 2, after its delay
+        due = clock.now() + timedelta(seconds=20)
+        (spec,) = result.activity_tasks
+        result = attrs.evolve(result, activity_tasks=(attrs.evolve(spec, visible_from=due, attempt=2),))
+        assert store.complete_workflow_tasks([(task, result)], clock.now()) == [True]
+        assert activity(store, clock) == []
+        assert store.next_due_time(clock.now()) == due
+        clock.advance_to(due)
+        (claimed,) = activity(store, clock)
+        assert (claimed.run_id, claimed.attempt) == ("r1", 2)
 
     def test_tasks_are_claimed_highest_priority_first_then_oldest(self, store: Store, clock: VirtualClock) -> None:
         for run_id, priority in [("a", 0), ("b", 5), ("c", 0)]:

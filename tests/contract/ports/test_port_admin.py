@@ -99,6 +99,14 @@ class LeadershipContract(PortContract):
         assert store.try_lead("b", clock.now(), TTL)
         assert not store.try_lead("a", clock.now(), TTL)
 
+    def test_a_leader_whose_lease_ran_out_takes_it_again_if_nobody_else_did(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        assert store.try_lead("a", clock.now(), TTL)
+        clock.advance(TTL * 3)
+        assert store.try_lead("a", clock.now(), TTL)
+        assert not store.try_lead("b", clock.now(), TTL)
+
     def test_a_released_lease_is_free_at_once_and_only_its_holder_releases_it(
         self, store: Store, clock: VirtualClock
     ) -> None:

@@ -88,6 +88,36 @@ class WorkflowCompletionContract(PortContract):
         assert store.get_run("ended").status is RunStatus.COMPLETED  # type: ignore[union-attr]
         assert store.get_run("unknown") is None
 
+    def test_a_run_s_outcome_wins_over_a_suspend_that_raced_with_its_last_task(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        start(store, clock, "r1")
+        step(store, clock, "r1")
+        store.send_message("r1", event("last"), clock.now())
+        task = next_task(store, clock, "r1")
+        result = decide(store, task, clock.now(), complete=RunStatus.COMPLETED)
+        store.request_transition("r1", RunStatus.SUSPENDED, ev.RunSuspended(), clock.now())
+        assert store.complete_workflow_tasks([(task, result)], clock.now()) == [True]
+        assert store.get_run("r1").status is RunStatus.COMPLETED  # type: ignore[union-attr]
+        assert inbox_of(store, clock, "r1") == []
+
+    def test_a_message_sent_for_later_is_visible_from_its_time(self, store: Store, clock: VirtualClock) -> None:
+        start(store, clock, "sender")
+        start(store, clock, "receiver")
+        step(store, clock, "receiver")
+        later = clock.now() + timedelta(seconds=30)
+        task = next_task(store, clock, "sender")
+        result = attrs.evolve(
+            decide(store, task, clock.now()),
+            messages=(OutgoingMessage(run_id="receiver", event=event("reminder"), visible_from=later),),
+        )
+        assert store.complete_workflow_tasks([(task, result)], clock.now()) == [True]
+        assert inbox_of(store, clock, "receiver") == []
+        assert store.next_due_time(clock.now()) == later
+        clock.advance_to(later)
+        assert inbox_of(store, clock, "receiver") == ["reminder"]
+        assert store.schedule_workflow_tasks(clock.now(), 100) == 1
+
     def test_a_result_makes_its_activity_tasks(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "r1")
         step(store, clock, "r1", activities=[ACT, ACT], priority=3)
