@@ -108,7 +108,9 @@ def event(event_id: str) -> ev.ExternalEventReceived:
 
 def kinds(inbox: Sequence[InboxMessage]) -> list[str]:
     """The inbox as names: an external event by its id, anything else by its kind."""
-    return [m.event.event_id if isinstance(m.event, ev.ExternalEventReceived) else type(m.event).__name__ for m in inbox]
+    return [
+        m.event.event_id if isinstance(m.event, ev.ExternalEventReceived) else type(m.event).__name__ for m in inbox
+    ]
 
 
 def failure(message: str = "card declined") -> FailureInfo:

@@ -77,8 +77,8 @@ class LeaseMachine(RuleBasedStateMachine):
         # a first claim of them all makes their ids known
         first = store.claim_activity_tasks({self.name}, "first", now, SHORT, TASKS)
         assert len(first) == TASKS and [t.attempt for t in first] == [1] * TASKS
-        for task in first:
-            self.model[task.task_id] = Modelled(holder=("first", task.lease.version), until=now + SHORT)
+        for claimed in first:
+            self.model[claimed.task_id] = Modelled(holder=("first", claimed.lease.version), until=now + SHORT)
         return multiple(*first)
 
     def _claimable(self) -> list[int]:

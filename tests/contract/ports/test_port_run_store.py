@@ -156,7 +156,8 @@ class RunStoreContract(PortContract):
         finish(store, clock, "r1")
         record = store.get_run("r1")
         assert record is not None
-        assert (record.status, record.completed_at, record.result) == (RunStatus.COMPLETED, clock.now(), payload("done"))
+        assert (record.status, record.completed_at) == (RunStatus.COMPLETED, clock.now())
+        assert record.result == payload("done")
         assert record.started_at == clock.now() - timedelta(seconds=1)  # set once, by the first task
         start(store, clock, "r2")
         finish(store, clock, "r2", RunStatus.FAILED)
@@ -227,7 +228,11 @@ class RunStoreContract(PortContract):
         assert inbox_of(store, clock, "r1") == []
         assert store.get_run("r1").status is RunStatus.RUNNING  # type: ignore[union-attr]
         finish(store, clock, "r1")
-        for target, message in [(RunStatus.CANCELLED, ev.RunCancelled()), (RunStatus.SUSPENDED, ev.RunSuspended())]:
+        moves: list[tuple[RunStatus, ev.Message]] = [
+            (RunStatus.CANCELLED, ev.RunCancelled()),
+            (RunStatus.SUSPENDED, ev.RunSuspended()),
+        ]
+        for target, message in moves:
             with pytest.raises(InvalidStateError):
                 store.request_transition("r1", target, message, clock.now())
             with pytest.raises(RunNotFoundError):

@@ -71,7 +71,8 @@ class WorkflowCompletionContract(PortContract):
         start(store, clock, "r2")
         store.schedule_workflow_tasks(clock.now(), 100)
         one, two = claim(store, clock)
-        first, again, other = (decide(store, one, clock.now()), decide(store, one, clock.now()), decide(store, two, clock.now()))
+        first, again = decide(store, one, clock.now()), decide(store, one, clock.now())
+        other = decide(store, two, clock.now())
         applied = store.complete_workflow_tasks([(one, first), (one, again), (two, other)], clock.now())
         assert applied == [True, False, True]
         assert len(store.load_history("r1")) == len(first.new_events) + 1
@@ -208,7 +209,8 @@ class WorkflowCompletionContract(PortContract):
         store.schedule_activity_tasks(clock.now(), 100)
         task = next_task(store, clock, "r2")
         result = decide(store, task, clock.now())
-        assert store.complete_workflow_tasks_then_claim([(task, result)], clock.now(), _activity_claim()) == ([True], [])
+        applied = store.complete_workflow_tasks_then_claim([(task, result)], clock.now(), _activity_claim())
+        assert applied == ([True], [])
 
     def test_a_discarded_completion_claims_nothing(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "r1")
