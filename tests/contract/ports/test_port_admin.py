@@ -13,7 +13,7 @@ from datetime import timedelta
 import attrs
 import pytest
 
-from dex.app.ports import ActivityOutcome, QueueInfo, RunFilter, Store, StoreRejectedError
+from dex.app.ports import ActivityOutcome, Claim, QueueInfo, RunFilter, Store, StoreRejectedError
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus
@@ -22,12 +22,14 @@ from tests.contract.ports.support import (
     ACT,
     LEASE,
     QUEUE,
+    WF,
     MemoryBackend,
     PortContract,
     PostgresBackend,
     activity,
     claim,
     decide,
+    done,
     event,
     failure,
     finish,
@@ -39,6 +41,10 @@ from tests.contract.ports.support import (
 )
 
 TTL = timedelta(seconds=15)
+
+
+def _workflow_claim() -> Claim:
+    return Claim(names=frozenset({WF}), owner="eager", limit=8, lease=LEASE)
 
 
 def _queues(store: Store) -> list[QueueInfo]:
@@ -215,18 +221,33 @@ class RefusalContract(PortContract):
         self, store: Store, clock: VirtualClock
     ) -> None:
         start(store, clock, "r1")
-        step(store, clock, "r1", activities=[ACT])
-        (task,) = activity(store, clock)
-        unholdable = ActivityOutcome(task=task, result=attrs.evolve(payload(1), encoding="json\ud800"))
+        step(store, clock, "r1", activities=[ACT, ACT])
+        good, bad = activity(store, clock)
+        unholdable = ActivityOutcome(task=bad, result=attrs.evolve(payload(1), encoding="json\ud800"))
         with pytest.raises(StoreRejectedError):
-            store.complete_activity_tasks([unholdable], clock.now())
-        stranger = attrs.evolve(task, lease=attrs.evolve(task.lease, owner="a\x00"))
+            store.complete_activity_tasks([done(good), unholdable], clock.now())
         with pytest.raises(StoreRejectedError):
-            store.extend_activity_leases([stranger], clock.now(), LEASE)
-        assert store.complete_activity_tasks([ActivityOutcome(task=task, result=payload(1))], clock.now()) == [True]
+            store.complete_activity_tasks_then_claim([done(good), unholdable], clock.now(), _workflow_claim())
+        stranger = attrs.evolve(good, lease=attrs.evolve(good.lease, owner="a\x00"))
+        with pytest.raises(StoreRejectedError):
+            store.extend_activity_leases([stranger, bad], clock.now(), LEASE)
+        # nothing was written: both leases hold, and the good outcome alone applies
+        assert store.extend_activity_leases([good, bad], clock.now(), LEASE) == [True, True]
+        assert store.complete_activity_tasks([done(good)], clock.now()) == [True]
         assert [type(m.event) for m in store.load_workflow_task(next_task(store, clock, "r1"), clock.now())[1]] == [
             ev.ActivityTaskCompleted
         ]
+
+    def test_a_complete_then_claim_the_store_cannot_hold_claims_nothing(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        start(store, clock, "r1")
+        task = next_task(store, clock, "r1")
+        bad = decide(store, task, clock.now(), activities=[ACT], status="\x00")
+        claim = Claim(names=frozenset({ACT}), owner="eager", limit=8, lease=LEASE)
+        with pytest.raises(StoreRejectedError):
+            store.complete_workflow_tasks_then_claim([(task, bad)], clock.now(), claim)
+        assert len(store.load_history("r1")) == 1 and activity(store, clock) == []
 
 
 class TestQueueAdminMemory(MemoryBackend, QueueAdminContract):
