@@ -15,7 +15,7 @@ examples of a test (a PostgreSQL schema is made once, not per example).
 from __future__ import annotations
 
 import itertools
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import attrs
 from hypothesis import HealthCheck, settings
@@ -25,6 +25,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multi
 from dex.app.ports import ActivityOutcome, ActivityTask, Store
 from dex.testing import VirtualClock
 from tests.contract.ports.support import (
+    EPOCH,
     LOCK_TIMEOUT,
     MemoryBackend,
     PortContract,
@@ -45,9 +46,9 @@ class Modelled:
     """What the model knows of one task."""
 
     queued: bool = True  # claimable once nobody holds it (else waiting for its retry time)
-    visible_from: object = None
+    visible_from: datetime = EPOCH
     holder: tuple[str, int] | None = None  # (owner, version) of the last claim
-    until: object = None
+    until: datetime = EPOCH
     attempt: int = 1
     done: bool = False
 
@@ -86,7 +87,7 @@ class LeaseMachine(RuleBasedStateMachine):
         return sorted(
             task_id
             for task_id, t in self.model.items()
-            if not t.done and t.queued and (t.holder is None or t.until <= now)  # type: ignore[operator]
+            if not t.done and t.queued and (t.holder is None or t.until <= now)
         )
 
     @rule(target=claims, owner=st.sampled_from(["a", "b"]), limit=st.integers(1, 3))
@@ -112,7 +113,7 @@ class LeaseMachine(RuleBasedStateMachine):
         now = self.clock.now()
         self.store.schedule_activity_tasks(now, 100)
         for t in self.model.values():
-            if not t.queued and t.visible_from <= now:  # type: ignore[operator]
+            if not t.queued and t.visible_from <= now:
                 t.queued = True
 
     def _holds(self, task: ActivityTask) -> bool:
