@@ -271,7 +271,27 @@ class TestMaintenanceMemory(MemoryBackend, MaintenanceContract):
 
 
 class TestMaintenancePostgres(PostgresBackend, MaintenanceContract):
-    pass
+    def test_no_row_of_a_deleted_run_is_left_in_any_table(self, store: Store, clock: VirtualClock) -> None:
+        import psycopg
+        from psycopg import sql
+
+        from tests.pg import postgres_dsn
+
+        start(store, clock, "r1")
+        step(store, clock, "r1", activities=[ACT], timers=[clock.now() + timedelta(hours=1)])
+        store.send_message("r1", event("unread"), clock.now())
+        finish(store, clock, "r1")
+        start(store, clock, "kept")
+        clock.advance(1)
+        assert store.delete_finished_runs(clock.now(), 100) == 1
+        schema = store.schema  # type: ignore[attr-defined]
+        with psycopg.connect(postgres_dsn()) as conn:
+            for table in ("runs", "history", "inbox", "workflow_tasks", "activity_tasks"):
+                query = sql.SQL("SELECT run_id, count(*) FROM {}.{} GROUP BY run_id ORDER BY run_id")
+                rows = conn.execute(query.format(sql.Identifier(schema), sql.Identifier(table))).fetchall()
+                assert "r1" not in {row[0] for row in rows}, table
+                if table in ("runs", "history", "inbox"):
+                    assert [row[0] for row in rows] == ["kept"], table
 
 
 class TestRefusalMemory(MemoryBackend, RefusalContract):
