@@ -68,9 +68,7 @@ class MemoryRuns(MemoryState):
             self._push(run_id, message, now)
 
     def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
-        for run_id, message in items:  # one statement in PostgreSQL: one bad item fails them all
-            storable.text(run_id, "run_id")
-            storable.protobuf(message, "message")
+        storable.messages(items)  # before anything changes: the batch is all or nothing
         with self._lock:
             errors: list[DexError | None] = []
             for run_id, message in items:
@@ -96,11 +94,14 @@ class MemoryRuns(MemoryState):
 
     def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
         with self._lock:
-            doomed = [
-                run_id
-                for run_id, row in self._runs.items()
+            # the runs that ended first go first, as in PostgreSQL (ORDER BY completed_at)
+            ended = [
+                row
+                for row in self._runs.values()
                 if row.status.is_terminal and row.completed_at is not None and row.completed_at < completed_before
-            ][:limit]
+            ]
+            ended.sort(key=lambda row: (row.completed_at, row.position))
+            doomed = [row.run_id for row in ended[:limit]]
             for run_id in doomed:
                 del self._runs[run_id]
                 self._inbox.pop(run_id, None)

@@ -10,19 +10,45 @@ protobuf bytes is just a byte. A write that holds such a value fails as a whole 
 The engine refuses these values where they enter, so a store should never see one. These
 checks are the defence in depth that keeps the in-memory adapter from accepting what
 PostgreSQL would refuse (so tests over memory cannot pass where PostgreSQL stalls): each
-raises ``ValueError`` naming the field, before the operation changes anything.
+raises ``ValueError`` naming the field, before the operation changes anything. For the writes
+the engine's buffer makes (results, outcomes, messages, heartbeats) the error is also a
+:class:`~dex.app.ports.StoreRejectedError` (:class:`RefusedValueError`), as the PostgreSQL
+adapter raises there, so the buffer splits such a batch instead of keeping it forever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import ParamSpec
 
 import attrs
 
-from dex.app.ports import ActivityOutcome
+from dex.app.ports import ActivityOutcome, ActivityTask, StoreRejectedError
 from dex.domain import events as ev
 from dex.domain.definitions import validate_text
 from dex.domain.task import WorkflowTaskResult
+
+
+P = ParamSpec("P")
+
+
+class RefusedValueError(StoreRejectedError, ValueError):
+    """A value PostgreSQL would refuse, in a write the buffer makes: the ``ValueError`` naming
+    the field, and the ``StoreRejectedError`` that the buffer answers by splitting its batch."""
+
+
+def _batch_write(check: Callable[P, None]) -> Callable[P, None]:
+    """The check of a buffered write: its ValueError becomes a RefusedValueError."""
+
+    @functools.wraps(check)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            check(*args, **kwargs)
+        except ValueError as exc:
+            raise RefusedValueError(str(exc)) from exc
+
+    return checked
 
 
 def text(value: object, field: str) -> None:
@@ -63,6 +89,7 @@ def created(run_id: str, event: ev.RunCreated, field: str = "run") -> None:
     protobuf(event, field)
 
 
+@_batch_write
 def workflow_results(results: Sequence[tuple[object, WorkflowTaskResult]]) -> None:
     """A batch of workflow-task results: PostgreSQL writes it in one transaction, all or nothing."""
     for _task, result in results:
@@ -83,11 +110,27 @@ def workflow_results(results: Sequence[tuple[object, WorkflowTaskResult]]) -> No
             protobuf(message.event, "message")
 
 
+@_batch_write
 def activity_outcomes(outcomes: Sequence[ActivityOutcome]) -> None:
     """A batch of activity outcomes, written in one transaction."""
     for outcome in outcomes:
         protobuf(outcome.result, "activity result")
         protobuf(outcome.failure, "activity failure")
+
+
+@_batch_write
+def messages(items: Sequence[tuple[str, ev.Message]]) -> None:
+    """A batch of messages, one statement in PostgreSQL: one bad item fails them all."""
+    for run_id, message in items:
+        text(run_id, "run_id")
+        protobuf(message, "message")
+
+
+@_batch_write
+def heartbeats(tasks: Sequence[ActivityTask]) -> None:
+    """A batch of heartbeats: the leases' owners are text."""
+    for task in tasks:
+        text(task.lease.owner, "owner")
 
 
 def _unencodable(value: object) -> str | None:

@@ -238,6 +238,7 @@ class MemoryTasks(MemoryState):
             return claimed
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
+        storable.heartbeats(tasks)
         with self._lock:
             extended = []
             for task in tasks:

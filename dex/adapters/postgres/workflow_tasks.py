@@ -236,7 +236,7 @@ def load_workflow_task(
     ).fetchall()
     blocks = [(n, data) for part, _due, n, data in rows if part == 0]
     messages = [(n, data) for part, _due, n, data in rows if part == 1]
-    if not blocks and after_seq == 0:
+    if not blocks and task.run_id in _gone(conn, q, [(task, after_seq)]):
         raise RunNotFoundError(f"no run with id {task.run_id!r}")
     try:
         return _history_after(blocks, after_seq), _inbox(messages)
@@ -284,10 +284,11 @@ def load_workflow_tasks(
     messages: dict[str, list[tuple[int, bytes]]] = {}
     for part, run_id, _due, n, data in rows:
         (blocks if part == 0 else messages).setdefault(run_id, []).append((n, data))
+    gone = _gone(conn, q, [(task, after) for task, after in requests if task.run_id not in blocks])
     loaded: list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception] = []
     for task, after_seq in requests:
         run_blocks, run_messages = blocks.get(task.run_id, []), messages.get(task.run_id, [])
-        if not run_blocks and after_seq == 0:
+        if not run_blocks and task.run_id in gone:
             loaded.append(RunNotFoundError(f"no run with id {task.run_id!r}"))
             continue
         try:
@@ -296,3 +297,17 @@ def load_workflow_tasks(
             last_seq = run_blocks[-1][0] if run_blocks else after_seq
             loaded.append(UnreadableHistoryError(task.run_id, last_seq, [n for n, _d in run_messages], str(exc)))
     return loaded
+
+
+def _gone(conn: psycopg.Connection, q: Statements, empty: Sequence[tuple[WorkflowTask, int]]) -> set[str]:
+    """Of the runs whose load found no history, those that do not exist. Every run has
+    RunCreated, so a load from the start that finds none is of a run that is gone; a tail
+    (``after_seq`` > 0) comes back empty also when it asks past the run's last event (an
+    executor that stood on a result the store refused), so only then is the run looked up:
+    a rare second statement, never on the way of a run that moves on."""
+    gone = {task.run_id for task, after_seq in empty if after_seq == 0}
+    tails = sorted({task.run_id for task, after_seq in empty if after_seq > 0} - gone)
+    if tails:
+        found = conn.execute(q("SELECT run_id FROM {s}.runs WHERE run_id = ANY(%s)"), [tails]).fetchall()
+        gone.update(set(tails) - {row[0] for row in found})
+    return gone
