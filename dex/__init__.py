@@ -58,7 +58,7 @@ __all__ = [
     "workflow",
 ]
 
-import logging as _logging  # noqa: E402
+import logging as _logging
 
 # quiet by default: applications decide where dex's records go (loggers "dex.*")
 _logging.getLogger("dex").addHandler(_logging.NullHandler())

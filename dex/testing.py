@@ -51,4 +51,3 @@ def replay(
         activities=activity_table.get,
         workflows=workflow_table.get,
     )
-

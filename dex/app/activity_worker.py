@@ -132,11 +132,11 @@ class ActivityWorker:
             outcome = self.execute(task)
         try:
             self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
-        except BaseException:  # noqa: BLE001 - a telemetry sink or a log handler failed: the outcome still counts
+        except BaseException:
             log.exception("could not record the end of activity %s of run %s", task.name, task.run_id)
         try:
             self._buffer.add_activity_outcome(outcome)
-        except BaseException:  # noqa: BLE001 - nothing left to do but let the lease expire: it is retried then
+        except BaseException:
             log.exception(
                 "could not buffer the outcome of activity %s of run %s (attempt %d); it is retried when its lease"
                 " expires",
@@ -171,7 +171,7 @@ class ActivityWorker:
         policy, and so is a failure of dex's own handling of the attempt."""
         try:
             return self._execute(task, heartbeat)
-        except BaseException as exc:  # noqa: BLE001 - see above: no engine thread dies of an attempt
+        except BaseException as exc:
             log.exception(
                 "activity %s of run %s, attempt %d: its outcome could not be made; the attempt counts as failed",
                 task.name,
@@ -276,7 +276,9 @@ class ActivityWorker:
             failure, retry_after = undescribed_failure(exc), None
         return self._retry_or_fail(task, failure, retry_after)
 
-    def _retry_or_fail(self, task: ActivityTask, failure: FailureInfo, retry_after: timedelta | None) -> ActivityOutcome:
+    def _retry_or_fail(
+        self, task: ActivityTask, failure: FailureInfo, retry_after: timedelta | None
+    ) -> ActivityOutcome:
         """The outcome of a failed attempt: final when terminal or out of attempts, else a retry."""
         if failure.terminal:
             return ActivityOutcome(task=task, failure=failure)

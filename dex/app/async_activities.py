@@ -107,5 +107,5 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
     asyncio.set_event_loop(loop)
     try:
         loop.run_forever()
-    except BaseException:  # noqa: BLE001 - logged loudly; the next attempt starts a new loop
+    except BaseException:
         log.critical("the asyncio activity thread died", exc_info=True)

@@ -177,7 +177,7 @@ class ResultBuffer:
         if not self.background:
             try:
                 self.flush()
-            except Exception:  # noqa: BLE001 - the store's trouble is not the activity's: it stays queued
+            except Exception:
                 log.info("a heartbeat's flush failed; it is sent again with the next one", exc_info=True)
         with self._lock:
             return _lease_key(task) not in self._lost_leases
@@ -237,7 +237,10 @@ class ResultBuffer:
                 workflow_results, self._workflow_results = self._workflow_results[:cap], self._workflow_results[cap:]
                 messages, self._messages = self._messages, []
             if activities:
-                activity_outcomes, self._activity_outcomes = self._activity_outcomes[:cap], self._activity_outcomes[cap:]
+                activity_outcomes, self._activity_outcomes = (
+                    self._activity_outcomes[:cap],
+                    self._activity_outcomes[cap:],
+                )
                 heartbeats, self._heartbeats = list(self._heartbeats.values()), {}
         count = len(workflow_results) + len(activity_outcomes) + len(messages) + len(heartbeats)
         if not count:

@@ -42,8 +42,8 @@ from dex.domain.definitions import (
     validate_text,
 )
 from dex.domain.errors import InvalidStateError, SerializationError
-from dex.domain.steps import normalize_labels
 from dex.domain.status import RunStatus
+from dex.domain.steps import normalize_labels
 from dex.domain.task import WorkflowTaskResult
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 

@@ -190,5 +190,5 @@ def close_all(executors: Iterable[WorkflowExecutor]) -> None:
     for executor in executors:
         try:
             executor.close()
-        except Exception:  # noqa: BLE001 - closing is best effort; the executor is gone either way
+        except Exception:
             log.exception("closing the executor of run %s failed", executor.run_id)

@@ -48,9 +48,7 @@ log = logging.getLogger("dex.reads")
 class RunReads:
     """Reads runs from ``store``, decoding results with the registered workflows' return hints."""
 
-    def __init__(
-        self, store: Store, registry: Registry, converter: PayloadConverter, *, read_ahead: int = 128
-    ) -> None:
+    def __init__(self, store: Store, registry: Registry, converter: PayloadConverter, *, read_ahead: int = 128) -> None:
         self._store, self._registry, self._converter = store, registry, converter
         self._outcomes = Outcomes()
         self._progress = threading.Condition()

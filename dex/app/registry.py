@@ -127,7 +127,9 @@ class Registry:
 
     def workflow(self, fn_or_name: Callable[..., Any] | str) -> WorkflowDefinition:
         """The registered workflow definition for a decorated function or a name."""
-        name = fn_or_name if isinstance(fn_or_name, str) else _definition(fn_or_name, WORKFLOW_ATTRIBUTE, "workflow").name
+        name = (
+            fn_or_name if isinstance(fn_or_name, str) else _definition(fn_or_name, WORKFLOW_ATTRIBUTE, "workflow").name
+        )
         try:
             return self.workflows[name]
         except KeyError:

@@ -226,7 +226,7 @@ class PollingThread:
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException:  # noqa: BLE001 - only a failure of the loop's own waits gets here
+        except BaseException:
             # the thread ends (logged here; the watchdog replaces it and counts it)
             if not self._retired.is_set():
                 log.critical("%s died", self.name, exc_info=True)
@@ -239,7 +239,7 @@ class PollingThread:
             try:
                 worked = self._step()
                 failures = 0
-            except BaseException as exc:  # noqa: BLE001 - a thread's loop never ends by an exception
+            except BaseException as exc:
                 if self._retired.is_set():
                     return  # replaced, and interrupted while blocked: nothing of this thread's is wanted
                 # the store is unreachable or refused, or a bug: back off, then try again

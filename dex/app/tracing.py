@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import ContextManager, Protocol
+from contextlib import AbstractContextManager as ContextManager
+from typing import Protocol
 
 Carrier = tuple[tuple[str, str], ...]
 

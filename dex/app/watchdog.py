@@ -63,7 +63,7 @@ log = logging.getLogger("dex.watchdog")
 _DEX = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dex package's directory
 
 
-class WorkflowTaskBlocked(BaseException):  # noqa: N818 - named for what happened, like KeyboardInterrupt
+class WorkflowTaskBlocked(BaseException):
     """Raised into a thread whose workflow code ran past its task's deadline. A BaseException,
     so that the code's ``except Exception`` does not swallow it; its run does not fail of it
     (the task was given back before, and what the code does afterwards is discarded)."""
@@ -73,7 +73,7 @@ class _Watch:
     """One stretch of a task's workflow code in one thread (a context manager: cheap, as it
     wraps every workflow task a started engine runs)."""
 
-    __slots__ = ("_dog", "task", "executor", "thread", "since", "fired", "replaced")
+    __slots__ = ("_dog", "executor", "fired", "replaced", "since", "task", "thread")
 
     def __init__(self, dog: Watchdog, task: WorkflowTask, executor: WorkflowExecutor | None) -> None:
         self._dog, self.task, self.executor = dog, task, executor
@@ -232,9 +232,7 @@ def blocked_at(thread: int) -> str:
     if not frames:
         return "an unknown place (the thread is in dex's own code)"
     here = frames[0]
-    stack = "".join(
-        f"\n  {f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in reversed(frames[:12])
-    )
+    stack = "".join(f"\n  {f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in reversed(frames[:12]))
     return f"{here.f_code.co_filename}:{here.f_lineno} in {here.f_code.co_name}; stack (outside dex):{stack}"
 
 

@@ -356,7 +356,7 @@ class WorkflowWorker:
         try:
             now = self._store.clock.now()
             return self._store.retry_workflow_tasks([(task, now + delay)], now)[0]
-        except Exception:  # noqa: BLE001 - the store is down: the lease expires on its own
+        except Exception:
             log.info("could not give back workflow task %s; its lease will expire", task.task_id, exc_info=True)
             return False
 
@@ -395,5 +395,5 @@ def _encode_ahead(result: WorkflowTaskResult) -> None:
     is left to the flusher, which tells the task or run it belongs to (see the buffer)."""
     try:
         encode_block_ahead(result.new_events)
-    except Exception:  # noqa: BLE001 - only a head start: the flush encodes again, and reports it
+    except Exception:
         log.debug("could not encode the result of run %s ahead of its flush", result.run_id, exc_info=True)

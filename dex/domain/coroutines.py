@@ -31,7 +31,7 @@ _MISSING_LOOP = ("no running event loop", "no current event loop")
 class DexFuture(Generic[T]):
     """The awaitable that every WorkflowContext step returns."""
 
-    __slots__ = ("_done", "_value", "_exception", "_callbacks", "label")
+    __slots__ = ("_callbacks", "_done", "_exception", "_value", "label")
 
     def __init__(self, label: str = "") -> None:
         self._done = False
@@ -128,7 +128,7 @@ class CoroutineStepper:
         except StopIteration as stop:
             task.future.set_result(stop.value)
             return
-        except BaseException as exc:  # the workflow's own failure, reported through its future
+        except BaseException as exc:  # noqa: BLE001 - the workflow's own failure, reported through its future
             task.future.set_exception(_explain_missing_loop(exc))
             return
         if isinstance(yielded, DexFuture):

@@ -116,12 +116,10 @@ class Signature:
         sig = inspect.signature(fn)
         try:
             hints = typing.get_type_hints(fn)
-        except Exception:  # unresolvable forward references: decode without hints
+        except Exception:  # noqa: BLE001 - unresolvable forward references: decode without hints
             hints = {}
         params = list(sig.parameters.values())[skip:]
-        positional = [
-            p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         return cls(
             parameters=tuple(hints.get(p.name) for p in positional),
             returns=hints.get("return"),

@@ -339,4 +339,3 @@ class WorkflowExecutor:
             assert isinstance(event, ev.SideEffectExecuted)
             payload = event.result
         return self.converter.decode(payload, hint)
-

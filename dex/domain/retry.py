@@ -35,7 +35,9 @@ class RetryPolicy:
     )
     multiplier: float = 1.5
     randomization_factor: float = 0.3
-    max_delay: timedelta = attrs.field(default=timedelta(minutes=30), converter=_to_timedelta, validator=_positive_delay)
+    max_delay: timedelta = attrs.field(
+        default=timedelta(minutes=30), converter=_to_timedelta, validator=_positive_delay
+    )
     max_attempts: int = 6
 
     def __attrs_post_init__(self) -> None:

@@ -26,9 +26,7 @@ TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.
 
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.CREATED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
-    RunStatus.RUNNING: frozenset(
-        {RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
-    ),
+    RunStatus.RUNNING: frozenset({RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}),
     RunStatus.SUSPENDED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.FAILED: frozenset(),

@@ -218,7 +218,9 @@ def advance(
     run_id = executor.run_id
     if executor.completed_in_history:
         # a finished run: whatever still arrives is dropped
-        return WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq, consumed=tuple(m.message_id for m in inbox))
+        return WorkflowTaskResult(
+            run_id=run_id, expected_last_seq=last_seq, consumed=tuple(m.message_id for m in inbox)
+        )
     taken = select_messages(executor.suspended, inbox)
     if not taken:
         return WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq)
@@ -258,7 +260,9 @@ def advance(
                 )
             case ev.TimerCreated():
                 messages.append(
-                    OutgoingMessage(run_id=run_id, event=ev.TimerElapsed(created_seq=command_seq), visible_from=event.fire_at)
+                    OutgoingMessage(
+                        run_id=run_id, event=ev.TimerElapsed(created_seq=command_seq), visible_from=event.fire_at
+                    )
                 )
             case ev.ChildRunCreated():
                 child_runs.append(

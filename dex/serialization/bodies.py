@@ -42,7 +42,6 @@ _STATUS_TO_PROTO: dict[RunStatus, history_pb2.RunStatus.ValueType] = {
 _STATUS_FROM_PROTO = {number: status for status, number in _STATUS_TO_PROTO.items()}
 
 
-
 def body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
     """The oneof field name and message for an event; mypy checks that every kind is here."""
     match event:
@@ -198,7 +197,9 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 child_run_id=body.child_run_id, failure=failure_from_proto(required_field(body, "failure", where))
             )
         case history_pb2.SideEffectExecuted():
-            return ev.SideEffectExecuted(name=body.name, result=payload_from_proto(required_field(body, "result", where)))
+            return ev.SideEffectExecuted(
+                name=body.name, result=payload_from_proto(required_field(body, "result", where))
+            )
         case history_pb2.RunSuspended():
             return ev.RunSuspended()
         case history_pb2.RunResumed():

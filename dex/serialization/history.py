@@ -62,6 +62,7 @@ __all__ = [
     "event_to_proto",
 ]
 
+
 @attrs.frozen(kw_only=True)
 class ExportedHistory:
     """A decoded ``WorkflowHistory``: which run it belongs to, and its events."""
@@ -224,7 +225,7 @@ def decode_message(data: bytes) -> ev.Message:
             raise ValueError("the inbox message holds no event (written by a newer dex?)")
         event = body_from_proto(getattr(message, field), "inbox message")
         if not isinstance(event, ev.MESSAGE_TYPES):  # InboxMessage's oneof only has message kinds
-            raise ValueError(f"{type(event).__name__} is not an inbox message kind")  # noqa: TRY004 - bad bytes
+            raise ValueError(f"{type(event).__name__} is not an inbox message kind")
         return cast(ev.Message, event)
 
     return decoding("an inbox message", data, decode)

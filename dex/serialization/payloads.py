@@ -288,8 +288,7 @@ def _decode_protobuf(payload: Payload, hint: object) -> ProtoMessage:
             descriptor = descriptor_pool.Default().FindMessageTypeByName(payload.message_type)
         except KeyError:
             raise SerializationError(
-                f"unknown protobuf message type {payload.message_type!r}: import its _pb2 module "
-                "or give a type hint"
+                f"unknown protobuf message type {payload.message_type!r}: import its _pb2 module or give a type hint"
             ) from None
         cls = message_factory.GetMessageClass(descriptor)
     elif payload.message_type and cls.DESCRIPTOR.full_name != payload.message_type:

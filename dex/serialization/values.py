@@ -40,7 +40,9 @@ def encode_payloads(payloads: Sequence[Payload]) -> bytes:
 
 def decode_payloads(data: bytes) -> tuple[Payload, ...]:
     """Read a ``dex.v1.Payloads``; ``ValueError`` if unreadable."""
-    return decoding("a payload list", data, lambda: payloads_from_proto(parse_message(payload_pb2.Payloads, data).items))
+    return decoding(
+        "a payload list", data, lambda: payloads_from_proto(parse_message(payload_pb2.Payloads, data).items)
+    )
 
 
 def encode_failure(failure: FailureInfo) -> bytes:
@@ -60,9 +62,7 @@ def encode_retry_policy(policy: RetryPolicy) -> bytes:
 
 def decode_retry_policy(data: bytes) -> RetryPolicy:
     """Read a ``dex.v1.RetryPolicy``; ``ValueError`` if unreadable or invalid."""
-    return decoding(
-        "a retry policy", data, lambda: retry_policy_from_proto(parse_message(retry_pb2.RetryPolicy, data))
-    )
+    return decoding("a retry policy", data, lambda: retry_policy_from_proto(parse_message(retry_pb2.RetryPolicy, data)))
 
 
 # --- value messages -----------------------------------------------------------------------

@@ -159,7 +159,9 @@ def check_history(run_id: str, history: Sequence[ev.HistoryEvent], *, finished: 
 def check_appended(run_id: str, before: Sequence[ev.HistoryEvent], after: Sequence[ev.HistoryEvent]) -> None:
     """A history only grows: what was written at a sequence number stays written."""
     if list(after[: len(before)]) != list(before):
-        first = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+        first = next(
+            (i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b), min(len(before), len(after))
+        )
         raise InvariantViolation(
             "unique-sequence-numbers",
             f"run {run_id}: event {first + 1} was rewritten "

@@ -80,7 +80,6 @@ class LeaseLedger:
         if latest and claim is not None:
             claim.released = True  # the task is done, retried or dropped: the lease ends here
 
-
     def given_back(self, kind: str, task_id: int, lease: Lease, ok: bool) -> None:
         """A claim was given back without a result (retry_later); only the latest may be."""
         claim = self._claims.get((kind, task_id))

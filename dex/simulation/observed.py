@@ -23,6 +23,7 @@ from dex.domain.task import WorkflowTaskResult
 from dex.simulation.invariants import InvariantViolation
 from dex.simulation.referee import Referee
 
+
 class StoreUnavailable(Exception):
     """A write the simulated database refused, or whose acknowledgement it lost."""
 
@@ -95,7 +96,9 @@ class ObservedAdapter(InMemoryAdapter):
         with self.referee.judging():
             for task, ok in zip(tasks, extended, strict=True):
                 if ok:
-                    self.referee.leases.extended("activity", task.task_id, task.lease, now + min(lease, task.lock_timeout))
+                    self.referee.leases.extended(
+                        "activity", task.task_id, task.lease, now + min(lease, task.lock_timeout)
+                    )
         return extended
 
     def complete_workflow_tasks(

@@ -267,7 +267,9 @@ class Simulator:
         return wanted[fault.pick % len(wanted)] if wanted else fault.pick % len(self.nodes)
 
     def _inject(self, fault: Fault) -> str | None:
-        holds: Callable[[Node], bool] = lambda n: bool(n.workflow_tasks or n.activity_tasks or len(n.engine.buffer))
+        def holds(n: Node) -> bool:
+            return bool(n.workflow_tasks or n.activity_tasks or len(n.engine.buffer))
+
         wants: dict[str, Callable[[Node], bool]] = {
             "crash": holds,
             "crash-after-execute": lambda n: bool(n.workflow_tasks or n.activity_tasks),
@@ -395,4 +397,3 @@ class Simulator:
         if left:
             raise InvariantViolation("retention", f"{len(left)} finished runs outlived the retention period")
         self._log("settle", "swept", f"{len(self.referee.runs)} runs deleted")
-

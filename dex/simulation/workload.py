@@ -340,7 +340,7 @@ class Workload:
                 (xs,) = inputs
                 # a leaf of x = 3 (mod 5) fails; any leaf may fail for good or be cancelled
                 expected = ["failed" if x % 5 == 3 else 3 * x + 1 for x in xs]
-                if len(result) != len(xs) or any(r not in (e, "failed") for r, e in zip(result, expected)):
+                if len(result) != len(xs) or any(r not in (e, "failed") for r, e in zip(result, expected, strict=True)):
                     return f"children of {xs} gave {result!r}"
                 return None
             case "sim-ticker":

@@ -200,4 +200,3 @@ def test_an_unexpected_error_is_one_line_and_exit_code_1_with_its_traceback_unde
         with pytest.raises(RuntimeError, match="kaput"):
             runs.world.invoke("runs", "list", env={"DEX_DEBUG": "1"})
     assert_healthy(runs)
-

@@ -74,7 +74,11 @@ def test_migrate_creates_the_schema_and_reports_progress(pg_dsn: str) -> None:
         second = invoke("migrate", "--schema", schema, env=env)
         assert second.stdout == f"schema '{schema}' is at version {LATEST_VERSION}: nothing to do\n"
         as_json = invoke("--json", "migrate", "--schema", schema, env=env)
-        assert json.loads(as_json.stdout) == {"schema": schema, "previous_version": LATEST_VERSION, "version": LATEST_VERSION}
+        assert json.loads(as_json.stdout) == {
+            "schema": schema,
+            "previous_version": LATEST_VERSION,
+            "version": LATEST_VERSION,
+        }
         listed = invoke("queues", "list", "--schema", schema, "--json", env=env)
         assert listed.exit_code == 0 and json.loads(listed.stdout) == []
 

@@ -115,9 +115,7 @@ def test_a_claim_takes_the_short_lease_at_most_lock_timeout(make_engine: Any, cl
     assert [t.task_id for t in rival.activity_worker.claim()] == [task.task_id]
 
 
-def test_the_task_of_a_dead_worker_is_taken_over_within_the_short_lease(
-    make_engine: Any, clock: VirtualClock
-) -> None:
+def test_the_task_of_a_dead_worker_is_taken_over_within_the_short_lease(make_engine: Any, clock: VirtualClock) -> None:
     dead = make_engine([calls], ACTIVITIES, activity_lease=SHORT)
     run_id, task = _claimed(dead, "long-lock")  # then the process dies: nobody extends the lease
     survivor = make_engine([calls], ACTIVITIES, activity_lease=SHORT)

@@ -12,7 +12,7 @@ import asyncio
 import math
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -91,7 +91,7 @@ def test_list_runs_refuses_naive_datetimes(make_engine: Any, parameter: str) -> 
         engine.list_runs(**{parameter: datetime(2020, 1, 1)})
     with pytest.raises(TypeError, match=parameter):
         engine.list_runs(**{parameter: "2020-01-01"})
-    aware = datetime(2020, 1, 1, tzinfo=timezone.utc)
+    aware = datetime(2020, 1, 1, tzinfo=UTC)
     later = datetime(2999, 1, 1, tzinfo=timezone(timedelta(hours=2)))
     bound = aware if parameter == "created_after" else later
     assert [r.run_id for r in engine.list_runs(**{parameter: bound})] == [run_id]

@@ -106,9 +106,7 @@ def test_stop_returns_within_its_timeout_and_abandons_a_long_attempt_to_its_leas
     assert successor.wait(healthy, timeout=1) == 50
 
 
-def test_stop_still_lets_short_attempts_finish_and_writes_their_outcomes(
-    adapter_factory: Any, released: None
-) -> None:
+def test_stop_still_lets_short_attempts_finish_and_writes_their_outcomes(adapter_factory: Any, released: None) -> None:
     RELEASE.set()  # the first attempt ends at once
     engine = dex.Engine(adapter_factory(), workflows=[waits], activities=[blocks], poll_interval=0.01)
     engine.start()
@@ -178,9 +176,7 @@ def test_a_process_exits_promptly_after_stop_abandoned_a_running_attempt(tmp_pat
     script.write_text(EXITS_AFTER_STOP)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     try:
-        done = subprocess.run(
-            [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=15
-        )
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=15)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the process did not exit after engine.stop(timeout=1): {exc.stdout!r} {exc.stderr!r}")
     exited = time.time()

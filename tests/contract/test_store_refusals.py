@@ -74,9 +74,7 @@ class RefusingStore:
         return self.store.complete_activity_tasks_then_claim(outcomes, now, claim)
 
     def send_messages(self, items: Any, now: Any) -> Any:
-        self._check(
-            any(isinstance(m, ev.ExternalEventReceived) and MARK.encode() in m.payload.data for _r, m in items)
-        )
+        self._check(any(isinstance(m, ev.ExternalEventReceived) and MARK.encode() in m.payload.data for _r, m in items))
         return self.store.send_messages(items, now)
 
 
@@ -189,7 +187,7 @@ async def listener(ctx: dex.WorkflowContext) -> str:
 
 
 def test_a_refused_event_is_reported_to_its_sender_only(refusing: Any) -> None:
-    engine, store = refusing([listener])
+    engine, _store = refusing([listener])
     run_ids = [engine.start_workflow(listener) for _ in range(3)]
     engine.drain()
     engine.buffer.background = True  # the senders wait for a flush: this test's, with all three

@@ -94,9 +94,7 @@ def test_a_client_reads_the_runs_it_started_ahead_in_one_read(make_engine: Any) 
     failed, live = client.start_workflow(refuses), client.start_workflow(sleeps)
     worker.drain(advance_time=False)
     reads = counting_reads(client)
-    assert [client.wait(run_id, timeout=1) for run_id in orders] == [
-        Receipt(order=f"c-{n}", total=3) for n in range(3)
-    ]
+    assert [client.wait(run_id, timeout=1) for run_id in orders] == [Receipt(order=f"c-{n}", total=3) for n in range(3)]
     with pytest.raises(dex.WorkflowFailedError):
         client.wait(failed, timeout=1)  # a failure read ahead is raised as if read now
     assert reads == [[*orders, failed, live]]  # one read; the live run was not taken for ended

@@ -31,9 +31,9 @@ def test_an_undecodable_history_row_fails_only_its_run() -> None:
             first.drain()
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(
-                    sql.SQL("UPDATE {}.history SET events = %s WHERE run_id = %s AND 3 BETWEEN first_seq AND last_seq").format(
-                        sql.Identifier(schema)
-                    ),
+                    sql.SQL(
+                        "UPDATE {}.history SET events = %s WHERE run_id = %s AND 3 BETWEEN first_seq AND last_seq"
+                    ).format(sql.Identifier(schema)),
                     [b"\xff\x00 not protobuf", broken],
                 )
             second = dex.Engine(adapter, workflows=[waits])  # a fresh node: nothing cached

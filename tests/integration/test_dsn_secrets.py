@@ -72,7 +72,7 @@ def _refusing_server(message: Callable[[str], str]) -> Iterator[int]:
                 continue
             except OSError:
                 return
-            threading.Thread(target=lambda: _quietly(serve, conn), daemon=True).start()
+            threading.Thread(target=_quietly, args=(serve, conn), daemon=True).start()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
@@ -161,5 +161,5 @@ def test_a_wrong_password_fails_without_showing_it(
 def test_the_cli_shows_no_password(refusing_port: int) -> None:
     for dsn in (*MALFORMED.values(), f"postgresql://app:{SECRET}@127.0.0.1:{refusing_port}/db?sslmode=disable"):
         result = invoke("--database-url", dsn, "migrate")
-        assert result.exit_code == 1 and "error: cannot connect" in result.output or "error: invalid" in result.output
+        assert (result.exit_code == 1 and "error: cannot connect" in result.output) or "error: invalid" in result.output
         assert SECRET not in result.output

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg

@@ -506,10 +506,16 @@ def test_dispatch_at_completion_keeps_pause_and_capacity(make_adapter: MakeAdapt
     [task] = store.claim_workflow_tasks({"wf"}, "w", clock.now(), LEASE, 10)
     specs = tuple(
         NewActivityTask(
-            run_id=run_id, created_seq=3 + i, name="act", input=(Payload(encoding="json/plain", data=b"1"),),
-            queue="acts", priority=0, retry_policy=RetryPolicy(), lock_timeout=timedelta(seconds=10),
+            run_id=run_id,
+            created_seq=3 + i,
+            name="act",
+            input=(Payload(encoding="json/plain", data=b"1"),),
+            queue="acts",
+            priority=0,
+            retry_policy=RetryPolicy(),
+            lock_timeout=timedelta(seconds=10),
             visible_from=clock.now(),
-        )  # fmt: skip
+        )
         for i in range(3)
     )
     assert store.complete_workflow_tasks(

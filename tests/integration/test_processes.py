@@ -48,7 +48,7 @@ class Worker:
     def __init__(self, dsn: str, schema: str, node_id: str, log_dir: Path, *extra: str) -> None:
         self.node_id = node_id
         self.log_path = log_dir / f"{node_id}.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in wait()
+        self._log = open(self.log_path, "wb")
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.integration.worker_main", "--dsn", dsn, "--schema", schema,

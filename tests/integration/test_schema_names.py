@@ -37,7 +37,7 @@ NAMES = {
     "dollar quotes": 'we$$ird "name"',
     "the dollar tag itself": "$dex$ and $$ and $dex1$",
     "semicolons": "semi;colon'; DROP TABLE x; --",
-    "quotes": "it's \"quoted\"",
+    "quotes": 'it\'s "quoted"',
     "braces and backslash": "{s} \\ {}",
     "non-ASCII": "schéma ✓",
 }

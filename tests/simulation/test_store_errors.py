@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -107,7 +107,7 @@ def test_a_run_failed_by_the_machinery_is_caught() -> None:
 
 
 def test_the_lease_ledger_accepts_only_the_latest_claim_given_back() -> None:
-    now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2024, 1, 1, tzinfo=UTC)
     ledger = LeaseLedger()
     first = Lease(owner="n1", until=now + timedelta(seconds=30), version=1)
     ledger.claimed("workflow", 7, "run", first, now)

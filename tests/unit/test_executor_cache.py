@@ -71,7 +71,9 @@ def test_a_discarded_result_drops_the_cache_entry() -> None:
     engine = _engine(store)
     run_id = engine.start_workflow(counter_loop, 3)
     engine.workflow_scheduler.step()
-    (task,) = store.claim_workflow_tasks({"counter_loop"}, "someone-else", store.clock.now(), engine.workflow_worker._lease, 1)
+    (task,) = store.claim_workflow_tasks(
+        {"counter_loop"}, "someone-else", store.clock.now(), engine.workflow_worker._lease, 1
+    )
     result = engine.workflow_worker.execute(task)
     assert result is not None
     engine.buffer.add_workflow_result(task, result)

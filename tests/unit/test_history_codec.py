@@ -139,8 +139,9 @@ def test_history_event_round_trips_exactly(event: ev.HistoryEvent) -> None:
 @pytest.mark.parametrize("kind", list(EVENT_STRATEGIES), ids=lambda kind: kind.__name__)
 @given(data=st.data())
 def test_each_event_kind_round_trips(kind: type, data: st.DataObject) -> None:
-    event = ev.HistoryEvent(sequence_number=7, timestamp=datetime(2024, 5, 6, 7, 8, 9, 123456, UTC),
-                            event=data.draw(EVENT_STRATEGIES[kind]))
+    event = ev.HistoryEvent(
+        sequence_number=7, timestamp=datetime(2024, 5, 6, 7, 8, 9, 123456, UTC), event=data.draw(EVENT_STRATEGIES[kind])
+    )
     proto = codec.event_to_proto(event)
     assert proto.WhichOneof("event") is not None
     assert codec.event_from_proto(proto) == event
@@ -276,16 +277,18 @@ def test_durations_round_trip_exactly(delta: timedelta) -> None:
 
 def test_optional_strings_keep_empty_apart_from_absent() -> None:
     created = ev.RunCreated(workflow_name="w", input=(), queue="q", instance_id="", concurrency_key=None)
-    proto = codec.event_to_proto(ev.HistoryEvent(sequence_number=1, timestamp=datetime(2024, 1, 1, tzinfo=UTC),
-                                                 event=created))
+    proto = codec.event_to_proto(
+        ev.HistoryEvent(sequence_number=1, timestamp=datetime(2024, 1, 1, tzinfo=UTC), event=created)
+    )
     assert proto.run_created.HasField("instance_id")
     assert not proto.run_created.HasField("concurrency_key")
     assert codec.event_from_proto(proto).event == created
 
 
 def test_run_completed_status_is_the_proto_enum() -> None:
-    event = ev.HistoryEvent(sequence_number=3, timestamp=datetime(2024, 1, 1, tzinfo=UTC),
-                            event=ev.RunCompleted(status=RunStatus.CANCELLED))
+    event = ev.HistoryEvent(
+        sequence_number=3, timestamp=datetime(2024, 1, 1, tzinfo=UTC), event=ev.RunCompleted(status=RunStatus.CANCELLED)
+    )
     proto = history_pb2.HistoryEvent.FromString(codec.encode_event(event))
     assert proto.run_completed.status == history_pb2.RUN_STATUS_CANCELLED
     assert not proto.run_completed.HasField("result")
@@ -313,8 +316,11 @@ def _event_bytes(**fields: typing.Any) -> bytes:
             "RunCompleted has no valid status",
         ),
         (
-            _event_bytes(sequence_number=8, timestamp={"seconds": 1},
-                         activity_task_created={"name": "a", "lock_timeout": {"seconds": 1}}),
+            _event_bytes(
+                sequence_number=8,
+                timestamp={"seconds": 1},
+                activity_task_created={"name": "a", "lock_timeout": {"seconds": 1}},
+            ),
             "ActivityTaskCreated.retry_policy is missing",
         ),
     ],
@@ -325,7 +331,7 @@ def test_undecodable_event_bytes_raise_value_error(data: bytes, message: str) ->
 
 
 def test_invalid_retry_policy_bytes_raise_value_error() -> None:
-    with pytest.raises(ValueError, match="cannot decode a retry policy.*initial_delay is missing"):
+    with pytest.raises(ValueError, match=r"cannot decode a retry policy.*initial_delay is missing"):
         codec.decode_retry_policy(b"")
     zero_attempts = values_codec.retry_policy_to_proto(RetryPolicy())
     zero_attempts.max_attempts = 0
@@ -335,8 +341,14 @@ def test_invalid_retry_policy_bytes_raise_value_error() -> None:
 
 def test_garbage_raises_value_error_for_every_decoder() -> None:
     garbage = b"\x0a\xff\xff\xff\xff\x0f"  # a length-delimited field far longer than the data
-    for decode in (codec.decode_history, codec.decode_message, codec.decode_payload, codec.decode_payloads,
-                   codec.decode_failure, codec.decode_event):
+    for decode in (
+        codec.decode_history,
+        codec.decode_message,
+        codec.decode_payload,
+        codec.decode_payloads,
+        codec.decode_failure,
+        codec.decode_event,
+    ):
         with pytest.raises(ValueError, match="cannot decode"):
             decode(garbage)
 
@@ -347,8 +359,11 @@ def test_empty_inbox_message_raises_value_error() -> None:
 
 
 def test_out_of_range_numbers_are_refused_when_encoding() -> None:
-    event = ev.HistoryEvent(sequence_number=1, timestamp=datetime(2024, 1, 1, tzinfo=UTC),
-                            event=ev.RunCreated(workflow_name="w", input=(), queue="q", priority=2**40))
+    event = ev.HistoryEvent(
+        sequence_number=1,
+        timestamp=datetime(2024, 1, 1, tzinfo=UTC),
+        event=ev.RunCreated(workflow_name="w", input=(), queue="q", priority=2**40),
+    )
     with pytest.raises(ValueError, match="out of range"):
         codec.encode_event(event)
 

@@ -81,7 +81,9 @@ orders = st.builds(
     extra=st.dictionaries(st.text(max_size=5), st.lists(st.integers(), max_size=3), max_size=3),
 )
 receipts = st.builds(
-    Receipt, order=orders, lines=st.dictionaries(st.text(max_size=5), items, max_size=3),
+    Receipt,
+    order=orders,
+    lines=st.dictionaries(st.text(max_size=5), items, max_size=3),
     total=st.floats(allow_nan=False),
 )
 
@@ -242,7 +244,10 @@ class Opaque:
         ({"k": [{(1,): 0}]}, r"dict at \['k'\]\[0\] is not serialisable: its key \(1,\) is of type tuple"),
         ({"blob": b"xx"}, r"value of type bytes at \['blob'\] is not serialisable: bytes can be sent only as a whole"),
         ([bytearray(b"x")], r"value of type bytearray at \[0\]"),
-        ({"s": struct_pb2.Struct()}, r"value of type Struct at \['s'\] .*protobuf messages can be sent only as a whole"),
+        (
+            {"s": struct_pb2.Struct()},
+            r"value of type Struct at \['s'\] .*protobuf messages can be sent only as a whole",
+        ),
         ([struct_pb2.Struct()], r"value of type Struct at \[0\] .*protobuf messages can be sent only as a whole"),
         (Tagged(tags={"a"}), r"value of type set at \['tags'\] is not serialisable"),
         (Item("x", {1}), r"value of type set at \['quantity'\] is not serialisable"),  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ source is passed in.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from datetime import timedelta
@@ -101,7 +102,7 @@ def test_without_randomisation_the_delay_is_the_base(policy: dex.RetryPolicy, se
 @given(policies)
 def test_base_delay_grows_monotonically_up_to_max_delay(policy: dex.RetryPolicy) -> None:
     bases = [policy.base_delay(n) for n in range(1, 80)]
-    assert all(a <= b for a, b in zip(bases, bases[1:], strict=False))
+    assert all(a <= b for a, b in itertools.pairwise(bases))
     assert all(b <= policy.max_delay for b in bases)
     assert bases[0] == min(policy.initial_delay, policy.max_delay)
 

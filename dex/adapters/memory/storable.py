@@ -29,7 +29,6 @@ from dex.domain import events as ev
 from dex.domain.definitions import validate_text
 from dex.domain.task import WorkflowTaskResult
 
-
 P = ParamSpec("P")
 
 

@@ -251,7 +251,9 @@ def _history_after(blocks: Sequence[tuple[int, bytes]], after_seq: int) -> list[
     if not blocks:
         return []
     (first_last, first), rest = blocks[0], blocks[1:]
-    return decode_block_from(first, first_last, after_seq) + [event for _l, data in rest for event in decode_block(data)]
+    return decode_block_from(first, first_last, after_seq) + [
+        event for _l, data in rest for event in decode_block(data)
+    ]
 
 
 def _inbox(messages: Sequence[tuple[int, bytes]]) -> list[InboxMessage]:

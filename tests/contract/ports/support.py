@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import ClassVar
 
 import pytest
 
@@ -59,7 +60,7 @@ class MemoryBackend:
 class PostgresBackend:
     """A PostgresAdapter over a schema of the test's own on the session's server."""
 
-    pytestmark = [pytest.mark.postgres]
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.postgres]
 
     @contextmanager
     def open_store(self, clock: VirtualClock) -> Iterator[Store]:

@@ -58,9 +58,9 @@ class ActivityTaskQueueContract(PortContract):
         (task,) = _claim(store, clock, "a1")
         assert (task.run_id, task.name, task.input, task.attempt) == ("r1", ACT, (payload(ACT),), 1)
         assert (task.lock_timeout, task.queue, task.priority) == (LOCK_TIMEOUT, QUEUE, 0)
-        assert task.created_seq == [
+        assert task.created_seq == next(
             e.sequence_number for e in store.load_history("r1") if isinstance(e.event, ev.ActivityTaskCreated)
-        ][0]
+        )
         assert _claim(store, clock, "a2") == []
 
     def test_a_queue_gives_out_at_most_its_capacity_and_nothing_while_paused(
@@ -82,9 +82,7 @@ class ActivityTaskQueueContract(PortContract):
         store.set_queue_paused(QUEUE, "activity", False)
         assert len(_claim(store, clock, "a2")) == 1
 
-    def test_a_full_queue_makes_the_best_waiting_task_claimable_first(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_a_full_queue_makes_the_best_waiting_task_claimable_first(self, store: Store, clock: VirtualClock) -> None:
         store.create_queue(QUEUE, "activity", 1)
         start(store, clock, "holder")
         step(store, clock, "holder", activities=[ACT])
@@ -149,9 +147,7 @@ class ActivityTaskQueueContract(PortContract):
         assert inbox_of(store, clock, "r1") == []
         assert store.complete_activity_tasks([done(taken)], clock.now()) == [True]
 
-    def test_a_heartbeat_keeps_the_lease_of_the_claim_that_holds_it(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_a_heartbeat_keeps_the_lease_of_the_claim_that_holds_it(self, store: Store, clock: VirtualClock) -> None:
         self._one_task(store, clock)
         (task,) = activity(store, clock)
         clock.advance(SHORT - timedelta(seconds=1))
@@ -188,9 +184,7 @@ class ActivityTaskQueueContract(PortContract):
         clock.advance(LOCK_TIMEOUT)
         assert activity(store, clock) == []
 
-    def test_a_retry_brings_the_task_back_later_as_its_next_attempt(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_a_retry_brings_the_task_back_later_as_its_next_attempt(self, store: Store, clock: VirtualClock) -> None:
         self._one_task(store, clock)
         (task,) = activity(store, clock)
         retry_at = clock.now() + timedelta(seconds=30)

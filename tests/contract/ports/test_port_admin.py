@@ -68,9 +68,7 @@ class QueueAdminContract(PortContract):
             ("workflow", "PAUSED", 3),
         ]
 
-    def test_a_run_s_queue_exists_from_its_start_and_counts_its_tasks(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_a_run_s_queue_exists_from_its_start_and_counts_its_tasks(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "r1")
         start(store, clock, "r2")
         assert [(q.name, q.kind, q.depth) for q in _queues(store)] == [(QUEUE, "workflow", 0)]
@@ -127,9 +125,7 @@ class LeadershipContract(PortContract):
 
 
 class MaintenanceContract(PortContract):
-    def test_retention_deletes_only_runs_that_ended_before_the_cut_off(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_retention_deletes_only_runs_that_ended_before_the_cut_off(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "live")
         step(store, clock, "live")
         for run_id, status in [("done", RunStatus.COMPLETED), ("failed", RunStatus.FAILED)]:
@@ -145,9 +141,7 @@ class MaintenanceContract(PortContract):
         assert store.delete_finished_runs(clock.now() + timedelta(seconds=1), 100) == 1
         assert [r.run_id for r in store.list_runs(RunFilter())] == ["live"]
 
-    def test_retention_takes_the_runs_that_ended_first_up_to_its_limit(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_retention_takes_the_runs_that_ended_first_up_to_its_limit(self, store: Store, clock: VirtualClock) -> None:
         for run_id in ("a", "b", "c"):
             start(store, clock, run_id)
         for run_id in ("c", "a", "b"):  # ended in this order
@@ -171,9 +165,7 @@ class MaintenanceContract(PortContract):
         assert all(q.depth == 0 for q in store.list_queues())
         assert start(store, clock, "r2", instance_id="order-1") == "r2"
 
-    def test_next_due_time_is_the_earliest_future_timer_retry_or_lease(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_next_due_time_is_the_earliest_future_timer_retry_or_lease(self, store: Store, clock: VirtualClock) -> None:
         assert store.next_due_time(clock.now()) is None
         t0 = clock.now()
         start(store, clock, "r1")  # its RunStarted is due now, which is not in the future
@@ -217,9 +209,7 @@ class RefusalContract(PortContract):
                 store.send_messages(items, clock.now())
         assert inbox_of(store, clock, "r1") == ["RunStarted"]
 
-    def test_an_outcome_or_heartbeat_the_store_cannot_hold_is_refused(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_an_outcome_or_heartbeat_the_store_cannot_hold_is_refused(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "r1")
         step(store, clock, "r1", activities=[ACT, ACT])
         good, bad = activity(store, clock)

@@ -101,9 +101,7 @@ class RunStoreContract(PortContract):
         assert got == ("r1", [], []) and store.get_run("r2") is None
 
     # -- read ------------------------------------------------------------------------------------
-    def test_unknown_runs_are_absent_and_get_runs_gives_each_run_once(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_unknown_runs_are_absent_and_get_runs_gives_each_run_once(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "r1")
         start(store, clock, "r2")
         assert store.get_run("nope") is None
@@ -180,9 +178,7 @@ class RunStoreContract(PortContract):
         with pytest.raises(InvalidStateError):
             store.send_message("r1", event("a"), clock.now())
 
-    def test_a_batch_of_messages_answers_per_item_and_writes_the_rest(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_a_batch_of_messages_answers_per_item_and_writes_the_rest(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "ended")
         finish(store, clock, "ended")
         start(store, clock, "r1")
@@ -200,9 +196,7 @@ class RunStoreContract(PortContract):
         assert store.send_messages([], clock.now()) == []
 
     # -- transitions -------------------------------------------------------------------------------
-    def test_suspend_and_resume_change_the_status_at_once_and_are_sent(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_suspend_and_resume_change_the_status_at_once_and_are_sent(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "r1")
         step(store, clock, "r1")
         store.request_transition("r1", RunStatus.SUSPENDED, ev.RunSuspended(), clock.now())

@@ -162,9 +162,7 @@ class WorkflowTaskQueueContract(PortContract):
         assert len(store.load_history("r1")) == 1
         assert store.complete_workflow_tasks([(second, decide(store, second, clock.now()))], clock.now()) == [True]
 
-    def test_a_task_given_back_is_claimable_again_from_its_retry_time(
-        self, store: Store, clock: VirtualClock
-    ) -> None:
+    def test_a_task_given_back_is_claimable_again_from_its_retry_time(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "r1")
         task = next_task(store, clock, "r1")
         retry_at = clock.now() + timedelta(seconds=5)
