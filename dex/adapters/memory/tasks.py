@@ -9,18 +9,21 @@ task's result or retry. A result whose lease was lost is refused. Part of
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
-from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow, RunRow
+from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow
 from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
-from dex.domain.values import FailureInfo
+from dex.domain.writes import INBOX_ORDER, instance_clash, plan_write, survives_continue_as_new, wakes_suspended
+
+_INBOX_ORDER = operator.attrgetter(*INBOX_ORDER)  # the domain's order of a run's visible messages
 
 
 class MemoryTasks(MemoryState):
@@ -42,7 +45,7 @@ class MemoryTasks(MemoryState):
                 visible = [m for m in inbox if m.visible_from <= now]
                 if not visible:
                     continue
-                cancel = any(isinstance(m.event, ev.RunCancelled) for m in visible)
+                cancel = any(wakes_suspended(m.event) for m in visible)
                 if row.status is RunStatus.SUSPENDED and not cancel:
                     continue
                 candidates.append((row, cancel))
@@ -90,12 +93,7 @@ class MemoryTasks(MemoryState):
             row = self._runs.get(task.run_id)
             if row is None:
                 raise RunNotFoundError(f"no run with id {task.run_id!r}")
-            # in the order the messages became visible: a timer inserted early but due late
-            # must not overtake an event that arrived before it fired
-            visible = sorted(
-                (m for m in self._inbox.get(task.run_id, []) if m.visible_from <= now),
-                key=lambda m: (m.visible_from, m.message_id),
-            )
+            visible = sorted((m for m in self._inbox.get(task.run_id, []) if m.visible_from <= now), key=_INBOX_ORDER)
             inbox = [InboxMessage(message_id=m.message_id, event=m.event) for m in visible]
             return [e for e in row.history if e.sequence_number >= after_seq], inbox
 
@@ -143,29 +141,26 @@ class MemoryTasks(MemoryState):
             return False
         if run.history[-1].sequence_number != result.expected_last_seq:
             return False  # a racing duplicate already wrote this part of the history
-        consumed = set(result.consumed)
+        plan = plan_write(result, run.status)
+        consumed = set(plan.consumed)
         inbox = [m for m in self._inbox[run.run_id] if m.message_id not in consumed]
-        if result.new_history is not None:
-            inbox = [m for m in inbox if isinstance(m.event, _SURVIVE_CONTINUE_AS_NEW)]
-            run.history = list(result.new_history)
+        if plan.replaces_history:
+            inbox = [m for m in inbox if survives_continue_as_new(m.event)]
+            run.history = list(plan.events)
         else:
-            run.history.extend(result.new_events)
+            run.history.extend(plan.events)
         self._inbox[run.run_id] = inbox
-        if result.started and run.status is RunStatus.CREATED:
-            run.status, run.started_at = RunStatus.RUNNING, now
-        if result.new_events:
-            run.custom_status = result.custom_status
-        for child in result.child_runs:
+        if plan.started:
+            run.started_at = now
+        if plan.sets_custom_status:
+            run.custom_status = plan.custom_status
+        for child in plan.child_runs:  # the parent is still live here: a child may clash with it
             if self._find_live_instance(child.created.instance_id) is not None:
-                failure = FailureInfo(
-                    type="InvalidStateError",
-                    message=f"instance id {child.created.instance_id!r} is in use by a running run",
-                    terminal=True,
-                )
-                self._push(run.run_id, ev.ChildRunFailed(child_run_id=child.run_id, failure=failure), now)
+                self._push(run.run_id, instance_clash(child), now)
             else:
                 self._insert_run(child.run_id, child.created, now)
-        for spec in result.activity_tasks:
+        run.status = plan.status
+        for spec in plan.activity_tasks:
             self.ensure_queue(spec.queue, ACTIVITY)
             task_id = next(self._ids)
             self._activity_tasks[task_id] = ActivityTaskRow(
@@ -182,21 +177,15 @@ class MemoryTasks(MemoryState):
                 trace_context=spec.trace_context,
                 attempt=spec.attempt,
             )
-        if result.completion is not None:
-            self._finish_run(run, result, now)
-        for message in result.messages:
+        if plan.completion is not None:
+            completion = plan.completion
+            run.completed_at, run.result, run.failure, run.holds_key = now, completion.result, completion.failure, False
+            self._inbox[run.run_id] = []
+            for task_id in [t for t, a in self._activity_tasks.items() if a.run_id == run.run_id]:
+                del self._activity_tasks[task_id]
+        for message in plan.messages:
             self._deliver(message.run_id, message.event, message.visible_from)
         return True
-
-    def _finish_run(self, run: RunRow, result: WorkflowTaskResult, now: datetime) -> None:
-        completion = result.completion
-        assert completion is not None
-        # no transition check: a suspend that raced with the run's last task loses to its outcome
-        run.status = completion.status
-        run.completed_at, run.result, run.failure, run.holds_key = now, completion.result, completion.failure, False
-        self._inbox[run.run_id] = []
-        for task_id in [t for t, a in self._activity_tasks.items() if a.run_id == run.run_id]:
-            del self._activity_tasks[task_id]
 
     # -- activity tasks -------------------------------------------------------------------------
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
@@ -267,8 +256,3 @@ class MemoryTasks(MemoryState):
         assert message is not None
         self._deliver(row.run_id, message, now)
         return True
-
-
-# what a run's inbox keeps when it continues as new: events and requests addressed to the run
-# (timers and activity results belong to the old generation)
-_SURVIVE_CONTINUE_AS_NEW = (ev.ExternalEventReceived, ev.RunCancelled, ev.RunSuspended, ev.RunResumed)

@@ -1,11 +1,11 @@
 """Completing workflow tasks: a whole batch of results applied in one transaction.
 
-What one result does is fixed by the in-memory adapter's ``_complete_workflow_task``: drop
-the task; if the run's history still ends at ``expected_last_seq``, append the new events
-(or, for continue-as-new, replace the history and keep only unconsumed external events),
-remove the consumed messages, create child runs (an instance-id clash sends ChildRunFailed to
-the parent), activity tasks and messages, and when the run ends record its outcome and drop
-its inbox and activity tasks. Messages to unknown or ended runs are dropped.
+What one result writes is the domain's :class:`~dex.domain.writes.WritePlan`: drop the task;
+if the run's history still ends at ``expected_last_seq``, execute the plan (the history
+block, or a whole new history that keeps only the surviving messages, the consumed messages,
+status, child runs with :func:`~dex.domain.writes.instance_clash` for those whose instance id
+is held, activity tasks and messages; when the run ends, its inbox and activity tasks go).
+Messages to unknown or ended runs are dropped.
 
 How the batch stays cheap and safe:
 
@@ -44,7 +44,7 @@ from dex.app.ports import WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import NewRun, WorkflowTaskResult
-from dex.domain.values import FailureInfo
+from dex.domain.writes import SURVIVING_KINDS, WritePlan, instance_clash, plan_write
 from dex.serialization.values import encode_failure, encode_payload, encode_payloads, encode_retry_policy
 
 Item = tuple[WorkflowTask, WorkflowTaskResult]
@@ -125,41 +125,32 @@ class _Round:
     def __init__(self, conn: psycopg.Connection, q: Statements, runs: dict[str, _Run], now: datetime) -> None:
         self._conn, self._q, self._runs, self._now = conn, q, runs, now
         self.touched: set[str] = set()
-        self._results: list[tuple[str, WorkflowTaskResult]] = []
+        self._plans: list[tuple[str, WritePlan]] = []
         self._consumed: list[int] = []
         self._reset: list[str] = []
         self._history: list[HistoryRow] = []
         self._updates: list[_RunUpdate] = []
 
     def add(self, run_id: str, run: _Run, result: WorkflowTaskResult) -> None:
+        plan = plan_write(result, run.status)
         self.touched.add(run_id)
-        self._results.append((run_id, result))
-        self._consumed.extend(result.consumed)
-        if result.new_history is not None:
-            # continue-as-new: timers and results of the old generation must not reach the new one
+        self._plans.append((run_id, plan))
+        self._consumed.extend(plan.consumed)
+        if plan.replaces_history:
             self._reset.append(run_id)
-            events = result.new_history
-            run.last_seq = events[-1].sequence_number if events else 0
-        else:
-            events = result.new_events
-            if events:
-                run.last_seq = events[-1].sequence_number
-        if events:
-            self._history.append(history_row(run_id, events))  # the task's events: one block, one row
-        started = result.started and run.status is RunStatus.CREATED
-        if started:
-            run.status = RunStatus.RUNNING
-        completion = result.completion
-        if completion is not None:
-            # no transition check: a suspend that raced with the run's last task loses to its outcome
-            run.status = completion.status
+        if plan.last_seq is not None:
+            run.last_seq = plan.last_seq
+        if plan.events:
+            self._history.append(history_row(run_id, plan.events))  # the task's events: one block, one row
+        run.status = plan.status
+        completion = plan.completion
         self._updates.append(
             (
                 run_id,
-                run.status.value,
-                started,
-                bool(result.new_events),
-                result.custom_status,
+                plan.status.value,
+                plan.started,
+                plan.sets_custom_status,
+                plan.custom_status,
                 run.last_seq,
                 completion is not None,
                 encode_payload(completion.result) if completion is not None and completion.result is not None else None,
@@ -170,7 +161,7 @@ class _Round:
         )
 
     def flush(self) -> None:
-        if not self._results:
+        if not self._plans:
             return
         conn, q = self._conn, self._q
         if self._consumed:
@@ -180,19 +171,16 @@ class _Round:
             )
         if self._reset:
             conn.execute(
-                # timers and results of the old generation go; events and requests to the run stay
-                q(
-                    "DELETE FROM {s}.inbox WHERE run_id = ANY(%s) AND kind NOT IN"
-                    " ('ExternalEventReceived', 'RunCancelled', 'RunSuspended', 'RunResumed')"
-                ),
-                [self._reset],
+                # continue-as-new: of the unconsumed messages only the domain's survivors stay
+                q("DELETE FROM {s}.inbox WHERE run_id = ANY(%s) AND kind <> ALL(%s)"),
+                [self._reset, list(SURVIVING_KINDS)],
             )
             conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%s)"), [self._reset])
         self._update_runs()
         children = self._insert_children()
         insert_history(conn, q, self._history + [history_row(c.run_id, [_first_event(c, self._now)]) for c in children])
         self._insert_activity_tasks()
-        finished = [run_id for run_id, result in self._results if result.completion is not None]
+        finished = [run_id for run_id, plan in self._plans if plan.ends_run]
         if finished:
             # the ended runs' remaining messages and activity tasks go; task rows are locked in
             # (queue, task_id) order, as everywhere else, before they are deleted
@@ -243,7 +231,7 @@ class _Round:
 
     def _insert_children(self) -> list[NewRun]:
         """Insert the child runs; return those created (the others clashed on instance id)."""
-        children = [child for _, result in self._results for child in result.child_runs]
+        children = [child for _, plan in self._plans for child in plan.child_runs]
         if not children:
             return []
         created = [child.created for child in children]
@@ -281,8 +269,7 @@ class _Round:
 
     def _insert_activity_tasks(self) -> None:
         specs = [
-            spec for run_id, result in self._results if not self._runs[run_id].status.is_terminal
-            for spec in result.activity_tasks
+            spec for _, plan in self._plans if not plan.status.is_terminal for spec in plan.activity_tasks
         ]  # fmt: skip
         if not specs:
             return
@@ -326,18 +313,13 @@ class _Round:
             if run is not None and not run.status.is_terminal:
                 rows.append(inbox_row(run_id, message, visible_from))
 
-        for run_id, result in self._results:
-            for child in result.child_runs:
+        for run_id, plan in self._plans:
+            for child in plan.child_runs:
                 if child.run_id in created_children:
                     deliver(child.run_id, ev.RunStarted(), self._now)
                 else:
-                    failure = FailureInfo(
-                        type="InvalidStateError",
-                        message=f"instance id {child.created.instance_id!r} is in use by a running run",
-                        terminal=True,
-                    )
-                    deliver(run_id, ev.ChildRunFailed(child_run_id=child.run_id, failure=failure), self._now)
-            for message in result.messages:
+                    deliver(run_id, instance_clash(child), self._now)
+            for message in plan.messages:
                 deliver(message.run_id, message.event, message.visible_from)
         return rows
 

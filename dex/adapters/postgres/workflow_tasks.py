@@ -20,6 +20,7 @@ from dex.app.ports import UnreadableHistoryError, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.task import InboxMessage
+from dex.domain.writes import INBOX_ORDER, WAKING_KINDS
 from dex.serialization.history import decode_block, decode_block_from, decode_message
 
 # Candidates in the order the in-memory adapter takes them (priority, then oldest run). Two
@@ -28,7 +29,7 @@ from dex.serialization.history import decode_block, decode_block_from, decode_me
 _CHOOSE = (
     """
     WITH visible AS (
-        SELECT i.run_id, bool_or(i.kind = 'RunCancelled') AS cancel
+        SELECT i.run_id, bool_or(i.kind = ANY(%(wakes)s)) AS cancel
         FROM {s}.inbox i WHERE i.visible_from <= %(now)s GROUP BY i.run_id
     ),
     free AS (
@@ -72,6 +73,14 @@ _CHOOSE = (
 )
 
 
+# the kinds of message that make a suspended run's task due (and need no concurrency key)
+_WAKES = list(WAKING_KINDS)
+
+# The loads' ORDER BY after the history part: the domain's inbox order. Each name must be a
+# column of the inbox (and of the loads' output), which this lookup checks at import.
+LOAD_ORDER = ", ".join({"visible_from": "visible_from", "message_id": "message_id"}[c] for c in INBOX_ORDER)
+
+
 # the same choice among given runs only (a completion's dispatch)
 _CHOOSE_OF_RUNS = _CHOOSE.replace(
     "FROM {s}.inbox i WHERE i.visible_from <= %(now)s GROUP BY i.run_id",
@@ -87,7 +96,7 @@ def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: dateti
     # scheduler (a leader that has not yet noticed it was replaced) waits here, then counts
     # again with a fresh snapshot.
     conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [LOCK_SCHEDULE_WORKFLOWS, q.schema])
-    chosen = conn.execute(q(_CHOOSE), {"now": now, "limit": limit}).fetchall()
+    chosen = conn.execute(q(_CHOOSE), {"now": now, "limit": limit, "wakes": _WAKES}).fetchall()
     if not chosen:
         return 0
     wanting_key = [run_id for run_id, _n, _q, _p, needs_key in chosen if needs_key]
@@ -122,7 +131,7 @@ def schedule_workflow_tasks_of(conn: psycopg.Connection, q: Statements, now: dat
     if not run_ids:
         return 0
     chosen = conn.execute(
-        q(_CHOOSE_OF_RUNS), {"now": now, "limit": len(run_ids), "runs": sorted(set(run_ids))}
+        q(_CHOOSE_OF_RUNS), {"now": now, "limit": len(run_ids), "runs": sorted(set(run_ids)), "wakes": _WAKES}
     ).fetchall()
     tasks = [row for row in chosen if not row[4]]
     if not tasks:
@@ -222,15 +231,14 @@ def load_workflow_task(
     """The run's history from ``after_seq`` on and its visible inbox, in one statement (one snapshot)."""
     rows = conn.execute(
         q(
-            # messages in the order they became visible: a timer inserted early but due late
-            # must not overtake an event that arrived before it fired
-            # history blocks (n: the last sequence number of each) ending at or after after_seq
-            "SELECT 0 AS part, NULL::timestamptz AS due, last_seq::bigint AS n, events AS data"
+            # history blocks (message_id: the last sequence number of each) ending at or after
+            # after_seq, then the visible messages in the domain's order
+            "SELECT 0 AS part, NULL::timestamptz AS visible_from, last_seq::bigint AS message_id, events AS data"
             " FROM {s}.history WHERE run_id = %(run)s AND last_seq >= %(after)s"
             " UNION ALL"
             " SELECT 1, visible_from, message_id, message FROM {s}.inbox"
             " WHERE run_id = %(run)s AND visible_from <= %(now)s"
-            " ORDER BY part, due, n"
+            " ORDER BY part, " + LOAD_ORDER
         ),
         {"run": task.run_id, "now": now, "after": after_seq},
     ).fetchall()
@@ -271,14 +279,15 @@ def load_workflow_tasks(
         q(
             # LATERAL: one index range scan per run, so the plan does not hang on the table's
             # statistics (a plain join of the batch may be planned as a hash join over it all)
-            "SELECT 0 AS part, w.run_id, NULL::timestamptz AS due, h.last_seq::bigint AS n, h.events AS data"
+            "SELECT 0 AS part, w.run_id, NULL::timestamptz AS visible_from, h.last_seq::bigint AS message_id,"
+            " h.events AS data"
             " FROM unnest(%(runs)s::text[], %(after)s::integer[]) AS w(run_id, after_seq)"
             " CROSS JOIN LATERAL (SELECT last_seq, events FROM {s}.history"
             " WHERE run_id = w.run_id AND last_seq >= w.after_seq OFFSET 0) h"
             " UNION ALL"
             " SELECT 1, i.run_id, i.visible_from, i.message_id, i.message FROM {s}.inbox i"
             " WHERE i.run_id = ANY(%(runs)s) AND i.visible_from <= %(now)s"
-            " ORDER BY 2, 1, 3, 4"
+            " ORDER BY run_id, part, " + LOAD_ORDER
         ),
         {"runs": run_ids, "after": [after for _task, after in requests], "now": now},
     ).fetchall()
