@@ -182,12 +182,12 @@ class _Round:
             conn.execute(
                 # timers and results of the old generation go; events and requests to the run stay
                 q(
-                    "DELETE FROM {s}.inbox WHERE run_id = ANY(%s) AND kind NOT IN"
+                    "DELETE FROM {s}.inbox WHERE run_id = ANY(%b::text[]) AND kind NOT IN"
                     " ('ExternalEventReceived', 'RunCancelled', 'RunSuspended', 'RunResumed')"
                 ),
                 [self._reset],
             )
-            conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%s)"), [self._reset])
+            conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%b::text[])"), [self._reset])
         self._update_runs()
         children = self._insert_children()
         insert_history(conn, q, self._history + [history_row(c.run_id, [_first_event(c, self._now)]) for c in children])

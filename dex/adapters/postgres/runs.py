@@ -194,7 +194,7 @@ def list_runs(conn: psycopg.Connection, q: Statements, run_filter: RunFilter) ->
         conditions.append(sql.SQL("workflow_name = %s"))
         params.append(run_filter.workflow_name)
     if run_filter.statuses is not None:
-        conditions.append(sql.SQL("status = ANY(%s)"))
+        conditions.append(sql.SQL("status = ANY(%b::text[])"))
         params.append([status.value for status in run_filter.statuses])
     if run_filter.instance_id is not None:
         conditions.append(sql.SQL("instance_id = %s"))
@@ -251,7 +251,7 @@ def send_messages(
     run_ids = sorted({run_id for run_id, _ in items})
     # FOR SHARE, in run id order like every other locker: waits for completions ending these runs
     rows = conn.execute(
-        q("SELECT run_id, status FROM {s}.runs WHERE run_id = ANY(%s) ORDER BY run_id FOR SHARE"), [run_ids]
+        q("SELECT run_id, status FROM {s}.runs WHERE run_id = ANY(%b::text[]) ORDER BY run_id FOR SHARE"), [run_ids]
     ).fetchall()
     statuses = {run_id: RunStatus(status) for run_id, status in rows}
     errors: list[DexError | None] = []
