@@ -37,6 +37,7 @@ from dex.serialization.values import (
 from dex.v1 import history_pb2
 
 __all__ = [
+    "EncodedEvents",
     "ExportedHistory",
     "decode_block",
     "decode_block_from",
@@ -48,9 +49,8 @@ __all__ = [
     "decode_payload",
     "decode_payloads",
     "decode_retry_policy",
-    "encode_block",
-    "EncodedEvents",
     "encode_ahead",
+    "encode_block",
     "encode_event",
     "encode_failure",
     "encode_history",

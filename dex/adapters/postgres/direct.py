@@ -19,9 +19,10 @@ This is the one module of dex that uses psycopg's internals (``conn.pgconn``'s p
 exec_prepared, ``psycopg.errors.error_from_result``, ``conn.lock``). It is used only with the
 psycopg versions it was checked against (:data:`CHECKED`); with any other, :data:`AVAILABLE`
 is false, a warning says so once, and starts take the public path (``runs.create_run``:
-psycopg's ``execute``, prepared). The public path cost ~75 µs more client CPU per start
-(0.160 → 0.238 ms, ``benchmarks.start_loop -n 3000``, three alternated pairs; ARCHITECTURE.md
-"The start's statement through libpq"), far over the 10 % that would retire this module. An error result raises the exception psycopg would have raised for
+psycopg's ``execute``, prepared). The public path cost ~77 µs more client CPU per start
+(0.161 → 0.238 ms, ``benchmarks.start_loop -n 3000``, three alternated pairs; +12 % with the
+engine running; ARCHITECTURE.md "The start's statement through libpq"), over the 10 % that
+would retire this module. An error result raises the exception psycopg would have raised for
 it (``psycopg.errors.UniqueViolation`` and so on). A session that lost the prepared statement
 (``DISCARD ALL`` by someone else) gets it prepared again, once.
 
