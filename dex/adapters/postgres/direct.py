@@ -22,8 +22,10 @@ is false, a warning says so once, and starts take the public path (``runs.create
 psycopg's ``execute``, prepared). The public path cost ~77 µs more client CPU per start
 (0.161 → 0.238 ms, ``benchmarks.start_loop -n 3000``, three alternated pairs; +12 % with the
 engine running; ARCHITECTURE.md "The start's statement through libpq"), over the 10 % that
-would retire this module. An error result raises the exception psycopg would have raised for
-it (``psycopg.errors.UniqueViolation`` and so on). A session that lost the prepared statement
+would retire this module.
+
+An error result raises the exception psycopg would have raised for it
+(``psycopg.errors.UniqueViolation`` and so on). A session that lost the prepared statement
 (``DISCARD ALL`` by someone else) gets it prepared again, once.
 
 libpq reads a parameter in text form as a C string: a NUL in it would end the value there,
