@@ -18,6 +18,8 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+import attrs
+
 from dex.app.buffer import ResultBuffer
 from dex.app.executors import (
     Cached,
@@ -42,7 +44,7 @@ from dex.domain.replay import WorkflowExecutor
 from dex.domain.retry import RetryPolicy
 from dex.domain.task import WorkflowTaskResult, advance, replay_history
 from dex.domain.values import FailureInfo
-from dex.serialization.history import encode_block_ahead
+from dex.serialization.history import encode_ahead
 
 if TYPE_CHECKING:
     from dex.app.inline import InlineActivities
@@ -176,9 +178,8 @@ class WorkflowWorker:
                 result = self.execute(task, preloaded=(entry, item, loaded_at))
                 if result is not None:
                     if self.foreground.busy() and result.new_events:
-                        # the flusher writes the round in one go without stepping aside: its
-                        # encoding is done here, between tasks, while the application's call waits
-                        _encode_ahead(result)
+                        # the flusher writes a round without stepping aside: encode here, meanwhile
+                        result = _encode_ahead(result)
                     with self._handed_lock:
                         round_.done.append((task, result))
                     outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
@@ -390,10 +391,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _encode_ahead(result: WorkflowTaskResult) -> None:
-    """Encode the result's history block for the flusher now; a block that cannot be encoded
-    is left to the flusher, which tells the task or run it belongs to (see the buffer)."""
+def _encode_ahead(result: WorkflowTaskResult) -> WorkflowTaskResult:
+    """The result, its block encoded now and carried on its events (else left to the flusher)."""
     try:
-        encode_block_ahead(result.new_events)
+        return attrs.evolve(result, new_events=encode_ahead(result.new_events))
     except Exception:
         log.debug("could not encode the result of run %s ahead of its flush", result.run_id, exc_info=True)
+        return result

@@ -12,7 +12,6 @@ storage adapter can fail the affected run with a clear message instead of crashi
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from typing import cast
 
@@ -38,6 +37,7 @@ from dex.serialization.values import (
 from dex.v1 import history_pb2
 
 __all__ = [
+    "EncodedEvents",
     "ExportedHistory",
     "decode_block",
     "decode_block_from",
@@ -49,8 +49,8 @@ __all__ = [
     "decode_payload",
     "decode_payloads",
     "decode_retry_policy",
+    "encode_ahead",
     "encode_block",
-    "encode_block_ahead",
     "encode_event",
     "encode_failure",
     "encode_history",
@@ -120,12 +120,10 @@ def decode_event(data: bytes) -> ev.HistoryEvent:
 def encode_block(events: Iterable[ev.HistoryEvent]) -> bytes:
     """Serialise consecutive events of one run as a ``dex.v1.HistoryBlock``: each event's
     :func:`encode_event` bytes as one element of its repeated field 1 (so a block costs the
-    events' own encodings and a few framing bytes). A block :func:`encode_block_ahead`
-    encoded for this very tuple of events is taken from there."""
-    if isinstance(events, tuple):
-        ready = _BLOCKS_AHEAD.take(events)
-        if ready is not None:
-            return ready
+    events' own encodings and a few framing bytes). Events that :func:`encode_ahead` made
+    carry their block, which is returned as it is."""
+    if type(events) is EncodedEvents:
+        return events.block
     return _block_bytes(events)
 
 
@@ -133,39 +131,22 @@ def _block_bytes(events: Iterable[ev.HistoryEvent]) -> bytes:
     return b"".join(wire.repeated_message_field(encode_event(event)) for event in events)
 
 
-class _BlocksAhead:
-    """Blocks encoded before they are written, keyed by the identity of their tuple of events.
+class EncodedEvents(tuple[ev.HistoryEvent, ...]):
+    """A tuple of events that carries its history block, encoded before it is written.
 
     The workflow worker encodes a task's events right after deciding it, in its loop, which
     lets an application's call go first between tasks; the flusher, which writes a whole
-    round of results at once and never steps aside, then finds the bytes ready. An entry
-    holds its tuple, so the id cannot be reused while the entry lives; at most ``size``
-    entries are kept, the oldest dropped first (a result that is never written): a worker
-    hands at most four rounds of 64 results to the flusher."""
+    round of results at once and never steps aside, then finds the bytes on the events it
+    writes. The block travels with the value, so no cache has to match it to its events."""
 
-    def __init__(self, size: int = 256) -> None:
-        self._size = size
-        self._blocks: dict[int, tuple[tuple[ev.HistoryEvent, ...], bytes]] = {}
-        self._lock = threading.Lock()
-
-    def put(self, events: tuple[ev.HistoryEvent, ...], block: bytes) -> None:
-        with self._lock:
-            self._blocks[id(events)] = (events, block)
-            while len(self._blocks) > self._size:
-                del self._blocks[next(iter(self._blocks))]
-
-    def take(self, events: tuple[ev.HistoryEvent, ...]) -> bytes | None:
-        with self._lock:
-            entry = self._blocks.pop(id(events), None)
-        return entry[1] if entry is not None and entry[0] is events else None
+    block: bytes
 
 
-_BLOCKS_AHEAD = _BlocksAhead()
-
-
-def encode_block_ahead(events: tuple[ev.HistoryEvent, ...]) -> None:
-    """Encode ``events`` now, for the :func:`encode_block` of the same tuple to come."""
-    _BLOCKS_AHEAD.put(events, _block_bytes(events))
+def encode_ahead(events: tuple[ev.HistoryEvent, ...]) -> tuple[ev.HistoryEvent, ...]:
+    """``events`` with their block encoded now, for :func:`encode_block` to come."""
+    encoded = EncodedEvents(events)
+    encoded.block = _block_bytes(events)
+    return encoded
 
 
 def decode_block(data: bytes) -> list[ev.HistoryEvent]:

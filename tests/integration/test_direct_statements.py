@@ -124,7 +124,43 @@ def test_each_connection_prepares_it_once(pg_dsn: str) -> None:
             assert prepared == (1,)
 
 
-def test_a_start_with_labels_and_keys_reads_back(make_adapter) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(params=["direct", "public"])
+def start_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each start test runs on both paths: through libpq (the psycopg versions direct.py was
+    checked against) and through psycopg's execute (any other version)."""
+    if request.param == "public":
+        monkeypatch.setattr(direct, "AVAILABLE", False)
+    else:
+        assert direct.AVAILABLE, f"psycopg {psycopg.__version__} is outside direct.CHECKED: check it, widen the range"
+    return str(request.param)
+
+
+def test_the_guard_takes_only_the_checked_psycopg_versions(caplog: pytest.LogCaptureFixture) -> None:
+    low, high = direct.CHECKED
+    inside = f"{low[0]}.{low[1]}.0"
+    assert direct.supported(inside) and not caplog.records
+    for outside in (f"{high[0]}.{high[1]}.0", f"{low[0]}.{low[1] - 1}.9", "4.0.0", "3.x"):
+        caplog.clear()
+        assert not direct.supported(outside)
+        assert [r.levelname for r in caplog.records] == ["WARNING"] and outside in caplog.records[0].getMessage()
+
+
+def test_a_start_on_the_public_path_never_touches_libpq_directly(make_adapter, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Outside the checked versions nothing of direct.py's internals runs: a start still works."""
+    monkeypatch.setattr(direct, "AVAILABLE", False)
+
+    def refuse(*_args: object) -> None:
+        raise AssertionError("the direct statement ran outside the checked psycopg versions")
+
+    monkeypatch.setattr(direct.DirectStatement, "execute", refuse)
+    adapter = make_adapter()
+    adapter.ensure_queue("q_1", "workflow")
+    created = ev.RunCreated(workflow_name="wf", input=(), queue="q_1")
+    assert adapter.create_run("run-public-1", created, VirtualClock().now()) == "run-public-1"
+    assert adapter.get_run("run-public-1") is not None
+
+
+def test_a_start_with_labels_and_keys_reads_back(make_adapter, start_path: str) -> None:  # type: ignore[no-untyped-def]
     """Every field of a start that travels as text: the run reads back as it was created."""
     adapter = make_adapter()
     adapter.ensure_queue("q_1", "workflow")
@@ -157,7 +193,7 @@ def test_a_start_with_labels_and_keys_reads_back(make_adapter) -> None:  # type:
     assert adapter.get_run("run-direct-2") is None
 
 
-def test_a_start_that_claims_names_its_workflow_among_quoted_names(make_adapter) -> None:  # type: ignore[no-untyped-def]
+def test_a_start_that_claims_names_its_workflow_among_quoted_names(make_adapter, start_path: str) -> None:  # type: ignore[no-untyped-def]
     """The claim's workflow names travel as an array literal: quotes, commas and braces in a
     name must not split or spoil it, or the start would claim nothing."""
     adapter = make_adapter()
@@ -192,7 +228,7 @@ def test_a_start_that_claims_names_its_workflow_among_quoted_names(make_adapter)
         ("labels", {"labels": (("ten\x00ant", "a"),)}),
     ],
 )
-def test_a_nul_in_a_start_is_refused_not_truncated(make_adapter, field: str, change: dict) -> None:  # type: ignore[no-untyped-def]
+def test_a_nul_in_a_start_is_refused_not_truncated(make_adapter, field: str, change: dict, start_path: str) -> None:  # type: ignore[no-untyped-def]
     """libpq reads a text parameter as a C string: ``"a\\x00b"`` would be stored as ``"a"``
     (another run's instance id). The adapter refuses it, naming the field, and sends nothing;
     a healthy start afterwards is stored as it was created."""

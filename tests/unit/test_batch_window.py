@@ -198,9 +198,17 @@ def _timer_slack() -> int:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is a Linux setting")
-def test_the_workflow_workers_thread_ends_its_short_pauses_on_time() -> None:
-    # a 50 us pause under Linux's default 50 us slack sleeps twice as long; the polling thread
-    # that runs the workflow worker asks for 1 us, and only that thread is changed
+@pytest.mark.parametrize("opted_in", [True, False])
+def test_the_workflow_workers_thread_ends_its_short_pauses_on_time_when_opted_in(
+    opted_in: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a 50 us pause under Linux's default 50 us slack sleeps twice as long; with
+    # DEX_FINE_TIMER_SLACK=1 the polling thread that runs the workflow worker asks for 1 us,
+    # and only that thread is changed; without it, no thread is
+    if opted_in:
+        monkeypatch.setenv("DEX_FINE_TIMER_SLACK", "1")
+    else:
+        monkeypatch.delenv("DEX_FINE_TIMER_SLACK", raising=False)
     seen: dict[str, int] = {}
     stopping = threading.Event()
 
@@ -217,7 +225,7 @@ def test_the_workflow_workers_thread_ends_its_short_pauses_on_time() -> None:
         thread = PollingThread(name, step_of(name), threading.Event(), stopping, interval=0.01, fine_timers=fine)
         thread.start()
         thread.join(5)
-    assert seen["fine"] == 1000
+    assert (seen["fine"] == 1000) is opted_in
     assert seen["plain"] == _timer_slack() != 1000  # the default, as this (untouched) thread has
 
 

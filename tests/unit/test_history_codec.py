@@ -389,7 +389,7 @@ def test_a_block_tail_decodes_only_the_events_asked_for() -> None:
         decode_block_from(b"\x0a\x05ab", last_seq=9, first_wanted=8)
 
 
-def test_a_block_encoded_ahead_is_the_block_written_and_is_used_once() -> None:
+def test_a_block_encoded_ahead_travels_with_its_events_and_is_the_block_written() -> None:
     from datetime import UTC, datetime
 
     from dex.domain import events as ev
@@ -399,14 +399,13 @@ def test_a_block_encoded_ahead_is_the_block_written_and_is_used_once() -> None:
     events = tuple(
         ev.HistoryEvent(sequence_number=seq, timestamp=moment, event=ev.WorkflowTaskStarted()) for seq in range(1, 4)
     )
-    history.encode_block_ahead(events)
-    assert history._BLOCKS_AHEAD.take(events) == history.encode_block(events)  # the same bytes
-    assert history._BLOCKS_AHEAD.take(events) is None  # taken once; encode_block encodes anew
-    history.encode_block_ahead(events)
-    assert history._BLOCKS_AHEAD.take(tuple(list(events))) is None  # an equal tuple is another tuple
-    assert history._BLOCKS_AHEAD.take(events) is not None
-    small = history._BlocksAhead(size=2)
-    blocks = [tuple(events[:n]) for n in (1, 2, 3)]
-    for block in blocks:
-        small.put(block, b"x")
-    assert small.take(blocks[0]) is None and small.take(blocks[2]) == b"x"  # the oldest went first
+    ahead = history.encode_ahead(events)
+    assert ahead == events and isinstance(ahead, tuple)  # the same events for every reader
+    assert history.encode_block(ahead) == history.encode_block(events)  # the same bytes
+    assert history.decode_block(history.encode_block(ahead)) == list(events)
+    # the block is the one encoded ahead (a stand-in proves it is not encoded again) ...
+    ahead.block = b"ahead"  # type: ignore[attr-defined]
+    assert history.encode_block(ahead) == b"ahead"
+    # ... and only that tuple carries it: slices and equal tuples are encoded anew
+    assert history.encode_block(ahead[:2]) == history.encode_block(events[:2]) != b"ahead"
+    assert history.encode_block(tuple(ahead)) == history.encode_block(events)

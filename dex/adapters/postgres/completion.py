@@ -172,10 +172,10 @@ class _Round:
         if self._reset:
             conn.execute(
                 # continue-as-new: of the unconsumed messages only the domain's survivors stay
-                q("DELETE FROM {s}.inbox WHERE run_id = ANY(%s) AND kind <> ALL(%s)"),
+                q("DELETE FROM {s}.inbox WHERE run_id = ANY(%b::text[]) AND kind <> ALL(%b::text[])"),
                 [self._reset, list(SURVIVING_KINDS)],
             )
-            conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%s)"), [self._reset])
+            conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%b::text[])"), [self._reset])
         self._update_runs()
         children = self._insert_children()
         insert_history(conn, q, self._history + [history_row(c.run_id, [_first_event(c, self._now)]) for c in children])

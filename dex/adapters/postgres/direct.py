@@ -12,9 +12,20 @@ parameter types fixed, sends the values as bytes the caller encoded (text, or bi
 statement's plan is the server's business as before (a function keeps its own).
 
 The connection is psycopg's (the one kept for starts, or a pooled one), in autocommit, and
-no other thread uses it meanwhile; libpq releases the GIL while it
-waits, as psycopg does. An error result raises the exception psycopg would have raised for
-it (``psycopg.errors.UniqueViolation`` and so on). A session that lost the prepared statement
+no other thread uses it meanwhile; the statement still takes psycopg's lock on it, as
+psycopg's ``execute`` does. libpq releases the GIL while it waits, as psycopg does.
+
+This is the one module of dex that uses psycopg's internals (``conn.pgconn``'s prepare and
+exec_prepared, ``psycopg.errors.error_from_result``, ``conn.lock``). It is used only with the
+psycopg versions it was checked against (:data:`CHECKED`); with any other, :data:`AVAILABLE`
+is false, a warning says so once, and starts take the public path (``runs.create_run``:
+psycopg's ``execute``, prepared). The public path cost ~77 µs more client CPU per start
+(0.161 → 0.238 ms, ``benchmarks.start_loop -n 3000``, three alternated pairs; +12 % with the
+engine running; ARCHITECTURE.md "The start's statement through libpq"), over the 10 % that
+would retire this module.
+
+An error result raises the exception psycopg would have raised for it
+(``psycopg.errors.UniqueViolation`` and so on). A session that lost the prepared statement
 (``DISCARD ALL`` by someone else) gets it prepared again, once.
 
 libpq reads a parameter in text form as a C string: a NUL in it would end the value there,
@@ -27,6 +38,7 @@ it where it enters, at ``start_workflow``; this is the adapter's own guard).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -39,6 +51,34 @@ from psycopg.errors import error_from_result
 
 from dex.adapters.postgres import arrays
 from dex.app.ports import StoreRejectedError
+
+log = logging.getLogger(__name__)
+
+# the psycopg versions this module was checked against (from, up to but excluding): it uses
+# psycopg.pq's PGconn.prepare/exec_prepared on ``conn.pgconn``, psycopg.errors.error_from_result
+# (not documented) and ``conn.lock`` (not documented)
+CHECKED = ((3, 3), (3, 4))
+
+
+def supported(version: str) -> bool:
+    """Whether psycopg ``version`` is in :data:`CHECKED`; a warning names it when not."""
+    try:
+        release = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        release = ()
+    if CHECKED[0] <= release < CHECKED[1]:
+        return True
+    log.warning(
+        "psycopg %s is outside the range dex's direct start statement was checked against (%s to %s): "
+        "starts go through psycopg's execute instead",
+        version,
+        ".".join(map(str, CHECKED[0])),
+        ".".join(map(str, CHECKED[1])),
+    )
+    return False
+
+
+AVAILABLE = supported(psycopg.__version__)
 
 # type oids (pg_type), fixed when the statement is prepared
 TEXT, INT4, BOOL, BYTEA, TIMESTAMPTZ, JSONB, TEXT_ARRAY = 25, 23, 16, 17, 1184, 3802, 1009
@@ -68,24 +108,33 @@ class DirectStatement:
     def execute(self, conn: psycopg.Connection, params: Sequence[Param]) -> pq.abc.PGresult:
         """Run the statement on ``conn`` (which no other thread uses meanwhile) and return its
         result; raise psycopg's exception for an error."""
+        self.check(params)
+        pgconn = conn.pgconn
+        with self._lock:
+            ready = conn in self._ready
+        values = cast("Sequence[bytes]", params)  # libpq takes None for NULL; psycopg's stubs omit it
+        # psycopg's own lock on the connection, as its execute takes it: the caller holds the
+        # connection alone (KeptConnection, or checked out of the pool), so it is never
+        # contended, and costs a fraction of a microsecond
+        with conn.lock:
+            if not ready:
+                self._prepare(conn)
+            result = pgconn.exec_prepared(self.name, values, self.formats)
+            if result.status == pq.ExecStatus.FATAL_ERROR and _sqlstate(result) == _UNDEFINED_PREPARED_STATEMENT:
+                self._prepare(conn)  # the session lost it (DISCARD ALL): once more
+                result = pgconn.exec_prepared(self.name, values, self.formats)
+        if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+            raise error_from_result(result, encoding=conn.info.encoding)
+        return result
+
+    def check(self, params: Sequence[Param]) -> None:
+        """Refuse ``params`` before anything is sent: a wrong count (``ValueError``), or a NUL
+        in a text value (``StoreRejectedError`` naming its field)."""
         if len(params) != len(self.types):
             raise ValueError(f"{self.name.decode()}: {len(self.types)} parameters expected, got {len(params)}")
         for field, form, param in zip(self.fields, self.formats, params, strict=True):
             if form == 0 and param is not None and b"\x00" in param:
                 raise StoreRejectedError(_nul(field))
-        pgconn = conn.pgconn
-        with self._lock:
-            ready = conn in self._ready
-        if not ready:
-            self._prepare(conn)
-        values = cast("Sequence[bytes]", params)  # libpq takes None for NULL; psycopg's stubs omit it
-        result = pgconn.exec_prepared(self.name, values, self.formats)
-        if result.status == pq.ExecStatus.FATAL_ERROR and _sqlstate(result) == _UNDEFINED_PREPARED_STATEMENT:
-            self._prepare(conn)  # the session lost it (DISCARD ALL): once more
-            result = pgconn.exec_prepared(self.name, values, self.formats)
-        if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
-            raise error_from_result(result, encoding=conn.info.encoding)
-        return result
 
     def _prepare(self, conn: psycopg.Connection) -> None:
         result = conn.pgconn.prepare(self.name, self.query, self.types)

@@ -67,7 +67,8 @@ def create_run(
     One statement (the history and inbox rows are inserted by data-modifying CTEs from the
     runs row the first one returned), so it is atomic on its own and costs one round trip; it
     lives in the schema's ``create_run`` function (migration 4), which keeps its plan cached,
-    and goes through libpq directly (``statement``, :mod:`.direct`): it is the statement an
+    and goes through libpq directly (``statement``, :mod:`.direct`, on the psycopg versions
+    it was checked against; psycopg's ``execute`` otherwise): it is the statement an
     application's loop of starts waits for, once per run.
     With ``claim``, a further CTE inserts the run's first workflow task already claimed for
     ``claim.owner`` when the scheduler would create it at once anyway: no concurrency key,
@@ -80,38 +81,17 @@ def create_run(
     owner, until, names = (None, None, None)
     if claim is not None:
         owner, until, names = claim.owner, now + claim.lease, sorted(claim.names)
-    params = [
-        run_id.encode(),
-        created.workflow_name.encode(),
-        created.queue.encode(),
-        direct.text(created.instance_id),
-        direct.int4(created.priority),
-        direct.text(created.concurrency_key),
-        direct.jsonb_object(created.labels, "labels"),
-        direct.text(created.parent_run_id),
-        direct.timestamptz(now),
-        block,
-        kind.encode(),
-        message,
-        direct.boolean(claim is not None),
-        direct.text(owner),
-        direct.timestamptz(until),
-        direct.text_array(names),
-        direct.int4(LOCK_SCHEDULE_WORKFLOWS),
-        q.schema.encode(),
-    ]
     for _ in range(10):
         try:
-            result = statement.execute(conn, params)
+            ids = _call_create_run(conn, q, statement, run_id, created, now, block, kind, message, owner, until, names)
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"run {run_id} exists already") from None
-        if result.ntuples:
-            task_id = direct.value(result, 2)
+        if ids is not None:
+            message_id, task_id = ids
             if claim is None or task_id is None:
                 return run_id, [], []
             # the claimed task is what was just inserted: no load needed, and its fields are
             # the values sent (the function returns the ids the server made)
-            message_id = direct.value(result, 1)
             assert owner is not None and until is not None and message_id is not None
             task = WorkflowTask(
                 task_id=int(task_id),
@@ -130,6 +110,67 @@ def create_run(
             return str(existing[0]), [], []
         # the clashing run ended between our insert and our select: try again
     raise InvalidStateError(f"instance id {created.instance_id!r} is contended; try again")
+
+
+def _call_create_run(
+    conn: psycopg.Connection,
+    q: Statements,
+    statement: direct.DirectStatement,
+    run_id: str,
+    created: ev.RunCreated,
+    now: datetime,
+    block: bytes,
+    kind: str,
+    message: bytes,
+    owner: str | None,
+    until: datetime | None,
+    names: list[str] | None,
+) -> tuple[str | None, str | None] | None:
+    """The ``create_run`` function's message and task ids (None when the instance id clashed):
+    through libpq (:mod:`.direct`) where the installed psycopg is one it was checked against,
+    else through psycopg's ``execute``, prepared, the values adapted by psycopg."""
+    labels = direct.jsonb_object(created.labels, "labels")
+    encoded = [
+        run_id.encode(),
+        created.workflow_name.encode(),
+        created.queue.encode(),
+        direct.text(created.instance_id),
+        direct.int4(created.priority),
+        direct.text(created.concurrency_key),
+        labels,
+        direct.text(created.parent_run_id),
+        direct.timestamptz(now),
+        block,
+        kind.encode(),
+        message,
+        direct.boolean(owner is not None),
+        direct.text(owner),
+        direct.timestamptz(until),
+        direct.text_array(names),
+        direct.int4(LOCK_SCHEDULE_WORKFLOWS),
+        q.schema.encode(),
+    ]
+    if direct.AVAILABLE:
+        result = statement.execute(conn, encoded)
+        return (direct.value(result, 1), direct.value(result, 2)) if result.ntuples else None
+    statement.check(encoded)  # the same refusals (a NUL named by its field) on either path
+    params = [run_id, created.workflow_name, created.queue, created.instance_id, created.priority,
+              created.concurrency_key, labels.decode(), created.parent_run_id, now, block, kind,
+              message, owner is not None, owner, until, names, LOCK_SCHEDULE_WORKFLOWS, q.schema]  # fmt: skip
+    row = conn.execute(q(_CREATE_RUN), params, prepare=True).fetchone()
+    return (_text(row[1]), _text(row[2])) if row is not None else None
+
+
+# the public path's statement: each parameter cast to the type the function takes
+_CREATE_RUN = (
+    "SELECT out_run, out_message, out_task FROM {s}.create_run(%s::text, %s::text, %s::text, %s::text,"
+    " %s::int4, %s::text, %s::jsonb, %s::text, %s::timestamptz, %s::bytea, %s::text, %s::bytea, %s::bool,"
+    " %s::text, %s::timestamptz, %s::text[], %s::int4, %s::text)"
+)
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value is not None else None
 
 
 def get_run(conn: psycopg.Connection, q: Statements, run_id: str) -> RunRecord | None:
@@ -153,7 +194,7 @@ def list_runs(conn: psycopg.Connection, q: Statements, run_filter: RunFilter) ->
         conditions.append(sql.SQL("workflow_name = %s"))
         params.append(run_filter.workflow_name)
     if run_filter.statuses is not None:
-        conditions.append(sql.SQL("status = ANY(%s)"))
+        conditions.append(sql.SQL("status = ANY(%b::text[])"))
         params.append([status.value for status in run_filter.statuses])
     if run_filter.instance_id is not None:
         conditions.append(sql.SQL("instance_id = %s"))
@@ -210,7 +251,7 @@ def send_messages(
     run_ids = sorted({run_id for run_id, _ in items})
     # FOR SHARE, in run id order like every other locker: waits for completions ending these runs
     rows = conn.execute(
-        q("SELECT run_id, status FROM {s}.runs WHERE run_id = ANY(%s) ORDER BY run_id FOR SHARE"), [run_ids]
+        q("SELECT run_id, status FROM {s}.runs WHERE run_id = ANY(%b::text[]) ORDER BY run_id FOR SHARE"), [run_ids]
     ).fetchall()
     statuses = {run_id: RunStatus(status) for run_id, status in rows}
     errors: list[DexError | None] = []
