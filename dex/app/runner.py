@@ -46,79 +46,6 @@ class Nudge:
                 event.set()
 
 
-class BatchWindow:
-    """Under load, a poller's rounds at most once per window: the batches grow instead of the rounds.
-
-    Each round that polls a queue (a scheduler round, a claim) costs a transaction whatever it
-    finds. An engine that reacts to every nudge at once runs them back to back under load, a
-    few items each, and the fixed cost of each round eats the CPU the work itself needs. So a
-    round that comes within ``seconds`` of the start of a round that found work waits for the
-    rest of the window, and what arrived meanwhile joins its batch. A round after a quiet
-    spell runs at once (a lone workflow waits for nothing), and work handed over by eager
-    dispatch never waits for a window. ``seconds=0`` turns the pacing off.
-
-    A poller waits out its window in :meth:`wait`, which :meth:`full` ends early: when a
-    scheduler round made tasks, the worker claims them at once, even if its own window had
-    begun; when a flush freed room in the queues, the scheduler fills it at once.
-    """
-
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.seconds = seconds
-        self._clock = clock
-        self._worked_at: dict[str, float] = {}
-        self._full_at: dict[str, float] = {}
-        self._hurry: dict[str, threading.Event] = {}
-        self._lock = threading.Lock()
-
-    def left(self, key: str) -> float:
-        """Seconds before the next round of ``key`` may start (0: at once)."""
-        worked_at = self._worked_at.get(key)
-        if worked_at is None or self.seconds <= 0:
-            return 0.0
-        return max(0.0, worked_at + self.seconds - self._clock())
-
-    def worked(self, key: str, started: float) -> None:
-        """A round of ``key`` that began at ``started`` (this clock) found work; unless
-        :meth:`full` was called since it began (more arrived meanwhile: the next round runs at once)."""
-        if self._full_at.get(key, float("-inf")) <= started:
-            self._worked_at[key] = started
-
-    def full(self, key: str) -> None:
-        """A round of ``key`` took as much as it may take at once, or more became available to
-        it: the next round runs at once, and a poller waiting out its window stops waiting (a
-        window caps a poller at one batch per window otherwise)."""
-        self._full_at[key] = self._clock()
-        self._worked_at.pop(key, None)
-        self._event(key).set()
-
-    def wait(self, key: str, stopping: threading.Event) -> bool:
-        """Wait for the rest of ``key``'s window, or until :meth:`full` or ``stopping`` ends it
-        (:meth:`release` wakes every waiter); whether the engine is stopping."""
-        hurry = self._event(key)
-        hurry.clear()  # before reading the window: a full() from now on ends the wait
-        left = self.left(key)
-        if left > 0 and not stopping.is_set():
-            hurry.wait(left)
-        return stopping.is_set()
-
-    def release(self) -> None:
-        """End every wait (the engine stops)."""
-        with self._lock:
-            events = list(self._hurry.values())
-        for event in events:
-            event.set()
-
-    def _event(self, key: str) -> threading.Event:
-        with self._lock:
-            event = self._hurry.get(key)
-            if event is None:
-                event = self._hurry[key] = threading.Event()
-            return event
-
-    def now(self) -> float:
-        return self._clock()
-
-
 class Foreground:
     """The application's calls into a started engine come first: while one waits for the store,
     the workflow worker steps aside between its tasks.
@@ -164,7 +91,11 @@ class Foreground:
 
 
 class PollingThread:
-    """Calls ``step`` until stopped; sleeps up to ``interval`` after a round with no work.
+    """Calls ``step`` until stopped; after each round, sleeps as long as the round said.
+
+    A round returns how many seconds its thread may idle (0: straight back). The sleep is
+    ``wait(seconds)``, which a wake-up call ends early (a ``threading.Event``'s ``wait``, then
+    ``clear``; a flusher waits on the buffer's condition instead).
 
     No exception ends the loop — not the store's, not a bug's, not a ``BaseException`` that
     user code let through: it is logged with the thread's name, the loop backs off and goes on.
@@ -175,17 +106,18 @@ class PollingThread:
     def __init__(
         self,
         name: str,
-        step: Callable[[], int],
-        wake: threading.Event,
+        step: Callable[[], float],
+        wait: Callable[[float], object],
+        clear: Callable[[], None] | None,
         stopping: threading.Event,
         *,
-        interval: float,
+        backoff: float = 0.1,
         max_backoff: float = 2.0,
         fine_timers: bool = False,
     ) -> None:
         self.name = name
-        self._step, self._wake, self._stopping = step, wake, stopping
-        self._interval, self._max_backoff = interval, max_backoff
+        self._step, self._wait, self._clear, self._stopping = step, wait, clear, stopping
+        self._backoff, self._max_backoff = backoff, max_backoff
         self._fine_timers = fine_timers  # a thread whose short sleeps must end on time (Foreground)
         self._retired = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -217,9 +149,10 @@ class PollingThread:
         return PollingThread(
             self.name,
             self._step,
-            self._wake,
+            self._wait,
+            self._clear,
             self._stopping,
-            interval=self._interval,
+            backoff=self._backoff,
             max_backoff=self._max_backoff,
             fine_timers=self._fine_timers,
         )
@@ -238,14 +171,13 @@ class PollingThread:
         failures = 0
         while not self._stopping.is_set() and not self._retired.is_set():
             try:
-                worked = self._step()
+                idle = self._step()
                 failures = 0
             except BaseException as exc:
                 if self._retired.is_set():
                     return  # replaced, and interrupted while blocked: nothing of this thread's is wanted
                 # the store is unreachable or refused, or a bug: back off, then try again
                 failures += 1
-                worked = 0
                 # the whole traceback once per outage; one line for each further failure
                 log.warning(
                     "%s failed (%d in a row: %s); backing off",
@@ -254,11 +186,12 @@ class PollingThread:
                     _name_of(exc),
                     exc_info=failures == 1 or not isinstance(exc, Exception),
                 )
-                self._stopping.wait(min(self._interval * 2**failures, self._max_backoff))
+                self._stopping.wait(min(self._backoff * 2**failures, self._max_backoff))
                 continue
-            if not worked:
-                self._wake.wait(self._interval)
-                self._wake.clear()
+            if idle > 0:
+                self._wait(idle)
+                if self._clear is not None:
+                    self._clear()
 
 
 def _name_of(exc: BaseException) -> str:

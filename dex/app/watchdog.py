@@ -148,6 +148,15 @@ class Watchdog:
                 return True
             return False
 
+    def round(self, tick: float) -> Callable[[], float]:
+        """The watchdog's round for its thread: a step, then ``tick`` seconds of sleep."""
+
+        def watch_round() -> float:
+            self.step()
+            return tick
+
+        return watch_round
+
     def step(self) -> int:
         """Replace the threads of stalled workflow code, give up the workflow tasks blocked past
         the deadline, replace dead threads."""

@@ -1,10 +1,14 @@
-"""The simulated nodes: one never-started engine each, and the work it holds between steps.
+"""The simulated nodes: one engine each, running the started engine's own rounds.
 
-A :class:`Node` claims tasks, executes them and buffers their results as a started engine's
-threads would, but only when the simulator (``simulator.py``) picks it for a step; what it
-claimed and has not yet executed waits in its lists, which is what a crash loses. Each node
-reaches the shared store through its own :class:`dex.simulation.faults.NodeStore`, where
-store-error faults strike.
+A :class:`Node` is a ``dex.Engine`` armed as ``Engine.start()`` arms it — its coordinator
+(:mod:`dex.app.coordinator`), eager dispatch, the write buffer in background mode, inline
+activities when asked — but with no thread: the simulator (``simulator.py``) calls the same
+rounds the engine's threads call (:mod:`dex.app.rounds`: scheduler, workflows, activities, the
+two flushes) when it picks the node for a step, and the attempts the coordinator hands to the
+pool wait in a :class:`~dex.simulation.pool.SimulatedPool` until the simulator runs one. What
+the node holds between steps — tasks handed to its workflow worker, attempts waiting in its
+pool, its buffer — is what a crash loses. Each node reaches the shared store through its own
+:class:`dex.simulation.faults.NodeStore`, where store-error faults strike.
 """
 
 from __future__ import annotations
@@ -13,76 +17,147 @@ import random
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TypeVar
 
 import attrs
 
 import dex
+from dex.app import coordinator as co
+from dex.app.buffer import ACTIVITY_LANE, WORKFLOW_LANE
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import ActivityTask, WorkflowTask
+from dex.app.rounds import Rounds
+from dex.simulation.clients import Action
 from dex.simulation.faults import NodeStore
 from dex.simulation.observed import ObservedAdapter
+from dex.simulation.pool import SimulatedPool
 
 WORKFLOW_LEASE = timedelta(seconds=30)
+ACTIVITY_SLOTS = 4  # each node's pool: small, so that claims find it full now and then
 
 Log = Callable[[str, str, str | None], None]  # (who, what, detail) into the simulation's trace
 
 
 @attrs.define
 class Node:
-    """One simulated engine process and the work it holds between steps."""
+    """One simulated engine process (module docstring)."""
 
     name: str
     engine: dex.Engine
     store: NodeStore  # the node's way to the shared store (store-errors faults strike here)
-    workflow_tasks: list[WorkflowTask] = attrs.Factory(list)  # claimed, not yet executed
-    activity_tasks: list[ActivityTask] = attrs.Factory(list)  # claimed, not yet executed
-    hung: list[ActivityTask] = attrs.Factory(list)  # claimed, never to finish
+    pool: SimulatedPool
+    said: list[str] = attrs.Factory(list)  # what its coordinator decided during the current step
     stalled_until: int = -1  # the step until which its writes stall
+
+    @property
+    def rounds(self) -> Rounds:
+        return self.engine._background.rounds
+
+    @property
+    def coordinator(self) -> co.Coordinator:
+        return self.engine._background.coordinator
 
     def held(self) -> int:
         """How many results and tasks the node holds: what a crash loses."""
-        return len(self.engine.buffer) + len(self.workflow_tasks) + len(self.activity_tasks) + len(self.hung)
+        return len(self.engine.buffer) + self.engine.workflow_worker.backlog() + len(self.pool) + len(self.pool.hung)
 
-    def claim_workflow_tasks(self, now: datetime, limit: int) -> str:
-        tasks = self.store.claim_workflow_tasks(
-            frozenset(self.engine.registry.workflows), self.name, now, WORKFLOW_LEASE, limit
-        )
-        self.workflow_tasks.extend(tasks)
-        return _ids(tasks)
+    def holds_tasks(self) -> bool:
+        return bool(self.engine.workflow_worker.backlog() or len(self.pool))
 
-    def claim_activity_tasks(self, limit: int) -> str:
-        tasks = self.engine.activity_worker.claim(limit)
-        self.activity_tasks.extend(tasks)
-        return _ids(tasks)
+    def pending(self, lane: str) -> bool:
+        """Whether ``lane`` of its buffer holds something to write."""
+        return bool(self.engine.buffer._pending(lane))
 
-    def run_workflow_task(self, task: WorkflowTask, step_no: int, write_before_rerun: bool) -> str:
-        unwritten = any(t.run_id == task.run_id for t, _r in self.engine.buffer._workflow_results)
-        if write_before_rerun and unwritten:
-            if step_no < self.stalled_until:
-                self.workflow_tasks.append(task)
-                return f"task {task.task_id} waits: an earlier result of its run is not written yet"
-            self.engine.buffer.flush()
-        result = self.engine.workflow_worker.execute(task)
-        if result is None:
-            return f"task {task.task_id}: nothing to write (retention deleted its run, or it was given back)"
-        self.engine.buffer.add_workflow_result(task, result)
-        return f"task {task.task_id} -> {len(result.new_events)} events"
+    def decided(self) -> str:
+        """What the coordinator decided since the last call (for the trace)."""
+        said, self.said[:] = "; ".join(self.said), []
+        return said
 
-    def run_activity_task(self, task: ActivityTask) -> str:
-        outcome = self.engine.activity_worker.execute(task)
-        self.engine.buffer.add_activity_outcome(outcome)
-        verdict = "ok" if outcome.result is not None else "retry" if outcome.retry_at is not None else "failed"
-        return f"task {task.task_id} {task.name} #{task.attempt} -> {verdict}"
+    def run_attempt(self, index: int) -> str:
+        task = self.pool.run(index)
+        return _verdict(self, task)
 
-    def finish_held(self, log: Log, step_no: int, write_before_rerun: bool) -> None:
-        """Run every task the node holds (a task that must wait for a stalled write stays held)."""
-        workflow_tasks, self.workflow_tasks = self.workflow_tasks, []
-        for task in workflow_tasks:
-            log(self.name, "run-workflow", self.run_workflow_task(task, step_no, write_before_rerun))
-        activity_tasks, self.activity_tasks = self.activity_tasks, []
-        for activity_task in activity_tasks:
-            log(self.name, "run-activity", self.run_activity_task(activity_task))
+    def actions(self, rng: random.Random, *, stalled: bool) -> list[Action]:
+        """The node's possible next steps: one of the rounds its threads would run, or an
+        attempt of its pool; no flush while its writes are ``stalled``."""
+        rounds, name = self.rounds, self.name
+
+        def said(what: str) -> str:
+            decided = self.decided()
+            return f"{what}; {decided}" if decided else what
+
+        def scheduler() -> str:
+            idle = rounds.scheduler()
+            return said(f"{'leads' if self.engine.leader.is_leader else 'follows'}, idle {idle:.3g}s")
+
+        def flush(lane: str) -> Callable[[], str]:
+            def flush_round() -> str:
+                before = len(self.engine.buffer)
+                rounds.flush(lane)
+                return said(f"{before - len(self.engine.buffer)} written")
+
+            return flush_round
+
+        actions: list[Action] = [
+            (2.0, f"{name} scheduler", scheduler),
+            (2.0, f"{name} workflows", lambda: said(f"idle {rounds.workflows():.3g}s")),
+            (2.0, f"{name} activities", lambda: said(f"idle {rounds.activities():.3g}s")),
+        ]
+        if len(self.pool):
+            actions.append((3.0, f"{name} run-attempt", lambda: said(self.run_attempt(rng.randrange(len(self.pool))))))
+        if not stalled:
+            actions += [(3.0, f"{name} {what}", flush(lane)) for what, lane in LANES if self.pending(lane)]
+        return actions
+
+    def finish_held(self, log: Log) -> None:
+        """Run every task the node holds: the handed workflow tasks, the attempts in its pool."""
+        worker = self.engine.workflow_worker
+        while worker.backlog():
+            ran = worker.poll_once(claim=False)
+            log(self.name, "workflows", f"{ran} handed tasks")
+            if not ran:
+                break
+        while len(self.pool):
+            log(self.name, "run-attempt", self.run_attempt(0))
+
+
+def _verdict(node: Node, task: ActivityTask | None) -> str:
+    if task is None:
+        return "nothing"
+    for outcome in reversed(node.engine.buffer._activity_outcomes):
+        if outcome.task.task_id == task.task_id and outcome.task.lease.version == task.lease.version:
+            verdict = "ok" if outcome.result is not None else "retry" if outcome.retry_at is not None else "failed"
+            return f"task {task.task_id} {task.name} #{task.attempt} -> {verdict}"
+    return f"task {task.task_id} {task.name} #{task.attempt} -> nothing buffered"
+
+
+def _describe(event: co.Event, commands: tuple[co.Command, ...]) -> str:
+    """One event and its commands, briefly, for the trace."""
+    name = type(event).__name__
+    fields = {key: value for key, value in attrs.asdict(event, recurse=False).items() if key not in ("now", "started")}
+    if "tasks" in fields:
+        fields["tasks"] = [task.task_id for task in fields["tasks"]]
+    said = ", ".join(f"{key}={_plain(value)}" for key, value in fields.items())
+    out = ", ".join(_command(command) for command in commands)
+    return f"{name}({said})" + (f" -> {out}" if out else "")
+
+
+def _command(command: co.Command) -> str:
+    if isinstance(command, co.RunAttempt):
+        return f"RunAttempt({command.task.task_id})"
+    if isinstance(command, co.Pause):
+        return f"Pause({command.seconds:.3g})"
+    if isinstance(command, co.Wake):
+        return f"Wake({_plain(command.topics)})"
+    if isinstance(command, co.Claim):
+        return f"Claim({command.kind}, {command.limit})"
+    return type(command).__name__
+
+
+def _plain(value: object) -> str:
+    """A value for the trace, the same in every process (a set's order follows string hashes)."""
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(map(str, value))) + "}"
+    return str(value)
 
 
 def new_node(
@@ -91,30 +166,42 @@ def new_node(
     rng: random.Random,
     engine_over: Callable[[str, NodeStore], dex.Engine],
     inline: bool,
+    monotonic: Callable[[], float],
 ) -> Node:
-    """A node named ``name`` over the ``shared`` store, its engine made by ``engine_over``."""
+    """A node named ``name`` over the ``shared`` store, its engine made by ``engine_over``,
+    armed as a started engine is, its rounds timed by the virtual ``monotonic`` clock."""
     store = NodeStore(shared, random.Random(rng.getrandbits(64)))
     engine = engine_over(name, store)
     # the backoff of a task given back (retry_later) draws its jitter from the seed too
     engine.workflow_worker._rng = random.Random(rng.getrandbits(64))
-    # as in a started engine: results and heartbeats wait in the buffer for a flush step
-    engine.buffer.background = True
+    engine.workflow_worker._batch_size = rng.randint(1, 3)  # small rounds: finer interleavings
+    background = engine._background
+    background.coordinator.settings = attrs.evolve(
+        background.coordinator.settings, activity_batch=rng.randint(1, 3), activity_capacity=ACTIVITY_SLOTS
+    )
+    pool = SimulatedPool()
+    background.arm(pool, monotonic=monotonic)
+    node = Node(name=name, engine=engine, store=store, pool=pool)
+    background.coordinator.observe = lambda event, commands: node.said.append(_describe(event, commands))
+    engine.workflow_worker.inline = None
     if inline:
         for activity in engine.registry.activities:
             engine.activity_worker.durations.record(activity, 0.0)
         engine.workflow_worker.inline = InlineActivities(
             engine.activity_worker, QueueView(store.list_queues, ttl=0), name, 1.0, threading.Event()
         )
-    return Node(name=name, engine=engine, store=store)
+    return node
 
 
-def _ids(tasks: list[WorkflowTask] | list[ActivityTask]) -> str:
-    return " ".join(str(t.task_id) for t in tasks)
+LANES = (("flush-activities", ACTIVITY_LANE), ("flush-workflows", WORKFLOW_LANE))
 
 
-T = TypeVar("T")
-
-
-def pop_any(items: list[T], rng: random.Random) -> T:
-    """Take one of ``items`` at random (the simulation's choice of which held task runs next)."""
-    return items.pop(rng.randrange(len(items)))
+def claim_and_drop(node: Node, now: datetime) -> str:
+    """Claim what a node would (a crash then loses it): workflow tasks, and activity tasks into
+    its pool through its own activity round."""
+    tasks: list[WorkflowTask] = node.store.claim_workflow_tasks(
+        frozenset(node.engine.registry.workflows), node.name, now, WORKFLOW_LEASE, 3
+    )
+    node.rounds.activities()
+    attempts = [job.task.task_id for job in node.pool.jobs if job.task is not None]
+    return " ".join(str(t.task_id) for t in tasks) + " " + " ".join(str(a) for a in attempts)

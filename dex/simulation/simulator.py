@@ -34,7 +34,7 @@ from dex.serialization.payloads import PayloadConverter
 from dex.simulation.clients import Action, Clients
 from dex.simulation.faults import Fault, schedule
 from dex.simulation.invariants import InvariantViolation
-from dex.simulation.nodes import WORKFLOW_LEASE, Node, new_node, pop_any
+from dex.simulation.nodes import WORKFLOW_LEASE, Node, claim_and_drop, new_node
 from dex.simulation.observed import ObservedAdapter, StoreUnavailable
 from dex.simulation.referee import Referee
 from dex.simulation.workload import STANDARD_WORKLOAD, Workload, World, inhabiting
@@ -81,16 +81,11 @@ class Simulator:
         workload: Workload = STANDARD_WORKLOAD,
         adapter_class: type[ObservedAdapter] = ObservedAdapter,
         engine_options: Mapping[str, Any] | None = None,
-        write_before_rerun: bool = False,
         inline: bool = False,
     ) -> None:
         self.seed, self.faults, self.steps = seed, schedule(faults), steps
         self.node_count, self.max_runs, self.workload = nodes, max_runs, workload
         self.engine_options = dict(engine_options or {})
-        # With write_before_rerun a node writes its buffer before deciding a run's next task.
-        # Off by default: deciding while an earlier result is unwritten once let the executor
-        # cache reuse decisions the store never took (tests/simulation/test_regressions.py).
-        self.write_before_rerun = write_before_rerun
         # With inline, every node runs first attempts inline (dex.app.inline) as a started
         # engine does, every activity counting as quick: no timing decides anything here.
         self.inline = inline
@@ -120,7 +115,6 @@ class Simulator:
             f"nodes={self.node_count}, max_runs={self.max_runs}"
             + ("" if self.workload is STANDARD_WORKLOAD else f", workload={self.workload!r}")
             + (f", engine_options={self.engine_options!r}" if self.engine_options else "")
-            + (", write_before_rerun=True" if self.write_before_rerun else "")
             + (", inline=True" if self.inline else "")
             + ("" if type(self.store) is ObservedAdapter else f", adapter_class={type(self.store).__name__}")
             + ").run()"
@@ -188,7 +182,11 @@ class Simulator:
 
     def _new_node(self) -> Node:
         self._node_serial += 1
-        return new_node(f"n{self._node_serial}", self.store, self.rng, self._engine, self.inline)
+        return new_node(f"n{self._node_serial}", self.store, self.rng, self._engine, self.inline, self._monotonic)
+
+    def _monotonic(self) -> float:
+        """The nodes' monotonic clock: seconds of virtual time since the simulation began."""
+        return (self.clock.now() - self._started).total_seconds()
 
     def _replace(self, index: int) -> str:
         old = self.nodes[index]
@@ -212,39 +210,7 @@ class Simulator:
         self._log(who, what, detail)
 
     def _node_actions(self, node: Node) -> list[Action]:
-        engine, rng, clock = node.engine, self.rng, self.clock
-        actions: list[Action] = [
-            (1.0, f"{node.name} lead", lambda: "leads" if engine.leader.step() else "follows"),
-            (2.0, f"{node.name} claim-workflows", lambda: node.claim_workflow_tasks(clock.now(), rng.randint(1, 3))),
-            (2.0, f"{node.name} claim-activities", lambda: node.claim_activity_tasks(rng.randint(1, 3))),
-        ]
-        if engine.leader.is_leader:  # possibly a stale belief: that is a race the store must survive
-            actions += [
-                (2.0, f"{node.name} schedule-workflows", lambda: f"{engine.workflow_scheduler.step()} tasks"),
-                (2.0, f"{node.name} schedule-activities", lambda: f"{engine.activity_scheduler.step()} tasks"),
-                (0.3, f"{node.name} maintain", lambda: f"{engine.maintenance.step()} deleted"),
-            ]
-        if node.workflow_tasks:
-            actions.append(
-                (
-                    3.0,
-                    f"{node.name} run-workflow",
-                    lambda: node.run_workflow_task(
-                        pop_any(node.workflow_tasks, rng), self.step_no, self.write_before_rerun
-                    ),
-                )
-            )
-        if node.activity_tasks:
-            actions.append(
-                (
-                    3.0,
-                    f"{node.name} run-activity",
-                    lambda: node.run_activity_task(pop_any(node.activity_tasks, rng)),
-                )
-            )
-        if len(engine.buffer) and self.step_no >= node.stalled_until:
-            actions.append((3.0, f"{node.name} flush", lambda: f"{engine.buffer.flush()} results"))
-        return actions
+        return node.actions(self.rng, stalled=self.step_no < node.stalled_until)
 
     def _clock_actions(self) -> list[Action]:
         def tick() -> str:
@@ -268,11 +234,11 @@ class Simulator:
 
     def _inject(self, fault: Fault) -> str | None:
         def holds(n: Node) -> bool:
-            return bool(n.workflow_tasks or n.activity_tasks or len(n.engine.buffer))
+            return n.holds_tasks() or bool(len(n.engine.buffer))
 
         wants: dict[str, Callable[[Node], bool]] = {
             "crash": holds,
-            "crash-after-execute": lambda n: bool(n.workflow_tasks or n.activity_tasks),
+            "crash-after-execute": Node.holds_tasks,
             "crash-mid-flush": lambda n: len(n.engine.buffer) > 1,
             "write-fails": lambda n: len(n.engine.buffer) > 0,
             "write-ack-lost": lambda n: len(n.engine.buffer) > 0,
@@ -285,10 +251,10 @@ class Simulator:
             case "crash":
                 return self._replace(index)
             case "crash-after-claim":
-                claimed = node.claim_workflow_tasks(now, 3) + " " + node.claim_activity_tasks(3)
+                claimed = claim_and_drop(node, now)
                 return f"claimed {claimed.strip() or 'nothing'}; " + self._replace(index)
             case "crash-after-execute":
-                node.finish_held(self._log, self.step_no, self.write_before_rerun)
+                node.finish_held(self._log)
                 return self._replace(index)
             case "crash-mid-flush":
                 buffer = node.engine.buffer
@@ -302,7 +268,7 @@ class Simulator:
                     self.store.complete_workflow_tasks(written_results, now)
                 return f"wrote {half} of {len(outcomes) + len(results)}; " + self._replace(index)
             case "restart":
-                node.finish_held(self._log, self.step_no, self.write_before_rerun)
+                node.finish_held(self._log)
                 failed = node.store.failed
                 node.engine.stop(timeout=0)
                 # a graceful stop flushes everything, unless the store fails it (then what is
@@ -323,11 +289,11 @@ class Simulator:
             case "duplicate":
                 return self.store.deliver_again(fault.pick, now) or "nothing delivered yet"
             case "hang":
-                holders = [n for n in self.nodes[index:] + self.nodes[:index] if n.activity_tasks]
+                holders = [n for n in self.nodes[index:] + self.nodes[:index] if len(n.pool)]
                 if not holders:
                     return "no activity in flight"
-                task = holders[0].activity_tasks.pop(0)
-                holders[0].hung.append(task)
+                task = holders[0].pool.hang(0)
+                assert task is not None
                 return f"{holders[0].name} task {task.task_id} {task.name} hangs"
             case "flush-stall":
                 node.stalled_until = self.step_no + STALL_STEPS
@@ -363,14 +329,14 @@ class Simulator:
         for node in self.nodes:
             node.stalled_until = -1
             node.store.heal()
-            node.finish_held(self._log, self.step_no, self.write_before_rerun)
+            node.finish_held(self._log)
             node.engine.buffer.flush()
         for run_id, record in self.referee.records(self.store).items():
             if record is not None and record.status is RunStatus.SUSPENDED:
                 self.client.resume(run_id)
         engine = self.nodes[0].engine
         engine.buffer.background = False  # the drain flushes inline
-        self._log("settle", "drain", f"{sum(len(n.hung) for n in self.nodes)} activities left hanging")
+        self._log("settle", "drain", f"{sum(len(n.pool.hung) for n in self.nodes)} activities left hanging")
         for _ in range(SETTLE_ROUNDS):
             worked = engine.workflow_scheduler.step() + engine.activity_scheduler.step()
             worked += engine.workflow_worker.poll_once() + engine.buffer.flush()

@@ -178,8 +178,7 @@ def test_a_dead_engine_thread_is_logged_counted_and_replaced(
                 raise broken.pop()
             return super().wait(timeout)
 
-    worker._wake = Breaking()  # type: ignore[attr-defined]  # kills the thread once, outside its step
-    worker._interval = 0.01  # type: ignore[attr-defined]
+    worker._wait = Breaking().wait  # type: ignore[attr-defined]  # kills the thread once, outside its step
     caplog.set_level(logging.CRITICAL, logger="dex")
     worker.join(5)
     assert not worker.alive

@@ -137,5 +137,5 @@ def test_a_cached_executor_whose_result_was_not_written_is_not_reused() -> None:
 def test_simulation_deciding_while_a_result_is_unwritten(seed: int) -> None:
     kinds = itertools.cycle(["flush-stall", "lease-expiry", "write-fails"])
     faults = [Fault(step, kind, step) for step, kind in zip(range(10, 300, 15), kinds, strict=False)]
-    simulator = Simulator(seed, faults, write_before_rerun=False)
+    simulator = Simulator(seed, faults)
     expect_simulation_failure(simulator, {"replays-deterministically", "every-run-ends"})

@@ -85,7 +85,7 @@ def test_store_errors_strike_every_kind_of_step_and_tasks_are_given_back() -> No
         struck += sum(node.store.failed for node in simulator.nodes)
         outcomes.update(o.split(":")[1] for o in report.outcomes)
         given_back += report.counts.get("given back", 0)
-    assert {"claim-workflows", "claim-activities", "flush"} <= failed_steps, failed_steps
+    assert {"scheduler", "workflows", "activities", "flush-workflows", "flush-activities"} <= failed_steps, failed_steps
     assert struck > 100 and given_back > 0, (struck, given_back)
     assert {"COMPLETED"} <= outcomes and "RUNNING" not in outcomes
 

@@ -1,48 +1,21 @@
-"""BatchWindow and the start's idle rule: under load, rounds wait for the rest of the window;
-after a quiet spell, nothing waits."""
+"""The engine's side of the batch window and the start's idle rule (the window itself is the
+coordinator's, tests/unit/test_coordinator.py), the Foreground and the workflow thread's timers."""
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.dispatch import ActivitySlots, LocalDispatch
-from dex.app.runner import BatchWindow, Foreground, PollingThread
+from dex.app import coordinator as co
+from dex.app.rounds import LocalDispatch
+from dex.app.runner import Foreground, PollingThread
 from dex.testing import VirtualClock
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def test_a_round_after_work_waits_for_the_rest_of_the_window() -> None:
-    clock = FakeClock()
-    window = BatchWindow(0.02, clock)
-    assert window.left("scheduler") == 0.0  # nothing ran yet: at once
-    window.worked("scheduler", clock())
-    clock.t += 0.005
-    assert window.left("scheduler") == pytest.approx(0.015)
-    assert window.left("workflow") == 0.0  # each poller has its own window
-    clock.t += 0.015
-    assert window.left("scheduler") == 0.0  # the window has passed
-    clock.t += 10
-    assert window.left("scheduler") == 0.0  # a quiet spell: at once
-
-
-def test_a_zero_window_never_waits() -> None:
-    clock = FakeClock()
-    window = BatchWindow(0.0, clock)
-    window.worked("scheduler", clock())
-    assert window.left("scheduler") == 0.0
 
 
 class Workflows:
@@ -62,14 +35,14 @@ class Workflows:
 
 
 def dispatch(workflows: Any, idle_after: float) -> LocalDispatch:
+    settings = co.Settings(poll_interval=1, window=idle_after, activity_capacity=4, activity_batch=4, workflow_batch=8)
+    coordinator = co.Coordinator(settings, wake=lambda topics: None, run=lambda task: None)
     return LocalDispatch(
+        coordinator,
         activities=None,  # type: ignore[arg-type]
         workflows=workflows,
-        slots=ActivitySlots(4),
         owner="node",
-        run_activity=lambda task: None,
         wake_workflows=lambda: None,
-        stopping=threading.Event(),
         idle_after=idle_after,
     )
 
@@ -87,18 +60,6 @@ def test_a_start_claims_its_task_only_after_a_whole_idle_window() -> None:
 def test_a_bad_batch_window_is_refused_by_name(bad: Any) -> None:
     with pytest.raises(ValueError, match="batch_window must be a number of seconds >= 0"):
         dex.Engine(InMemoryAdapter(clock=VirtualClock()), batch_window=bad)
-
-
-def test_a_full_round_lets_the_next_one_run_at_once() -> None:
-    clock = FakeClock()
-    window = BatchWindow(0.05, clock)
-    window.worked("workflow", clock())
-    clock.t += 0.01
-    assert window.left("workflow") == pytest.approx(0.04)
-    window.full("workflow")  # the claim got all it asked for: more waits in the queue
-    assert window.left("workflow") == 0.0
-    window.worked("workflow", clock())
-    assert window.left("workflow") == pytest.approx(0.05)  # a round that was not full paces again
 
 
 @dex.workflow
@@ -181,13 +142,25 @@ def test_starts_and_transitions_are_calls_in_flight() -> None:
     assert not engine.foreground.busy()
 
 
+def _window_left(engine: dex.Engine, key: str) -> float:
+    coordinator = engine._background.coordinator
+    return co.window_left(coordinator.settings, coordinator.state, key, time.monotonic())
+
+
+def _worked(engine: dex.Engine, key: str) -> None:
+    """As a round of ``key`` that found work does: its window begins."""
+    coordinator = engine._background.coordinator
+    coordinator.state = co._worked(coordinator.state, key, time.monotonic())
+
+
 def test_a_scheduler_round_that_made_tasks_lets_the_worker_claim_them_at_once() -> None:
     engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick], batch_window=60)
-    engine._background.window.worked("workflow", engine._background.window.now())  # a claim just found work
-    assert engine._background.window.left("workflow") > 50
+    _worked(engine, "workflow")  # a claim just found work
+    assert _window_left(engine, "workflow") > 50
     engine.start_workflow(quick)
-    assert engine._background.schedule_round() == 1
-    assert engine._background.window.left("workflow") == 0.0  # the round's tasks are the batch: no wait
+    assert engine._background.rounds.scheduler() == 0.0  # it made a task: straight back
+    assert _window_left(engine, "workflow") == 0.0  # the round's tasks are the batch: no wait
+    assert "workflow" in engine._background.coordinator.state.wanted  # and the worker claims them
 
 
 def _timer_slack() -> int:
@@ -213,16 +186,17 @@ def test_the_workflow_workers_thread_ends_its_short_pauses_on_time_when_opted_in
     stopping = threading.Event()
 
     def step_of(name: str) -> Any:
-        def step() -> int:
+        def step() -> float:
             seen[name] = _timer_slack()
             stopping.set()
-            return 0
+            return 0.0
 
         return step
 
     for name, fine in (("fine", True), ("plain", False)):
         stopping.clear()
-        thread = PollingThread(name, step_of(name), threading.Event(), stopping, interval=0.01, fine_timers=fine)
+        wake = threading.Event()
+        thread = PollingThread(name, step_of(name), wake.wait, wake.clear, stopping, fine_timers=fine)
         thread.start()
         thread.join(5)
     assert (seen["fine"] == 1000) is opted_in
@@ -245,60 +219,12 @@ def test_the_engine_gives_fine_timers_to_the_workflow_worker_only(monkeypatch: p
     assert made and not any(made.values())
 
 
-def _waiting(window: BatchWindow, key: str, stopping: threading.Event) -> tuple[threading.Thread, list[bool]]:
-    said: list[bool] = []
-    thread = threading.Thread(target=lambda: said.append(window.wait(key, stopping)))
-    thread.start()
-    return thread, said
-
-
-def test_full_ends_a_wait_for_the_window_that_has_begun() -> None:
-    # the worker waits out its window; the scheduler then makes tasks: they are claimed at once
-    window, stopping = BatchWindow(3600), threading.Event()
-    window.worked("workflow", window.now())
-    thread, said = _waiting(window, "workflow", stopping)
-    window.full("scheduler")  # another poller's key: no effect on this wait
-    thread.join(0.2)
-    assert thread.is_alive()
-    window.full("workflow")
-    thread.join(30)
-    assert not thread.is_alive() and said == [False]
-    assert window.left("workflow") == 0.0
-
-
-def test_release_ends_every_wait_when_the_engine_stops() -> None:
-    window, stopping = BatchWindow(3600), threading.Event()
-    window.worked("scheduler", window.now())
-    thread, said = _waiting(window, "scheduler", stopping)
-    stopping.set()
-    window.release()
-    thread.join(30)
-    assert not thread.is_alive() and said == [True]
-    assert window.wait("scheduler", stopping) is True  # stopping: no wait at all
-
-
 def test_a_written_task_hurries_a_scheduler_inside_its_window() -> None:
     engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick], batch_window=3600)
-    window = engine._background.window
     engine.start_workflow(quick)
     engine.workflow_scheduler.step()
-    window.worked("scheduler", window.now())  # as a scheduler round that found work does
-    assert window.left("scheduler") > 0
+    _worked(engine, "scheduler")  # as a scheduler round that found work does
+    assert _window_left(engine, "scheduler") > 0
     engine.workflow_worker.poll_once()
     engine.buffer.flush()  # the task's result is written: the task has left its queue
-    assert window.left("scheduler") == 0.0
-
-
-def test_full_during_a_round_is_not_undone_when_the_round_ends() -> None:
-    # the scheduler makes tasks while the worker's round runs: the worker's next round comes at once
-    clock = FakeClock()
-    window = BatchWindow(0.05, clock)
-    started = clock()
-    clock.t += 0.01
-    window.full("workflow")
-    clock.t += 0.01
-    window.worked("workflow", started)  # the round that began before full() ends
-    assert window.left("workflow") == 0.0
-    later = clock()
-    window.worked("workflow", later)  # a round that began after it arms the window as before
-    assert window.left("workflow") == pytest.approx(0.05)
+    assert _window_left(engine, "scheduler") == 0.0
