@@ -41,9 +41,9 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 import psycopg
 from psycopg import pq
@@ -127,6 +127,11 @@ class DirectStatement:
             raise error_from_result(result, encoding=conn.info.encoding)
         return result
 
+    def encode(self, values: Sequence[object]) -> list[Param]:
+        """``values`` (Python values, one per parameter, in order) in the form this statement
+        sends them: the text form of each parameter's type, bytes as they are (:func:`encode`)."""
+        return [encode(oid, value) for oid, value in zip(self.types, values, strict=True)]
+
     def check(self, params: Sequence[Param]) -> None:
         """Refuse ``params`` before anything is sent: a wrong count (``ValueError``), or a NUL
         in a text value (``StoreRejectedError`` naming its field)."""
@@ -187,6 +192,23 @@ def jsonb_object(pairs: Iterable[tuple[str, str]], field: str = "a JSON object")
 def text_array(values: Sequence[str] | None) -> Param:
     """An array literal (:func:`arrays.text_literal`)."""
     return arrays.text_literal(values).encode() if values is not None else None
+
+
+# the encoding of each parameter type a statement here takes (a jsonb parameter: its JSON text)
+_ENCODERS: dict[int, Callable[[Any], Param]] = {
+    TEXT: text,
+    INT4: int4,
+    BOOL: boolean,
+    BYTEA: bytes,
+    TIMESTAMPTZ: timestamptz,
+    JSONB: text,
+    TEXT_ARRAY: text_array,
+}
+
+
+def encode(oid: int, value: object) -> Param:
+    """A Python value as a parameter of type ``oid`` is sent (None: NULL)."""
+    return _ENCODERS[oid](value) if value is not None else None
 
 
 def value(result: pq.abc.PGresult, column: int) -> str | None:
