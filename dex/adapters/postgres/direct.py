@@ -101,6 +101,7 @@ class DirectStatement:
             raise ValueError(f"{name}: {len(self.types)} field names expected, got {len(fields)}")
         self.fields = list(fields) or [f"${n}" for n in range(1, len(self.types) + 1)]
         self.formats = [1 if oid in _BINARY else 0 for oid in self.types]
+        self._encoders = [_ENCODERS[oid] for oid in self.types]
         # the connections that hold the statement; a closed connection drops out by itself
         self._ready: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -130,7 +131,9 @@ class DirectStatement:
     def encode(self, values: Sequence[object]) -> list[Param]:
         """``values`` (Python values, one per parameter, in order) in the form this statement
         sends them: the text form of each parameter's type, bytes as they are (:func:`encode`)."""
-        return [encode(oid, value) for oid, value in zip(self.types, values, strict=True)]
+        return [
+            encoder(value) if value is not None else None for encoder, value in zip(self._encoders, values, strict=True)
+        ]
 
     def check(self, params: Sequence[Param]) -> None:
         """Refuse ``params`` before anything is sent: a wrong count (``ValueError``), or a NUL
@@ -194,14 +197,15 @@ def text_array(values: Sequence[str] | None) -> Param:
     return arrays.text_literal(values).encode() if values is not None else None
 
 
-# the encoding of each parameter type a statement here takes (a jsonb parameter: its JSON text)
+# the encoding of a value (never None: that is NULL) of each parameter type a statement here
+# takes (a jsonb parameter: its JSON text)
 _ENCODERS: dict[int, Callable[[Any], Param]] = {
-    TEXT: text,
+    TEXT: str.encode,
     INT4: int4,
     BOOL: boolean,
     BYTEA: bytes,
     TIMESTAMPTZ: timestamptz,
-    JSONB: text,
+    JSONB: str.encode,
     TEXT_ARRAY: text_array,
 }
 
