@@ -20,17 +20,16 @@ import dex
 from benchmarks.workloads import ACTIVITIES, WORKFLOWS
 from dex.adapters.memory import InMemoryAdapter
 from dex.adapters.postgres.rows import history_row
+from dex.app.executors import Given, Preloaded
 from dex.app.ids import new_run_id
 from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import Lease, WorkflowTask
+from dex.app.ports import Lease, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage
 from dex.testing import VirtualClock
 
 WORKFLOW = "bench-three"
-# what the worker's round hands ``execute``: no cached executor, the loaded input, its time
-Preloaded = tuple[None, tuple[list[ev.HistoryEvent], list[InboxMessage]], datetime]
 
 
 class DecidePath:
@@ -59,7 +58,9 @@ class DecidePath:
             )
             task = WorkflowTask(task_id=i, run_id=run_id, workflow_name=WORKFLOW, queue="default", lease=lease)
             history = [ev.HistoryEvent(sequence_number=1, timestamp=self.now, event=created)]
-            made.append((task, (None, (history, [InboxMessage(message_id=i, event=ev.RunStarted())]), self.now)))
+            loaded = WorkflowInput(events=history, inbox=[InboxMessage(message_id=i, event=ev.RunStarted())])
+            # what the worker's round hands ``execute``: no cached executor, the input, its time
+            made.append((task, Preloaded(cached=None, given=Given(loaded=loaded, at=self.now))))
         return made
 
     def run(self, n: int) -> float:

@@ -15,6 +15,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 
+import attrs
+
 from dex.app.ports import Loaded, Store, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.replay import WorkflowExecutor
@@ -22,19 +24,40 @@ from dex.domain.task import InboxMessage, WorkflowTaskResult
 
 log = logging.getLogger("dex.worker")
 
-# a cached executor and the sequence number it stands at
-Cached = tuple[WorkflowExecutor, int]
 
-# what a round hands WorkflowWorker.execute: the executor taken from the cache, the loaded
-# input, the time
-Preloaded = tuple[
-    "Cached | None",
-    "tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception",
-    datetime,
-]
+@attrs.frozen(kw_only=True)
+class Cached:
+    """An executor kept for its run's next task, and the sequence number it stands at (the
+    last history event it has applied)."""
 
-# a task of a round not yet started: its cached executor and its input (loaded at a time)
-Job = tuple[WorkflowTask, "Cached | None", tuple[Loaded, datetime]]
+    executor: WorkflowExecutor
+    last_seq: int
+
+
+@attrs.frozen(kw_only=True)
+class Given:
+    """A task's input that is already at hand (loaded with its claim, or by its round), and
+    the time it was loaded at: the time the task is decided at."""
+
+    loaded: Loaded
+    at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class Preloaded:
+    """What a round hands ``WorkflowWorker.execute``: the executor taken from the cache for the
+    task's run (None: none was kept) and the task's input."""
+
+    cached: Cached | None
+    given: Given
+
+
+@attrs.frozen(kw_only=True)
+class Job:
+    """A task of a round not yet started, with what it starts from."""
+
+    task: WorkflowTask
+    preloaded: Preloaded
 
 
 class Round:
@@ -56,10 +79,10 @@ class ExecutorCache:
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._entries: OrderedDict[str, tuple[WorkflowExecutor, int]] = OrderedDict()
+        self._entries: OrderedDict[str, Cached] = OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, run_id: str) -> tuple[WorkflowExecutor, int] | None:
+    def take(self, run_id: str) -> Cached | None:
         """Remove and return the executor cached for ``run_id`` and the sequence number it stands at."""
         with self._lock:
             return self._entries.pop(run_id, None)
@@ -71,24 +94,24 @@ class ExecutorCache:
                 evicted.append(executor)
             else:
                 replaced = self._entries.pop(run_id, None)
-                if replaced is not None and replaced[0] is not executor:
-                    evicted.append(replaced[0])  # another executor of the run: dropped, so closed
-                self._entries[run_id] = (executor, last_seq)
+                if replaced is not None and replaced.executor is not executor:
+                    evicted.append(replaced.executor)  # another executor of the run: dropped, so closed
+                self._entries[run_id] = Cached(executor=executor, last_seq=last_seq)
                 while len(self._entries) > self._capacity:
-                    evicted.append(self._entries.popitem(last=False)[1][0])
+                    evicted.append(self._entries.popitem(last=False)[1].executor)
         for old in evicted:
             old.close()
 
     def positions(self, run_ids: Sequence[str]) -> dict[str, int]:
         """The sequence number each cached run's executor stands at (runs not cached are left out)."""
         with self._lock:
-            return {run_id: self._entries[run_id][1] for run_id in run_ids if run_id in self._entries}
+            return {run_id: self._entries[run_id].last_seq for run_id in run_ids if run_id in self._entries}
 
     def discard(self, run_id: str) -> None:
         with self._lock:
             entry = self._entries.pop(run_id, None)
         if entry is not None:
-            entry[0].close()
+            entry.executor.close()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -96,14 +119,14 @@ class ExecutorCache:
     def clear(self) -> None:
         with self._lock:
             entries, self._entries = list(self._entries.values()), OrderedDict()
-        for executor, _seq in entries:
-            executor.close()
+        for entry in entries:
+            entry.executor.close()
 
 
 def round_inputs(
     store: Store,
     cache: ExecutorCache,
-    handed: Sequence[tuple[WorkflowTask, tuple[Loaded, datetime] | None]],
+    handed: Sequence[tuple[WorkflowTask, Given | None]],
     give_back: Callable[[WorkflowTask, Exception], bool],
 ) -> list[Job]:
     """The jobs of a round: each task with its cached executor (taken from ``cache``) and its
@@ -114,7 +137,7 @@ def round_inputs(
     cached = [cache.take(task.run_id) for task, _given in handed]
     try:
         requests = [
-            (task, entry[1] if entry is not None else 0)
+            (task, entry.last_seq if entry is not None else 0)
             for (task, given), entry in zip(handed, cached, strict=True)
             if given is None
         ]
@@ -125,13 +148,18 @@ def round_inputs(
             except Exception as exc:  # noqa: BLE001 - the store failed the load: the tasks, not the runs
                 fresh = _given_back([task for task, _after in requests], exc, give_back)
         return [
-            (task, entry, given if given is not None else (next(fresh), now))
+            Job(
+                task=task,
+                preloaded=Preloaded(
+                    cached=entry, given=given if given is not None else Given(loaded=next(fresh), at=now)
+                ),
+            )
             for (task, given), entry in zip(handed, cached, strict=True)
         ]
     except BaseException:
         # a dropped executor is closed at once, replay-silent (SPEC §8): left to the garbage
         # collector, its code's finally blocks would run as if live
-        close_all(entry[0] for entry in cached if entry is not None)
+        close_all(entry.executor for entry in cached if entry is not None)
         raise
 
 
@@ -157,26 +185,25 @@ def start_point(
 ) -> tuple[WorkflowExecutor | None, int, list[ev.HistoryEvent], list[InboxMessage]]:
     """The cached executor if the stored history still ends where it stands, else the full history."""
     if preloaded is not None:
-        cached, item = preloaded[0], preloaded[1]
+        cached, item = preloaded.cached, preloaded.given.loaded
     else:
         cached = cache.take(task.run_id)
         try:
-            item = store.load_workflow_tasks([(task, cached[1] if cached else 0)], now)[0]
+            item = store.load_workflow_tasks([(task, cached.last_seq if cached else 0)], now)[0]
         except BaseException:
             if cached is not None:
-                cached[0].close()  # dropped: closed at once, not by the garbage collector (SPEC §8)
+                cached.executor.close()  # dropped: closed at once, not by the garbage collector (SPEC §8)
             raise
     if isinstance(item, Exception):
         if cached is not None:
-            cached[0].close()
+            cached.executor.close()
         raise item
     if cached is not None:
-        executor, cached_seq = cached
-        tail, inbox = item
-        if len(tail) == 1 and tail[0].sequence_number == cached_seq:
-            return executor, cached_seq, [], inbox
-        executor.close()  # someone else moved the run on (or our last result was refused)
-    history, inbox = item
+        tail = item.events
+        if len(tail) == 1 and tail[0].sequence_number == cached.last_seq:
+            return cached.executor, cached.last_seq, [], item.inbox
+        cached.executor.close()  # someone else moved the run on (or our last result was refused)
+    history, inbox = item.events, item.inbox
     if not history or history[0].sequence_number != 1:
         # a tail, loaded for an executor that does not stand there now: it was closed just
         # above, or it left the bounded cache after the claim that loaded the tail for it

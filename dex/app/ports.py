@@ -166,8 +166,19 @@ class Claim:
     after_seqs: Mapping[str, int] | None = None
 
 
-# a claimed workflow task's input as load_workflow_tasks gives it: (history, inbox) or the error
-Loaded = tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception
+@attrs.frozen(kw_only=True)
+class WorkflowInput:
+    """A claimed workflow task's input: the run's history events from the sequence number the
+    load asked for (all of them from 0), and its inbox messages visible at the load's time, in
+    the order they became visible."""
+
+    events: list[ev.HistoryEvent]
+    inbox: list[InboxMessage]
+
+
+# a claimed workflow task's input as load_workflow_tasks gives it, or the error that stands for
+# it (RunNotFoundError, UnreadableHistoryError): a value, so one task's failure is its own
+Loaded = WorkflowInput | Exception
 
 
 @attrs.frozen(kw_only=True)
@@ -253,9 +264,7 @@ class WorkflowTaskQueue(Protocol):
         """
         ...
 
-    def load_workflow_tasks(
-        self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime
-    ) -> list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception]:
+    def load_workflow_tasks(self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime) -> list[Loaded]:
         """``load_workflow_task`` for a claimed batch at once, each with its own ``after_seq``;
         per task its history and inbox, or the RunNotFoundError / UnreadableHistoryError."""
         ...

@@ -24,6 +24,7 @@ from dex.app.buffer import ResultBuffer
 from dex.app.executors import (
     Cached,
     ExecutorCache,
+    Given,
     GivenBack,
     Preloaded,
     Round,
@@ -90,7 +91,7 @@ class WorkflowWorker:
         self._unwritten_lock = threading.Lock()
         # tasks claimed for us by a completion ("complete, then claim"), waiting to be run, each
         # with its input when the completion loaded it too (and the time it was loaded at)
-        self._handed: list[tuple[WorkflowTask, tuple[Loaded, datetime] | None]] = []
+        self._handed: list[tuple[WorkflowTask, Given | None]] = []
         self._handed_lock = threading.Lock()
         self._rounds: dict[int, Round] = {}  # by thread: the round each thread is running
         # notices workflow code that blocks its task (set by a started engine, dex.app.watchdog)
@@ -127,9 +128,7 @@ class WorkflowWorker:
     ) -> None:
         """Tasks already claimed for this worker: the next round runs them without a claim, and,
         for those whose input came along (``loaded`` at ``now``), without a load."""
-        inputs: Sequence[tuple[Loaded, datetime] | None] = (
-            [(item, now) for item in loaded] if loaded and now is not None else [None] * len(tasks)
-        )
+        inputs = [Given(loaded=item, at=now) for item in loaded] if loaded and now is not None else [None] * len(tasks)
         with self._handed_lock:
             self._handed.extend(zip(tasks, inputs, strict=True))
 
@@ -173,9 +172,9 @@ class WorkflowWorker:
                 with self._handed_lock:
                     if not round_.jobs:
                         break
-                    task, entry, (item, loaded_at) = round_.jobs.popleft()
-                started = time.perf_counter()
-                result = self.execute(task, preloaded=(entry, item, loaded_at))
+                    job = round_.jobs.popleft()
+                task, started = job.task, time.perf_counter()
+                result = self.execute(task, preloaded=job.preloaded)
                 if result is not None:
                     if self.foreground.busy() and result.new_events:
                         # the flusher writes a round without stepping aside: encode here, meanwhile
@@ -193,7 +192,7 @@ class WorkflowWorker:
                 left, done = list(round_.jobs), round_.done
                 round_.jobs.clear()
                 round_.done = []
-            close_all(entry[0] for _task, entry, _input in left if entry is not None)  # dropped: closed now
+            close_all(job.preloaded.cached.executor for job in left if job.preloaded.cached is not None)  # dropped
             if done:  # also when a later task of the round raised: what is decided is written
                 self._buffer.add_workflow_results(done)
         self.worked_at = time.monotonic()
@@ -211,10 +210,10 @@ class WorkflowWorker:
             left, done = list(round_.jobs), round_.done
             round_.jobs.clear()
             round_.done = []
-            self._handed[:0] = [(task, given) for task, _entry, given in left]
-        for task, entry, _given in left:
-            if entry is not None:
-                self.cache.put(task.run_id, *entry)
+            self._handed[:0] = [(job.task, job.preloaded.given) for job in left]
+        for job in left:
+            if (entry := job.preloaded.cached) is not None:
+                self.cache.put(job.task.run_id, entry.executor, entry.last_seq)
         if done:
             self._buffer.add_workflow_results(done)
         return len(left)
@@ -253,11 +252,11 @@ class WorkflowWorker:
         with self._unwritten_lock:
             entry = self._unwritten.pop((task.task_id, task.lease.version), None)
         if entry is not None:
-            entry[0].close()
+            entry.executor.close()
         self.cache.discard(task.run_id)
 
     def _decide(self, task: WorkflowTask, preloaded: Preloaded | None = None) -> WorkflowTaskResult | None:
-        now = preloaded[2] if preloaded is not None else self._store.clock.now()
+        now = preloaded.given.at if preloaded is not None else self._store.clock.now()
         executor: WorkflowExecutor | None = None
         try:
             executor, last_seq, history, inbox = start_point(self._store, self.cache, task, now, preloaded)
@@ -329,8 +328,9 @@ class WorkflowWorker:
         else:
             # cached only once the store has applied the result: until then another node may
             # redo this task and record different side effects at the same sequence numbers
+            entry = Cached(executor=executor, last_seq=result.new_events[-1].sequence_number)
             with self._unwritten_lock:
-                self._unwritten[(task.task_id, task.lease.version)] = (executor, result.new_events[-1].sequence_number)
+                self._unwritten[(task.task_id, task.lease.version)] = entry
         return result
 
     def _give_back_unloaded(self, task: WorkflowTask, exc: Exception) -> bool:
@@ -366,8 +366,8 @@ class WorkflowWorker:
         self.cache.clear()
         with self._unwritten_lock:
             unwritten, self._unwritten = list(self._unwritten.values()), {}
-        for executor, _seq in unwritten:
-            executor.close()
+        for entry in unwritten:
+            entry.executor.close()
 
     def written(self, task: WorkflowTask, applied: bool) -> None:
         """The buffer wrote our result for ``task``: keep its executor if the store applied it."""
@@ -375,11 +375,10 @@ class WorkflowWorker:
             entry = self._unwritten.pop((task.task_id, task.lease.version), None)
         if entry is None:
             return
-        executor, seq = entry
         if applied:
-            self.cache.put(task.run_id, executor, seq)
+            self.cache.put(task.run_id, entry.executor, entry.last_seq)
         else:
-            executor.close()
+            entry.executor.close()
 
 
 def _describe(exc: BaseException) -> str:

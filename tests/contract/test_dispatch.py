@@ -87,10 +87,9 @@ def test_an_activity_completion_can_load_the_input_of_the_task_it_claims(make_en
     run_id, last, applied, next_task, item = _claim_after_first_step(engine)
     assert applied == [True] and next_task.run_id == run_id
     assert not isinstance(item, Exception)
-    tail, inbox = item
     # the history from where the caller's executor stands (nothing since), and the new answer
-    assert [e.sequence_number for e in tail] == [last]
-    assert [type(m.event).__name__ for m in inbox] == ["ActivityTaskCompleted"]
+    assert [e.sequence_number for e in item.events] == [last]
+    assert [type(m.event).__name__ for m in item.inbox] == ["ActivityTaskCompleted"]
     # the same as a separate load in a later transaction gives
     assert engine.store.load_workflow_tasks([(next_task, last)], engine.store.clock.now()) == [item]
 

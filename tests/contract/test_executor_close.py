@@ -112,7 +112,7 @@ def test_evicted_executors_are_closed_silently(make_engine: Any) -> None:
     entry = cache.take(run_id)
     assert entry is not None
     small = ExecutorCache(0)
-    small.put(run_id, *entry)  # evicted at once
+    small.put(run_id, entry.executor, entry.last_seq)  # evicted at once
     assert finals == [True]
     assert effects == []
 
@@ -125,8 +125,8 @@ def test_an_executor_replaced_in_the_cache_is_closed_silently(make_engine: Any) 
     other, _other_id = _waiting(make_engine, guarded, 2)
     newer = other.workflow_worker.cache.take(_other_id)
     assert newer is not None
-    cache.put(run_id, *entry)
-    cache.put(run_id, *newer)  # the first one is dropped
+    cache.put(run_id, entry.executor, entry.last_seq)
+    cache.put(run_id, newer.executor, newer.last_seq)  # the first one is dropped
     assert finals == [True]
     assert effects == []
     cache.clear()

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dex.adapters.postgres import direct
-from dex.app.ports import Claim, Lease, RunFilter
+from dex.app.ports import Claim, Lease, RunFilter, WorkflowInput
 from dex.domain import events as ev
 from dex.testing import VirtualClock
 
@@ -208,14 +208,14 @@ def test_a_start_that_claims_names_its_workflow_among_quoted_names(make_adapter,
     ]
     # the task and the message the start returned are the rows the server holds
     assert adapter.claim_workflow_tasks(frozenset({name}), "node-2", now, timedelta(seconds=30), 10) == []
-    ((history, inbox),) = loaded
-    assert [event.event for event in history] == [created]
-    assert [message.event for message in inbox] == [ev.RunStarted()]
+    (given,) = loaded
+    assert isinstance(given, WorkflowInput)
+    assert [event.event for event in given.events] == [created]
+    assert [message.event for message in given.inbox] == [ev.RunStarted()]
     (stored,) = adapter.load_workflow_tasks([(tasks[0], 0)], now)
-    assert not isinstance(stored, Exception)
-    stored_history, stored_inbox = stored
-    assert [m.message_id for m in stored_inbox] == [m.message_id for m in inbox]
-    assert [e.event for e in stored_history] == [created]
+    assert isinstance(stored, WorkflowInput)
+    assert [m.message_id for m in stored.inbox] == [m.message_id for m in given.inbox]
+    assert [e.event for e in stored.events] == [created]
 
 
 @pytest.mark.parametrize(

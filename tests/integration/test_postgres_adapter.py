@@ -16,7 +16,7 @@ from psycopg import sql
 import dex
 from dex.adapters.postgres import LATEST_VERSION, DatabaseConnectionError, PostgresAdapter, migrate, schema_version
 from dex.adapters.postgres import schema as pg_schema_module
-from dex.app.ports import ActivityOutcome, WorkflowTask
+from dex.app.ports import ActivityOutcome, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.retry import RetryPolicy
 from dex.domain.task import NewActivityTask, WorkflowTaskResult
@@ -313,7 +313,9 @@ def test_each_write_is_one_history_row_and_a_tail_load_starts_inside_it(
         (4, ["WorkflowTaskCompleted"]),
         (0, ["RunCreated", "WorkflowTaskStarted", "RunStarted", "WorkflowTaskCompleted"]),
     ):
-        [(history, inbox)] = store.load_workflow_tasks([(second, after)], clock.now())  # type: ignore[misc]
+        [loaded] = store.load_workflow_tasks([(second, after)], clock.now())
+        assert isinstance(loaded, WorkflowInput)
+        history, inbox = loaded.events, loaded.inbox
         assert [e.kind for e in history] == kinds
         assert [type(m.event).__name__ for m in inbox] == ["ExternalEventReceived"]
         single, _inbox = store.load_workflow_task(second, clock.now(), after_seq=after)

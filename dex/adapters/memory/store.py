@@ -19,7 +19,16 @@ from dex.adapters.memory.runs import MemoryRuns
 from dex.adapters.memory.state import check_queue
 from dex.adapters.memory.tables import CREATED, ActivityTaskRow, QueueRow, WorkflowTaskRow
 from dex.adapters.memory.tasks import MemoryTasks
-from dex.app.ports import WORKFLOW, ActivityOutcome, ActivityTask, Claim, Loaded, QueueInfo, WorkflowTask
+from dex.app.ports import (
+    WORKFLOW,
+    ActivityOutcome,
+    ActivityTask,
+    Claim,
+    Loaded,
+    QueueInfo,
+    WorkflowInput,
+    WorkflowTask,
+)
 from dex.domain import events as ev
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 
@@ -42,7 +51,7 @@ class InMemoryAdapter(MemoryRuns, MemoryTasks):
             task.lease.take(claim.owner, now + claim.lease)
             (started,) = self._inbox[run_id]
             inbox = [InboxMessage(message_id=started.message_id, event=started.event)]
-            return got, [task.claimed()], [(list(self._runs[run_id].history), inbox)]
+            return got, [task.claimed()], [WorkflowInput(events=list(self._runs[run_id].history), inbox=inbox)]
 
     def complete_workflow_tasks_then_claim(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim

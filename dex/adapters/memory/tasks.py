@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow
-from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, WorkflowTask
+from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, Loaded, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus
@@ -97,14 +97,13 @@ class MemoryTasks(MemoryState):
             inbox = [InboxMessage(message_id=m.message_id, event=m.event) for m in visible]
             return [e for e in row.history if e.sequence_number >= after_seq], inbox
 
-    def load_workflow_tasks(
-        self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime
-    ) -> list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception]:
+    def load_workflow_tasks(self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime) -> list[Loaded]:
         with self._lock:
-            loaded: list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception] = []
+            loaded: list[Loaded] = []
             for task, after_seq in requests:
                 try:
-                    loaded.append(self.load_workflow_task(task, now, after_seq))
+                    events, inbox = self.load_workflow_task(task, now, after_seq)
+                    loaded.append(WorkflowInput(events=events, inbox=inbox))
                 except RunNotFoundError as exc:
                     loaded.append(exc)
             return loaded

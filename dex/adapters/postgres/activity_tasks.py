@@ -90,7 +90,7 @@ def claim_activity_tasks(
             """
             WITH claimable AS (
                 SELECT t.queue, t.task_id FROM {s}.activity_tasks t
-                WHERE t.state = 'QUEUED' AND t.name = ANY(%(names)s)
+                WHERE t.state = 'QUEUED' AND t.name = ANY(%(names)b::text[])
                   AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
                   AND t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'activity' AND NOT paused)
                 ORDER BY t.priority DESC, t.task_id
@@ -148,7 +148,7 @@ def complete_activity_tasks(
         row[0]
         for row in conn.execute(
             q(
-                "SELECT run_id FROM {s}.runs WHERE run_id = ANY(%s) AND status IN "
+                "SELECT run_id FROM {s}.runs WHERE run_id = ANY(%b::text[]) AND status IN "
                 + LIVE
                 + " ORDER BY run_id FOR SHARE"
             ),

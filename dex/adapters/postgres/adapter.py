@@ -220,9 +220,7 @@ class PostgresAdapter:
         with self._statement() as conn:
             return workflow_tasks.load_workflow_task(conn, self._q, task, now, after_seq)
 
-    def load_workflow_tasks(
-        self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime
-    ) -> list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception]:
+    def load_workflow_tasks(self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime) -> list[Loaded]:
         with self._statement() as conn:
             return workflow_tasks.load_workflow_tasks(conn, self._q, requests, now)
 

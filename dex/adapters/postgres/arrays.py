@@ -5,13 +5,17 @@ The adapter's one rule for array parameters:
 - every array goes in binary, as ``%b::type[]`` (the type named, so that an empty list or one
   of NULLs needs no guessing);
 - it is packed here when a statement sends it for each task or result of a round (the flush's
-  lease check, run updates, history blocks and inbox consumption): those are the arrays whose
-  element-by-element dumping measured half the flusher's CPU (below);
+  lease check, run updates, history blocks and inbox consumption; the load of a claimed
+  round's inputs): those are the arrays whose element-by-element dumping measured half the
+  flusher's CPU (below);
 - any other array (a statement per child, activity or request, the readers' filters) is a
   Python list, which psycopg's own list dumpers send in binary;
 - the one exception is the start's statement through libpq (:mod:`.direct`), which sends
   every value in text form: its one array, the claim's workflow names, is the literal of
   :func:`text_literal` (also the text form of a packed array, for ``%t`` and literals).
+
+``tests/unit/test_array_rule.py`` reads the adapter's SQL and fails on an array parameter sent
+another way (``ANY(%s)``, ``%s::text[]``, an unnest argument without its binary cast).
 
 A flush writes a batch of results with ``unnest`` of one array per column: some twenty
 arrays of a few dozen elements each. psycopg dumps a list element by element through its

@@ -115,8 +115,20 @@ def complete_workflow_tasks(
     return applied
 
 
-# run id, status, started, custom status set, custom status, last_seq, finished, result, failure
-_RunUpdate = tuple[str, str, bool, bool, str | None, int, bool, bytes | None, bytes | None]
+@attrs.frozen(kw_only=True)
+class _RunUpdate:
+    """What one applied result changes in its run's row: a row of :meth:`_Round._update_runs`'s
+    ``unnest`` (``result`` and ``failure`` encoded; they count only when ``finished``)."""
+
+    run_id: str
+    status: str
+    started: bool
+    sets_custom_status: bool
+    custom_status: str | None
+    last_seq: int
+    finished: bool
+    result: bytes | None
+    failure: bytes | None
 
 
 class _Round:
@@ -145,16 +157,18 @@ class _Round:
         run.status = plan.status
         completion = plan.completion
         self._updates.append(
-            (
-                run_id,
-                plan.status.value,
-                plan.started,
-                plan.sets_custom_status,
-                plan.custom_status,
-                run.last_seq,
-                completion is not None,
-                encode_payload(completion.result) if completion is not None and completion.result is not None else None,
-                encode_failure(completion.failure)
+            _RunUpdate(
+                run_id=run_id,
+                status=plan.status.value,
+                started=plan.started,
+                sets_custom_status=plan.sets_custom_status,
+                custom_status=plan.custom_status,
+                last_seq=run.last_seq,
+                finished=completion is not None,
+                result=encode_payload(completion.result)
+                if completion is not None and completion.result is not None
+                else None,
+                failure=encode_failure(completion.failure)
                 if completion is not None and completion.failure is not None
                 else None,
             )
@@ -196,9 +210,7 @@ class _Round:
         insert_inbox(conn, q, self._messages({c.run_id for c in children}))
 
     def _update_runs(self) -> None:
-        run_ids, statuses, started, set_custom, custom, last_seqs, finished, results, failures = zip(
-            *self._updates, strict=True
-        )
+        updates = self._updates
         self._conn.execute(
             self._q(
                 "UPDATE {s}.runs r SET status = u.status,"
@@ -217,15 +229,15 @@ class _Round:
             [
                 self._now,
                 self._now,
-                arrays.texts(run_ids),
-                arrays.texts(statuses),
-                arrays.bools(started),
-                arrays.bools(set_custom),
-                arrays.texts(custom),
-                arrays.int4s(last_seqs),
-                arrays.bools(finished),
-                arrays.byteas(results),
-                arrays.byteas(failures),
+                arrays.texts([u.run_id for u in updates]),
+                arrays.texts([u.status for u in updates]),
+                arrays.bools([u.started for u in updates]),
+                arrays.bools([u.sets_custom_status for u in updates]),
+                arrays.texts([u.custom_status for u in updates]),
+                arrays.int4s([u.last_seq for u in updates]),
+                arrays.bools([u.finished for u in updates]),
+                arrays.byteas([u.result for u in updates]),
+                arrays.byteas([u.failure for u in updates]),
             ],
         )
 

@@ -41,9 +41,9 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 import psycopg
 from psycopg import pq
@@ -101,6 +101,7 @@ class DirectStatement:
             raise ValueError(f"{name}: {len(self.types)} field names expected, got {len(fields)}")
         self.fields = list(fields) or [f"${n}" for n in range(1, len(self.types) + 1)]
         self.formats = [1 if oid in _BINARY else 0 for oid in self.types]
+        self._encoders = [_ENCODERS[oid] for oid in self.types]
         # the connections that hold the statement; a closed connection drops out by itself
         self._ready: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -126,6 +127,13 @@ class DirectStatement:
         if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
             raise error_from_result(result, encoding=conn.info.encoding)
         return result
+
+    def encode(self, values: Sequence[object]) -> list[Param]:
+        """``values`` (Python values, one per parameter, in order) in the form this statement
+        sends them: the text form of each parameter's type, bytes as they are (:func:`encode`)."""
+        return [
+            encoder(value) if value is not None else None for encoder, value in zip(self._encoders, values, strict=True)
+        ]
 
     def check(self, params: Sequence[Param]) -> None:
         """Refuse ``params`` before anything is sent: a wrong count (``ValueError``), or a NUL
@@ -187,6 +195,24 @@ def jsonb_object(pairs: Iterable[tuple[str, str]], field: str = "a JSON object")
 def text_array(values: Sequence[str] | None) -> Param:
     """An array literal (:func:`arrays.text_literal`)."""
     return arrays.text_literal(values).encode() if values is not None else None
+
+
+# the encoding of a value (never None: that is NULL) of each parameter type a statement here
+# takes (a jsonb parameter: its JSON text)
+_ENCODERS: dict[int, Callable[[Any], Param]] = {
+    TEXT: str.encode,
+    INT4: int4,
+    BOOL: boolean,
+    BYTEA: bytes,
+    TIMESTAMPTZ: timestamptz,
+    JSONB: str.encode,
+    TEXT_ARRAY: text_array,
+}
+
+
+def encode(oid: int, value: object) -> Param:
+    """A Python value as a parameter of type ``oid`` is sent (None: NULL)."""
+    return _ENCODERS[oid](value) if value is not None else None
 
 
 def value(result: pq.abc.PGresult, column: int) -> str | None:

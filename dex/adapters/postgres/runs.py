@@ -10,9 +10,11 @@ The tables hold no foreign keys (migration 3): these locks are what keep a run's
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from datetime import datetime
 
+import attrs
 import psycopg
 from psycopg import sql
 
@@ -27,29 +29,78 @@ from dex.adapters.postgres.rows import (
     run_record,
 )
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, TERMINAL, Statements
-from dex.app.ports import Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowTask
+from dex.app.ports import Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, transition
 from dex.domain.task import InboxMessage
 
 
+@attrs.frozen(kw_only=True)
+class NewRunRow:
+    """The arguments of the schema's ``create_run`` function (migration 4) for one start, by
+    name: the run's row, its first history block and inbox message, and the claim of its
+    first workflow task (``claim`` false: none; then ``owner``, ``lease_until`` and
+    ``workflow_names`` are None)."""
+
+    run_id: str
+    workflow_name: str
+    queue: str
+    instance_id: str | None
+    priority: int
+    concurrency_key: str | None
+    labels: str  # a JSON object of string pairs (direct.jsonb_object)
+    parent_run_id: str | None
+    created_at: datetime
+    history: bytes  # the history block of [RunCreated]
+    message_kind: str
+    message: bytes  # the encoded RunStarted
+    claim: bool
+    owner: str | None
+    lease_until: datetime | None
+    workflow_names: list[str] | None  # the workflows the claim takes, sorted
+    lock: int  # the scheduler's advisory lock, tried before the claim
+    schema: str
+
+    def params(self) -> list[object]:
+        """The values in the order of the function's parameters (:data:`PARAMETERS`)."""
+        return list(_IN_ORDER(self))
+
+
+# the create_run function's parameters, in order (schema migration 4): the NewRunRow field that
+# holds each, its type, and its name in errors (a NUL refused in it)
+PARAMETERS = (
+    ("run_id", TEXT, "run_id"),
+    ("workflow_name", TEXT, "workflow_name"),
+    ("queue", TEXT, "queue"),
+    ("instance_id", TEXT, "instance_id"),
+    ("priority", INT4, "priority"),
+    ("concurrency_key", TEXT, "concurrency_key"),
+    ("labels", JSONB, "labels"),
+    ("parent_run_id", TEXT, "parent_run_id"),
+    ("created_at", TIMESTAMPTZ, "created_at"),
+    ("history", BYTEA, "history"),
+    ("message_kind", TEXT, "message kind"),
+    ("message", BYTEA, "message"),
+    ("claim", BOOL, "claim"),
+    ("owner", TEXT, "owner"),
+    ("lease_until", TIMESTAMPTZ, "lease until"),
+    ("workflow_names", TEXT_ARRAY, "workflow names"),
+    ("lock", INT4, "lock"),
+    ("schema", TEXT, "schema"),
+)
+_IN_ORDER = operator.attrgetter(*(field for field, _type, _name in PARAMETERS))
+
+
 def create_run_statement(q: Statements) -> direct.DirectStatement:
     """The start's one statement (see :func:`create_run`), for one adapter's schema."""
+    placeholders = ", ".join(f"${n}" for n in range(1, len(PARAMETERS) + 1))
     return direct.DirectStatement(
         "dex_create_run",
-        q(
-            "SELECT out_run, out_message, out_task FROM {s}.create_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
-            " $11, $12, $13, $14, $15, $16, $17, $18)"
-        ),
-        # the function's parameters, in order (schema migration 4)
-        [TEXT, TEXT, TEXT, TEXT, INT4, TEXT, JSONB, TEXT, TIMESTAMPTZ, BYTEA, TEXT, BYTEA, BOOL, TEXT, TIMESTAMPTZ,
-         TEXT_ARRAY, INT4, TEXT],
-        # their names in errors (a NUL refused in one of them)
-        ["run_id", "workflow_name", "queue", "instance_id", "priority", "concurrency_key", "labels",
-         "parent_run_id", "created_at", "history", "message kind", "message", "claim", "owner", "lease until",
-         "workflow names", "lock", "schema"],
-    )  # fmt: skip
+        q("SELECT out_run, out_message, out_task FROM {s}.create_run(" + placeholders + ")"),
+        [oid for _field, oid, _name in PARAMETERS],
+        [name for _field, _oid, name in PARAMETERS],
+    )
 
 
 def create_run(
@@ -78,12 +129,29 @@ def create_run(
     history = [ev.HistoryEvent(sequence_number=1, timestamp=now, event=created)]
     _run, _first, _last, block = history_row(run_id, history)
     _run, kind, message, _visible = inbox_row(run_id, ev.RunStarted(), now)
-    owner, until, names = (None, None, None)
-    if claim is not None:
-        owner, until, names = claim.owner, now + claim.lease, sorted(claim.names)
+    row = NewRunRow(
+        run_id=run_id,
+        workflow_name=created.workflow_name,
+        queue=created.queue,
+        instance_id=created.instance_id,
+        priority=created.priority,
+        concurrency_key=created.concurrency_key,
+        labels=direct.jsonb_object(created.labels, "labels").decode(),
+        parent_run_id=created.parent_run_id,
+        created_at=now,
+        history=block,
+        message_kind=kind,
+        message=message,
+        claim=claim is not None,
+        owner=claim.owner if claim is not None else None,
+        lease_until=now + claim.lease if claim is not None else None,
+        workflow_names=sorted(claim.names) if claim is not None else None,
+        lock=LOCK_SCHEDULE_WORKFLOWS,
+        schema=q.schema,
+    )
     for _ in range(10):
         try:
-            ids = _call_create_run(conn, q, statement, run_id, created, now, block, kind, message, owner, until, names)
+            ids = _call_create_run(conn, q, statement, row)
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"run {run_id} exists already") from None
         if ids is not None:
@@ -92,16 +160,16 @@ def create_run(
                 return run_id, [], []
             # the claimed task is what was just inserted: no load needed, and its fields are
             # the values sent (the function returns the ids the server made)
-            assert owner is not None and until is not None and message_id is not None
+            assert row.owner is not None and row.lease_until is not None and message_id is not None
             task = WorkflowTask(
                 task_id=int(task_id),
                 run_id=run_id,
                 workflow_name=created.workflow_name,
                 queue=created.queue,
-                lease=Lease(owner=owner, until=until, version=1),
+                lease=Lease(owner=row.owner, until=row.lease_until, version=1),
             )
             inbox = [InboxMessage(message_id=int(message_id), event=ev.RunStarted())]
-            return run_id, [task], [(history, inbox)]
+            return run_id, [task], [WorkflowInput(events=history, inbox=inbox)]
         existing = conn.execute(
             q("SELECT run_id FROM {s}.runs WHERE instance_id = %s AND status IN " + LIVE),
             [created.instance_id],
@@ -113,59 +181,27 @@ def create_run(
 
 
 def _call_create_run(
-    conn: psycopg.Connection,
-    q: Statements,
-    statement: direct.DirectStatement,
-    run_id: str,
-    created: ev.RunCreated,
-    now: datetime,
-    block: bytes,
-    kind: str,
-    message: bytes,
-    owner: str | None,
-    until: datetime | None,
-    names: list[str] | None,
+    conn: psycopg.Connection, q: Statements, statement: direct.DirectStatement, row: NewRunRow
 ) -> tuple[str | None, str | None] | None:
     """The ``create_run`` function's message and task ids (None when the instance id clashed):
     through libpq (:mod:`.direct`) where the installed psycopg is one it was checked against,
     else through psycopg's ``execute``, prepared, the values adapted by psycopg."""
-    labels = direct.jsonb_object(created.labels, "labels")
-    encoded = [
-        run_id.encode(),
-        created.workflow_name.encode(),
-        created.queue.encode(),
-        direct.text(created.instance_id),
-        direct.int4(created.priority),
-        direct.text(created.concurrency_key),
-        labels,
-        direct.text(created.parent_run_id),
-        direct.timestamptz(now),
-        block,
-        kind.encode(),
-        message,
-        direct.boolean(owner is not None),
-        direct.text(owner),
-        direct.timestamptz(until),
-        direct.text_array(names),
-        direct.int4(LOCK_SCHEDULE_WORKFLOWS),
-        q.schema.encode(),
-    ]
+    params = row.params()
+    encoded = statement.encode(params)
     if direct.AVAILABLE:
         result = statement.execute(conn, encoded)
         return (direct.value(result, 1), direct.value(result, 2)) if result.ntuples else None
     statement.check(encoded)  # the same refusals (a NUL named by its field) on either path
-    params = [run_id, created.workflow_name, created.queue, created.instance_id, created.priority,
-              created.concurrency_key, labels.decode(), created.parent_run_id, now, block, kind,
-              message, owner is not None, owner, until, names, LOCK_SCHEDULE_WORKFLOWS, q.schema]  # fmt: skip
-    row = conn.execute(q(_CREATE_RUN), params, prepare=True).fetchone()
-    return (_text(row[1]), _text(row[2])) if row is not None else None
+    got = conn.execute(q(_CREATE_RUN), params, prepare=True).fetchone()
+    return (_text(got[1]), _text(got[2])) if got is not None else None
 
 
-# the public path's statement: each parameter cast to the type the function takes
+# the public path's statement: each parameter cast to the type the function takes (the array
+# in binary, by the adapter's rule: arrays.py)
 _CREATE_RUN = (
     "SELECT out_run, out_message, out_task FROM {s}.create_run(%s::text, %s::text, %s::text, %s::text,"
     " %s::int4, %s::text, %s::jsonb, %s::text, %s::timestamptz, %s::bytea, %s::text, %s::bytea, %s::bool,"
-    " %s::text, %s::timestamptz, %s::text[], %s::int4, %s::text)"
+    " %s::text, %s::timestamptz, %b::text[], %s::int4, %s::text)"
 )
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import psycopg
 
+from dex.adapters.postgres import arrays
 from dex.adapters.postgres.rows import WORKFLOW_TASK_COLUMNS, workflow_task
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, Statements
-from dex.app.ports import UnreadableHistoryError, WorkflowTask
+from dex.app.ports import Loaded, UnreadableHistoryError, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.task import InboxMessage
@@ -29,7 +30,7 @@ from dex.serialization.history import decode_block, decode_block_from, decode_me
 _CHOOSE = (
     """
     WITH visible AS (
-        SELECT i.run_id, bool_or(i.kind = ANY(%(wakes)s)) AS cancel
+        SELECT i.run_id, bool_or(i.kind = ANY(%(wakes)b::text[])) AS cancel
         FROM {s}.inbox i WHERE i.visible_from <= %(now)s GROUP BY i.run_id
     ),
     free AS (
@@ -84,7 +85,7 @@ LOAD_ORDER = ", ".join({"visible_from": "visible_from", "message_id": "message_i
 # the same choice among given runs only (a completion's dispatch)
 _CHOOSE_OF_RUNS = _CHOOSE.replace(
     "FROM {s}.inbox i WHERE i.visible_from <= %(now)s GROUP BY i.run_id",
-    "FROM {s}.inbox i WHERE i.visible_from <= %(now)s AND i.run_id = ANY(%(runs)s) GROUP BY i.run_id",
+    "FROM {s}.inbox i WHERE i.visible_from <= %(now)s AND i.run_id = ANY(%(runs)b::text[]) GROUP BY i.run_id",
 )
 assert _CHOOSE_OF_RUNS != _CHOOSE
 
@@ -106,7 +107,7 @@ def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: dateti
         # round instead of waiting on it, so the scheduler never takes part in a deadlock
         rows = conn.execute(
             q(
-                "SELECT run_id FROM {s}.runs WHERE run_id = ANY(%s) AND status IN "
+                "SELECT run_id FROM {s}.runs WHERE run_id = ANY(%b::text[]) AND status IN "
                 + LIVE
                 + " ORDER BY run_id FOR NO KEY UPDATE SKIP LOCKED"
             ),
@@ -114,7 +115,7 @@ def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: dateti
         ).fetchall()
         taken = {row[0] for row in rows}
         if taken:
-            conn.execute(q("UPDATE {s}.runs SET holds_key = true WHERE run_id = ANY(%s)"), [list(taken)])
+            conn.execute(q("UPDATE {s}.runs SET holds_key = true WHERE run_id = ANY(%b::text[])"), [sorted(taken)])
     tasks = [row for row in chosen if not row[4] or row[0] in taken]
     if not tasks:
         return 0
@@ -175,7 +176,7 @@ def claim_workflow_tasks(
             """
             WITH claimable AS (
                 SELECT t.queue, t.task_id FROM {s}.workflow_tasks t
-                WHERE t.workflow_name = ANY(%(names)s)
+                WHERE t.workflow_name = ANY(%(names)b::text[])
                   AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
                   AND t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'workflow' AND NOT paused)
                 ORDER BY t.priority DESC, t.task_id
@@ -207,8 +208,8 @@ def retry_workflow_tasks(
     rows = conn.execute(
         q(
             "UPDATE {s}.workflow_tasks t SET locked_until = r.retry_at, lock_version = t.lock_version + 1"
-            " FROM unnest(%(queues)s::text[], %(ids)s::bigint[], %(owners)s::text[], %(versions)s::int[],"
-            " %(retry_at)s::timestamptz[]) AS r(queue, task_id, owner, version, retry_at)"
+            " FROM unnest(%(queues)b::text[], %(ids)b::bigint[], %(owners)b::text[], %(versions)b::integer[],"
+            " %(retry_at)b::timestamptz[]) AS r(queue, task_id, owner, version, retry_at)"
             " WHERE t.queue = r.queue AND t.task_id = r.task_id"
             " AND t.locked_by = r.owner AND t.lock_version = r.version"
             " RETURNING t.task_id"
@@ -270,7 +271,7 @@ def _inbox(messages: Sequence[tuple[int, bytes]]) -> list[InboxMessage]:
 
 def load_workflow_tasks(
     conn: psycopg.Connection, q: Statements, requests: Sequence[tuple[WorkflowTask, int]], now: datetime
-) -> list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception]:
+) -> list[Loaded]:
     """:func:`load_workflow_task` for a claimed batch, in one statement (one snapshot, one round trip)."""
     if not requests:
         return []
@@ -281,29 +282,30 @@ def load_workflow_tasks(
             # statistics (a plain join of the batch may be planned as a hash join over it all)
             "SELECT 0 AS part, w.run_id, NULL::timestamptz AS visible_from, h.last_seq::bigint AS message_id,"
             " h.events AS data"
-            " FROM unnest(%(runs)s::text[], %(after)s::integer[]) AS w(run_id, after_seq)"
+            " FROM unnest(%(runs)b::text[], %(after)b::integer[]) AS w(run_id, after_seq)"
             " CROSS JOIN LATERAL (SELECT last_seq, events FROM {s}.history"
             " WHERE run_id = w.run_id AND last_seq >= w.after_seq OFFSET 0) h"
             " UNION ALL"
             " SELECT 1, i.run_id, i.visible_from, i.message_id, i.message FROM {s}.inbox i"
-            " WHERE i.run_id = ANY(%(runs)s) AND i.visible_from <= %(now)s"
+            " WHERE i.run_id = ANY(%(runs)b::text[]) AND i.visible_from <= %(now)s"
             " ORDER BY run_id, part, " + LOAD_ORDER
         ),
-        {"runs": run_ids, "after": [after for _task, after in requests], "now": now},
+        # packed (arrays.py): one array of each per task of a claimed round
+        {"runs": arrays.texts(run_ids), "after": arrays.int4s([after for _task, after in requests]), "now": now},
     ).fetchall()
     blocks: dict[str, list[tuple[int, bytes]]] = {}
     messages: dict[str, list[tuple[int, bytes]]] = {}
     for part, run_id, _due, n, data in rows:
         (blocks if part == 0 else messages).setdefault(run_id, []).append((n, data))
     gone = _gone(conn, q, [(task, after) for task, after in requests if task.run_id not in blocks])
-    loaded: list[tuple[list[ev.HistoryEvent], list[InboxMessage]] | Exception] = []
+    loaded: list[Loaded] = []
     for task, after_seq in requests:
         run_blocks, run_messages = blocks.get(task.run_id, []), messages.get(task.run_id, [])
         if not run_blocks and task.run_id in gone:
             loaded.append(RunNotFoundError(f"no run with id {task.run_id!r}"))
             continue
         try:
-            loaded.append((_history_after(run_blocks, after_seq), _inbox(run_messages)))
+            loaded.append(WorkflowInput(events=_history_after(run_blocks, after_seq), inbox=_inbox(run_messages)))
         except ValueError as exc:
             last_seq = run_blocks[-1][0] if run_blocks else after_seq
             loaded.append(UnreadableHistoryError(task.run_id, last_seq, [n for n, _d in run_messages], str(exc)))
@@ -319,6 +321,6 @@ def _gone(conn: psycopg.Connection, q: Statements, empty: Sequence[tuple[Workflo
     gone = {task.run_id for task, after_seq in empty if after_seq == 0}
     tails = sorted({task.run_id for task, after_seq in empty if after_seq > 0} - gone)
     if tails:
-        found = conn.execute(q("SELECT run_id FROM {s}.runs WHERE run_id = ANY(%s)"), [tails]).fetchall()
+        found = conn.execute(q("SELECT run_id FROM {s}.runs WHERE run_id = ANY(%b::text[])"), [tails]).fetchall()
         gone.update(set(tails) - {row[0] for row in found})
     return gone

@@ -218,8 +218,8 @@ class ActivityTaskQueueContract(PortContract):
         assert applied == [True]
         assert (claimed.run_id, claimed.lease.owner, claimed.lease.until) == ("r1", "eager", clock.now() + LEASE)
         assert not isinstance(loaded, Exception)
-        tail, inbox = loaded
-        assert [e.sequence_number for e in tail] == [last] and kinds(inbox) == ["ActivityTaskCompleted"]
+        assert [e.sequence_number for e in loaded.events] == [last]
+        assert kinds(loaded.inbox) == ["ActivityTaskCompleted"]
         assert store.load_workflow_tasks([(claimed, last)], clock.now()) == [loaded]
         assert store.claim_workflow_tasks({WF}, "other", clock.now(), LEASE, 4) == []
 

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from dex.app.ports import Store
+from dex.app.ports import Store, WorkflowInput
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus
@@ -199,9 +199,12 @@ class WorkflowTaskQueueContract(PortContract):
         assert [e.sequence_number for e in tail] == list(range(3, last + 1))
         start(store, clock, "r2")
         other = next_task(store, clock, "r2")
-        other_input = store.load_workflow_task(other, clock.now())
+        other_events, other_inbox = store.load_workflow_task(other, clock.now())
         batch = store.load_workflow_tasks([(task, last), (other, 0)], clock.now())
-        assert batch == [(tail[-1:], inbox), other_input]
+        assert batch == [
+            WorkflowInput(events=tail[-1:], inbox=inbox),
+            WorkflowInput(events=other_events, inbox=other_inbox),
+        ]
 
     def test_messages_are_loaded_in_the_order_they_became_visible(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "r1")
@@ -225,7 +228,7 @@ class WorkflowTaskQueueContract(PortContract):
             store.load_workflow_task(task_of("gone"), clock.now())
         good, missing = store.load_workflow_tasks([(task, 0), (task_of("gone"), 0)], clock.now())
         assert isinstance(missing, RunNotFoundError)
-        assert not isinstance(good, Exception) and kinds(good[1]) == ["RunStarted"]
+        assert not isinstance(good, Exception) and kinds(good.inbox) == ["RunStarted"]
         assert store.load_workflow_tasks([], clock.now()) == []
 
     def test_a_tail_of_a_run_that_is_gone_says_so_and_a_tail_past_the_end_is_empty(
@@ -241,7 +244,7 @@ class WorkflowTaskQueueContract(PortContract):
         other = next_task(store, clock, "r2")
         past, missing = store.load_workflow_tasks([(other, 5), (task_of("gone"), 5)], clock.now())
         assert isinstance(missing, RunNotFoundError)
-        assert not isinstance(past, Exception) and past[0] == [] and kinds(past[1]) == ["RunStarted"]
+        assert not isinstance(past, Exception) and past.events == [] and kinds(past.inbox) == ["RunStarted"]
 
 
 class TestWorkflowTaskQueueMemory(MemoryBackend, WorkflowTaskQueueContract):
