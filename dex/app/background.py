@@ -24,6 +24,7 @@ from dex.app.dispatch import ActivitySlots, LocalDispatch
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import ACTIVITY, WORKFLOW, ActivityTask, Store
 from dex.app.runner import ActivityPool, BatchWindow, Nudge, PollingThread, activity_pool
+from dex.app.schedules import ScheduleRunner
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.watchdog import Watchdog
@@ -70,6 +71,7 @@ class Background:
         workflow_scheduler: WorkflowTaskScheduler,
         activity_scheduler: ActivityTaskScheduler,
         maintenance: RetentionMaintenance,
+        schedules: ScheduleRunner,
         workflow_worker: WorkflowWorker,
         activity_worker: ActivityWorker,
         buffer: ResultBuffer,
@@ -85,6 +87,7 @@ class Background:
         self.store, self.node_id, self.leader = store, node_id, leader
         self.workflow_scheduler, self.activity_scheduler = workflow_scheduler, activity_scheduler
         self.maintenance, self.buffer, self.telemetry = maintenance, buffer, telemetry
+        self.schedules = schedules
         self.workflow_worker, self.activity_worker = workflow_worker, activity_worker
         self._async, self._queue_view = async_runner, queue_view
         self._poll_interval = poll_interval
@@ -218,6 +221,7 @@ class Background:
         if workflow_tasks >= self.workflow_scheduler.batch_size:
             self.window.full(SCHEDULER)
         self.maintenance.step()
+        self.schedules.step()
         if self.telemetry and time.monotonic() - self._depths_reported_at >= 5:
             self._depths_reported_at = time.monotonic()
             self.telemetry.queue_depths(self.store.list_queues())
