@@ -94,22 +94,28 @@ class ScheduleRunner:
         self._read_at = None
 
     def step(self, bound: datetime | None = None) -> int:
-        """Handle the fires due now (and not later than ``bound``); the number handled."""
+        """Handle the fires due now; the number handled.
+
+        With ``bound`` (``Engine.drain``), only fires due by ``bound``, and a store error is
+        raised to the caller once the other schedules had their turn, as drain raises every
+        store error (it must not jump the clock past a fire that failed)."""
         now = self._store.clock.now()
         if bound is None and self._read_at is not None and now < self._read_at:
             return 0
         limit = now if bound is None else min(now, bound)
         records, following = self._store.due_schedules(limit, self._batch_size)
-        handled, failed = 0, False
+        handled, failed = 0, None
         for record in records:
             try:
                 handled += self._step_schedule(record, now, limit)
-            except Exception:  # the store failed: this fire is tried again at the next step
+            except Exception as exc:  # the store failed: this fire is tried again at the next step
                 log.warning("schedule %r: its fire failed and is tried again", record.name, exc_info=True)
-                failed = True
+                failed = failed or exc
         self._read_at = min(filter(None, (following, now + self._refresh)))
-        if failed or len(records) >= self._batch_size:
+        if failed is not None or len(records) >= self._batch_size:
             self._read_at = None  # more may be due, or a fire is to be tried again
+        if failed is not None and bound is not None:
+            raise failed
         return handled
 
     def next_due(self, now: datetime) -> datetime | None:
