@@ -136,6 +136,7 @@ def test_jitter_is_deterministic_and_in_range() -> None:
         ({"cron": "* * * *"}, "4 fields"),
         ({"cron": "0 0 30 2 *"}, "cron expression"),
         ({"cron": "@daily"}, "1 fields"),
+        ({"cron": "0 0 1 1 * * 2030"}, "7 fields"),
         ({"cron": "* * * * *", "every": timedelta(minutes=1)}, "exactly one"),
         ({}, "exactly one"),
         ({"every": timedelta(milliseconds=1500)}, "whole number"),
