@@ -108,7 +108,12 @@ class Schedule:
             validate_queue(self.queue)
         validate_priority(self.priority)
         raw: Any = self.labels
-        labels = normalize_labels(dict(raw) if isinstance(raw, tuple) else raw)
+        raw = dict(raw) if isinstance(raw, tuple) else raw
+        if isinstance(raw, Mapping) and not all(type(k) is str and type(v) is str for k, v in raw.items()):
+            # named by type: normalize_labels would show the values, and a repr may raise
+            kinds = sorted({f"{type(k).__name__}: {type(v).__name__}" for k, v in raw.items()})
+            raise ValueError(f"labels must map str to str, got {', '.join(kinds)}")
+        labels = normalize_labels(raw)
         if any(key == SCHEDULE_LABEL for key, _ in labels):
             raise ValueError(f"the label {SCHEDULE_LABEL!r} is set by dex: choose another key")
         object.__setattr__(self, "labels", labels)
