@@ -27,7 +27,8 @@ from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QUEUE_KINDS, QueueInfo, Store,
 from dex.app.reads import RunReads, run_filter, run_id_of
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
-from dex.app.schedule_api import Schedule, ScheduleEngineMixin
+from dex.app.schedule_api import ScheduleEngineMixin
+from dex.app.schedule_spec import Schedule
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing

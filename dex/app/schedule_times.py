@@ -19,7 +19,7 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import (  # type: ignore[import-untyped]  # croniter ships no type hints
+from croniter import (  # type: ignore[import-untyped,unused-ignore]  # croniter ships no type hints
     CroniterBadCronError,
     CroniterBadDateError,
     CroniterError,
