@@ -18,7 +18,7 @@ import click
 from dex.app.schedule_api import ScheduleAdmin
 from dex.app.schedule_spec import ScheduleInfo
 from dex.cli import render
-from dex.cli.database import connection_options, json_option, open_engine, settings
+from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
 from dex.cli.params import MOMENT, SCHEDULE_NAME, TEXT
 
 
@@ -152,8 +152,8 @@ def delete_schedule(name: str, yes: bool) -> None:
     """Delete a schedule (its runs stay). An engine that declares it creates it again."""
     with _admin() as admin:
         admin.get(name)  # a schedule that does not exist: say so before asking
-        if not yes:
-            click.confirm(f"delete schedule {name!r}?", abort=True, err=True)
+        if not yes and not click.confirm(f"delete schedule {name!r}?", err=True):
+            raise CommandError(f"schedule {name!r} not deleted")
         admin.delete(name)
     if settings().json:
         click.echo(render.dumps({"deleted": name}))

@@ -57,7 +57,8 @@ def test_pause_resume_trigger_backfill_delete(world: World) -> None:
         f"schedule:nightly:2025-02-0{d}T02:00:00Z" for d in (1, 2, 3)
     ]
     refused = world.invoke("schedules", "delete", "often", input="n\n")
-    assert refused.exit_code != 0 and world.engine.get_schedule("often").name == "often"
+    assert refused.exit_code == 1 and refused.stderr.endswith("error: schedule 'often' not deleted\n")
+    assert world.engine.get_schedule("often").name == "often"
     asked = world.invoke("schedules", "delete", "often", input="y\n")
     assert asked.exit_code == 0, asked.output
     deleted = world.invoke("schedules", "delete", "nightly", "--yes")
