@@ -143,7 +143,9 @@ class ScheduleRunner:
         d = record.definition
         fire_at = record.next_fire_at
         assert fire_at is not None
-        if now - fire_at >= d.catchup_window:  # not younger than the window: skipped
+        # lateness counts from when the fire was due to start (its jitter included), so a
+        # jitter longer than the window does not skip every fire
+        if now - (record.due_at or fire_at) >= d.catchup_window:  # not younger than the window: skipped
             following = next_fire(d, record.created_at, now - d.catchup_window)
             self._skipped(d.name, "catchup", self._count(record, fire_at, following))
             return self._advance(record, following, due_at(d.name, following, d.jitter), record.buffered_fire_at)

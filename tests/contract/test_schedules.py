@@ -254,3 +254,12 @@ def test_start_and_end_are_inclusive(make_engine: Make) -> None:
     engine.drain(until=timedelta(hours=1))
     assert fire_times(engine, "w") == [T0 + timedelta(minutes=m) for m in (5, 15, 25)]
     assert engine.get_schedule("w").next_fire_at is None
+
+
+def test_a_jitter_longer_than_the_catchup_window_still_fires(make_engine: Make, clock: VirtualClock) -> None:
+    schedule = dex.Schedule(
+        "jw", report, every=timedelta(minutes=30), jitter=timedelta(minutes=20), catchup_window=timedelta(seconds=1)
+    )
+    engine = make_engine([report], schedules=[schedule])
+    engine.drain(until=timedelta(hours=3, minutes=30))
+    assert fire_times(engine, "jw") == [T0 + timedelta(minutes=30 * k) for k in range(1, 7)]
