@@ -10,6 +10,7 @@ from dex.app.engine import Engine
 from dex.app.info import RunInfo
 from dex.app.ports import QueueInfo
 from dex.app.registry import activity, workflow
+from dex.app.schedule_spec import Schedule, ScheduleInfo
 from dex.domain.context import WorkflowContext
 from dex.domain.errors import (
     ActivityFailedError,
@@ -17,6 +18,7 @@ from dex.domain.errors import (
     DexError,
     InvalidStateError,
     NonDeterminismError,
+    NotFoundError,
     NotRegisteredError,
     RunNotFoundError,
     SerializationError,
@@ -40,12 +42,15 @@ __all__ = [
     "HistoryEvent",
     "InvalidStateError",
     "NonDeterminismError",
+    "NotFoundError",
     "NotRegisteredError",
     "QueueInfo",
     "RetryPolicy",
     "RunInfo",
     "RunNotFoundError",
     "RunStatus",
+    "Schedule",
+    "ScheduleInfo",
     "SerializationError",
     "TerminalError",
     "WaitTimeoutError",

@@ -27,6 +27,7 @@ from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import ActivityTask, Store
 from dex.app.rounds import LocalDispatch, Rounds
 from dex.app.runner import Nudge, PollingThread, activity_pool
+from dex.app.schedules import ScheduleRunner
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.watchdog import Watchdog
@@ -78,6 +79,7 @@ class Background:
         workflow_scheduler: WorkflowTaskScheduler,
         activity_scheduler: ActivityTaskScheduler,
         maintenance: RetentionMaintenance,
+        schedules: ScheduleRunner,
         workflow_worker: WorkflowWorker,
         activity_worker: ActivityWorker,
         buffer: ResultBuffer,
@@ -118,6 +120,7 @@ class Background:
             workflow_scheduler=workflow_scheduler,
             activity_scheduler=activity_scheduler,
             maintenance=maintenance,
+            schedules=schedules,
             workflow_worker=workflow_worker,
             activity_worker=activity_worker,
             buffer=buffer,

@@ -19,7 +19,6 @@ from dex.app.aio import AsyncEngineMixin, EngineCalls
 from dex.app.async_activities import AsyncRunner
 from dex.app.background import SCHEDULER, Background, timing
 from dex.app.buffer import ResultBuffer
-from dex.app.clock import VirtualClock
 from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
 from dex.app.inline import QueueView
@@ -28,6 +27,8 @@ from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QUEUE_KINDS, QueueInfo, Store,
 from dex.app.reads import RunReads, run_filter, run_id_of
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
+from dex.app.schedule_api import ScheduleEngineMixin
+from dex.app.schedule_spec import Schedule
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
@@ -48,7 +49,7 @@ from dex.domain.task import WorkflowTaskResult
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 
-class Engine(AsyncEngineMixin):
+class Engine(ScheduleEngineMixin, AsyncEngineMixin):
     """Runs the registered workflows and activities over one store (an adapter)."""
 
     def __init__(
@@ -57,6 +58,7 @@ class Engine(AsyncEngineMixin):
         workflows: Iterable[Callable[..., Any]] = (),
         activities: Iterable[Callable[..., Any]] = (),
         *,
+        schedules: Iterable[Schedule] = (),
         node_id: str | None = None,
         converter: PayloadConverter | None = None,
         max_payload_size: int | None = None,
@@ -102,6 +104,7 @@ class Engine(AsyncEngineMixin):
         self.workflow_scheduler = WorkflowTaskScheduler(adapter)
         self.activity_scheduler = ActivityTaskScheduler(adapter)
         self.maintenance = RetentionMaintenance(adapter, retention=retention)
+        self._init_schedules(adapter, schedules)  # SPEC §10; self.schedules is stepped by the leader
         self.workflow_worker = WorkflowWorker(
             adapter,
             self.registry,
@@ -142,6 +145,7 @@ class Engine(AsyncEngineMixin):
             workflow_scheduler=self.workflow_scheduler,
             activity_scheduler=self.activity_scheduler,
             maintenance=self.maintenance,
+            schedules=self.schedules,
             workflow_worker=self.workflow_worker,
             activity_worker=self.activity_worker,
             buffer=self.buffer,
@@ -294,23 +298,20 @@ class Engine(AsyncEngineMixin):
         return self._reads.wait(run_id_of(run_id), timeout)
 
     # -- running ------------------------------------------------------------------------------
-    def drain(self, advance_time: bool = True) -> None:
+    def drain(self, advance_time: bool = True, until: datetime | timedelta | None = None) -> None:
         """Run everything due in this thread until nothing is left.
 
         With ``advance_time`` and a VirtualClock, jump the clock to the next timer, retry or
-        lease expiry and go on. This is the tool for deterministic tests.
+        lease expiry and go on (with ``until``, a datetime or a timedelta from now, to schedule
+        fires and then ``until`` too: SPEC §10). This is the tool for deterministic tests.
         """
         with self._drain_lock:
+            bound = self._drain_bound(until)
             while True:
-                if self._drain_round():
+                if self._drain_round() or self.schedules.step(bound):
                     continue
-                clock = self.store.clock
-                if not advance_time or not isinstance(clock, VirtualClock):
+                if not self._drain_jump(advance_time, bound if until is not None else None):
                     return
-                due = self.store.next_due_time(clock.now())
-                if due is None:
-                    return
-                clock.advance_to(due)
 
     def _drain_round(self) -> bool:
         # drain schedules whether or not this node leads: it is the caller's explicit request

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import attrs
 
+from dex.app.schedule_ports import ScheduleStore
 from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.retry import RetryPolicy
@@ -357,7 +358,9 @@ class Maintenance(Protocol):
         ...
 
 
-class Store(RunStore, WorkflowTaskQueue, ActivityTaskQueue, QueueAdmin, Leadership, Maintenance, Protocol):
+class Store(
+    RunStore, WorkflowTaskQueue, ActivityTaskQueue, QueueAdmin, Leadership, Maintenance, ScheduleStore, Protocol
+):
     """Everything an engine needs from one adapter."""
 
     @property

@@ -18,6 +18,7 @@ from dex.app import coordinator as co
 from dex.app.activity_worker import ActivityWorker
 from dex.app.buffer import ResultBuffer
 from dex.app.ports import ACTIVITY, WORKFLOW, ActivityTask, Claim, Loaded, Store, WorkflowTask
+from dex.app.schedules import ScheduleRunner
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.workflow_worker import WorkflowWorker
@@ -49,6 +50,7 @@ class Rounds:
         workflow_scheduler: WorkflowTaskScheduler,
         activity_scheduler: ActivityTaskScheduler,
         maintenance: RetentionMaintenance,
+        schedules: ScheduleRunner,
         workflow_worker: WorkflowWorker,
         activity_worker: ActivityWorker,
         buffer: ResultBuffer,
@@ -59,7 +61,7 @@ class Rounds:
         self.coordinator = coordinator
         self.store, self.leader, self.buffer, self.telemetry = store, leader, buffer, telemetry
         self.workflow_scheduler, self.activity_scheduler = workflow_scheduler, activity_scheduler
-        self.maintenance = maintenance
+        self.maintenance, self.schedules = maintenance, schedules
         self.workflow_worker, self.activity_worker = workflow_worker, activity_worker
         self.poll_interval = poll_interval
         self.monotonic = monotonic
@@ -79,6 +81,7 @@ class Rounds:
             activity_tasks = self.activity_scheduler.step()
         report = handle(co.Scheduled(started, self.monotonic(), workflow_tasks, activity_tasks))
         self.maintenance.step()
+        self.schedules.step()  # the schedules' fires that are due (the leader's only)
         if report and self.telemetry:
             self.telemetry.queue_depths(self.store.list_queues())
         return 0.0 if workflow_tasks + activity_tasks else self.poll_interval

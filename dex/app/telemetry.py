@@ -89,3 +89,17 @@ class TelemetryHub:
             hook = getattr(sink, "thread_died", None)  # sinks written before this hook lack it
             if hook is not None:
                 hook(name)
+
+    def schedule_fired(self, name: str, lag: float) -> None:
+        """A schedule's fire started its run, ``lag`` seconds after the fire time."""
+        for sink in self._sinks:
+            hook = getattr(sink, "schedule_fired", None)  # sinks written before schedules lack it
+            if hook is not None:
+                hook(name, lag)
+
+    def schedule_skipped(self, name: str, reason: str, count: int) -> None:
+        """``count`` fires of a schedule started no run: ``reason`` is "overlap" or "catchup"."""
+        for sink in self._sinks:
+            hook = getattr(sink, "schedule_skipped", None)
+            if hook is not None:
+                hook(name, reason, count)

@@ -34,6 +34,7 @@ from dex.cli.params import SCHEMA, TEXT
 from dex.cli.queues import queues
 from dex.cli.render import dumps, show_duration
 from dex.cli.runs import events, runs
+from dex.cli.schedules import schedules
 from dex.cli.worker import worker
 from dex.domain.errors import DexError, SerializationError
 
@@ -181,6 +182,7 @@ cli.add_command(worker)
 cli.add_command(runs)
 cli.add_command(events)
 cli.add_command(queues)
+cli.add_command(schedules)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

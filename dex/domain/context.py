@@ -11,7 +11,7 @@ import logging
 import random as _random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from dex.domain import events as ev
@@ -128,6 +128,12 @@ class WorkflowContext:
         return dict(self._executor.created.labels)
 
     @property
+    def scheduled_at(self) -> datetime | None:
+        """The fire time of the schedule that started this run (UTC, before jitter); None for
+        runs no schedule started (SPEC §10)."""
+        return scheduled_at(self._executor.created)
+
+    @property
     def is_replaying(self) -> bool:
         """True while the code re-runs steps that the history already recorded."""
         return self._executor.is_replaying
@@ -204,3 +210,17 @@ class WorkflowContext:
     def continue_as_new(self, *args: Any) -> NoReturn:
         """End this generation and start the same run afresh with ``args``."""
         raise ContinueAsNew(args)
+
+
+def scheduled_at(created: ev.RunCreated) -> datetime | None:
+    """A scheduled run's fire time, read from its ``RunCreated``: the ``dex.schedule`` label
+    names the schedule and the instance id, ``schedule:<name>:[trigger:]<YYYY-MM-DDTHH:MM:SSZ>``,
+    ends with the time (so the history alone gives it on every replay)."""
+    name = dict(created.labels).get("dex.schedule")
+    instance = created.instance_id
+    if name is None or instance is None or not instance.startswith(f"schedule:{name}:"):
+        return None
+    try:
+        return datetime.strptime(instance[-20:], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None

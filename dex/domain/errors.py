@@ -24,7 +24,11 @@ class NotRegisteredError(DexError, LookupError):
     """A workflow or activity name is not registered with this engine."""
 
 
-class RunNotFoundError(DexError, LookupError):
+class NotFoundError(DexError, LookupError):
+    """No run, schedule or other named thing has the given id or name."""
+
+
+class RunNotFoundError(NotFoundError):
     """No run has the given id."""
 
 

@@ -42,6 +42,13 @@ class PrometheusTelemetry:
         self.thread_deaths = Counter(
             "dex_thread_deaths_total", "Engine threads that died (each is replaced)", ["thread"], registry=r
         )
+        self.fires = Counter("dex_schedule_fires_total", "Schedule fires that started a run", ["schedule"], registry=r)
+        self.skips = Counter(
+            "dex_schedule_skips_total", "Schedule fires that started no run", ["schedule", "reason"], registry=r
+        )
+        self.lag = Histogram(
+            "dex_schedule_lag_seconds", "From a fire time to its run's start", buckets=_LATENCY_BUCKETS, registry=r
+        )
 
     def tasks_claimed(self, kind: str, count: int) -> None:
         self.claimed.labels(kind).inc(count)
@@ -68,6 +75,13 @@ class PrometheusTelemetry:
 
     def thread_died(self, name: str) -> None:
         self.thread_deaths.labels(name).inc()
+
+    def schedule_fired(self, name: str, lag: float) -> None:
+        self.fires.labels(name).inc()
+        self.lag.observe(lag)
+
+    def schedule_skipped(self, name: str, reason: str, count: int) -> None:
+        self.skips.labels(name, reason).inc(count)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         """Serve ``/metrics`` on ``addr:port`` from a daemon thread."""

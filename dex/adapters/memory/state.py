@@ -17,6 +17,7 @@ from datetime import datetime
 from dex.adapters.memory.tables import QUEUED, ActivityTaskRow, InboxRow, QueueRow, RunRow, WorkflowTaskRow
 from dex.app.clock import SystemClock
 from dex.app.ports import QUEUE_KINDS, WORKFLOW, Clock
+from dex.app.schedule_ports import ScheduleRecord
 from dex.domain import events as ev
 from dex.domain.definitions import validate_queue
 from dex.domain.errors import InvalidStateError, RunNotFoundError
@@ -37,6 +38,7 @@ class MemoryState:
         self._activity_tasks: dict[int, ActivityTaskRow] = {}
         self._queues: dict[tuple[str, str], QueueRow] = {}
         self._leader: tuple[str, datetime] | None = None
+        self._schedules: dict[str, ScheduleRecord] = {}
 
     @property
     def clock(self) -> Clock:

@@ -5,7 +5,7 @@ transaction is in PostgreSQL. Iteration orders are fixed (priority, then id), so
 calls in the same order give the same results: the simulator and hypothesis rely on that.
 
 The adapter is put together from its parts — the tables (``state.py``), runs and messages
-(``runs.py``), task queues (``tasks.py``) — and adds here what spans them: eager dispatch (a
+(``runs.py``), task queues (``tasks.py``), schedules (``schedules.py``) — and adds here what spans them: eager dispatch (a
 write and the claim that follows it, under one lock), queue administration and leadership.
 """
 
@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from dex.adapters.memory import storable
 from dex.adapters.memory.runs import MemoryRuns
+from dex.adapters.memory.schedules import MemorySchedules
 from dex.adapters.memory.state import check_queue
 from dex.adapters.memory.tables import CREATED, ActivityTaskRow, QueueRow, WorkflowTaskRow
 from dex.adapters.memory.tasks import MemoryTasks
@@ -33,7 +34,7 @@ from dex.domain import events as ev
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 
 
-class InMemoryAdapter(MemoryRuns, MemoryTasks):
+class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryTasks):
     """A complete, deterministic store in process memory. Several engines may share one."""
 
     # -- eager dispatch: a write, then a claim, under one lock ------------------------------------

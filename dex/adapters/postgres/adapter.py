@@ -30,6 +30,7 @@ from dex.adapters.postgres.connection import (
     session_settings,
 )
 from dex.adapters.postgres.refusals import refusals
+from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS, Statements, migrate
 from dex.app.clock import SystemClock
 from dex.app.ports import (
@@ -52,7 +53,7 @@ from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.serialization.history import decode_block
 
 
-class PostgresAdapter:
+class PostgresAdapter(PostgresSchedules):
     """A store in PostgreSQL; several adapters (in one or many processes) may share a schema.
 
     ``dsn`` is a libpq connection string or URL. The schema is created or upgraded on

@@ -21,11 +21,19 @@ from dex.adapters.postgres.migrations import (
     m3_no_foreign_keys,
     m4_create_run,
     m5_history_blocks,
+    m6_schedules,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
     (module.VERSION, module.STATEMENTS)
-    for module in (m1_tables, m2_trace_context, m3_no_foreign_keys, m4_create_run, m5_history_blocks)
+    for module in (
+        m1_tables,
+        m2_trace_context,
+        m3_no_foreign_keys,
+        m4_create_run,
+        m5_history_blocks,
+        m6_schedules,
+    )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
 

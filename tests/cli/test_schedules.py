@@ -1,0 +1,88 @@
+"""`dex schedules list|show|pause|resume|trigger|backfill|delete` (SPEC §10)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+import dex
+from tests.cli.conftest import World, one_line_error, order
+
+pytestmark = pytest.mark.postgres
+
+
+def declare(world: World) -> None:
+    world.engine.create_schedule(
+        dex.Schedule("nightly", order, cron="0 3 * * *", timezone="Europe/Berlin", args=("nina",))
+    )
+    world.engine.create_schedule(dex.Schedule("often", order, every=timedelta(minutes=15), args=("olaf",)))
+
+
+def test_list_and_show(world: World) -> None:
+    declare(world)
+    listed = world.invoke("schedules", "list")
+    assert listed.exit_code == 0, listed.output
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "WORKFLOW", "WHEN", "STATUS", "NEXT", "FIRE", "LAST", "FIRE"]
+    assert lines[1].startswith("nightly") and "cron '0 3 * * *' Europe/Berlin" in lines[1] and "ACTIVE" in lines[1]
+    assert "2025-03-02T02:00:00" in lines[1]
+    assert lines[2].startswith("often") and "every 15m" in lines[2]
+    as_json = json.loads(world.invoke("schedules", "list", "--json").stdout)
+    assert [s["name"] for s in as_json] == ["nightly", "often"] and as_json[1]["every"] == 900
+    shown = world.invoke("schedules", "show", "nightly")
+    assert shown.exit_code == 0 and "workflow:        cli-order" in shown.stdout
+    assert json.loads(world.invoke("schedules", "show", "often", "--json").stdout)["overlap"] == "skip"
+
+
+def test_pause_resume_trigger_backfill_delete(world: World) -> None:
+    declare(world)
+    paused = world.invoke("schedules", "pause", "often", "--note", "migration")
+    assert paused.exit_code == 0 and paused.stdout == "paused schedule 'often'\n"
+    info = world.engine.get_schedule("often")
+    assert info.paused and info.note == "migration"
+    assert world.invoke("schedules", "resume", "often").exit_code == 0
+    assert not world.engine.get_schedule("often").paused
+    triggered = world.invoke("schedules", "trigger", "nightly")
+    assert triggered.exit_code == 0
+    run = world.engine.get_run(triggered.stdout.strip())
+    assert run.labels == {"dex.schedule": "nightly"} and run.instance_id.startswith("schedule:nightly:trigger:")
+    filled = world.invoke(
+        "schedules", "backfill", "nightly", "--start", "2025-02-01T00:00:00Z", "--end", "2025-02-04T00:00:00Z", "--json"
+    )
+    assert filled.exit_code == 0, filled.output
+    run_ids = json.loads(filled.stdout)["run_ids"]
+    assert [world.engine.get_run(r).instance_id for r in run_ids] == [
+        f"schedule:nightly:2025-02-0{d}T02:00:00Z" for d in (1, 2, 3)
+    ]
+    refused = world.invoke("schedules", "delete", "often", input="n\n")
+    assert refused.exit_code == 1 and refused.stderr.endswith("error: schedule 'often' not deleted\n")
+    assert world.engine.get_schedule("often").name == "often"
+    asked = world.invoke("schedules", "delete", "often", input="y\n")
+    assert asked.exit_code == 0, asked.output
+    deleted = world.invoke("schedules", "delete", "nightly", "--yes")
+    assert deleted.exit_code == 0 and world.engine.list_schedules() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (("show", "ghost"), 1, "no schedule named 'ghost'"),
+        (("pause", "ghost"), 1, "no schedule named"),
+        (("delete", "ghost", "--yes"), 1, "no schedule named"),
+        (("show", "bad name"), 2, "schedule name"),
+        (("show", "n\udcff"), 2, "lone surrogate"),
+        (("pause", "nightly", "--note", "a\x00b"), 2, "NUL"),
+        (("backfill", "nightly", "--start", "yesterday", "--end", "2025-01-01"), 2, "ISO 8601"),
+        (("backfill", "nightly", "--start", "2025-01-01", "--end", "2999-01-01"), 2, "future"),
+        (("backfill", "nightly", "--end", "2025-01-01"), 2, "--start"),
+    ],
+)
+def test_bad_input_is_one_line(world: World, args: tuple[str, ...], code: int, words: str) -> None:
+    declare(world)
+    result = world.invoke("schedules", *args)
+    assert result.exit_code == code, result.output
+    assert words in one_line_error(result)
+    # and the schedules go on
+    assert world.engine.get_schedule("nightly").next_fire_at is not None
