@@ -10,6 +10,7 @@ from dex.app.engine import Engine
 from dex.app.info import RunInfo
 from dex.app.ports import QueueInfo
 from dex.app.registry import activity, workflow
+from dex.app.transactions import transaction
 from dex.domain.context import WorkflowContext
 from dex.domain.errors import (
     ActivityFailedError,
@@ -55,6 +56,7 @@ __all__ = [
     "activity",
     "activity_context",
     "testing",
+    "transaction",
     "workflow",
 ]
 

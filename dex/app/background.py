@@ -86,6 +86,7 @@ class Background:
         self.workflow_scheduler, self.activity_scheduler = workflow_scheduler, activity_scheduler
         self.maintenance, self.buffer, self.telemetry = maintenance, buffer, telemetry
         self.workflow_worker, self.activity_worker = workflow_worker, activity_worker
+        activity_worker.completed_directly = self.queues_changed  # a transaction step wrote its completion
         self._async, self._queue_view = async_runner, queue_view
         self._poll_interval = poll_interval
         self._activity_concurrency = activity_concurrency

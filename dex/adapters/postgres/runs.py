@@ -60,6 +60,8 @@ def create_run(
     created: ev.RunCreated,
     now: datetime,
     claim: Claim | None = None,
+    *,
+    public: bool = False,
 ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
     """Insert a run with history ``[RunCreated]`` and inbox ``[RunStarted]``, or return the id
     of the live run that already has this instance id.
@@ -68,7 +70,8 @@ def create_run(
     runs row the first one returned), so it is atomic on its own and costs one round trip; it
     lives in the schema's ``create_run`` function (migration 4), which keeps its plan cached,
     and goes through libpq directly (``statement``, :mod:`.direct`, on the psycopg versions
-    it was checked against; psycopg's ``execute`` otherwise): it is the statement an
+    it was checked against, unless ``public``: psycopg's ``execute`` otherwise, as for an
+    application's own connection): it is the statement an
     application's loop of starts waits for, once per run.
     With ``claim``, a further CTE inserts the run's first workflow task already claimed for
     ``claim.owner`` when the scheduler would create it at once anyway: no concurrency key,
@@ -83,7 +86,9 @@ def create_run(
         owner, until, names = claim.owner, now + claim.lease, sorted(claim.names)
     for _ in range(10):
         try:
-            ids = _call_create_run(conn, q, statement, run_id, created, now, block, kind, message, owner, until, names)
+            ids = _call_create_run(
+                conn, q, statement, run_id, created, now, block, kind, message, owner, until, names, public
+            )
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"run {run_id} exists already") from None
         if ids is not None:
@@ -125,6 +130,7 @@ def _call_create_run(
     owner: str | None,
     until: datetime | None,
     names: list[str] | None,
+    public: bool = False,
 ) -> tuple[str | None, str | None] | None:
     """The ``create_run`` function's message and task ids (None when the instance id clashed):
     through libpq (:mod:`.direct`) where the installed psycopg is one it was checked against,
@@ -150,7 +156,7 @@ def _call_create_run(
         direct.int4(LOCK_SCHEDULE_WORKFLOWS),
         q.schema.encode(),
     ]
-    if direct.AVAILABLE:
+    if direct.AVAILABLE and not public:
         result = statement.execute(conn, encoded)
         return (direct.value(result, 1), direct.value(result, 2)) if result.ntuples else None
     statement.check(encoded)  # the same refusals (a NUL named by its field) on either path
