@@ -117,6 +117,7 @@ class PostgresAdapter:
         self._kept = KeptConnection(self._pool)  # one session for the application's starts
         # an async transaction step's own connection: the pool's session settings, for its transaction
         self._conninfo, self._step_settings = conninfo, transactions.local_settings(statement_timeout)
+        self._step_slots = transactions.step_slots(max_connections)  # the engine's threads keep theirs
         self._where = describe_dsn(conninfo)
         self._known_queues: set[tuple[str, str]] = set()
         self._known_lock = threading.Lock()
@@ -322,10 +323,11 @@ class PostgresAdapter:
 
     # -- transaction steps and transactional starts (transactions.py) ------------------------------
     def complete_in_transaction(self, step: TransactionStep) -> bool:
-        if step.async_work is not None:
-            return transactions.complete_async(self._conninfo, self._q, self._clock, step, self._step_settings)
-        with self._statement() as conn:
-            return transactions.complete_sync(conn, self._q, self._clock, step)
+        with self._step_slots:
+            if step.async_work is not None:
+                return transactions.complete_async(self._conninfo, self._q, self._clock, step, self._step_settings)
+            with self._statement() as conn:
+                return transactions.complete_sync(conn, self._q, self._clock, step)
 
     def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         conn = transactions.caller_connection(connection)

@@ -20,6 +20,7 @@ application's connection (``connection=``) go the same way, never committing.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -188,3 +189,14 @@ def local_settings(statement_timeout: timedelta) -> tuple[str, ...]:
     if milliseconds > 0:
         settings.append(f"SET LOCAL statement_timeout = {milliseconds}")  # an int: nothing to quote
     return tuple(settings)
+
+
+# the pooled connections a started engine's own threads use at once (adapter.py's docstring):
+# transaction steps, which hold a connection while their function runs, leave these to them
+_ENGINE_CONNECTIONS = 6
+
+
+def step_slots(max_connections: int) -> threading.BoundedSemaphore:
+    """How many transaction steps may hold a connection at once: what the pool has beyond the
+    engine's own threads (at least one). A step waits for a slot before it starts."""
+    return threading.BoundedSemaphore(max(1, max_connections - _ENGINE_CONNECTIONS))
