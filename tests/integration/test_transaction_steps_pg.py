@@ -153,7 +153,7 @@ def test_the_asyncio_facade_writes_through_an_async_connection(
                     raise psycopg.Rollback()
                 async with conn.transaction():
                     await engine.send_event_async(run_id, "paid", 8, connection=conn)
-                with pytest.raises(TypeError, match="connection must be a psycopg.AsyncConnection"):
+                with pytest.raises(TypeError, match=r"connection must be a psycopg\.AsyncConnection"):
                     await engine.start_workflow_async(awaits_payment, "x", connection=object())
             return str(await engine.wait_async(run_id, timeout=10))
 
@@ -164,9 +164,9 @@ def test_bad_connections_are_refused_naming_the_parameter(
     make_adapter: Callable[..., PostgresAdapter], table: str
 ) -> None:
     engine = dex.Engine(make_adapter(), [awaits_payment], [])
-    with pytest.raises(TypeError, match="connection must be a psycopg.Connection"):
+    with pytest.raises(TypeError, match=r"connection must be a psycopg\.Connection"):
         engine.start_workflow(awaits_payment, "x", connection="postgresql://")
-    with pytest.raises(TypeError, match="connection must be a psycopg.Connection"):
+    with pytest.raises(TypeError, match=r"connection must be a psycopg\.Connection"):
         engine.send_event("r", "paid", connection=42)
     closed = psycopg.connect(STATE["dsn"])
     closed.close()
