@@ -40,6 +40,12 @@ _ISOLATION = {
     "serializable": "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
 }
 
+_LEVELS = {
+    "read committed": psycopg.IsolationLevel.READ_COMMITTED,
+    "repeatable read": psycopg.IsolationLevel.REPEATABLE_READ,
+    "serializable": psycopg.IsolationLevel.SERIALIZABLE,
+}
+
 Run = Callable[[Coroutine[Any, Any, Any]], Any]
 
 
@@ -103,24 +109,26 @@ def _failed_transaction(status: pq.TransactionStatus) -> StepFailed | None:
 
 
 def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: TransactionStep) -> bool:
-    """The step on a pooled connection (autocommit off for its duration)."""
+    """The step on a pooled connection: autocommit off and the isolation level set for its
+    duration (psycopg then sends them with its BEGIN), both restored before it goes back."""
     assert step.work is not None
-    conn.autocommit = False
+    conn.autocommit, conn.isolation_level = False, _LEVELS[step.isolation]
     try:
         with conn.transaction():
-            conn.execute(_ISOLATION[step.isolation])
             if not _lease_held(conn, q, step.task):
                 return False
             result = step.work(conn)
             failed = _failed_transaction(conn.info.transaction_status)
             if failed is not None:
                 raise failed
-            _complete(conn, q, step, result, clock.now())
+            # the completion's statements whose answers are not read go out without waiting
+            with conn.pipeline():
+                _complete(conn, q, step, result, clock.now())
         return True
     finally:
         if not conn.closed:
             conn.rollback()  # nothing is open after the block; this only makes sure
-            conn.autocommit = True
+            conn.autocommit, conn.isolation_level = True, None
 
 
 def complete_async(conninfo: str, q: Statements, clock: Clock, step: TransactionStep, settings: Sequence[str]) -> bool:
