@@ -244,7 +244,7 @@ class ActivityWorker:
             run_id=task.run_id,
             activity_name=task.name,
             attempt=task.attempt,
-            heartbeat_fn=heartbeat if heartbeat is not None else lambda: self._heartbeat(task),
+            heartbeat_fn=heartbeat if heartbeat is not None else self._heartbeat_of(task),
         )
         token = set_activity_context(context)
         try:
@@ -277,6 +277,12 @@ class ActivityWorker:
                 return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
         finally:
             reset_activity_context(token)
+
+    def _heartbeat_of(self, task: ActivityTask) -> Callable[[], bool]:
+        if self.is_transaction(task.name):
+            # its task row stays locked until it commits: an extension would only wait for that
+            return lambda: True
+        return lambda: self._heartbeat(task)
 
     def _heartbeat(self, task: ActivityTask) -> bool:
         """The attempt's ``heartbeat()``: moves its deadline (``lock_timeout`` from now) and

@@ -280,3 +280,68 @@ def test_args_with_nul_fail_only_their_own_run(env: Env) -> None:
     # SQLite stores the NUL; PostgreSQL refuses it (a failed attempt, retried, then the run fails)
     assert isinstance(outcome, (list, dex.WorkflowFailedError))
     assert ("fine-0" in [step for _, step in env.rows()]) and len([r for r in env.rows() if r[0] == healthy]) == 3
+
+
+@dex.transaction(name="odd-result", retry=FAST)
+def odd_result(conn: Any, run_id: str) -> Any:
+    _insert(conn, run_id, "odd")
+    return object()  # no converter can encode it
+
+
+@dex.transaction(name="beating", retry=FAST)
+def beating(conn: Any, run_id: str) -> bool:
+    _insert(conn, run_id, "beat")
+    return dex.activity_context().heartbeat()  # must not wait for its own locked task row
+
+
+@dex.workflow(name="odd")
+async def odd(ctx: dex.WorkflowContext) -> Any:
+    return await ctx.activity(odd_result, ctx.run_id)
+
+
+@dex.workflow(name="beats")
+async def beats(ctx: dex.WorkflowContext) -> Any:
+    return await ctx.activity(beating, ctx.run_id)
+
+
+def test_a_result_that_cannot_be_stored_is_terminal_and_rolls_back(env: Env) -> None:
+    engine = dex.Engine(env.engine.store, [odd, three_steps, beats], [odd_result, record, beating])
+    run_id = engine.start_workflow(odd)
+    engine.drain()
+    with pytest.raises(dex.WorkflowFailedError):
+        engine.wait(run_id, timeout=5)
+    assert env.rows() == []
+    beat = engine.start_workflow(beats)
+    engine.drain()
+    assert engine.wait(beat, timeout=5) is True
+    assert env.rows() == [(beat, "beat")]
+
+
+class FlakyStore(InMemoryAdapter):
+    """Fails the first completion it is asked to write: mid-call, after the step's function ran."""
+
+    failures = 1
+
+    def complete_activity_tasks(self, outcomes: Any, now: Any) -> list[bool]:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("the store went away")
+        return super().complete_activity_tasks(outcomes, now)
+
+
+def test_the_store_failing_mid_call_rolls_the_step_back_and_a_retry_commits_once() -> None:
+    LEDGER.attempts.clear()
+    LEDGER.plan.clear()
+    LEDGER.table, LEDGER.mark = "ledger", "?"
+    db = sqlite3.connect(":memory:", check_same_thread=False)
+    db.execute("CREATE TABLE ledger (run_id TEXT, step TEXT)")
+    store = FlakyStore(clock=VirtualClock(), transaction_connection=lambda: db)
+    engine = dex.Engine(store, WORKFLOWS, ACTIVITIES)
+    run_id = engine.start_workflow(three_steps, "flaky")
+    engine.drain()
+    assert len(engine.wait(run_id, timeout=5)) == 3
+    assert LEDGER.attempts["flaky-0"] == 2  # the first attempt's completion failed: rolled back, run again
+    assert sorted(db.execute("SELECT step FROM ledger").fetchall()) == [("flaky-0",), ("flaky-1",), ("flaky-2",)]
+    healthy = engine.start_workflow(three_steps, "steady")
+    engine.drain()
+    assert len(engine.wait(healthy, timeout=5)) == 3

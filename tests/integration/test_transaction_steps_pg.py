@@ -223,3 +223,40 @@ def test_a_separate_database_and_an_async_step(pg_dsn: str) -> None:
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@dex.transaction(name="slow-insert", retry=FAST)
+def slow_insert(conn: Any, note: str) -> str:
+    conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    STATE.setdefault("ran", []).append(note)
+    threading.Event().wait(1.5)  # three times the activity lease: it expires while the row is locked
+    return note
+
+
+@dex.workflow(name="slow")
+async def slow(ctx: dex.WorkflowContext, note: str) -> str:
+    result: str = await ctx.activity(slow_insert, note)
+    return result
+
+
+def test_two_engines_racing_on_a_step_whose_lease_expires_mid_transaction_commit_once(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    from dex.app.clock import SystemClock
+
+    engines = [
+        dex.Engine(make_adapter(clock=SystemClock()), [slow], [slow_insert], activity_lease=timedelta(seconds=0.5))
+        for _ in range(2)
+    ]
+    for engine in engines:
+        engine.start()
+    try:
+        run_ids = [engines[0].start_workflow(slow, f"race-{n}") for n in range(3)]
+        assert [engines[1].wait(r, timeout=30) for r in run_ids] == [f"race-{n}" for n in range(3)]
+    finally:
+        for engine in engines:
+            engine.stop(timeout=10)
+    with psycopg.connect(STATE["dsn"]) as conn:
+        rows = conn.execute(f"SELECT note FROM {table} WHERE note LIKE 'race-%%' ORDER BY note").fetchall()
+    assert rows == [("race-0",), ("race-1",), ("race-2",)]
+    assert sorted(STATE["ran"]) == ["race-0", "race-1", "race-2"]  # nobody took a locked step over

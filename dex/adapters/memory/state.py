@@ -34,6 +34,7 @@ class MemoryState:
         self._clock: Clock = clock if clock is not None else SystemClock()
         # where transaction steps get their connection (store.py); None: they fail, saying so
         self._transaction_connection = transaction_connection
+        self._step_lock = threading.RLock()  # steps run one at a time: one shared connection serves all
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._runs: dict[str, RunRow] = {}

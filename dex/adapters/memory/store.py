@@ -84,8 +84,13 @@ class InMemoryAdapter(MemoryRuns, MemoryTasks):
     def complete_in_transaction(self, step: TransactionStep) -> bool:
         """Check the lease, run the step's work on a connection of ``transaction_connection``
         (the store's lock is not held meanwhile), then, while the lease still holds, write the
-        completion and commit that connection; otherwise roll it back. Not atomic as on
-        PostgreSQL (a crash between the two commits is not simulated): a testing stand-in."""
+        completion and commit that connection; otherwise roll it back. Steps run one at a time
+        (so one shared connection, such as SQLite's ``:memory:``, serves them all). Not atomic
+        as on PostgreSQL (a crash between the two commits is not simulated): a testing stand-in."""
+        with self._step_lock:
+            return self._complete_in_transaction(step)
+
+    def _complete_in_transaction(self, step: TransactionStep) -> bool:
         task = step.task
         if not self._holds(task):
             return False
