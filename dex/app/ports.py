@@ -14,14 +14,14 @@ from typing import Protocol
 import attrs
 
 # the task records live in their own module, so that the transaction-step port names them too
-from dex.app.task_records import (  # noqa: F401 - re-exported: the ports' names
-    DEFAULT_ACTIVITY_LEASE,
-    ActivityOutcome,
-    ActivityTask,
-    Lease,
-    WorkflowTask,
-)
-from dex.app.transaction_ports import StepFailed, TransactionStep, TransactionSteps  # noqa: F401 - as above
+from dex.app.task_records import DEFAULT_ACTIVITY_LEASE as DEFAULT_ACTIVITY_LEASE
+from dex.app.task_records import ActivityOutcome as ActivityOutcome
+from dex.app.task_records import ActivityTask as ActivityTask
+from dex.app.task_records import Lease as Lease
+from dex.app.task_records import WorkflowTask as WorkflowTask
+from dex.app.transaction_ports import StepFailed as StepFailed
+from dex.app.transaction_ports import TransactionStep as TransactionStep
+from dex.app.transaction_ports import TransactionSteps as TransactionSteps
 from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.status import RunStatus
