@@ -11,6 +11,9 @@ Parts (``--only`` takes a comma-separated list; ``scale`` means waiting,chain,me
   finished runs in the tables, each next to batches on empty tables run just before and after.
 * ``chain``      — one workflow of 10, 100 and 1000 sequential activities.
 * ``memory``     — resident memory of a worker process holding 10k waiting runs.
+* ``transactions`` — 3-step workflows of transaction steps, each inserting a row: dex
+  ``@dex.transaction`` vs DBOS's transaction steps, dex before and after DBOS
+  (``benchmarks.transactions``).
 
 PostgreSQL: ``DEX_DATABASE_URL`` if set, else an embedded server (pgserver) in a temporary
 directory. Each part uses a schema of its own, dropped afterwards.
@@ -33,7 +36,7 @@ from typing import Any
 from benchmarks import pg
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("throughput", "dbos", "split", "latency", "waiting", "chain", "memory")
+PARTS = ("throughput", "dbos", "split", "latency", "waiting", "chain", "memory", "transactions")
 ALIASES = {"scale": ("waiting", "chain", "memory"), "all": PARTS}
 
 
@@ -446,7 +449,46 @@ RUNNERS: dict[str, Callable[[str, dict[str, Any], dict[str, Any]], str]] = {
     "waiting": part_waiting,
     "chain": part_chain,
     "memory": part_memory,
+    "transactions": lambda dsn, cfg, results: part_transactions(dsn, cfg, results),
 }
+
+
+def part_transactions(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    """dex, DBOS, dex again (each in a process of its own): DBOS against the mean of dex's two."""
+    from benchmarks import dex_bench
+
+    measured: dict[str, dict[str, Any]] = {}
+    for key, kind in (("dex", "dex"), ("dbos", "dbos"), ("dex_after", "dex")):
+        if key == "dex_after" and measured["dbos"].get("skipped"):
+            break
+        if key != "dex":
+            settle(cfg)
+        with dex_bench.fresh_schema(dsn, f"bench_tx_{kind}") as schema:
+            args = [kind, "--schema", schema, "--runs", str(cfg["n"]), "--timeout", str(cfg["timeout"])]
+            measured[key] = run_child("benchmarks.transactions", args, dsn, timeout=cfg["timeout"] + 180)
+            pg.drop_schema(dsn, f"{schema}_ds")  # DBOS's datasource schema
+    results["transactions"] = measured
+    dx, db = measured["dex"], measured["dbos"]
+    if db.get("skipped"):
+        return table("3 transaction steps, each inserting a row", ["", "dex"], [["workflows/s", dx["rate"]]])
+    rate = mean_rate(measured, ("dex", "dex_after"))
+    rows: list[list[Any]] = [
+        ["workflows", dx["done"], db["done"], None],
+        [
+            "workflows/s (dex: before / after DBOS)",
+            f"{dx['rate']:.0f} / {measured['dex_after']['rate']:.0f}",
+            None,
+            None,
+        ],
+        ["workflows/s", rate, db["rate"], ratio(rate, db["rate"])],
+        ["transactions/workflow (server)", dx["xacts_per_workflow"], db["xacts_per_workflow"], None],
+        ["rows written (3 per workflow, warm-up included)", dx["rows"], db["rows"], None],
+    ]
+    return table(
+        "3 transaction steps, each inserting a row: dex @dex.transaction vs DBOS transaction steps (same run)",
+        ["", "dex", "DBOS", "dex/DBOS"],
+        rows,
+    )
 
 
 # -- targets ----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from dex.app.info import RunInfo
 from dex.app.ports import QueueInfo
 from dex.app.registry import activity, workflow
 from dex.app.schedule_spec import Schedule, ScheduleInfo
+from dex.app.transactions import transaction
 from dex.domain.context import WorkflowContext
 from dex.domain.errors import (
     ActivityFailedError,
@@ -60,6 +61,7 @@ __all__ = [
     "activity",
     "activity_context",
     "testing",
+    "transaction",
     "workflow",
 ]
 

@@ -28,6 +28,7 @@ from dex.app.ports import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask,
 from dex.app.registry import Registry
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
+from dex.app.transaction_steps import TransactionAttempts, Written
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import NotRegisteredError, SerializationError
 from dex.domain.values import ApplicationError, FailureInfo
@@ -84,6 +85,9 @@ class ActivityWorker:
         self._names = frozenset(registry.activities)
         self._rng_lock = threading.Lock()
         self.durations = Durations()
+        self._transactions = TransactionAttempts(store, converter, async_runner.run, self._failed)
+        # called after a transaction step wrote its completion itself: a workflow task became due
+        self.completed_directly: Callable[[], None] | None = None
 
     @property
     def names(self) -> frozenset[str]:
@@ -128,8 +132,16 @@ class ActivityWorker:
         buffered, or the task is left to its lease with a log line (a pool thread's exception
         would be swallowed by its future, and the task silently lost until its lease ends)."""
         started = time.perf_counter()
-        with self.leases.running(task, self._store.clock.now()):  # its lease is kept alive meanwhile
-            outcome = self.execute(task)
+        outcome: ActivityOutcome | Written
+        if self.is_transaction(task.name):
+            # it holds its task's row lock instead of a lease kept alive (transaction_steps.py)
+            outcome = self.attempt(task)
+        else:
+            with self.leases.running(task, self._store.clock.now()):  # its lease is kept alive meanwhile
+                outcome = self.execute(task)
+        if isinstance(outcome, Written):
+            self._written(outcome, time.perf_counter() - started)
+            return
         try:
             self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
         except BaseException:
@@ -145,6 +157,30 @@ class ActivityWorker:
                 task.attempt,
                 extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
             )
+
+    def is_transaction(self, name: str) -> bool:
+        """Whether ``name`` is a transaction step here (``@dex.transaction``)."""
+        definition = self._registry.find_activity(name)
+        return definition is not None and definition.isolation is not None
+
+    def _written(self, written: Written, seconds: float) -> None:
+        task = written.task
+        try:
+            self.durations.record(task.name, seconds)
+            kind = "completed" if written.committed else "lost"
+            self._telemetry.task_finished("activity", task.name, kind, seconds)
+            if not written.committed:
+                log.info(
+                    "transaction step %s of run %s, attempt %d: its lease was taken over; nothing was written",
+                    task.name,
+                    task.run_id,
+                    task.attempt,
+                    extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+                )
+            elif self.completed_directly is not None:
+                self.completed_directly()
+        except BaseException:
+            log.exception("could not record the end of transaction step %s of run %s", task.name, task.run_id)
 
     def finished(self, outcome: ActivityOutcome, seconds: float) -> None:
         """Record an attempt that ended (here or inline): telemetry, its duration, a log line."""
@@ -165,6 +201,15 @@ class ActivityWorker:
 
     def execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None = None) -> ActivityOutcome:
         """Run one attempt; ``heartbeat`` replaces the lease extension (an inline attempt has no lease).
+        A transaction step's attempt writes its own outcome: what it returns then is an outcome
+        the store discards (the task is gone, or its lease moved on); ``run`` uses ``attempt``."""
+        outcome = self.attempt(task, heartbeat)
+        if isinstance(outcome, Written):
+            return ActivityOutcome(task=task, retry_at=self._store.clock.now())
+        return outcome
+
+    def attempt(self, task: ActivityTask, heartbeat: Callable[[], bool] | None = None) -> ActivityOutcome | Written:
+        """``execute``, or for a transaction step, how the store decided it (:class:`Written`).
 
         Never raises: any ``BaseException`` of the activity's code (``SystemExit``,
         ``KeyboardInterrupt`` too) is a failed attempt naming its type, retried under the retry
@@ -185,7 +230,7 @@ class ActivityWorker:
             except BaseException:  # noqa: BLE001 - not even a retry could be computed: a final failure
                 return ActivityOutcome(task=task, failure=failure)
 
-    def _execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None) -> ActivityOutcome:
+    def _execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None) -> ActivityOutcome | Written:
         if task.attempt > task.retry_policy.max_attempts:
             # the previous holder's lease expired on the last allowed attempt: that attempt counts
             # as failed (its outcome is unknown), and the policy allows no further one
@@ -199,7 +244,7 @@ class ActivityWorker:
             run_id=task.run_id,
             activity_name=task.name,
             attempt=task.attempt,
-            heartbeat_fn=heartbeat if heartbeat is not None else lambda: self._heartbeat(task),
+            heartbeat_fn=heartbeat if heartbeat is not None else self._heartbeat_of(task),
         )
         token = set_activity_context(context)
         try:
@@ -216,6 +261,9 @@ class ActivityWorker:
                 "dex.activity": task.name,
                 "dex.attempt": task.attempt,
             }
+            if definition.isolation is not None:  # a transaction step: the store runs it (never raises)
+                with self._tracing.span(f"dex.transaction {task.name}", task.trace_context, attributes):
+                    return self._transactions.attempt(task, definition, args)
             try:
                 with self._tracing.span(f"dex.activity {task.name}", task.trace_context, attributes):
                     value = definition.fn(*args)
@@ -229,6 +277,12 @@ class ActivityWorker:
                 return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
         finally:
             reset_activity_context(token)
+
+    def _heartbeat_of(self, task: ActivityTask) -> Callable[[], bool]:
+        if self.is_transaction(task.name):
+            # its task row stays locked until it commits: an extension would only wait for that
+            return lambda: True
+        return lambda: self._heartbeat(task)
 
     def _heartbeat(self, task: ActivityTask) -> bool:
         """The attempt's ``heartbeat()``: moves its deadline (``lock_timeout`` from now) and

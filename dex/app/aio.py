@@ -16,6 +16,7 @@ from typing import Any, Protocol, cast
 
 from dex.app.info import RunInfo
 from dex.app.reads import ReadFailures, outcome_of, wait_seconds
+from dex.app.transaction_ports import LoopConnection
 from dex.domain import events as ev
 from dex.domain.definitions import validate_text
 from dex.domain.errors import DexError
@@ -35,9 +36,10 @@ class EngineCalls(Protocol):
         priority: int = 0,
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
+        connection: Any = None,
     ) -> str: ...
 
-    def send_event(self, run_id: str, event_id: str, payload: Any = None) -> None: ...
+    def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None: ...
 
     def cancel(self, run_id: str, reason: str = "") -> None: ...
 
@@ -78,7 +80,10 @@ class AsyncEngineMixin:
         priority: int = 0,
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
+        connection: Any = None,
     ) -> str:
+        """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (SPEC §9)."""
+        bound = _bound(connection)
         return await asyncio.to_thread(
             lambda: self._sync.start_workflow(
                 fn_or_name,
@@ -88,11 +93,15 @@ class AsyncEngineMixin:
                 priority=priority,
                 concurrency_key=concurrency_key,
                 labels=labels,
+                connection=bound,
             )
         )
 
-    async def send_event_async(self, run_id: str, event_id: str, payload: Any = None) -> None:
-        await asyncio.to_thread(self._sync.send_event, run_id, event_id, payload)
+    async def send_event_async(
+        self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None
+    ) -> None:
+        bound = _bound(connection)
+        await asyncio.to_thread(lambda: self._sync.send_event(run_id, event_id, payload, connection=bound))
 
     async def cancel_async(self, run_id: str, reason: str = "") -> None:
         await asyncio.to_thread(self._sync.cancel, run_id, reason)
@@ -159,3 +168,9 @@ class AsyncEngineMixin:
                 raise failures.timed_out(timeout, status)
             await asyncio.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
             pause = min(pause * 1.5, 0.05)
+
+
+def _bound(connection: object) -> LoopConnection | None:
+    """The caller's asynchronous connection with its running loop: the store sends its
+    statements on that loop while this coroutine awaits the thread doing the call."""
+    return None if connection is None else LoopConnection(connection, asyncio.get_running_loop())

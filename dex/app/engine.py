@@ -23,7 +23,7 @@ from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
 from dex.app.inline import QueueView
 from dex.app.leases import validate_activity_lease
-from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QUEUE_KINDS, QueueInfo, Store, WorkflowTask
+from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store, WorkflowTask, queue_kind
 from dex.app.reads import RunReads, run_filter, run_id_of
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
@@ -184,8 +184,10 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         priority: int = 0,
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
+        connection: Any = None,
     ) -> str:
-        """Create a run and return its id (or the id of the live run with this ``instance_id``)."""
+        """Create a run and return its id (or the id of the live run with this ``instance_id``); with
+        ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (SPEC §9)."""
         if isinstance(fn_or_name, str):
             validate_name(fn_or_name, "workflow name")  # a name no workflow can have: say why
         definition = self.registry.workflow(fn_or_name)
@@ -208,7 +210,10 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
                 trace_context=trace_context,
             )
             with self.foreground.calling():
-                run_id = self._create_run(created)
+                if connection is not None:  # its scheduler finds it once the caller has committed
+                    run_id = self.store.create_run_in(connection, new_run_id(), created, self.store.clock.now())
+                else:
+                    run_id = self._create_run(created)
         self._reads.started(run_id)
         return run_id
 
@@ -239,13 +244,17 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
                 raise SerializationError(f"argument {index}: {exc}") from exc
         return tuple(payloads)
 
-    def send_event(self, run_id: str, event_id: str, payload: Any = None) -> None:
-        """Deliver an external event to a run; it is buffered until the run waits for it."""
+    def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None:
+        """Deliver an external event to a run; it is buffered until the run waits for it. With
+        ``connection``, in that connection's transaction (as ``start_workflow``)."""
         run_id = run_id_of(run_id)
         validate_name(event_id, "event id")
         message = ev.ExternalEventReceived(event_id=event_id, payload=self.converter.encode(payload))
         with self.foreground.calling():
-            self.buffer.send_message(run_id, message)
+            if connection is not None:
+                self.store.send_message_in(connection, run_id, message, self.store.clock.now())
+            else:
+                self.buffer.send_message(run_id, message)
         self._background.nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
 
     def cancel(self, run_id: str, reason: str = "") -> None:
@@ -369,31 +378,25 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
 
     # -- queues ------------------------------------------------------------------------------
     def create_queue(self, name: str, kind: str, capacity: int = 100) -> None:
-        self.store.create_queue(name, _kind(kind), capacity)
+        self.store.create_queue(name, queue_kind(kind), capacity)
         self._queue_view.invalidate()
 
     def pause_queue(self, name: str, kind: str) -> None:
-        self.store.set_queue_paused(name, _kind(kind), True)
+        self.store.set_queue_paused(name, queue_kind(kind), True)
         self._queue_view.invalidate()
 
     def resume_queue(self, name: str, kind: str) -> None:
-        self.store.set_queue_paused(name, _kind(kind), False)
+        self.store.set_queue_paused(name, queue_kind(kind), False)
         self._queue_view.invalidate()
         self._background.queues_changed()
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
-        self.store.set_queue_capacity(name, _kind(kind), capacity)
+        self.store.set_queue_capacity(name, queue_kind(kind), capacity)
         self._queue_view.invalidate()
         self._background.queues_changed()
 
     def list_queues(self) -> list[QueueInfo]:
         return self.store.list_queues()
-
-
-def _kind(kind: str) -> str:
-    if kind not in QUEUE_KINDS:
-        raise ValueError(f"queue kind must be 'workflow' or 'activity', got {kind!r}")
-    return kind
 
 
 if TYPE_CHECKING:  # aio casts the engine to EngineCalls: here mypy holds Engine to that protocol

@@ -89,6 +89,8 @@ class InlineActivities:
     def eligible(self, spec: NewActivityTask) -> bool:
         if spec.attempt != 1 or self.stopping.is_set() or spec.name not in self.worker.names:
             return False
+        if self.worker.is_transaction(spec.name):  # its attempt is a task of its own (transaction_steps.py)
+            return False
         took = self.worker.durations.typical(spec.name)
         return took is not None and took <= self.typical and self.queues.open(spec.queue)
 

@@ -14,9 +14,18 @@ from typing import Protocol
 import attrs
 
 from dex.app.schedule_ports import ScheduleStore
+
+# the task records live in their own module, so that the transaction-step port names them too
+from dex.app.task_records import DEFAULT_ACTIVITY_LEASE as DEFAULT_ACTIVITY_LEASE
+from dex.app.task_records import ActivityOutcome as ActivityOutcome
+from dex.app.task_records import ActivityTask as ActivityTask
+from dex.app.task_records import Lease as Lease
+from dex.app.task_records import WorkflowTask as WorkflowTask
+from dex.app.transaction_ports import StepFailed as StepFailed
+from dex.app.transaction_ports import TransactionStep as TransactionStep
+from dex.app.transaction_ports import TransactionSteps as TransactionSteps
 from dex.domain import events as ev
 from dex.domain.errors import DexError
-from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo, Payload
@@ -24,6 +33,13 @@ from dex.domain.values import FailureInfo, Payload
 WORKFLOW = "workflow"
 ACTIVITY = "activity"
 QUEUE_KINDS = (WORKFLOW, ACTIVITY)
+
+
+def queue_kind(kind: str) -> str:
+    """``kind`` if it is a queue kind, else ValueError."""
+    if kind not in QUEUE_KINDS:
+        raise ValueError(f"queue kind must be 'workflow' or 'activity', got {kind!r}")
+    return kind
 
 
 class UnreadableHistoryError(Exception):
@@ -85,65 +101,6 @@ class RunFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     limit: int = 100
-
-
-@attrs.frozen(kw_only=True)
-class Lease:
-    """Who holds a task and until when; ``version`` grows with every claim."""
-
-    owner: str
-    until: datetime
-    version: int
-
-
-@attrs.frozen(kw_only=True)
-class WorkflowTask:
-    task_id: int
-    run_id: str
-    workflow_name: str
-    queue: str
-    lease: Lease
-
-
-@attrs.frozen(kw_only=True)
-class ActivityTask:
-    task_id: int
-    run_id: str
-    created_seq: int
-    name: str
-    input: tuple[Payload, ...]
-    queue: str
-    priority: int
-    attempt: int
-    retry_policy: RetryPolicy
-    lock_timeout: timedelta
-    lease: Lease
-    trace_context: ev.Labels = ()
-
-
-@attrs.frozen(kw_only=True)
-class ActivityOutcome:
-    """How an activity attempt ended: a result, a final failure, or a retry at ``retry_at``."""
-
-    task: ActivityTask
-    result: Payload | None = None
-    failure: FailureInfo | None = None
-    retry_at: datetime | None = None
-
-    @property
-    def message(self) -> ev.Message | None:
-        """The message the run receives, or None for a retry (retried attempts are not history)."""
-        if self.retry_at is not None:
-            return None
-        if self.failure is not None:
-            return ev.ActivityTaskFailed(created_seq=self.task.created_seq, failure=self.failure)
-        assert self.result is not None
-        return ev.ActivityTaskCompleted(created_seq=self.task.created_seq, result=self.result)
-
-
-# An activity task's lease, kept alive by the engine running its attempt (dex/app/leases.py):
-# the tasks of a process that died are taken over within about this long
-DEFAULT_ACTIVITY_LEASE = timedelta(seconds=30)
 
 
 @attrs.frozen(kw_only=True)
@@ -359,7 +316,15 @@ class Maintenance(Protocol):
 
 
 class Store(
-    RunStore, WorkflowTaskQueue, ActivityTaskQueue, QueueAdmin, Leadership, Maintenance, ScheduleStore, Protocol
+    RunStore,
+    WorkflowTaskQueue,
+    ActivityTaskQueue,
+    TransactionSteps,
+    QueueAdmin,
+    Leadership,
+    Maintenance,
+    ScheduleStore,
+    Protocol,
 ):
     """Everything an engine needs from one adapter."""
 

@@ -22,6 +22,8 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 QUEUE_PATTERN = re.compile(r"^[a-z0-9_-]{1,40}$")
 DEFAULT_QUEUE = "default"
 DEFAULT_LOCK_TIMEOUT = timedelta(minutes=5)
+# the isolation levels a transaction step may ask for (SPEC §9), as PostgreSQL spells them
+ISOLATION_LEVELS = ("read committed", "repeatable read", "serializable")
 
 
 def validate_text(value: object, field: str) -> str:
@@ -167,3 +169,7 @@ class ActivityDefinition:
     lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT
     signature: Signature = attrs.field(eq=False)
     is_async: bool = False
+    # a transaction step (``@dex.transaction``): its isolation level; None for an ordinary activity
+    isolation: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(ISOLATION_LEVELS))
+    )

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from dex.adapters.memory.tables import QUEUED, ActivityTaskRow, InboxRow, QueueRow, RunRow, WorkflowTaskRow
 from dex.app.clock import SystemClock
@@ -27,8 +29,13 @@ from dex.domain.status import RunStatus
 class MemoryState:
     """The tables of one in-memory store and the row operations its parts share."""
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, *, transaction_connection: Callable[[], Any] | None = None) -> None:
+        if connection_factory_error := _factory_error(transaction_connection):
+            raise TypeError(connection_factory_error)
         self._clock: Clock = clock if clock is not None else SystemClock()
+        # where transaction steps get their connection (store.py); None: they fail, saying so
+        self._transaction_connection = transaction_connection
+        self._step_lock = threading.RLock()  # steps run one at a time: one shared connection serves all
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
         self._runs: dict[str, RunRow] = {}
@@ -122,3 +129,9 @@ def check_queue(name: str, kind: str, capacity: int) -> None:
         raise ValueError(f"queue kind must be 'workflow' or 'activity', got {kind!r}")
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ValueError(f"queue capacity must be a positive int, got {capacity!r}")
+
+
+def _factory_error(factory: object) -> str | None:
+    if factory is None or callable(factory):
+        return None
+    return f"transaction_connection must be a callable returning a connection, or None, got {type(factory).__name__}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from dex.adapters.memory import storable
 from dex.adapters.memory.runs import MemoryRuns
@@ -27,11 +28,14 @@ from dex.app.ports import (
     Claim,
     Loaded,
     QueueInfo,
+    StepFailed,
+    TransactionStep,
     WorkflowInput,
     WorkflowTask,
 )
 from dex.domain import events as ev
 from dex.domain.task import InboxMessage, WorkflowTaskResult
+from dex.domain.values import TerminalError
 
 
 class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryTasks):
@@ -77,6 +81,52 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryTasks):
                 return applied, claimed, []
             after = claim.after_seqs
             return applied, claimed, self.load_workflow_tasks([(t, after.get(t.run_id, 0)) for t in claimed], now)
+
+    # -- transaction steps (SPEC §9): the factory's connection stands in for the database's ----------
+    def complete_in_transaction(self, step: TransactionStep) -> bool:
+        """Check the lease, run the step's work on a connection of ``transaction_connection``
+        (the store's lock is not held meanwhile), then, while the lease still holds, write the
+        completion and commit that connection; otherwise roll it back. Steps run one at a time
+        (so one shared connection, such as SQLite's ``:memory:``, serves them all). Not atomic
+        as on PostgreSQL (a crash between the two commits is not simulated): a testing stand-in."""
+        with self._step_lock:
+            return self._complete_in_transaction(step)
+
+    def _complete_in_transaction(self, step: TransactionStep) -> bool:
+        task = step.task
+        if not self._holds(task):
+            return False
+        if self._transaction_connection is None:
+            raise StepFailed(
+                TerminalError(
+                    f"transaction step {task.name!r} needs a connection: create the in-memory adapter with"
+                    " InMemoryAdapter(transaction_connection=<a function returning a DB-API connection>)"
+                )
+            )
+        conn = self._transaction_connection()
+        try:
+            if step.async_work is not None and step.run_async is not None:
+                result = step.run_async(step.async_work(conn))
+            else:
+                assert step.work is not None
+                result = step.work(conn)
+            applied = self.complete_activity_tasks([ActivityOutcome(task=task, result=result)], self._clock.now())[0]
+        except BaseException:
+            _end(conn, "rollback")
+            raise
+        _end(conn, "commit" if applied else "rollback")
+        return applied
+
+    def _holds(self, task: ActivityTask) -> bool:
+        with self._lock:
+            row = self._activity_tasks.get(task.task_id)
+            return row is not None and row.lease.is_(task.lease)
+
+    def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        raise TypeError(_NO_CONNECTION)
+
+    def send_message_in(self, connection: object, run_id: str, message: ev.Message, now: datetime) -> None:
+        raise TypeError(_NO_CONNECTION)
 
     # -- queues ------------------------------------------------------------------------------
     def create_queue(self, name: str, kind: str, capacity: int) -> None:
@@ -137,3 +187,14 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryTasks):
 
 
 _DISPATCH_BATCH = 256  # as many as the PostgreSQL adapter schedules inside a completion
+
+_NO_CONNECTION = (
+    "connection= needs the PostgreSQL adapter: the in-memory adapter has no database transaction to write through"
+)
+
+
+def _end(conn: Any, how: str) -> None:
+    """Commit or roll back the factory's connection (one without the method is left as it is)."""
+    end = getattr(conn, how, None)
+    if callable(end):
+        end()

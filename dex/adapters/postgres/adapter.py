@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from dex.adapters.postgres import activity_tasks, completion, queues, runs, workflow_tasks
+from dex.adapters.postgres import activity_tasks, completion, queues, runs, transactions, workflow_tasks
 from dex.adapters.postgres.connection import (
     IDLE_IN_TRANSACTION_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -44,6 +44,7 @@ from dex.app.ports import (
     QueueInfo,
     RunFilter,
     RunRecord,
+    TransactionStep,
     WorkflowTask,
 )
 from dex.domain import events as ev
@@ -115,6 +116,9 @@ class PostgresAdapter(PostgresSchedules):
             configure=session_settings(statement_timeout, idle_in_transaction_timeout),
         )
         self._kept = KeptConnection(self._pool)  # one session for the application's starts
+        # an async transaction step's own connection: the pool's session settings, for its transaction
+        self._conninfo, self._step_settings = conninfo, transactions.local_settings(statement_timeout)
+        self._step_slots = transactions.step_slots(max_connections)  # the engine's threads keep theirs
         self._where = describe_dsn(conninfo)
         self._known_queues: set[tuple[str, str]] = set()
         self._known_lock = threading.Lock()
@@ -315,6 +319,22 @@ class PostgresAdapter(PostgresSchedules):
                     requests = [(task, after.get(task.run_id, 0)) for task in claimed]
                     loaded = workflow_tasks.load_workflow_tasks(conn, self._q, requests, now)
             return applied, claimed, loaded
+
+    # -- transaction steps and transactional starts (transactions.py) ------------------------------
+    def complete_in_transaction(self, step: TransactionStep) -> bool:
+        with self._step_slots:
+            if step.async_work is not None:
+                return transactions.complete_async(self._conninfo, self._q, self._clock, step, self._step_settings)
+            with self._statement() as conn:
+                return transactions.complete_sync(conn, self._q, self._clock, step)
+
+    def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        conn = transactions.caller_connection(connection)
+        self._ensure_queues([(created.queue, WORKFLOW)])
+        return runs.create_run(conn, self._q, self._create_run, run_id, created, now, public=True)[0]
+
+    def send_message_in(self, connection: object, run_id: str, message: ev.Message, now: datetime) -> None:
+        runs.send_message(transactions.caller_connection(connection), self._q, run_id, message, now)
 
     # -- queues ------------------------------------------------------------------------------
     def _ensure_queues(self, wanted: Iterable[tuple[str, str]]) -> None:

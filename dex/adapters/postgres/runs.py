@@ -111,6 +111,8 @@ def create_run(
     created: ev.RunCreated,
     now: datetime,
     claim: Claim | None = None,
+    *,
+    public: bool = False,
 ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
     """Insert a run with history ``[RunCreated]`` and inbox ``[RunStarted]``, or return the id
     of the live run that already has this instance id.
@@ -119,7 +121,8 @@ def create_run(
     runs row the first one returned), so it is atomic on its own and costs one round trip; it
     lives in the schema's ``create_run`` function (migration 4), which keeps its plan cached,
     and goes through libpq directly (``statement``, :mod:`.direct`, on the psycopg versions
-    it was checked against; psycopg's ``execute`` otherwise): it is the statement an
+    it was checked against, unless ``public``: psycopg's ``execute`` otherwise, as for an
+    application's own connection): it is the statement an
     application's loop of starts waits for, once per run.
     With ``claim``, a further CTE inserts the run's first workflow task already claimed for
     ``claim.owner`` when the scheduler would create it at once anyway: no concurrency key,
@@ -151,7 +154,7 @@ def create_run(
     )
     for _ in range(10):
         try:
-            ids = _call_create_run(conn, q, statement, row)
+            ids = _call_create_run(conn, q, statement, row, public)
         except psycopg.errors.UniqueViolation:
             raise ValueError(f"run {run_id} exists already") from None
         if ids is not None:
@@ -181,14 +184,18 @@ def create_run(
 
 
 def _call_create_run(
-    conn: psycopg.Connection, q: Statements, statement: direct.DirectStatement, row: NewRunRow
+    conn: psycopg.Connection,
+    q: Statements,
+    statement: direct.DirectStatement,
+    row: NewRunRow,
+    public: bool = False,
 ) -> tuple[str | None, str | None] | None:
     """The ``create_run`` function's message and task ids (None when the instance id clashed):
     through libpq (:mod:`.direct`) where the installed psycopg is one it was checked against,
     else through psycopg's ``execute``, prepared, the values adapted by psycopg."""
     params = row.params()
     encoded = statement.encode(params)
-    if direct.AVAILABLE:
+    if direct.AVAILABLE and not public:
         result = statement.execute(conn, encoded)
         return (direct.value(result, 1), direct.value(result, 2)) if result.ntuples else None
     statement.check(encoded)  # the same refusals (a NUL named by its field) on either path

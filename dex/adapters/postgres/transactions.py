@@ -1,0 +1,209 @@
+"""Transaction steps and transactional starts on PostgreSQL (SPEC §9).
+
+A transaction step's attempt is one transaction: the task row is locked ``FOR UPDATE`` and its
+lease checked, the step's function runs on that connection, and the completion is written by
+the very statements of :func:`dex.adapters.postgres.activity_tasks.complete_activity_tasks`;
+then it commits (the run's workflow task is the scheduler's to make: see ``_complete``). While the function runs, the lock keeps every other worker off the task
+(claims skip locked rows), so of two workers racing on one step at most one commits: a worker
+whose lease was taken over before it locked the row finds another lease version and writes
+nothing. Lock order: the task row first, then (in the completion) the run's row ``FOR SHARE``.
+A workflow task that ends the run meanwhile locks the run and then waits for the task row;
+that rare cycle is a deadlock PostgreSQL breaks by failing one side (a step's attempt is
+retried; a batch of workflow results is written again by the buffer).
+
+An ``async def`` step gets a ``psycopg.AsyncConnection`` of its own (one connection per
+attempt, not pooled); dex's statements run on it through :class:`LoopBridge`, which sends each
+one on the connection's event loop, so the same SQL serves both. Starts and events through the
+application's connection (``connection=``) go the same way, never committing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg import pq
+
+from dex.adapters.postgres import activity_tasks
+from dex.adapters.postgres.schema import Statements
+from dex.app.ports import ActivityOutcome, ActivityTask, Clock, StepFailed, TransactionStep
+from dex.app.transaction_ports import LoopConnection
+
+_ISOLATION = {
+    "read committed": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "repeatable read": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    "serializable": "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+}
+
+_LEVELS = {
+    "read committed": psycopg.IsolationLevel.READ_COMMITTED,
+    "repeatable read": psycopg.IsolationLevel.REPEATABLE_READ,
+    "serializable": psycopg.IsolationLevel.SERIALIZABLE,
+}
+
+Run = Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+@attrs.frozen
+class _Result:
+    rows: list[Any]
+    rowcount: int
+
+    def fetchall(self) -> list[Any]:
+        return self.rows
+
+    def fetchone(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+
+class LoopBridge:
+    """A ``psycopg.AsyncConnection`` seen as the blocking ``execute`` the adapter's SQL
+    functions call: each statement is sent on the connection's event loop by ``run``, from
+    another thread (the caller waits; the loop is free meanwhile)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection, run: Run) -> None:
+        self.conn, self._run = conn, run
+
+    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None) -> _Result:
+        async def go() -> _Result:
+            cursor = await self.conn.execute(query, params, prepare=prepare)
+            rows = await cursor.fetchall() if cursor.description is not None else []
+            return _Result(rows, cursor.rowcount)
+
+        result: _Result = self._run(go())
+        return result
+
+
+def _lease_held(conn: Any, q: Statements, task: ActivityTask) -> bool:
+    # FOR UPDATE: held until the commit, so no claim (SKIP LOCKED) can take the task over
+    row = conn.execute(
+        q("SELECT locked_by, lock_version FROM {s}.activity_tasks WHERE queue = %s AND task_id = %s FOR UPDATE"),
+        [task.queue, task.task_id],
+    ).fetchone()
+    return row is not None and (row[0], row[1]) == (task.lease.owner, task.lease.version)
+
+
+def _complete(conn: Any, q: Statements, step: TransactionStep, result: Any, now: datetime) -> None:
+    outcome = ActivityOutcome(task=step.task, result=result)
+    (applied,) = activity_tasks.complete_activity_tasks(conn, q, [outcome], now)
+    if not applied:  # cannot happen while the row is locked: a bug, and the transaction rolls back
+        raise RuntimeError(f"the lease of task {step.task.task_id} changed while its row was locked")
+    # The run's workflow task is left to the scheduler, which the engine wakes at once
+    # (ActivityWorker.completed_directly): a dispatch here, as a batch completion makes, would
+    # add two statements to every step and mostly lose the scheduler's try-lock to the other
+    # steps under way (measured: about 15 % fewer workflows/s with it)
+
+
+def _failed_transaction(status: pq.TransactionStatus) -> StepFailed | None:
+    if status == pq.TransactionStatus.INERROR:
+        return StepFailed(
+            RuntimeError("a statement of the step failed and its transaction is aborted (the error was caught)")
+        )
+    return None
+
+
+def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: TransactionStep) -> bool:
+    """The step on a pooled connection: autocommit off and the isolation level set for its
+    duration (psycopg then sends them with its BEGIN), both restored before it goes back."""
+    assert step.work is not None
+    conn.autocommit, conn.isolation_level = False, _LEVELS[step.isolation]
+    try:
+        with conn.transaction():
+            if not _lease_held(conn, q, step.task):
+                return False
+            result = step.work(conn)
+            failed = _failed_transaction(conn.info.transaction_status)
+            if failed is not None:
+                raise failed
+            # the completion's statements whose answers are not read go out without waiting
+            with conn.pipeline():
+                _complete(conn, q, step, result, clock.now())
+        return True
+    finally:
+        if not conn.closed:
+            conn.rollback()  # nothing is open after the block; this only makes sure
+            conn.autocommit, conn.isolation_level = True, None
+
+
+def complete_async(conninfo: str, q: Statements, clock: Clock, step: TransactionStep, settings: Sequence[str]) -> bool:
+    """The step of an ``async def`` on an asynchronous connection of its own."""
+    assert step.async_work is not None and step.run_async is not None
+    run = step.run_async
+    conn: psycopg.AsyncConnection = run(psycopg.AsyncConnection.connect(conninfo, autocommit=False))
+    bridge = LoopBridge(conn, run)
+    try:
+        bridge.execute(_ISOLATION[step.isolation])
+        for setting in settings:
+            bridge.execute(setting)
+        if not _lease_held(bridge, q, step.task):
+            run(conn.rollback())
+            return False
+        result = run(step.async_work(conn))
+        failed = _failed_transaction(conn.info.transaction_status)
+        if failed is not None:
+            raise failed
+        _complete(bridge, q, step, result, clock.now())
+        run(conn.commit())
+        return True
+    except BaseException:
+        if not conn.closed:
+            try:
+                run(conn.rollback())
+            except Exception:  # noqa: BLE001 - the connection is closed next; the server rolls back
+                pass
+        raise
+    finally:
+        run(conn.close())
+
+
+def caller_connection(connection: object, parameter: str = "connection") -> Any:
+    """The application's connection as the adapter's SQL functions use it: a
+    ``psycopg.Connection`` as it is, an ``AsyncConnection`` (from the asyncio facade) bridged
+    to its loop. TypeError for anything else; ValueError for a closed or failed one."""
+    if isinstance(connection, LoopConnection):
+        conn = connection.connection
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise TypeError(f"{parameter} must be a psycopg.AsyncConnection here, got {type(conn).__name__}")
+        loop = connection.loop
+
+        def run(coro: Coroutine[Any, Any, Any]) -> Any:
+            return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+        _check_usable(conn, parameter)
+        return LoopBridge(conn, run)
+    if not isinstance(connection, psycopg.Connection):
+        raise TypeError(f"{parameter} must be a psycopg.Connection, got {type(connection).__name__}")
+    _check_usable(connection, parameter)
+    return connection
+
+
+def _check_usable(conn: psycopg.Connection | psycopg.AsyncConnection, parameter: str) -> None:
+    if conn.closed or conn.broken:
+        raise ValueError(f"{parameter} is closed: give an open connection in the transaction to write through")
+    if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+        raise ValueError(f"{parameter} is in a failed transaction: roll it back first")
+
+
+def local_settings(statement_timeout: timedelta) -> tuple[str, ...]:
+    """What an async step's own connection sets for its transaction, as the pool's sessions do."""
+    settings = ["SET LOCAL TIME ZONE 'UTC'"]
+    milliseconds = int(statement_timeout.total_seconds() * 1000)
+    if milliseconds > 0:
+        settings.append(f"SET LOCAL statement_timeout = {milliseconds}")  # an int: nothing to quote
+    return tuple(settings)
+
+
+# the pooled connections a started engine's own threads use at once (adapter.py's docstring):
+# transaction steps, which hold a connection while their function runs, leave these to them
+_ENGINE_CONNECTIONS = 6
+
+
+def step_slots(max_connections: int) -> threading.BoundedSemaphore:
+    """How many transaction steps may hold a connection at once: what the pool has beyond the
+    engine's own threads (at least one). A step waits for a slot before it starts."""
+    return threading.BoundedSemaphore(max(1, max_connections - _ENGINE_CONNECTIONS))

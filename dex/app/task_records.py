@@ -1,0 +1,71 @@
+"""The records of claimed tasks that the ports pass around: leases, workflow and activity
+tasks, and an activity attempt's outcome (re-exported by :mod:`dex.app.ports`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import attrs
+
+from dex.domain import events as ev
+from dex.domain.retry import RetryPolicy
+from dex.domain.values import FailureInfo, Payload
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """Who holds a task and until when; ``version`` grows with every claim."""
+
+    owner: str
+    until: datetime
+    version: int
+
+
+@attrs.frozen(kw_only=True)
+class WorkflowTask:
+    task_id: int
+    run_id: str
+    workflow_name: str
+    queue: str
+    lease: Lease
+
+
+@attrs.frozen(kw_only=True)
+class ActivityTask:
+    task_id: int
+    run_id: str
+    created_seq: int
+    name: str
+    input: tuple[Payload, ...]
+    queue: str
+    priority: int
+    attempt: int
+    retry_policy: RetryPolicy
+    lock_timeout: timedelta
+    lease: Lease
+    trace_context: ev.Labels = ()
+
+
+@attrs.frozen(kw_only=True)
+class ActivityOutcome:
+    """How an activity attempt ended: a result, a final failure, or a retry at ``retry_at``."""
+
+    task: ActivityTask
+    result: Payload | None = None
+    failure: FailureInfo | None = None
+    retry_at: datetime | None = None
+
+    @property
+    def message(self) -> ev.Message | None:
+        """The message the run receives, or None for a retry (retried attempts are not history)."""
+        if self.retry_at is not None:
+            return None
+        if self.failure is not None:
+            return ev.ActivityTaskFailed(created_seq=self.task.created_seq, failure=self.failure)
+        assert self.result is not None
+        return ev.ActivityTaskCompleted(created_seq=self.task.created_seq, result=self.result)
+
+
+# An activity task's lease, kept alive by the engine running its attempt (dex/app/leases.py):
+# the tasks of a process that died are taken over within about this long
+DEFAULT_ACTIVITY_LEASE = timedelta(seconds=30)

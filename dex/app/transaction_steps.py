@@ -1,0 +1,125 @@
+"""Running a transaction step's attempt (``@dex.transaction``, SPEC §9).
+
+An ordinary activity's attempt produces an outcome that the result buffer writes later. A
+transaction step's attempt instead hands the store a :class:`~dex.app.ports.TransactionStep`:
+the store checks the task's lease, runs the function on its own transaction's connection and
+writes the completion in that same transaction (``Store.complete_in_transaction``). So the
+attempt ends in one of three ways:
+
+* written: the function's writes and the step's result committed together (:class:`Written`);
+* lost: the task's lease had been taken over, nothing ran (:class:`Written` with ``committed``
+  False; the new holder runs it);
+* failed: the function raised, or the store failed: everything rolled back, and the attempt's
+  failure (retried under the step's policy, ``TerminalError`` at once) goes through the buffer
+  like any activity's. A serialization failure or deadlock (SQLSTATE 40001, 40P01) is an
+  ordinary, retryable failure.
+
+The function gets a guarded connection (:mod:`dex.app.transactions`): committing, rolling back
+or closing it is a terminal failure naming the step, even when the function swallows the error.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from dex.app.ports import ActivityOutcome, ActivityTask, StepFailed, TransactionStep, TransactionSteps
+from dex.app.transactions import GuardedAsyncConnection, GuardedConnection
+from dex.domain.definitions import ActivityDefinition, PayloadConverter
+from dex.domain.errors import SerializationError
+from dex.domain.values import FailureInfo, Payload, TerminalError
+
+log = logging.getLogger("dex.worker")
+
+
+@attrs.frozen(kw_only=True)
+class Written:
+    """A transaction step's attempt the store decided: committed, or its lease was lost."""
+
+    task: ActivityTask
+    committed: bool
+
+
+def _guarded(conn: Any, step: str) -> GuardedConnection | GuardedAsyncConnection:
+    if inspect.iscoroutinefunction(getattr(conn, "commit", None)):
+        return GuardedAsyncConnection(conn, step)
+    return GuardedConnection(conn, step)
+
+
+def _misuse(guard: GuardedConnection | GuardedAsyncConnection) -> None:
+    if guard.misused is not None:  # the function swallowed the error: it is a failure all the same
+        raise StepFailed(TerminalError(guard.misused))
+
+
+class TransactionAttempts:
+    """Hands a transaction step's attempt to the store and says how it ended."""
+
+    def __init__(
+        self,
+        store: TransactionSteps,
+        converter: PayloadConverter,
+        run_async: Callable[[Any], Any],
+        failed: Callable[[ActivityTask, BaseException], ActivityOutcome],
+    ) -> None:
+        self._store, self._converter, self._run_async, self._failed = store, converter, run_async, failed
+
+    def attempt(
+        self, task: ActivityTask, definition: ActivityDefinition, args: Sequence[Any]
+    ) -> ActivityOutcome | Written:
+        """Run the attempt; never raises (a failure of any kind is the attempt's outcome)."""
+        assert definition.isolation is not None
+        fn, name = definition.fn, task.name
+
+        def work(conn: Any) -> Payload:
+            guard = _guarded(conn, name)
+            try:
+                value = fn(guard, *args)
+            except BaseException as exc:  # noqa: BLE001 - whatever the function raised fails the attempt
+                raise StepFailed(exc) from None
+            _misuse(guard)
+            return self._encode(value)
+
+        async def async_work(conn: Any) -> Payload:
+            guard = _guarded(conn, name)
+            try:
+                value = await fn(guard, *args)
+            except BaseException as exc:  # noqa: BLE001 - as above; BaseException must not stop the loop
+                raise StepFailed(exc) from None
+            _misuse(guard)
+            return self._encode(value)
+
+        step = TransactionStep(
+            task=task,
+            isolation=definition.isolation,
+            work=None if definition.is_async else work,
+            async_work=async_work if definition.is_async else None,
+            run_async=self._run_async,
+        )
+        try:
+            committed = self._store.complete_in_transaction(step)
+        except StepFailed as failed:
+            cause = failed.cause
+            if isinstance(cause, SerializationError):  # its result cannot be stored: retrying will not help
+                return ActivityOutcome(task=task, failure=FailureInfo.from_exception(cause, terminal=True))
+            return self._failed(task, cause)
+        except BaseException as exc:
+            log.warning(
+                "transaction step %s of run %s, attempt %d: the store failed; the attempt is rolled back",
+                task.name,
+                task.run_id,
+                task.attempt,
+                exc_info=True,
+                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+            )
+            return self._failed(task, exc)
+        return Written(task=task, committed=committed)
+
+    def _encode(self, value: object) -> Payload:
+        try:
+            return self._converter.encode(value)
+        except SerializationError as exc:
+            raise StepFailed(exc) from None

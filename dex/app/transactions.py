@@ -1,0 +1,145 @@
+"""``@dex.transaction``: an activity whose function runs inside the store's own transaction.
+
+The decorated function takes the transaction's connection first (``psycopg.Connection``, or
+``psycopg.AsyncConnection`` for an ``async def``), then the step's arguments. It registers and
+is called like any activity (``Engine(activities=[...])``, ``ctx.activity(fn, ...)``) and
+appears in the history as one; what differs is how its attempt runs
+(:mod:`dex.app.transaction_steps`). The connection it gets is guarded: committing, rolling
+back or closing it would break the step's atomicity, so each is a terminal error naming the
+step.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from dex.app.registry import ACTIVITY_ATTRIBUTE
+from dex.domain.definitions import (
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_QUEUE,
+    ISOLATION_LEVELS,
+    ActivityDefinition,
+    Signature,
+    validate_name,
+    validate_queue,
+)
+from dex.domain.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from dex.domain.values import TerminalError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@overload
+def transaction(fn: F, /) -> F: ...
+@overload
+def transaction(
+    *, name: str | None = None, queue: str = DEFAULT_QUEUE, retry: RetryPolicy | None = None, isolation: str = ...
+) -> Callable[[F], F]: ...
+def transaction(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    retry: RetryPolicy | None = None,
+    isolation: str = "read committed",
+) -> Any:
+    """Mark ``fn(conn, *args)`` (sync or ``async def``) as a transaction step (SPEC §9)."""
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"retry must be a dex.RetryPolicy, got {type(retry).__name__}")
+    if not isinstance(isolation, str) or isolation.lower() not in ISOLATION_LEVELS:
+        levels = ", ".join(repr(level) for level in ISOLATION_LEVELS)
+        raise ValueError(f"isolation must be one of {levels}, got {isolation!r}")
+    level = isolation.lower()
+
+    def decorate(func: F) -> F:
+        if not callable(func):
+            raise TypeError(f"@dex.transaction decorates a function, got {type(func).__name__}")
+        signature = Signature.of(func)
+        if not signature.parameters and not signature.accepts_varargs:
+            raise TypeError(f"transaction step {func.__qualname__} must take the connection as its first parameter")
+        definition = ActivityDefinition(
+            name=validate_name(name if name is not None else func.__qualname__, "activity name"),
+            fn=func,
+            queue=validate_queue(queue),
+            retry_policy=retry or DEFAULT_RETRY_POLICY,
+            lock_timeout=DEFAULT_LOCK_TIMEOUT,
+            signature=Signature.of(func, skip=1),
+            is_async=inspect.iscoroutinefunction(func),
+            isolation=level,
+        )
+        setattr(func, ACTIVITY_ATTRIBUTE, definition)
+        return func
+
+    return decorate(fn) if fn is not None else decorate
+
+
+class _Guard:
+    """What the guarded connections share: the step's name and whether the function misused
+    the connection (remembered, so that swallowing the error does not hide it)."""
+
+    _OWN = frozenset({"_conn", "_step", "misused"})
+
+    def __init__(self, conn: Any, step: str) -> None:
+        object.__setattr__(self, "_conn", conn)
+        object.__setattr__(self, "_step", step)
+        object.__setattr__(self, "misused", None)
+
+    def _refuse(self, what: str) -> TerminalError:
+        message = (
+            f"transaction step {self._step!r} called conn.{what}: the step's transaction is dex's to commit"
+            " or roll back (return to commit, raise to roll back)"
+        )
+        object.__setattr__(self, "misused", message)
+        return TerminalError(message)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "autocommit":
+            raise self._refuse("autocommit = ...")
+        setattr(self._conn, name, value)
+
+    def __repr__(self) -> str:
+        return f"<transaction connection of step {self._step!r}>"
+
+
+class GuardedConnection(_Guard):
+    """A transaction step's ``psycopg.Connection``: everything but ending the transaction."""
+
+    def commit(self) -> None:
+        raise self._refuse("commit()")
+
+    def rollback(self) -> None:
+        raise self._refuse("rollback()")
+
+    def close(self) -> None:
+        raise self._refuse("close()")
+
+    def __enter__(self) -> GuardedConnection:
+        raise self._refuse("__enter__ (a with block on the connection closes it)")
+
+    def __exit__(self, *args: object) -> None:
+        return None
+
+
+class GuardedAsyncConnection(_Guard):
+    """A transaction step's ``psycopg.AsyncConnection``, guarded as :class:`GuardedConnection`."""
+
+    async def commit(self) -> None:
+        raise self._refuse("commit()")
+
+    async def rollback(self) -> None:
+        raise self._refuse("rollback()")
+
+    async def close(self) -> None:
+        raise self._refuse("close()")
+
+    async def __aenter__(self) -> GuardedAsyncConnection:
+        raise self._refuse("__aenter__ (an async with block on the connection closes it)")
+
+    async def __aexit__(self, *args: object) -> None:
+        return None

@@ -1,0 +1,262 @@
+"""Transaction steps and transactional starts on a real PostgreSQL (SPEC §9): serialization
+failures retried, the step's own connection lost mid-call, a second database, and runs and
+events written through the application's transaction (committed, or rolled back), sync and
+through the asyncio facade."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import dex
+from dex.adapters.postgres import PostgresAdapter
+
+pytestmark = pytest.mark.postgres
+
+FAST = dex.RetryPolicy(initial_delay=timedelta(milliseconds=10), max_attempts=4, randomization_factor=0)
+STATE: dict[str, Any] = {}
+
+
+@dex.transaction(name="bump", retry=FAST, isolation="serializable")
+def bump(conn: Any, amount: int) -> int:
+    """Reads the balance, then (on its first attempt) lets another transaction change it before
+    writing: SQLSTATE 40001 at the update, a failed attempt retried under the policy."""
+    table = STATE["table"]
+    STATE["attempts"] = STATE.get("attempts", 0) + 1
+    (balance,) = conn.execute(f"SELECT balance FROM {table} WHERE id = 1").fetchone()
+    if STATE["attempts"] == 1:
+        with psycopg.connect(STATE["dsn"], autocommit=True) as other:
+            other.execute(f"UPDATE {table} SET balance = balance + 1000 WHERE id = 1")
+    conn.execute(f"UPDATE {table} SET balance = %s WHERE id = 1", [balance + amount])
+    return int(balance + amount)
+
+
+@dex.transaction(name="cut-off", retry=FAST)
+def cut_off(conn: Any, note: str) -> str:
+    """Inserts a row, then (first attempt) has its own session terminated: the store fails."""
+    conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    STATE["attempts"] = STATE.get("attempts", 0) + 1
+    if STATE["attempts"] == 1:
+        pid = conn.info.backend_pid
+        with psycopg.connect(STATE["dsn"], autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    return note
+
+
+@dex.workflow(name="bumper")
+async def bumper(ctx: dex.WorkflowContext, amount: int) -> int:
+    result: int = await ctx.activity(bump, amount)
+    return result
+
+
+@dex.workflow(name="cutter")
+async def cutter(ctx: dex.WorkflowContext, note: str) -> str:
+    result: str = await ctx.activity(cut_off, note)
+    return result
+
+
+@dex.workflow(name="awaits-payment")
+async def awaits_payment(ctx: dex.WorkflowContext, order: str) -> str:
+    paid = await ctx.wait_for_event("paid", timeout=timedelta(minutes=5))
+    return f"{order}: {paid}"
+
+
+@pytest.fixture
+def table(pg_dsn: str, pg_schema: str) -> str:
+    name = sql.Identifier(pg_schema, "app").as_string(None)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {sql.Identifier(pg_schema).as_string(None)}")
+        conn.execute(f"CREATE TABLE {name} (id serial PRIMARY KEY, balance int NOT NULL DEFAULT 0, note text)")
+        conn.execute(f"INSERT INTO {name} (balance) VALUES (0)")
+    STATE.clear()
+    STATE.update(dsn=pg_dsn, table=name)
+    return name
+
+
+def test_a_serialization_failure_is_retried_and_the_step_commits_once(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [bumper], [bump])
+    run_id = engine.start_workflow(bumper, 5)
+    engine.drain()
+    assert engine.wait(run_id, timeout=5) == 1005  # attempt 2 read the other transaction's write
+    assert STATE["attempts"] == 2
+    with psycopg.connect(STATE["dsn"]) as conn:
+        assert conn.execute(f"SELECT balance FROM {table} WHERE id = 1").fetchone() == (1005,)
+
+
+def test_the_steps_connection_lost_mid_call_rolls_back_and_the_retry_commits_once(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [cutter, bumper], [cut_off, bump])
+    run_id = engine.start_workflow(cutter, "once")
+    engine.drain()
+    assert engine.wait(run_id, timeout=5) == "once"
+    with psycopg.connect(STATE["dsn"]) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {table} WHERE note = 'once'").fetchone() == (1,)
+    STATE["attempts"] = 1  # a healthy run afterwards, on the same adapter (its pool replaced the connection)
+    healthy = engine.start_workflow(cutter, "healthy")
+    engine.drain()
+    assert engine.wait(healthy, timeout=5) == "healthy"
+
+
+def test_a_run_started_in_a_rolled_back_transaction_never_exists(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    with dex.Engine(make_adapter(), [awaits_payment], [], poll_interval=0.05) as engine:
+        with psycopg.connect(STATE["dsn"]) as conn:
+            with conn.transaction():
+                conn.execute(f"INSERT INTO {table} (note) VALUES ('order 1')")
+                ghost = engine.start_workflow(awaits_payment, "order 1", connection=conn, instance_id="order-1")
+                raise_rollback(conn)
+        with pytest.raises(dex.RunNotFoundError):
+            engine.get_run(ghost)
+        with psycopg.connect(STATE["dsn"]) as conn:
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE note = 'order 1'").fetchone() == (0,)
+        # the same instance id is free: nothing of the rolled-back start remains
+        with psycopg.connect(STATE["dsn"]) as conn, conn.transaction():
+            run_id = engine.start_workflow(awaits_payment, "order 1", connection=conn, instance_id="order-1")
+            assert run_id != ghost
+        with psycopg.connect(STATE["dsn"]) as conn:
+            with conn.transaction():
+                engine.send_event(run_id, "paid", "wrong", connection=conn)
+                raise_rollback(conn)
+            with conn.transaction():
+                engine.send_event(run_id, "paid", 4200, connection=conn)
+        assert engine.wait(run_id, timeout=10) == "order 1: 4200"  # the rolled-back event never arrived
+
+
+def raise_rollback(conn: psycopg.Connection) -> None:
+    """Leave the current ``conn.transaction()`` block by rolling it back."""
+    raise psycopg.Rollback()
+
+
+def test_the_asyncio_facade_writes_through_an_async_connection(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    with dex.Engine(make_adapter(), [awaits_payment], []) as engine:
+
+        async def app() -> str:
+            async with await psycopg.AsyncConnection.connect(STATE["dsn"]) as conn:
+                async with conn.transaction():
+                    await conn.execute(f"INSERT INTO {table} (note) VALUES ('async order')")
+                    run_id = await engine.start_workflow_async(awaits_payment, "async order", connection=conn)
+                async with conn.transaction():
+                    await engine.send_event_async(run_id, "paid", 7, connection=conn)
+                    raise psycopg.Rollback()
+                async with conn.transaction():
+                    await engine.send_event_async(run_id, "paid", 8, connection=conn)
+                with pytest.raises(TypeError, match=r"connection must be a psycopg\.AsyncConnection"):
+                    await engine.start_workflow_async(awaits_payment, "x", connection=object())
+            return str(await engine.wait_async(run_id, timeout=10))
+
+        assert asyncio.run(app()) == "async order: 8"
+
+
+def test_bad_connections_are_refused_naming_the_parameter(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [awaits_payment], [])
+    with pytest.raises(TypeError, match=r"connection must be a psycopg\.Connection"):
+        engine.start_workflow(awaits_payment, "x", connection="postgresql://")
+    with pytest.raises(TypeError, match=r"connection must be a psycopg\.Connection"):
+        engine.send_event("r", "paid", connection=42)
+    closed = psycopg.connect(STATE["dsn"])
+    closed.close()
+    with pytest.raises(ValueError, match="connection is closed"):
+        engine.start_workflow(awaits_payment, "x", connection=closed)
+    with psycopg.connect(STATE["dsn"]) as conn:
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT * FROM no_such_table")
+        with pytest.raises(ValueError, match="failed transaction"):
+            engine.start_workflow(awaits_payment, "x", connection=conn)
+        conn.rollback()
+        with pytest.raises(dex.RunNotFoundError):
+            engine.send_event("no-such-run", "paid", connection=conn)
+    # a healthy start afterwards
+    run_id = engine.start_workflow(awaits_payment, "fine")
+    assert engine.get_run(run_id).status is dex.RunStatus.CREATED
+
+
+@dex.transaction(name="note-it")
+async def note_it(conn: psycopg.AsyncConnection, note: str) -> int:
+    cursor = await conn.execute("INSERT INTO app_notes (note) VALUES (%s) RETURNING id", [note])
+    row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@dex.workflow(name="noter")
+async def noter(ctx: dex.WorkflowContext, note: str) -> int:
+    result: int = await ctx.activity(note_it, note)
+    return result
+
+
+def test_a_separate_database_and_an_async_step(pg_dsn: str) -> None:
+    """The engine on a database of its own (not the application's default one): the step's
+    connection is that database's, and the step's table lives there."""
+    name = f"dex_tx_{threading.get_ident() % 100000}"
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = psycopg.conninfo.make_conninfo(pg_dsn, dbname=name)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE app_notes (id serial PRIMARY KEY, note text)")
+        adapter = PostgresAdapter(dsn, schema="engine")
+        try:
+            engine = dex.Engine(adapter, [noter], [note_it])
+            run_id = engine.start_workflow(noter, "separate")
+            engine.drain()
+            assert engine.wait(run_id, timeout=10) == 1
+            with psycopg.connect(dsn) as conn:
+                assert conn.execute("SELECT note FROM app_notes").fetchall() == [("separate",)]
+        finally:
+            adapter.close()
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@dex.transaction(name="slow-insert", retry=FAST)
+def slow_insert(conn: Any, note: str) -> str:
+    conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    STATE.setdefault("ran", []).append(note)
+    threading.Event().wait(1.5)  # three times the activity lease: it expires while the row is locked
+    return note
+
+
+@dex.workflow(name="slow")
+async def slow(ctx: dex.WorkflowContext, note: str) -> str:
+    result: str = await ctx.activity(slow_insert, note)
+    return result
+
+
+def test_two_engines_racing_on_a_step_whose_lease_expires_mid_transaction_commit_once(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    from dex.app.clock import SystemClock
+
+    engines = [
+        dex.Engine(make_adapter(clock=SystemClock()), [slow], [slow_insert], activity_lease=timedelta(seconds=0.5))
+        for _ in range(2)
+    ]
+    for engine in engines:
+        engine.start()
+    try:
+        run_ids = [engines[0].start_workflow(slow, f"race-{n}") for n in range(3)]
+        assert [engines[1].wait(r, timeout=30) for r in run_ids] == [f"race-{n}" for n in range(3)]
+    finally:
+        for engine in engines:
+            engine.stop(timeout=10)
+    with psycopg.connect(STATE["dsn"]) as conn:
+        rows = conn.execute(f"SELECT note FROM {table} WHERE note LIKE 'race-%%' ORDER BY note").fetchall()
+    assert rows == [("race-0",), ("race-1",), ("race-2",)]
+    assert sorted(STATE["ran"]) == ["race-0", "race-1", "race-2"]  # nobody took a locked step over
