@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dex.app.activity_worker import ActivityWorker
-from dex.app.aio import AsyncEngineMixin, EngineCalls
+from dex.app.aio import AsyncEngineMixin
 from dex.app.async_activities import AsyncRunner
 from dex.app.background import SCHEDULER, Background, timing
 from dex.app.buffer import ResultBuffer
@@ -397,7 +397,3 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
 
     def list_queues(self) -> list[QueueInfo]:
         return self.store.list_queues()
-
-
-if TYPE_CHECKING:  # aio casts the engine to EngineCalls: here mypy holds Engine to that protocol
-    _ENGINE_CALLS: type[EngineCalls] = Engine
