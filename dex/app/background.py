@@ -183,6 +183,7 @@ class Background:
         )
         self.workflow_worker.watchdog = watchdog
         rounds = self.rounds
+        backoff = self._poll_interval  # a failed round is tried again after 2, 4, 8 ... poll intervals (at most 2 s)
         for name, step, wake in (
             ("dex-scheduler", rounds.scheduler, self._nudge.channel(SCHEDULER)),
             ("dex-workflow-worker", rounds.workflows, wake_workflows),
@@ -190,15 +191,21 @@ class Background:
         ):
             # the workflow worker's pauses for the application's calls are tens of microseconds
             fine = name == "dex-workflow-worker"
-            self._thread(PollingThread(name, step, wake.wait, wake.clear, self._stopping, fine_timers=fine))
+            self._thread(
+                PollingThread(name, step, wake.wait, wake.clear, self._stopping, backoff=backoff, fine_timers=fine)
+            )
         for name, lane in (("dex-flusher-activities", ACTIVITY_LANE), ("dex-flusher-workflows", WORKFLOW_LANE)):
             # a flusher sleeps on the buffer's own condition: it flushes as soon as there is work
             self._thread(
-                PollingThread(name, _flushing(rounds, lane), _waiting(self.buffer, lane), None, self._stopping)
+                PollingThread(
+                    name, _flushing(rounds, lane), _waiting(self.buffer, lane), None, self._stopping, backoff=backoff
+                )
             )
         tick = max(0.01, min(0.25, watchdog.stall / 4))
         never = threading.Event()
-        self._thread(PollingThread("dex-watchdog", watchdog.round(tick), never.wait, None, self._stopping))
+        self._thread(
+            PollingThread("dex-watchdog", watchdog.round(tick), never.wait, None, self._stopping, backoff=tick)
+        )
 
     def _thread(self, thread: PollingThread) -> None:
         self.threads.append(thread)

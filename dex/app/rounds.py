@@ -88,21 +88,21 @@ class Rounds:
 
     def workflows(self) -> float:
         """Run the tasks handed to the workflow worker, and claim more when the queue may hold
-        some; handed tasks never wait for a batch window."""
+        some. A claim that must wait for the rest of its batch window holds the handed tasks
+        back too: under load they join the round's batch, whose results one flush writes
+        (running them as they came measured ~20 % fewer workflows/s on a backlog)."""
         worker = self.workflow_worker
         commands = self.coordinator.handle(co.ClaimTurn(WORKFLOW, self.monotonic()))
         claim = _claim_of(commands) is not None
         pause = _pause_of(commands)
-        if pause is not None and not worker.backlog():
+        if pause is not None:
             return pause
         started = self.monotonic()
         worked = worker.poll_once(claim=claim)
         self.coordinator.handle(
             co.WorkflowRound(started, self.monotonic(), claim, worked, claim and worker.claimed_full)
         )
-        if worked:
-            return 0.0
-        return pause if pause is not None else self.poll_interval
+        return 0.0 if worked else self.poll_interval
 
     def activities(self) -> float:
         """Keep the running attempts' leases; claim activity tasks for the free slots."""
