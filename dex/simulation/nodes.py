@@ -17,6 +17,7 @@ import random
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import attrs
 
@@ -46,6 +47,8 @@ class Node:
     store: NodeStore  # the node's way to the shared store (store-errors faults strike here)
     pool: SimulatedPool
     said: list[str] = attrs.Factory(list)  # what its coordinator decided during the current step
+    # tasks that eager dispatch ("complete, then claim") gave it, by kind: the simulation covers it
+    dispatched: dict[str, int] = attrs.Factory(lambda: {"activity": 0, "workflow": 0})
     stalled_until: int = -1  # the step until which its writes stall
 
     @property
@@ -66,6 +69,12 @@ class Node:
     def pending(self, lane: str) -> bool:
         """Whether ``lane`` of its buffer holds something to write."""
         return bool(self.engine.buffer._pending(lane))
+
+    def observe(self, event: co.Event, commands: tuple[co.Command, ...]) -> None:
+        """The coordinator's every decision: into the trace, and counted."""
+        self.said.append(_describe(event, commands))
+        if isinstance(event, co.ActivitiesClaimed) and event.started is None:
+            self.dispatched["activity"] += len(event.tasks)
 
     def decided(self) -> str:
         """What the coordinator decided since the last call (for the trace)."""
@@ -182,7 +191,14 @@ def new_node(
     pool = SimulatedPool()
     background.arm(pool, monotonic=monotonic)
     node = Node(name=name, engine=engine, store=store, pool=pool)
-    background.coordinator.observe = lambda event, commands: node.said.append(_describe(event, commands))
+    background.coordinator.observe = node.observe
+    hand = engine.workflow_worker.hand
+
+    def handed(tasks: Any, loaded: Any = None, now: Any = None) -> None:
+        node.dispatched["workflow"] += len(tasks)
+        hand(tasks, loaded, now)
+
+    engine.workflow_worker.hand = handed  # type: ignore[method-assign]
     engine.workflow_worker.inline = None
     if inline:
         for activity in engine.registry.activities:

@@ -320,3 +320,20 @@ def test_a_failure_replays_exactly_from_what_it_prints() -> None:
             assert str(again.value) == str(failure)
             return
     pytest.fail("the lease-blind store went unnoticed")
+
+
+def test_the_simulated_nodes_run_the_started_engines_rounds_with_eager_dispatch_and_buffers() -> None:
+    """Not vacuous: the nodes run the coordinator's rounds — completions claim activity and
+    workflow tasks for their own node (eager dispatch), attempts wait in the pool, flushes
+    write batches — under faults, with and without inline activities."""
+    for inline in (False, True):
+        dispatched = {"activity": 0, "workflow": 0}
+        kinds: set[str] = set()
+        for seed in range(4):
+            simulator = Simulator(seed, EVERY_FAULT, inline=inline)
+            report = simulator.run()
+            dispatched = {k: v + sum(n.dispatched[k] for n in simulator.nodes) for k, v in dispatched.items()}
+            kinds.update(line.split()[3].rstrip(":") for line in report.trace)
+        assert dispatched["activity"] > 0 and dispatched["workflow"] > 0, (inline, dispatched)
+        assert {"scheduler", "workflows", "activities", "flush-workflows", "flush-activities"} <= kinds
+        assert inline or "run-attempt" in kinds
