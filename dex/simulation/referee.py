@@ -48,6 +48,9 @@ class RunLog:
     generations: list[list[ev.HistoryEvent]] = attrs.Factory(list)  # generations continued as new
     sent: Counter[tuple[str, bytes]] = attrs.Factory(Counter)
     requests: list[tuple[RunStatus, datetime]] = attrs.Factory(list)  # accepted cancel/suspend/resume
+    # when the last applied workflow task began (its first block): blocks a task adds by running
+    # activities inline carry later times, but the task decided from what it loaded then
+    last_task_at: datetime | None = None
 
     def all_generations(self) -> list[list[ev.HistoryEvent]]:
         return [*self.generations, self.history]
@@ -109,6 +112,8 @@ class Referee:
             )
         written = [*log.history, *result.new_events]
         check_history(log.run_id, written)
+        if result.new_events:
+            log.last_task_at = result.new_events[0].timestamp
         if result.new_history is not None:
             log.generations.append(written)
             log.history = list(result.new_history)
@@ -228,9 +233,10 @@ class Referee:
 
     def _check_requests_honoured(self, log: RunLog) -> None:
         """An accepted cancel or suspend reaches the history, unless a task that started no
-        later than the request ended the run first."""
+        later than the request ended the run first (a task handed over by eager dispatch starts
+        when its input was loaded, and the blocks of activities it ran inline are part of it)."""
         _created, blocks = split_blocks(log.history)
-        ended_at = blocks[-1].started.timestamp
+        ended_at = log.last_task_at or blocks[-1].started.timestamp
         recorded = Counter(type(item.event) for history in log.all_generations() for item in history)
         early = Counter(target for target, at in log.requests if at < ended_at)
         # a second cancel while one is on its way is accepted and merged with it
