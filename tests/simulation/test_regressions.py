@@ -139,3 +139,29 @@ def test_simulation_deciding_while_a_result_is_unwritten(seed: int) -> None:
     faults = [Fault(step, kind, step) for step, kind in zip(range(10, 300, 15), kinds, strict=False)]
     simulator = Simulator(seed, faults)
     expect_simulation_failure(simulator, {"replays-deterministically", "every-run-ends"})
+
+
+# -- 3. a suspend raced by a task that ran activities inline ---------------------------------------
+#
+# Found when the simulator began to run eager dispatch with inline activities: a workflow task
+# handed over with its input loaded at T ran an activity inline after a suspend was accepted
+# at T, and its inline block (stamped later) ended the run. The task started no later than the
+# request, so the run rightly ended first; the referee had taken the inline block for a task.
+
+
+def test_a_request_raced_by_a_task_with_inline_blocks_counts_from_the_tasks_start() -> None:
+    faults = [
+        Fault(16, "flush-stall", 6),
+        Fault(75, "hang", 5),
+        Fault(81, "flush-stall", 1),
+        Fault(96, "activity-fails", 1),
+        Fault(98, "hang", 6),
+        Fault(111, "hang", 2),
+        Fault(126, "leader-loss", 4),
+        Fault(164, "flush-stall", 2),
+        Fault(202, "store-flaky", 3),
+        Fault(231, "lease-expiry", 4),
+        Fault(296, "hang", 3),
+    ]
+    report = Simulator(229272273, faults, inline=True).run()
+    assert report.outcomes  # every run ended, and every invariant held
