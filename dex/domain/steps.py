@@ -159,7 +159,10 @@ def normalize_labels(labels: Mapping[str, str] | None) -> ev.Labels:
     pairs = []
     for key, value in labels.items():
         if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"labels must map str to str, got {key!r}: {value!r}")
+            # the types only: a hostile key's repr() may raise, and the error must still be this one
+            raise TypeError(
+                f"labels must map str to str, got a {type(key).__name__} key with a {type(value).__name__} value"
+            )
         key = validate_text(key, "labels key")
         pairs.append((key, validate_text(value, f"labels[{key!r}] value")))
     return tuple(sorted(pairs))

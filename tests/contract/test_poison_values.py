@@ -313,3 +313,21 @@ def test_the_in_memory_adapter_refuses_what_postgresql_cannot_store() -> None:
     with pytest.raises(ValueError, match="lone surrogate"):
         store.request_transition("r1", dex.RunStatus.CANCELLED, ev.RunCancelled(reason="a\ud800b"), now)
     assert [r.run_id for r in store.list_runs(RunFilter())] == ["r1"]
+
+
+class _HostileKey:
+    """A label key that is not a str and whose repr() raises."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+    def __hash__(self) -> int:
+        return 1
+
+
+def test_a_label_key_that_cannot_be_printed_gets_the_labels_type_error(make_engine: Any) -> None:
+    engine = make_engine(workflows=[healthy], activities=[add_one])
+    with pytest.raises(TypeError, match="labels must map str to str, got a _HostileKey key with a str value"):
+        engine.start_workflow(healthy, 1, labels={_HostileKey(): "v"})
+    assert engine.list_runs(limit=10) == []  # nothing was stored
+    _healthy_run_completes(engine)
