@@ -123,6 +123,8 @@ def describe(item: ev.HistoryEvent, by_seq: dict[int, ev.Event]) -> str:
             return f"run {event.child_run_id}: {show_failure(event.failure)}"
         case ev.SideEffectExecuted():
             return f"{event.name} -> {show_payload(event.result)}"
+        case ev.PatchApplied():
+            return event.patch_id
         case ev.RunCancelled():
             return f"reason: {event.reason}" if event.reason else ""
         case ev.RunCompleted():

@@ -65,6 +65,10 @@ class StepIssuer(Protocol):
 
     def side_effect(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any: ...
 
+    def patched(self, patch_id: str) -> bool: ...
+
+    def deprecate_patch(self, patch_id: str) -> None: ...
+
 
 class ContinueAsNew(BaseException):
     """Raised by :meth:`WorkflowContext.continue_as_new` to end the current generation.
@@ -199,6 +203,21 @@ class WorkflowContext:
     def side_effect(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` once and record its result; replay returns the recorded value."""
         return self._executor.side_effect(name, fn, args)  # type: ignore[no-any-return]
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new branch of a code change (SPEC §11).
+
+        A run that reaches this call for the first time returns True and records
+        ``PatchApplied(patch_id)``; a run whose history was made by code without the patch
+        replays the old branch (False). The answer is fixed for the rest of the run. A
+        ``patch_id`` that is not a valid name (NUL, lone surrogates, ...) raises ValueError.
+        """
+        return self._executor.patched(patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Replaces ``patched(patch_id)`` once no live run can take the old branch: records
+        nothing, and accepts histories with or without the patch's event."""
+        self._executor.deprecate_patch(patch_id)
 
     def set_status(self, text: str | None) -> None:
         """Set the custom status shown in ``RunInfo.custom_status``."""

@@ -120,6 +120,13 @@ class SideEffectExecuted:
 
 
 @attrs.frozen(kw_only=True)
+class PatchApplied:
+    """Workflow code took the new branch of ``ctx.patched(patch_id)`` here (SPEC §11)."""
+
+    patch_id: str
+
+
+@attrs.frozen(kw_only=True)
 class RunSuspended:
     pass
 
@@ -158,6 +165,7 @@ Event = (
     | ChildRunCompleted
     | ChildRunFailed
     | SideEffectExecuted
+    | PatchApplied
     | RunSuspended
     | RunResumed
     | RunCancelled
@@ -196,6 +204,7 @@ COMMAND_EVENT_TYPES: tuple[type, ...] = (
     TimerCreated,
     ChildRunCreated,
     SideEffectExecuted,
+    PatchApplied,
     RunCompleted,
 )
 

@@ -113,6 +113,8 @@ def body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
             return "side_effect_executed", history_pb2.SideEffectExecuted(
                 name=event.name, result=payload_to_proto(event.result)
             )
+        case ev.PatchApplied():
+            return "patch_applied", history_pb2.PatchApplied(patch_id=event.patch_id)
         case ev.RunSuspended():
             return "run_suspended", history_pb2.RunSuspended()
         case ev.RunResumed():
@@ -200,6 +202,8 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
             return ev.SideEffectExecuted(
                 name=body.name, result=payload_from_proto(required_field(body, "result", where))
             )
+        case history_pb2.PatchApplied():
+            return ev.PatchApplied(patch_id=body.patch_id)
         case history_pb2.RunSuspended():
             return ev.RunSuspended()
         case history_pb2.RunResumed():

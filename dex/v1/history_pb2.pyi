@@ -455,6 +455,27 @@ class SideEffectExecuted(_message.Message):
 Global___SideEffectExecuted: _TypeAlias = SideEffectExecuted  # noqa: Y015
 
 @_typing.final
+class PatchApplied(_message.Message):
+    """Workflow code took the new branch of ctx.patched(patch_id) at this point (SPEC §11)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATCH_ID_FIELD_NUMBER: _builtins.int
+    patch_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        patch_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["patch_id", b"patch_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PatchApplied: _TypeAlias = PatchApplied  # noqa: Y015
+
+@_typing.final
 class RunSuspended(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -560,6 +581,7 @@ class HistoryEvent(_message.Message):
     RUN_RESUMED_FIELD_NUMBER: _builtins.int
     RUN_CANCELLED_FIELD_NUMBER: _builtins.int
     RUN_COMPLETED_FIELD_NUMBER: _builtins.int
+    PATCH_APPLIED_FIELD_NUMBER: _builtins.int
     sequence_number: _builtins.int
     @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
@@ -599,6 +621,8 @@ class HistoryEvent(_message.Message):
     def run_cancelled(self) -> Global___RunCancelled: ...
     @_builtins.property
     def run_completed(self) -> Global___RunCompleted: ...
+    @_builtins.property
+    def patch_applied(self) -> Global___PatchApplied: ...
     def __init__(
         self,
         *,
@@ -622,12 +646,13 @@ class HistoryEvent(_message.Message):
         run_resumed: Global___RunResumed | None = ...,
         run_cancelled: Global___RunCancelled | None = ...,
         run_completed: Global___RunCompleted | None = ...,
+        patch_applied: Global___PatchApplied | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "patch_applied", b"patch_applied", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "sequence_number", b"sequence_number", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "patch_applied", b"patch_applied", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "sequence_number", b"sequence_number", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_created", "run_started", "workflow_task_started", "workflow_task_completed", "activity_task_created", "activity_task_completed", "activity_task_failed", "timer_created", "timer_elapsed", "external_event_received", "child_run_created", "child_run_completed", "child_run_failed", "side_effect_executed", "run_suspended", "run_resumed", "run_cancelled", "run_completed"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_created", "run_started", "workflow_task_started", "workflow_task_completed", "activity_task_created", "activity_task_completed", "activity_task_failed", "timer_created", "timer_elapsed", "external_event_received", "child_run_created", "child_run_completed", "child_run_failed", "side_effect_executed", "run_suspended", "run_resumed", "run_cancelled", "run_completed", "patch_applied"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -93,6 +93,7 @@ EVENT_STRATEGIES: dict[type, st.SearchStrategy[typing.Any]] = {
     ev.ChildRunCompleted: st.builds(ev.ChildRunCompleted, child_run_id=texts, result=payloads),
     ev.ChildRunFailed: st.builds(ev.ChildRunFailed, child_run_id=texts, failure=failures),
     ev.SideEffectExecuted: st.builds(ev.SideEffectExecuted, name=texts, result=payloads),
+    ev.PatchApplied: st.builds(ev.PatchApplied, patch_id=texts),
     ev.RunSuspended: st.just(ev.RunSuspended()),
     ev.RunResumed: st.just(ev.RunResumed()),
     ev.RunCancelled: st.builds(ev.RunCancelled, reason=texts),
