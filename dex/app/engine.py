@@ -23,7 +23,8 @@ from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
 from dex.app.inline import QueueView
 from dex.app.leases import validate_activity_lease
-from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store, WorkflowTask, queue_kind
+from dex.app.ports import DEFAULT_ACTIVITY_LEASE, Store, WorkflowTask
+from dex.app.queue_api import QueueEngineMixin
 from dex.app.reads import RunReads, run_filter, run_id_of
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
@@ -49,7 +50,7 @@ from dex.domain.task import WorkflowTaskResult
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 
-class Engine(ScheduleEngineMixin, AsyncEngineMixin):
+class Engine(ScheduleEngineMixin, QueueEngineMixin, AsyncEngineMixin):
     """Runs the registered workflows and activities over one store (an adapter)."""
 
     def __init__(
@@ -74,10 +75,13 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         inline_activity_seconds: float = 0.005,
         batch_window: float = 0.05,
         workflow_task_deadline: float = 5.0,
+        code_version: str | None = None,
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
         self.node_id = validate_text(node_id, "node_id") if node_id else f"node-{uuid.uuid4()}"
+        # names the deployed code in every run this engine starts (SPEC §11)
+        self.code_version = validate_key(code_version, "code_version")
         if converter is not None and max_payload_size is not None:
             raise ValueError("pass max_payload_size to your converter, not to the engine")
         self.converter: PayloadConverter = converter or (
@@ -104,7 +108,7 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         self.workflow_scheduler = WorkflowTaskScheduler(adapter)
         self.activity_scheduler = ActivityTaskScheduler(adapter)
         self.maintenance = RetentionMaintenance(adapter, retention=retention)
-        self._init_schedules(adapter, schedules)  # SPEC §10; self.schedules is stepped by the leader
+        self._init_schedules(adapter, schedules, self.code_version)  # SPEC §10; self.schedules is stepped by the leader
         self.workflow_worker = WorkflowWorker(
             adapter,
             self.registry,
@@ -208,6 +212,7 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
                 labels=normalize_labels(labels),
                 random_seed=self._rng.getrandbits(64),
                 trace_context=trace_context,
+                code_version=self.code_version,
             )
             with self.foreground.calling():
                 if connection is not None:  # its scheduler finds it once the caller has committed
@@ -288,10 +293,11 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         limit: int = 100,
+        code_version: str | None = None,
     ) -> list[RunInfo]:
         """Runs matching every given filter, newest first."""
         return self._reads.list_runs(
-            run_filter(workflow_name, statuses, labels, instance_id, created_after, created_before, limit)
+            run_filter(workflow_name, statuses, labels, instance_id, created_after, created_before, limit, code_version)
         )
 
     def history(self, run_id: str) -> list[ev.HistoryEvent]:
@@ -375,25 +381,3 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-    # -- queues ------------------------------------------------------------------------------
-    def create_queue(self, name: str, kind: str, capacity: int = 100) -> None:
-        self.store.create_queue(name, queue_kind(kind), capacity)
-        self._queue_view.invalidate()
-
-    def pause_queue(self, name: str, kind: str) -> None:
-        self.store.set_queue_paused(name, queue_kind(kind), True)
-        self._queue_view.invalidate()
-
-    def resume_queue(self, name: str, kind: str) -> None:
-        self.store.set_queue_paused(name, queue_kind(kind), False)
-        self._queue_view.invalidate()
-        self._background.queues_changed()
-
-    def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
-        self.store.set_queue_capacity(name, queue_kind(kind), capacity)
-        self._queue_view.invalidate()
-        self._background.queues_changed()
-
-    def list_queues(self) -> list[QueueInfo]:
-        return self.store.list_queues()

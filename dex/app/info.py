@@ -33,6 +33,7 @@ class RunInfo:
     completed_at: datetime | None
     result: Any
     failure: FailureInfo | None
+    code_version: str | None = None  # the version of the engine that started the run (SPEC §11)
 
 
 class Outcomes:

@@ -90,6 +90,7 @@ class RunRecord:
     custom_status: str | None = None
     result: Payload | None = None
     failure: FailureInfo | None = None
+    code_version: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -101,6 +102,7 @@ class RunFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     limit: int = 100
+    code_version: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -35,7 +35,7 @@ from dex.app.info import Outcomes, RunInfo
 from dex.app.ports import RunFilter, RunRecord, Store
 from dex.app.registry import Registry
 from dex.domain import events as ev
-from dex.domain.definitions import PayloadConverter, validate_optional_text, validate_text
+from dex.domain.definitions import PayloadConverter, validate_key, validate_optional_text, validate_text
 from dex.domain.errors import DexError, RunNotFoundError, WorkflowCancelledError, WorkflowFailedError
 from dex.domain.status import RunStatus
 from dex.domain.steps import normalize_labels
@@ -188,6 +188,7 @@ class RunReads:
             completed_at=record.completed_at,
             result=self._decode_result(record.workflow_name, record.result),
             failure=record.failure,
+            code_version=record.code_version,
         )
 
 
@@ -274,6 +275,7 @@ def run_filter(
     created_after: datetime | None,
     created_before: datetime | None,
     limit: int,
+    code_version: str | None = None,
 ) -> RunFilter:
     """The filter of ``Engine.list_runs``, its arguments checked."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -286,6 +288,7 @@ def run_filter(
         created_after=aware_datetime(created_after, "created_after"),
         created_before=aware_datetime(created_before, "created_before"),
         limit=limit,
+        code_version=validate_key(code_version, "code_version"),
     )
 
 

@@ -34,6 +34,9 @@ class RunCreated:
     random_seed: int = 0
     # the tracing context of whoever started the run (e.g. W3C traceparent), for its spans
     trace_context: Labels = ()
+    # the code version of the engine that started the run (Engine(code_version=)); a child
+    # run and a continued generation carry the version of the run that started them
+    code_version: str | None = None
 
 
 @attrs.frozen(kw_only=True)

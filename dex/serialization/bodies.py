@@ -58,6 +58,7 @@ def body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
                 generation=event.generation,
                 random_seed=event.random_seed,
                 trace_context=_labels_to_proto(event.trace_context),
+                code_version=event.code_version,
             )
         case ev.RunStarted():
             return "run_started", history_pb2.RunStarted()
@@ -147,6 +148,7 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 generation=body.generation,
                 random_seed=body.random_seed,
                 trace_context=tuple((label.key, label.value) for label in body.trace_context),
+                code_version=body.code_version if body.HasField("code_version") else None,
             )
         case history_pb2.RunStarted():
             return ev.RunStarted()

@@ -92,6 +92,7 @@ class RunCreated(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     RANDOM_SEED_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    CODE_VERSION_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     queue: _builtins.str
     instance_id: _builtins.str
@@ -102,6 +103,8 @@ class RunCreated(_message.Message):
     """1 for a new run; continue-as-new starts the next generation."""
     random_seed: _builtins.int
     """Seeds ctx.random() and ctx.uuid4(), so that any replay of this history sees the same values."""
+    code_version: _builtins.str
+    """The code version of the engine that started the run (Engine(code_version=)), if it named one."""
     @_builtins.property
     def input(self) -> _containers.RepeatedCompositeFieldContainer[_payload_pb2.Payload]: ...
     @_builtins.property
@@ -124,17 +127,22 @@ class RunCreated(_message.Message):
         generation: _builtins.int = ...,
         random_seed: _builtins.int = ...,
         trace_context: _abc.Iterable[Global___Label] | None = ...,
+        code_version: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "instance_id", b"instance_id", "parent_run_id", b"parent_run_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "instance_id", b"instance_id", "parent_run_id", b"parent_run_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "trace_context", b"trace_context", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "trace_context", b"trace_context", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__code_version: _TypeAlias = _typing.Literal["code_version"]  # noqa: Y015
+    _WhichOneofArgType__code_version: _TypeAlias = _typing.Literal["_code_version", b"_code_version"]  # noqa: Y015
     _WhichOneofReturnType__concurrency_key: _TypeAlias = _typing.Literal["concurrency_key"]  # noqa: Y015
     _WhichOneofArgType__concurrency_key: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key"]  # noqa: Y015
     _WhichOneofReturnType__instance_id: _TypeAlias = _typing.Literal["instance_id"]  # noqa: Y015
     _WhichOneofArgType__instance_id: _TypeAlias = _typing.Literal["_instance_id", b"_instance_id"]  # noqa: Y015
     _WhichOneofReturnType__parent_run_id: _TypeAlias = _typing.Literal["parent_run_id"]  # noqa: Y015
     _WhichOneofArgType__parent_run_id: _TypeAlias = _typing.Literal["_parent_run_id", b"_parent_run_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__code_version) -> _WhichOneofReturnType__code_version | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__concurrency_key) -> _WhichOneofReturnType__concurrency_key | None: ...
     @_typing.overload

@@ -61,6 +61,7 @@ EVENT_STRATEGIES: dict[type, st.SearchStrategy[typing.Any]] = {
         labels=labels,
         parent_run_id=optional_texts,
         generation=int64s,
+        code_version=optional_texts,
     ),
     ev.RunStarted: st.just(ev.RunStarted()),
     ev.WorkflowTaskStarted: st.just(ev.WorkflowTaskStarted()),

@@ -46,6 +46,7 @@ class RunRow:
             custom_status=self.custom_status,
             result=self.result,
             failure=self.failure,
+            code_version=c.code_version,
         )
 
 

@@ -252,12 +252,13 @@ class _Round:
         rows = self._conn.execute(
             self._q(
                 "INSERT INTO {s}.runs (run_id, workflow_name, queue, status, instance_id, priority,"
-                " concurrency_key, labels, parent_run_id, created_at, last_seq)"
+                " concurrency_key, labels, parent_run_id, created_at, last_seq, code_version)"
                 " SELECT c.run_id, c.workflow_name, c.queue, 'CREATED', c.instance_id, c.priority,"
-                "  c.concurrency_key, c.labels, c.parent_run_id, %s, 1"
+                "  c.concurrency_key, c.labels, c.parent_run_id, %s, 1, c.code_version"
                 " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::integer[], %b::text[],"
-                "             %b::jsonb[], %b::text[]) WITH ORDINALITY"
-                "  AS c(run_id, workflow_name, queue, instance_id, priority, concurrency_key, labels, parent_run_id, ord)"
+                "             %b::jsonb[], %b::text[], %b::text[]) WITH ORDINALITY"
+                "  AS c(run_id, workflow_name, queue, instance_id, priority, concurrency_key, labels, parent_run_id,"
+                "       code_version, ord)"
                 " ORDER BY c.ord"
                 " ON CONFLICT DO NOTHING RETURNING run_id"
             ),
@@ -271,6 +272,7 @@ class _Round:
                 [c.concurrency_key for c in created],
                 [labels_json(c.labels) for c in created],
                 [c.parent_run_id for c in created],
+                [c.code_version for c in created],
             ],
         ).fetchall()
         inserted = {row[0] for row in rows}
