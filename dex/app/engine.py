@@ -19,6 +19,7 @@ from dex.app.aio import AsyncEngineMixin
 from dex.app.async_activities import AsyncRunner
 from dex.app.background import SCHEDULER, Background, timing
 from dex.app.buffer import ResultBuffer
+from dex.app.held import holds_runs
 from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
 from dex.app.inline import QueueView
@@ -76,12 +77,14 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, AsyncEngineMixin):
         batch_window: float = 0.05,
         workflow_task_deadline: float = 5.0,
         code_version: str | None = None,
+        on_nondeterminism: str = "hold",
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
         self.node_id = validate_text(node_id, "node_id") if node_id else f"node-{uuid.uuid4()}"
         # names the deployed code in every run this engine starts (SPEC §11)
         self.code_version = validate_key(code_version, "code_version")
+        holds_runs_ = holds_runs(on_nondeterminism)  # a run its code does not match: held or failed
         if converter is not None and max_payload_size is not None:
             raise ValueError("pass max_payload_size to your converter, not to the engine")
         self.converter: PayloadConverter = converter or (
@@ -120,6 +123,7 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, AsyncEngineMixin):
             telemetry=self.telemetry,
             tracing=self.tracing,
         )
+        self.workflow_worker.holds_runs = holds_runs_
         self.buffer.give_back = self.workflow_worker.retry_later  # a result the store refuses outright
         # the application's calls (start, send, transitions) go first: see runner.Foreground
         self.foreground = Foreground()
@@ -319,13 +323,21 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, AsyncEngineMixin):
         With ``advance_time`` and a VirtualClock, jump the clock to the next timer, retry or
         lease expiry and go on (with ``until``, a datetime or a timedelta from now, to schedule
         fires and then ``until`` too: SPEC §10). This is the tool for deterministic tests.
+        A held run (SPEC §11) is retried with its backoff; drain does not wait for it forever:
+        after three jumps in a row whose rounds only held runs, it returns.
         """
         with self._drain_lock:
             bound = self._drain_bound(until)
+            holding = 0  # rounds in a row that did nothing but hold runs
             while True:
-                if self._drain_round() or self.schedules.step(bound):
+                holds = self.workflow_worker.holds
+                if self._drain_round():
+                    holding = 0
                     continue
-                if not self._drain_jump(advance_time, bound if until is not None else None):
+                holding += self.workflow_worker.holds > holds
+                if self.schedules.step(bound):
+                    continue
+                if holding >= 3 or not self._drain_jump(advance_time, bound if until is not None else None):
                     return
 
     def _drain_round(self) -> bool:
@@ -333,7 +345,8 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, AsyncEngineMixin):
         # to run everything due, and scheduling is atomic in every store
         worked = self.workflow_scheduler.step()
         worked += self.activity_scheduler.step()
-        worked += self.workflow_worker.poll_once()
+        holds = self.workflow_worker.holds
+        worked += self.workflow_worker.poll_once() - (self.workflow_worker.holds - holds)  # a hold is no progress
         worked += self.buffer.flush()
         worked += self.activity_worker.poll_once()
         worked += self.buffer.flush()

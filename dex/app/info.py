@@ -34,6 +34,8 @@ class RunInfo:
     result: Any
     failure: FailureInfo | None
     code_version: str | None = None  # the version of the engine that started the run (SPEC §11)
+    # why its workflow task keeps failing while the run is held (SPEC §11); None when healthy
+    task_failure: FailureInfo | None = None
 
 
 class Outcomes:

@@ -189,6 +189,7 @@ class RunReads:
             result=self._decode_result(record.workflow_name, record.result),
             failure=record.failure,
             code_version=record.code_version,
+            task_failure=record.task_failure,
         )
 
 

@@ -220,7 +220,8 @@ class _Round:
                 " completed_at = CASE WHEN u.finished THEN %s ELSE r.completed_at END,"
                 " result = CASE WHEN u.finished THEN u.result ELSE r.result END,"
                 " failure = CASE WHEN u.finished THEN u.failure ELSE r.failure END,"
-                " holds_key = r.holds_key AND NOT u.finished"
+                " holds_key = r.holds_key AND NOT u.finished,"
+                " task_failure = NULL"  # a result applied: the run is not held (any more)
                 " FROM unnest(%b::text[], %b::text[], %b::boolean[], %b::boolean[], %b::text[], %b::integer[],"
                 "             %b::boolean[], %b::bytea[], %b::bytea[])"
                 "  AS u(run_id, status, started, set_custom, custom_status, last_seq, finished, result, failure)"
