@@ -44,6 +44,7 @@ def run_details(record: RunRecord, history: Sequence[ev.HistoryEvent]) -> str:
         ("concurrency key", record.concurrency_key or "-"),
         ("labels", show_labels(record.labels)),
         ("parent run", record.parent_run_id or "-"),
+        ("code version", record.code_version or "-"),
         ("created", show_time(record.created_at)),
         ("started", show_time(record.started_at)),
         ("completed", _completed(record)),
@@ -54,6 +55,8 @@ def run_details(record: RunRecord, history: Sequence[ev.HistoryEvent]) -> str:
         pairs.append(("result", show_payload(record.result, limit=None)))
     if record.failure is not None:
         pairs.append(("failure", show_failure(record.failure)))
+    if record.task_failure is not None:  # a held run (SPEC §11): why its task keeps failing
+        pairs.append(("held", show_failure(record.task_failure)))
     return fields(pairs)
 
 
