@@ -43,6 +43,7 @@ def runs() -> None:
     "--label", "labels", multiple=True, type=LABEL, help="Only runs with this label (repeatable: all must match)."
 )
 @click.option("--instance-id", metavar="ID", type=TEXT, help="Only runs with this instance id.")
+@click.option("--code-version", metavar="VERSION", type=TEXT, help="Only runs started by engines of this code version.")
 @click.option("--created-after", type=MOMENT, help="Only runs created after TIME (ISO 8601, or an age: 30m, 2h, 7d).")
 @click.option("--created-before", type=MOMENT, help="Only runs created before TIME.")
 @click.option("--limit", type=LIMIT, default=100, show_default=True, help="At most this many runs.")
@@ -53,6 +54,7 @@ def list_runs(
     statuses: tuple[str, ...],
     labels: tuple[tuple[str, str], ...],
     instance_id: str | None,
+    code_version: str | None,
     created_after: datetime | None,
     created_before: datetime | None,
     limit: int,
@@ -66,6 +68,7 @@ def list_runs(
         created_after=created_after,
         created_before=created_before,
         limit=limit,
+        code_version=code_version,
     )
     with open_engine() as engine:
         records = engine.store.list_runs(run_filter)
