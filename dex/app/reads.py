@@ -35,6 +35,7 @@ from dex.app.info import Outcomes, RunInfo
 from dex.app.ports import RunFilter, RunRecord, Store
 from dex.app.registry import Registry
 from dex.domain import events as ev
+from dex.domain.context import fire_time
 from dex.domain.definitions import PayloadConverter, validate_key, validate_optional_text, validate_text
 from dex.domain.errors import DexError, RunNotFoundError, WorkflowCancelledError, WorkflowFailedError
 from dex.domain.status import RunStatus
@@ -190,6 +191,7 @@ class RunReads:
             failure=record.failure,
             code_version=record.code_version,
             task_failure=record.task_failure,
+            scheduled_at=fire_time(record.labels, record.instance_id),
         )
 
 

@@ -235,8 +235,12 @@ def scheduled_at(created: ev.RunCreated) -> datetime | None:
     """A scheduled run's fire time, read from its ``RunCreated``: the ``dex.schedule`` label
     names the schedule and the instance id, ``schedule:<name>:[trigger:]<YYYY-MM-DDTHH:MM:SSZ>``,
     ends with the time (so the history alone gives it on every replay)."""
-    name = dict(created.labels).get("dex.schedule")
-    instance = created.instance_id
+    return fire_time(created.labels, created.instance_id)
+
+
+def fire_time(labels: ev.Labels, instance: str | None) -> datetime | None:
+    """:func:`scheduled_at` from a run's labels and instance id (``RunInfo.scheduled_at``)."""
+    name = dict(labels).get("dex.schedule")
     if name is None or instance is None or not instance.startswith(f"schedule:{name}:"):
         return None
     try:
