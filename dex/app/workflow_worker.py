@@ -225,8 +225,9 @@ class WorkflowWorker:
         given back to be retried (:meth:`retry_later`), or the watchdog gave the task back while
         its workflow code blocked (the result is discarded).
 
-        Workflow code never fails a task: whatever it raises (or a non-determinism) is caught
-        by the core and becomes the run's ``RunCompleted(FAILED)`` in the result. So an
+        Workflow code never fails a task: whatever it raises is caught by the core and becomes
+        the run's ``RunCompleted(FAILED)`` in the result (a history the code does not match or
+        cannot read holds the run instead, unless ``holds_runs`` is off: :mod:`dex.app.held`). So an
         exception that escapes loading, replaying or advancing is the machinery's — the store
         unreachable, a bug of dex — and fails only the task (SPEC §8), which is retried with
         a backoff; a bug that recurs on every attempt is retried (and logged) every 5 minutes
