@@ -59,6 +59,7 @@ class EngineCalls(Protocol):
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         limit: int = 100,
+        code_version: str | None = None,
     ) -> list[RunInfo]: ...
 
     def history(self, run_id: str) -> list[ev.HistoryEvent]: ...
@@ -125,6 +126,7 @@ class AsyncEngineMixin:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         limit: int = 100,
+        code_version: str | None = None,
     ) -> list[RunInfo]:
         return await asyncio.to_thread(
             lambda: self._sync.list_runs(
@@ -135,6 +137,7 @@ class AsyncEngineMixin:
                 created_after=created_after,
                 created_before=created_before,
                 limit=limit,
+                code_version=code_version,
             )
         )
 

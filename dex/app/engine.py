@@ -19,11 +19,13 @@ from dex.app.aio import AsyncEngineMixin
 from dex.app.async_activities import AsyncRunner
 from dex.app.background import SCHEDULER, Background, timing
 from dex.app.buffer import ResultBuffer
+from dex.app.held import holds_runs
 from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
 from dex.app.inline import QueueView
 from dex.app.leases import validate_activity_lease
-from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store, WorkflowTask, queue_kind
+from dex.app.ports import DEFAULT_ACTIVITY_LEASE, Store, WorkflowTask
+from dex.app.queue_api import QueueEngineMixin
 from dex.app.reads import RunReads, run_filter, run_id_of
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
@@ -49,7 +51,7 @@ from dex.domain.task import WorkflowTaskResult
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 
-class Engine(ScheduleEngineMixin, AsyncEngineMixin):
+class Engine(ScheduleEngineMixin, QueueEngineMixin, AsyncEngineMixin):
     """Runs the registered workflows and activities over one store (an adapter)."""
 
     def __init__(
@@ -74,10 +76,15 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         inline_activity_seconds: float = 0.005,
         batch_window: float = 0.05,
         workflow_task_deadline: float = 5.0,
+        code_version: str | None = None,
+        on_nondeterminism: str = "hold",
     ) -> None:
         self.store = adapter
         self.registry = Registry(workflows, activities)
         self.node_id = validate_text(node_id, "node_id") if node_id else f"node-{uuid.uuid4()}"
+        # names the deployed code in every run this engine starts (SPEC §11)
+        self.code_version = validate_key(code_version, "code_version")
+        holds_runs_ = holds_runs(on_nondeterminism)  # a run its code does not match: held or failed
         if converter is not None and max_payload_size is not None:
             raise ValueError("pass max_payload_size to your converter, not to the engine")
         self.converter: PayloadConverter = converter or (
@@ -104,7 +111,7 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         self.workflow_scheduler = WorkflowTaskScheduler(adapter)
         self.activity_scheduler = ActivityTaskScheduler(adapter)
         self.maintenance = RetentionMaintenance(adapter, retention=retention)
-        self._init_schedules(adapter, schedules)  # SPEC §10; self.schedules is stepped by the leader
+        self._init_schedules(adapter, schedules, self.code_version)  # SPEC §10; self.schedules is stepped by the leader
         self.workflow_worker = WorkflowWorker(
             adapter,
             self.registry,
@@ -116,6 +123,7 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
             telemetry=self.telemetry,
             tracing=self.tracing,
         )
+        self.workflow_worker.holds_runs = holds_runs_
         self.buffer.give_back = self.workflow_worker.retry_later  # a result the store refuses outright
         # the application's calls (start, send, transitions) go first: see runner.Foreground
         self.foreground = Foreground()
@@ -208,6 +216,7 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
                 labels=normalize_labels(labels),
                 random_seed=self._rng.getrandbits(64),
                 trace_context=trace_context,
+                code_version=self.code_version,
             )
             with self.foreground.calling():
                 if connection is not None:  # its scheduler finds it once the caller has committed
@@ -288,10 +297,11 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         limit: int = 100,
+        code_version: str | None = None,
     ) -> list[RunInfo]:
         """Runs matching every given filter, newest first."""
         return self._reads.list_runs(
-            run_filter(workflow_name, statuses, labels, instance_id, created_after, created_before, limit)
+            run_filter(workflow_name, statuses, labels, instance_id, created_after, created_before, limit, code_version)
         )
 
     def history(self, run_id: str) -> list[ev.HistoryEvent]:
@@ -313,13 +323,21 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         With ``advance_time`` and a VirtualClock, jump the clock to the next timer, retry or
         lease expiry and go on (with ``until``, a datetime or a timedelta from now, to schedule
         fires and then ``until`` too: SPEC §10). This is the tool for deterministic tests.
+        A held run (SPEC §11) is retried with its backoff; drain does not wait for it forever:
+        after three jumps in a row whose rounds only held runs, it returns.
         """
         with self._drain_lock:
             bound = self._drain_bound(until)
+            holding = 0  # rounds in a row that did nothing but hold runs
             while True:
-                if self._drain_round() or self.schedules.step(bound):
+                holds = self.workflow_worker.holds
+                if self._drain_round():
+                    holding = 0
                     continue
-                if not self._drain_jump(advance_time, bound if until is not None else None):
+                holding += self.workflow_worker.holds > holds
+                if self.schedules.step(bound):
+                    continue
+                if holding >= 3 or not self._drain_jump(advance_time, bound if until is not None else None):
                     return
 
     def _drain_round(self) -> bool:
@@ -327,7 +345,8 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         # to run everything due, and scheduling is atomic in every store
         worked = self.workflow_scheduler.step()
         worked += self.activity_scheduler.step()
-        worked += self.workflow_worker.poll_once()
+        holds = self.workflow_worker.holds
+        worked += self.workflow_worker.poll_once() - (self.workflow_worker.holds - holds)  # a hold is no progress
         worked += self.buffer.flush()
         worked += self.activity_worker.poll_once()
         worked += self.buffer.flush()
@@ -375,25 +394,3 @@ class Engine(ScheduleEngineMixin, AsyncEngineMixin):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-    # -- queues ------------------------------------------------------------------------------
-    def create_queue(self, name: str, kind: str, capacity: int = 100) -> None:
-        self.store.create_queue(name, queue_kind(kind), capacity)
-        self._queue_view.invalidate()
-
-    def pause_queue(self, name: str, kind: str) -> None:
-        self.store.set_queue_paused(name, queue_kind(kind), True)
-        self._queue_view.invalidate()
-
-    def resume_queue(self, name: str, kind: str) -> None:
-        self.store.set_queue_paused(name, queue_kind(kind), False)
-        self._queue_view.invalidate()
-        self._background.queues_changed()
-
-    def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
-        self.store.set_queue_capacity(name, queue_kind(kind), capacity)
-        self._queue_view.invalidate()
-        self._background.queues_changed()
-
-    def list_queues(self) -> list[QueueInfo]:
-        return self.store.list_queues()

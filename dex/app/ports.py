@@ -90,6 +90,8 @@ class RunRecord:
     custom_status: str | None = None
     result: Payload | None = None
     failure: FailureInfo | None = None
+    code_version: str | None = None
+    task_failure: FailureInfo | None = None  # why its workflow task keeps failing (a held run)
 
 
 @attrs.frozen(kw_only=True)
@@ -101,6 +103,7 @@ class RunFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     limit: int = 100
+    code_version: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -241,12 +244,16 @@ class WorkflowTaskQueue(Protocol):
         ``claim.owner``; the claimed tasks come back with the applied flags."""
         ...
 
-    def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
+    def retry_workflow_tasks(
+        self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime, failure: FailureInfo | None = None
+    ) -> list[bool]:
         """Give claimed tasks back without a result, each to be claimed again from its
         ``datetime`` on (a task that failed for a reason other than its workflow code: the
         store, a bug of dex, code that blocked). Only while the lease is still the caller's;
         the lease's version moves on, so a late result of this claim is discarded. Per task:
-        whether it was given back (False: the lease was lost already)."""
+        whether it was given back (False: the lease was lost already). With ``failure`` (a run
+        held: its history does not match its code, SPEC §11), each given-back task's run keeps
+        it as ``RunRecord.task_failure`` until a result of its is applied."""
         ...
 
 

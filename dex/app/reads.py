@@ -35,7 +35,8 @@ from dex.app.info import Outcomes, RunInfo
 from dex.app.ports import RunFilter, RunRecord, Store
 from dex.app.registry import Registry
 from dex.domain import events as ev
-from dex.domain.definitions import PayloadConverter, validate_optional_text, validate_text
+from dex.domain.context import fire_time
+from dex.domain.definitions import PayloadConverter, validate_key, validate_optional_text, validate_text
 from dex.domain.errors import DexError, RunNotFoundError, WorkflowCancelledError, WorkflowFailedError
 from dex.domain.status import RunStatus
 from dex.domain.steps import normalize_labels
@@ -188,6 +189,9 @@ class RunReads:
             completed_at=record.completed_at,
             result=self._decode_result(record.workflow_name, record.result),
             failure=record.failure,
+            code_version=record.code_version,
+            task_failure=record.task_failure,
+            scheduled_at=fire_time(record.labels, record.instance_id),
         )
 
 
@@ -274,6 +278,7 @@ def run_filter(
     created_after: datetime | None,
     created_before: datetime | None,
     limit: int,
+    code_version: str | None = None,
 ) -> RunFilter:
     """The filter of ``Engine.list_runs``, its arguments checked."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -286,6 +291,7 @@ def run_filter(
         created_after=aware_datetime(created_after, "created_after"),
         created_before=aware_datetime(created_before, "created_before"),
         limit=limit,
+        code_version=validate_key(code_version, "code_version"),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar, overload
@@ -28,16 +29,28 @@ ACTIVITY_ATTRIBUTE = "__dex_activity__"
 @overload
 def workflow(fn: F, /) -> F: ...
 @overload
-def workflow(*, name: str | None = None, queue: str = DEFAULT_QUEUE, version: int = 1) -> Callable[[F], F]: ...
+def workflow(*, name: str | None = None, queue: str = DEFAULT_QUEUE, version: object = ...) -> Callable[[F], F]: ...
 def workflow(
     fn: Callable[..., Any] | None = None,
     /,
     *,
     name: str | None = None,
     queue: str = DEFAULT_QUEUE,
-    version: int = 1,
+    version: object = ...,
 ) -> Any:
-    """Mark an ``async def fn(ctx, *args)`` as a workflow (bare or with options)."""
+    """Mark an ``async def fn(ctx, *args)`` as a workflow (bare or with options).
+
+    ``version`` is retired (SPEC §11, issue 23): it never changed what ran, so it now only
+    warns. Name the deployed code with ``Engine(code_version=...)`` (recorded per run,
+    filterable) and branch in the code with ``ctx.patched(...)``.
+    """
+    if version is not ...:
+        warnings.warn(
+            "@dex.workflow(version=) is retired and changes nothing: name the deployed code with "
+            "Engine(code_version=...) and branch with ctx.patched(...) (docs/guide.md, 'Deploying new code')",
+            DeprecationWarning,
+            stacklevel=2,
+        )
 
     def decorate(func: F) -> F:
         if not inspect.iscoroutinefunction(func):
@@ -46,7 +59,6 @@ def workflow(
             name=validate_name(name if name is not None else func.__qualname__, "workflow name"),
             fn=func,
             queue=validate_queue(queue),
-            version=version,
             signature=Signature.of(func, skip=1),
         )
         setattr(func, WORKFLOW_ATTRIBUTE, definition)

@@ -44,8 +44,8 @@ def _aware(moment: object, field: str) -> datetime:
 class ScheduleAdmin:
     """The operations on stored schedules that need no workflow code."""
 
-    def __init__(self, store: Store, rng: random.Random | None = None) -> None:
-        self.store, self._rng = store, rng or random.Random()
+    def __init__(self, store: Store, rng: random.Random | None = None, code_version: str | None = None) -> None:
+        self.store, self._rng, self.code_version = store, rng or random.Random(), code_version
 
     def record(self, name: str) -> ScheduleRecord:
         record = self.store.get_schedule(_name(name))
@@ -93,7 +93,8 @@ class ScheduleAdmin:
         record = self.record(name)
         now = self.store.clock.now()
         fire_at = now.replace(microsecond=0)
-        start = scheduled_start(record, trigger_instance_id(record.name, fire_at), fire_at, self._rng.getrandbits(64))
+        iid = trigger_instance_id(record.name, fire_at)
+        start = scheduled_start(record, iid, fire_at, self._rng.getrandbits(64), self.code_version)
         return self.store.trigger_schedule(record.name, start, now)
 
     def backfill(self, name: str, start: datetime, end: datetime) -> list[str]:
@@ -115,7 +116,7 @@ class ScheduleAdmin:
             iid = instance_id(record.name, fire_at)
             if self.store.list_runs(RunFilter(instance_id=iid, limit=1)):
                 continue  # this fire has its run already
-            run = scheduled_start(record, iid, fire_at, self._rng.getrandbits(64))
+            run = scheduled_start(record, iid, fire_at, self._rng.getrandbits(64), self.code_version)
             run_ids.append(self.store.create_run(run.run_id, run.created, self.store.clock.now()))
         return run_ids
 
@@ -138,10 +139,10 @@ class ScheduleEngineMixin:
     _rng: random.Random
     _background: Background
 
-    def _init_schedules(self, store: Store, declared: Iterable[Schedule]) -> None:
+    def _init_schedules(self, store: Store, declared: Iterable[Schedule], code_version: str | None = None) -> None:
         """The runner and the admin; then the declared schedules, created or updated."""
-        self.schedules = ScheduleRunner(store, telemetry=self.telemetry, rng=self._rng)
-        self._schedule_admin = ScheduleAdmin(store, self._rng)
+        self.schedules = ScheduleRunner(store, telemetry=self.telemetry, rng=self._rng, code_version=code_version)
+        self._schedule_admin = ScheduleAdmin(store, self._rng, code_version)
         self._declare_schedules(declared)
 
     def _nudge_scheduler(self) -> None:

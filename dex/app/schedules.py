@@ -51,7 +51,9 @@ def due_at(record_name: str, fire_at: datetime | None, jitter: timedelta) -> dat
     return None if fire_at is None else fire_at + jitter_offset(record_name, fire_at, jitter)
 
 
-def scheduled_start(record: ScheduleRecord, iid: str, fire_at: datetime, seed: int) -> ScheduledStart:
+def scheduled_start(
+    record: ScheduleRecord, iid: str, fire_at: datetime, seed: int, code_version: str | None = None
+) -> ScheduledStart:
     """The run a fire of ``record`` starts (its instance id ``iid``), labelled ``dex.schedule``."""
     d = record.definition
     assert d.queue is not None  # the engine resolves the workflow's queue when it stores a schedule
@@ -63,6 +65,7 @@ def scheduled_start(record: ScheduleRecord, iid: str, fire_at: datetime, seed: i
         priority=d.priority,
         labels=tuple(sorted({**dict(d.labels), SCHEDULE_LABEL: d.name}.items())),
         random_seed=seed,
+        code_version=code_version,
     )
     return ScheduledStart(run_id=new_run_id(), created=created, fire_at=fire_at)
 
@@ -80,8 +83,10 @@ class ScheduleRunner:
         refresh: timedelta = timedelta(seconds=1),
         batch_size: int = 100,
         on_started: Callable[[str], None] | None = None,
+        code_version: str | None = None,
     ) -> None:
         self._store, self._refresh, self._batch_size = store, refresh, batch_size
+        self.code_version = code_version  # recorded in the runs the fires start
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self._rng = rng or random.Random()
         self._on_started = on_started
@@ -171,7 +176,8 @@ class ScheduleRunner:
         """The compare-and-set of one step; the record as it is now, or None if it was lost."""
         start = None
         if start_fire is not None:
-            start = scheduled_start(record, instance_id(record.name, start_fire), start_fire, self._rng.getrandbits(64))
+            iid = instance_id(record.name, start_fire)
+            start = scheduled_start(record, iid, start_fire, self._rng.getrandbits(64), self.code_version)
         advance = ScheduleAdvance(
             name=record.name,
             expected_next=record.next_fire_at,

@@ -18,8 +18,6 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-import attrs
-
 from dex.app.buffer import ResultBuffer
 from dex.app.executors import (
     Cached,
@@ -32,6 +30,7 @@ from dex.app.executors import (
     round_inputs,
     start_point,
 )
+from dex.app.held import describe, encoded_ahead, mismatch, unreadable
 from dex.app.ports import Loaded, Store, UnreadableHistoryError, WorkflowTask
 from dex.app.refusals import failed_result
 from dex.app.registry import Registry
@@ -45,7 +44,6 @@ from dex.domain.replay import WorkflowExecutor
 from dex.domain.retry import RetryPolicy
 from dex.domain.task import WorkflowTaskResult, advance, replay_history
 from dex.domain.values import FailureInfo
-from dex.serialization.history import encode_ahead
 
 if TYPE_CHECKING:
     from dex.app.inline import InlineActivities
@@ -100,6 +98,9 @@ class WorkflowWorker:
         self.inline: InlineActivities | None = None
         # the application's calls in flight, which the worker lets go first (runner.Foreground)
         self.foreground = Foreground(pause=0)
+        # a history the code does not match holds the run instead of failing it (dex.app.held)
+        self.holds_runs = True
+        self.holds = 0  # how many times a task was given back holding its run (Engine.drain reads it)
 
     @property
     def names(self) -> frozenset[str]:
@@ -178,7 +179,7 @@ class WorkflowWorker:
                 if result is not None:
                     if self.foreground.busy() and result.new_events:
                         # the flusher writes a round without stepping aside: encode here, meanwhile
-                        result = _encode_ahead(result)
+                        result = encoded_ahead(result)
                     with self._handed_lock:
                         round_.done.append((task, result))
                     outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
@@ -224,8 +225,9 @@ class WorkflowWorker:
         given back to be retried (:meth:`retry_later`), or the watchdog gave the task back while
         its workflow code blocked (the result is discarded).
 
-        Workflow code never fails a task: whatever it raises (or a non-determinism) is caught
-        by the core and becomes the run's ``RunCompleted(FAILED)`` in the result. So an
+        Workflow code never fails a task: whatever it raises is caught by the core and becomes
+        the run's ``RunCompleted(FAILED)`` in the result (a history the code does not match or
+        cannot read holds the run instead, unless ``holds_runs`` is off: :mod:`dex.app.held`). So an
         exception that escapes loading, replaying or advancing is the machinery's — the store
         unreachable, a bug of dex — and fails only the task (SPEC §8), which is retried with
         a backoff; a bug that recurs on every attempt is retried (and logged) every 5 minutes
@@ -271,11 +273,13 @@ class WorkflowWorker:
         except GivenBack:  # its round's load failed, and it was given back already
             return None
         except UnreadableHistoryError as exc:
+            if self.holds_runs:  # code that can read it may be deployed: the run waits (SPEC §11)
+                self.retry_later(task, f"the run is held: {exc}", failure=unreadable(str(exc)))
+                return None
             log.error("%s; the run fails", exc, extra={"run_id": task.run_id, "workflow_name": task.workflow_name})
-            failure = FailureInfo(type="UnreadableHistoryError", message=str(exc), terminal=True)
-            return failed_result(task.run_id, exc.last_seq, exc.message_ids, now, failure)
+            return failed_result(task.run_id, exc.last_seq, exc.message_ids, now, unreadable(str(exc)))
         except Exception as exc:  # noqa: BLE001 - the store failed the load: the task, not the run
-            self.retry_later(task, f"loading its run failed: {_describe(exc)}", exc)
+            self.retry_later(task, f"loading its run failed: {describe(exc)}", exc)
             return None
         try:
             created = executor.created if executor is not None else history[0].event
@@ -300,6 +304,11 @@ class WorkflowWorker:
                         executor.abandon()  # it blocked in replay: nothing of the new block may run
                 with self._watched(task, executor):
                     result = advance(executor, last_seq, inbox, now)
+                held = mismatch(executor) if self.holds_runs else None
+                if held is not None:  # the history does not match this code: the run waits (SPEC §11)
+                    executor.close()
+                    self.retry_later(task, f"the run is held: {held.message}", failure=held)
+                    return None
                 if self.inline is not None and task.lease.version == 1:
                     # inline attempts that ran before a failure here run again when the task
                     # is retried: activities run at least once
@@ -315,7 +324,7 @@ class WorkflowWorker:
         except Exception as exc:  # noqa: BLE001 - not the workflow's code (see above): the task fails
             if executor is not None:
                 executor.close()
-            self.retry_later(task, f"deciding it failed: {_describe(exc)}", exc)
+            self.retry_later(task, f"deciding it failed: {describe(exc)}", exc)
             return None
         except BaseException:  # the watchdog's interrupt, or worse: the executor is dropped, so closed now
             if executor is not None:
@@ -335,15 +344,19 @@ class WorkflowWorker:
 
     def _give_back_unloaded(self, task: WorkflowTask, exc: Exception) -> bool:
         """The load of the task's round failed: give it back (``retry_later``)."""
-        return self.retry_later(task, f"loading its run failed: {_describe(exc)}", exc)
+        return self.retry_later(task, f"loading its run failed: {describe(exc)}", exc)
 
-    def retry_later(self, task: WorkflowTask, reason: str, exc: BaseException | None = None) -> bool:
+    def retry_later(
+        self, task: WorkflowTask, reason: str, exc: BaseException | None = None, *, failure: FailureInfo | None = None
+    ) -> bool:
         """Fail ``task`` (not its run) for a reason outside its workflow code — the store, a bug
         of dex, code that blocked its task — and give it back to be claimed again after a
         backoff that grows with its claims (``TASK_RETRY``; the lease version counts them).
         Logged with the run id. False when the task could not be given back (the lease was lost,
-        or the store is down: the lease then expires on its own, a retry all the same)."""
+        or the store is down: the lease then expires on its own, a retry all the same). With
+        ``failure``, the run is held (:mod:`dex.app.held`) and keeps it as its ``task_failure``."""
         delay = TASK_RETRY.next_delay(max(1, task.lease.version), self._rng) or TASK_RETRY.max_delay
+        self.holds += failure is not None
         log.warning(
             "workflow task %s of run %s failed and is retried in %.1f s: %s",
             task.task_id,
@@ -356,7 +369,7 @@ class WorkflowWorker:
         self._telemetry.task_finished("workflow", task.workflow_name, "retried", 0.0)
         try:
             now = self._store.clock.now()
-            return self._store.retry_workflow_tasks([(task, now + delay)], now)[0]
+            return self._store.retry_workflow_tasks([(task, now + delay)], now, failure)[0]
         except Exception:
             log.info("could not give back workflow task %s; its lease will expire", task.task_id, exc_info=True)
             return False
@@ -379,21 +392,3 @@ class WorkflowWorker:
             self.cache.put(task.run_id, entry.executor, entry.last_seq)
         else:
             entry.executor.close()
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` of a machinery error, for the log (a message that cannot be had is said so)."""
-    try:
-        text = str(exc)
-    except Exception:  # noqa: BLE001 - an exception whose __str__ raises still gets described
-        text = "<message unavailable>"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _encode_ahead(result: WorkflowTaskResult) -> WorkflowTaskResult:
-    """The result, its block encoded now and carried on its events (else left to the flusher)."""
-    try:
-        return attrs.evolve(result, new_events=encode_ahead(result.new_events))
-    except Exception:
-        log.debug("could not encode the result of run %s ahead of its flush", result.run_id, exc_info=True)
-        return result

@@ -33,6 +33,7 @@ from dex.cli.database import DEFAULT_SCHEMA, Settings, connection_options, json_
 from dex.cli.params import SCHEMA, TEXT
 from dex.cli.queues import queues
 from dex.cli.render import dumps, show_duration
+from dex.cli.replay import replay
 from dex.cli.runs import events, runs
 from dex.cli.schedules import schedules
 from dex.cli.worker import worker
@@ -183,6 +184,7 @@ cli.add_command(runs)
 cli.add_command(events)
 cli.add_command(queues)
 cli.add_command(schedules)
+cli.add_command(replay)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -198,6 +198,8 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "completed_at": jsonable(record.completed_at),
         "result": jsonable(record.result),
         "failure": jsonable(record.failure),
+        "code_version": record.code_version,
+        "task_failure": jsonable(record.task_failure),
     }
 
 

@@ -1,4 +1,5 @@
-"""``dex runs`` (list, show, cancel, suspend, resume) and ``dex events send``.
+"""``dex runs`` (list, show, cancel, suspend, resume) and ``dex events send``; ``dex runs cancel``
+also takes the filters of ``dex runs list`` instead of a run id (SPEC §11).
 
 Reading goes to the store directly (``engine.store``), not through ``Engine.get_run``: the
 command line has none of the workflows' code, so it shows results as stored payloads decode
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import attrs
 import click
 
 from dex.app.engine import Engine
@@ -23,6 +25,7 @@ from dex.domain.errors import InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus
 
 STATUSES = [status.value.lower() for status in RunStatus]
+LIVE_STATUSES = frozenset(status for status in RunStatus if not status.is_terminal)
 
 
 @click.group()
@@ -30,35 +33,50 @@ def runs() -> None:
     """List, inspect and control workflow runs."""
 
 
-@runs.command("list")
-@click.option("--workflow", "workflow_name", metavar="NAME", type=TEXT, help="Only runs of this workflow.")
-@click.option(
-    "--status",
-    "statuses",
-    multiple=True,
-    type=click.Choice(STATUSES, case_sensitive=False),
-    help="Only runs in this status (repeatable).",
-)
-@click.option(
-    "--label", "labels", multiple=True, type=LABEL, help="Only runs with this label (repeatable: all must match)."
-)
-@click.option("--instance-id", metavar="ID", type=TEXT, help="Only runs with this instance id.")
-@click.option("--created-after", type=MOMENT, help="Only runs created after TIME (ISO 8601, or an age: 30m, 2h, 7d).")
-@click.option("--created-before", type=MOMENT, help="Only runs created before TIME.")
-@click.option("--limit", type=LIMIT, default=100, show_default=True, help="At most this many runs.")
-@connection_options
-@json_option
-def list_runs(
-    workflow_name: str | None,
-    statuses: tuple[str, ...],
-    labels: tuple[tuple[str, str], ...],
-    instance_id: str | None,
-    created_after: datetime | None,
-    created_before: datetime | None,
-    limit: int,
-) -> None:
-    """List runs, newest first."""
-    run_filter = RunFilter(
+def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The filters of ``dex runs list``, shared by the bulk commands (SPEC §11)."""
+    options = [
+        click.option("--workflow", "workflow_name", metavar="NAME", type=TEXT, help="Only runs of this workflow."),
+        click.option(
+            "--status",
+            "statuses",
+            multiple=True,
+            type=click.Choice(STATUSES, case_sensitive=False),
+            help="Only runs in this status (repeatable).",
+        ),
+        click.option(
+            "--label",
+            "labels",
+            multiple=True,
+            type=LABEL,
+            help="Only runs with this label (repeatable: all must match).",
+        ),
+        click.option("--instance-id", metavar="ID", type=TEXT, help="Only runs with this instance id."),
+        click.option(
+            "--code-version", metavar="VERSION", type=TEXT, help="Only runs started by engines of this code version."
+        ),
+        click.option(
+            "--created-after", type=MOMENT, help="Only runs created after TIME (ISO 8601, or an age: 30m, 2h, 7d)."
+        ),
+        click.option("--created-before", type=MOMENT, help="Only runs created before TIME."),
+        click.option("--limit", type=LIMIT, default=100, show_default=True, help="At most this many runs."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def run_filter_of(
+    workflow_name: str | None = None,
+    statuses: tuple[str, ...] = (),
+    labels: tuple[tuple[str, str], ...] = (),
+    instance_id: str | None = None,
+    code_version: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    limit: int = 100,
+) -> RunFilter:
+    return RunFilter(
         workflow_name=workflow_name,
         statuses=frozenset(RunStatus(status.upper()) for status in statuses) or None,
         labels=tuple(sorted(dict(labels).items())),
@@ -66,9 +84,18 @@ def list_runs(
         created_after=created_after,
         created_before=created_before,
         limit=limit,
+        code_version=code_version,
     )
+
+
+@runs.command("list")
+@filter_options
+@connection_options
+@json_option
+def list_runs(**filters: Any) -> None:
+    """List runs, newest first."""
     with open_engine() as engine:
-        records = engine.store.list_runs(run_filter)
+        records = engine.store.list_runs(run_filter_of(**filters))
     if settings().json:
         click.echo(render.dumps([render.run_json(record) for record in records]))
     elif records:
@@ -135,16 +162,58 @@ def _control(run_id: str, verb: str, act: Callable[[Engine], None], done: str) -
 
 
 @runs.command("cancel")
-@click.argument("run_id", type=RUN_ID)
+@click.argument("run_id", type=RUN_ID, required=False)
 @click.option("--reason", default="", type=TEXT, help="Recorded in the history with the request.")
+@filter_options
+@click.option("--yes", is_flag=True, help="With filters: do not ask for confirmation.")
 @connection_options
 @json_option
-def cancel_run(run_id: str, reason: str) -> None:
-    """Ask a run to stop at its next await.
+def cancel_run(run_id: str | None, reason: str, yes: bool, **filters: Any) -> None:
+    """Ask a run (RUN_ID), or every live run the filters of 'dex runs list' select, to stop at
+    its next await.
 
-    The run ends CANCELLED once a worker processes the request.
+    A run ends CANCELLED once a worker processes the request. With filters, the runs are listed
+    first and the command asks for confirmation (--yes skips it).
     """
-    _control(run_id, "cancel", lambda engine: engine.cancel(run_id, reason), f"cancellation of run {run_id} requested")
+    filtered = {k: v for k, v in filters.items() if v not in (None, ()) and k != "limit"}
+    if run_id is not None:
+        if filtered:
+            raise click.UsageError("give a RUN_ID or filters, not both")
+        _control(
+            run_id, "cancel", lambda engine: engine.cancel(run_id, reason), f"cancellation of run {run_id} requested"
+        )
+        return
+    if not filtered:
+        raise click.UsageError("give a RUN_ID, or filters (--workflow, --status, ...) to cancel the runs they select")
+    bulk_cancel(run_filter_of(**filters), reason, yes)
+
+
+def bulk_cancel(run_filter: RunFilter, reason: str, yes: bool) -> None:
+    """Cancel what ``run_filter`` selects among the live runs, after showing it and a confirmation."""
+    live = LIVE_STATUSES if run_filter.statuses is None else run_filter.statuses & LIVE_STATUSES
+    with open_engine() as engine:
+        records = engine.store.list_runs(attrs.evolve(run_filter, statuses=frozenset(live))) if live else []
+        if not records:
+            raise CommandError("no live run matches: nothing to cancel")
+        click.echo(render.runs_table(records), err=True)
+        if not yes and not click.confirm(f"cancel these {len(records)} run(s)?", err=True):
+            raise CommandError("nothing cancelled")
+        requested, refused = [], []
+        for record in records:
+            try:
+                engine.cancel(record.run_id, reason)
+            except (InvalidStateError, RunNotFoundError) as exc:  # it ended (or went) meanwhile
+                refused.append((record.run_id, str(exc)))
+            else:
+                requested.append(record.run_id)
+    if settings().json:
+        click.echo(render.dumps({"requested": requested, "refused": [dict(run_id=r, error=e) for r, e in refused]}))
+    else:
+        click.echo(f"cancellation requested for {len(requested)} of {len(records)} run(s)")
+        for run_id, error in refused:
+            click.echo(f"  not cancelled: {_refusal('cancel', f'run {run_id}', run_id, Exception(error))}", err=True)
+    if refused:
+        raise click.exceptions.Exit(1)
 
 
 @runs.command("suspend")

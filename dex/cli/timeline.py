@@ -44,6 +44,7 @@ def run_details(record: RunRecord, history: Sequence[ev.HistoryEvent]) -> str:
         ("concurrency key", record.concurrency_key or "-"),
         ("labels", show_labels(record.labels)),
         ("parent run", record.parent_run_id or "-"),
+        ("code version", record.code_version or "-"),
         ("created", show_time(record.created_at)),
         ("started", show_time(record.started_at)),
         ("completed", _completed(record)),
@@ -54,6 +55,8 @@ def run_details(record: RunRecord, history: Sequence[ev.HistoryEvent]) -> str:
         pairs.append(("result", show_payload(record.result, limit=None)))
     if record.failure is not None:
         pairs.append(("failure", show_failure(record.failure)))
+    if record.task_failure is not None:  # a held run (SPEC §11): why its task keeps failing
+        pairs.append(("held", show_failure(record.task_failure)))
     return fields(pairs)
 
 
@@ -123,6 +126,8 @@ def describe(item: ev.HistoryEvent, by_seq: dict[int, ev.Event]) -> str:
             return f"run {event.child_run_id}: {show_failure(event.failure)}"
         case ev.SideEffectExecuted():
             return f"{event.name} -> {show_payload(event.result)}"
+        case ev.PatchApplied():
+            return event.patch_id
         case ev.RunCancelled():
             return f"reason: {event.reason}" if event.reason else ""
         case ev.RunCompleted():

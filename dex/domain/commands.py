@@ -50,13 +50,18 @@ class RecordSideEffect:
 
 
 @attrs.frozen(kw_only=True)
+class RecordPatch:
+    patch_id: str
+
+
+@attrs.frozen(kw_only=True)
 class CompleteRun:
     status: RunStatus
     result: Payload | None = None
     failure: FailureInfo | None = None
 
 
-Command = ScheduleActivity | StartTimer | StartChild | RecordSideEffect | CompleteRun
+Command = ScheduleActivity | StartTimer | StartChild | RecordSideEffect | RecordPatch | CompleteRun
 
 
 def to_event(command: Command) -> ev.Event:
@@ -86,6 +91,8 @@ def to_event(command: Command) -> ev.Event:
             )
         case RecordSideEffect():
             return ev.SideEffectExecuted(name=command.name, result=command.result)
+        case RecordPatch():
+            return ev.PatchApplied(patch_id=command.patch_id)
         case CompleteRun():
             return ev.RunCompleted(status=command.status, result=command.result, failure=command.failure)
     raise TypeError(f"not a command: {command!r}")  # pragma: no cover
@@ -107,6 +114,8 @@ def describe_event(event: ev.Event) -> str:
             return f"child workflow {event.workflow_name!r}"
         case ev.SideEffectExecuted():
             return f"side effect {event.name!r}"
+        case ev.PatchApplied():
+            return f"patch {event.patch_id!r}"
         case ev.RunCompleted():
             return f"run completion ({event.status.value})"
     return type(event).__name__
@@ -131,6 +140,10 @@ def matches(command: Command, recorded: ev.Event) -> str | None:
             return None if recorded.input == command.input else "arguments"
         case RecordSideEffect():
             if not isinstance(recorded, ev.SideEffectExecuted) or recorded.name != command.name:
+                return "step"
+            return None
+        case RecordPatch():
+            if not isinstance(recorded, ev.PatchApplied) or recorded.patch_id != command.patch_id:
                 return "step"
             return None
         case CompleteRun():

@@ -65,6 +65,10 @@ class StepIssuer(Protocol):
 
     def side_effect(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any: ...
 
+    def patched(self, patch_id: str) -> bool: ...
+
+    def deprecate_patch(self, patch_id: str) -> None: ...
+
 
 class ContinueAsNew(BaseException):
     """Raised by :meth:`WorkflowContext.continue_as_new` to end the current generation.
@@ -200,6 +204,21 @@ class WorkflowContext:
         """Run ``fn(*args)`` once and record its result; replay returns the recorded value."""
         return self._executor.side_effect(name, fn, args)  # type: ignore[no-any-return]
 
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new branch of a code change (SPEC §11).
+
+        A run that reaches this call for the first time returns True and records
+        ``PatchApplied(patch_id)``; a run whose history was made by code without the patch
+        replays the old branch (False). The answer is fixed for the rest of the run. A
+        ``patch_id`` that is not a valid name (NUL, lone surrogates, ...) raises ValueError.
+        """
+        return self._executor.patched(patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Replaces ``patched(patch_id)`` once no live run can take the old branch: records
+        nothing, and accepts histories with or without the patch's event."""
+        self._executor.deprecate_patch(patch_id)
+
     def set_status(self, text: str | None) -> None:
         """Set the custom status shown in ``RunInfo.custom_status``."""
         if text is not None and not isinstance(text, str):
@@ -216,8 +235,12 @@ def scheduled_at(created: ev.RunCreated) -> datetime | None:
     """A scheduled run's fire time, read from its ``RunCreated``: the ``dex.schedule`` label
     names the schedule and the instance id, ``schedule:<name>:[trigger:]<YYYY-MM-DDTHH:MM:SSZ>``,
     ends with the time (so the history alone gives it on every replay)."""
-    name = dict(created.labels).get("dex.schedule")
-    instance = created.instance_id
+    return fire_time(created.labels, created.instance_id)
+
+
+def fire_time(labels: ev.Labels, instance: str | None) -> datetime | None:
+    """:func:`scheduled_at` from a run's labels and instance id (``RunInfo.scheduled_at``)."""
+    name = dict(labels).get("dex.schedule")
     if name is None or instance is None or not instance.startswith(f"schedule:{name}:"):
         return None
     try:

@@ -149,12 +149,11 @@ class Signature:
 
 @attrs.frozen(kw_only=True)
 class WorkflowDefinition:
-    """A registered workflow: its name, default queue, version and code."""
+    """A registered workflow: its name, default queue and code."""
 
     name: str = attrs.field(validator=lambda _i, _a, v: validate_name(v, "workflow name"))
     fn: Callable[..., Any] = attrs.field(eq=False)
     queue: str = attrs.field(default=DEFAULT_QUEUE, validator=lambda _i, _a, v: validate_queue(v))
-    version: int = 1
     signature: Signature = attrs.field(eq=False)
 
 

@@ -34,6 +34,9 @@ class RunCreated:
     random_seed: int = 0
     # the tracing context of whoever started the run (e.g. W3C traceparent), for its spans
     trace_context: Labels = ()
+    # the code version of the engine that started the run (Engine(code_version=)); a child
+    # run and a continued generation carry the version of the run that started them
+    code_version: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -120,6 +123,13 @@ class SideEffectExecuted:
 
 
 @attrs.frozen(kw_only=True)
+class PatchApplied:
+    """Workflow code took the new branch of ``ctx.patched(patch_id)`` here (SPEC §11)."""
+
+    patch_id: str
+
+
+@attrs.frozen(kw_only=True)
 class RunSuspended:
     pass
 
@@ -158,6 +168,7 @@ Event = (
     | ChildRunCompleted
     | ChildRunFailed
     | SideEffectExecuted
+    | PatchApplied
     | RunSuspended
     | RunResumed
     | RunCancelled
@@ -196,6 +207,7 @@ COMMAND_EVENT_TYPES: tuple[type, ...] = (
     TimerCreated,
     ChildRunCreated,
     SideEffectExecuted,
+    PatchApplied,
     RunCompleted,
 )
 

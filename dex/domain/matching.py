@@ -62,6 +62,18 @@ class BlockCursor:
         self.position += 1
         return recorded.sequence_number, recorded.event
 
+    def take_patch(self, patch_id: str) -> bool:
+        """While replaying: consume a ``PatchApplied(patch_id)`` recorded at this point, if there is one.
+
+        Deciding, or where the record has another step (or none), nothing is consumed."""
+        if self.recorded is None or self.position >= len(self.recorded):
+            return False
+        event = self.recorded[self.position].event
+        if isinstance(event, ev.PatchApplied) and event.patch_id == patch_id:
+            self.position += 1
+            return True
+        return False
+
     def check_all_asked(self) -> None:
         """At the end of a replayed block: report a recorded step the code did not ask for."""
         if self.recorded is not None and self.position < len(self.recorded):

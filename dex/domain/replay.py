@@ -82,6 +82,7 @@ class WorkflowExecutor:
         self.outcome: cmd.CompleteRun | ContinueAsNewRequest | None = None
         self.nondeterminism: str | None = None
         self._block = BlockCursor(self._mismatch)  # the block being applied
+        self._patches: dict[str, bool] = {}  # each patch's answer, fixed for the rest of the run
 
     # -- driving ---------------------------------------------------------------------------
     @property
@@ -339,3 +340,26 @@ class WorkflowExecutor:
             assert isinstance(event, ev.SideEffectExecuted)
             payload = event.result
         return self.converter.decode(payload, hint)
+
+    def patched(self, patch_id: str) -> bool:
+        """SPEC §11: True where the run takes the patched branch, False where its history was
+        made by code without the patch; the first answer holds for the rest of the run."""
+        validate_name(patch_id, "patch id")
+        known = self._patches.get(patch_id)
+        if known is not None:
+            return known
+        if self._block.deciding:
+            self._issue_or_abort(cmd.RecordPatch(patch_id=patch_id))
+            answer = True
+        else:
+            # replaying: the patched code recorded PatchApplied exactly here; any other record
+            # (or none) means the history was made by code without the patch
+            answer = self._block.take_patch(patch_id)
+        self._patches[patch_id] = answer
+        return answer
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Accept a history with or without ``PatchApplied(patch_id)`` here; record nothing."""
+        validate_name(patch_id, "patch id")
+        if not self._block.deciding:
+            self._block.take_patch(patch_id)

@@ -55,7 +55,7 @@ def evolve(state: RunState, event: ev.Event) -> RunState:
         case ev.ChildRunCompleted() | ev.ChildRunFailed():
             children = tuple(c for c in state.pending_children if c != event.child_run_id)
             return attrs.evolve(state, pending_children=children)
-        case ev.ExternalEventReceived() | ev.SideEffectExecuted():
+        case ev.ExternalEventReceived() | ev.SideEffectExecuted() | ev.PatchApplied():
             return state
         case ev.RunSuspended():
             return attrs.evolve(state, status=transition(state.status, RunStatus.SUSPENDED), suspended=True)

@@ -279,6 +279,7 @@ def advance(
                             parent_run_id=run_id,
                             random_seed=uuid.UUID(event.child_run_id).int >> 64,
                             trace_context=created.trace_context,
+                            code_version=created.code_version,
                         ),
                     )
                 )

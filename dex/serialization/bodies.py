@@ -58,6 +58,7 @@ def body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
                 generation=event.generation,
                 random_seed=event.random_seed,
                 trace_context=_labels_to_proto(event.trace_context),
+                code_version=event.code_version,
             )
         case ev.RunStarted():
             return "run_started", history_pb2.RunStarted()
@@ -113,6 +114,8 @@ def body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
             return "side_effect_executed", history_pb2.SideEffectExecuted(
                 name=event.name, result=payload_to_proto(event.result)
             )
+        case ev.PatchApplied():
+            return "patch_applied", history_pb2.PatchApplied(patch_id=event.patch_id)
         case ev.RunSuspended():
             return "run_suspended", history_pb2.RunSuspended()
         case ev.RunResumed():
@@ -145,6 +148,7 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 generation=body.generation,
                 random_seed=body.random_seed,
                 trace_context=tuple((label.key, label.value) for label in body.trace_context),
+                code_version=body.code_version if body.HasField("code_version") else None,
             )
         case history_pb2.RunStarted():
             return ev.RunStarted()
@@ -200,6 +204,8 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
             return ev.SideEffectExecuted(
                 name=body.name, result=payload_from_proto(required_field(body, "result", where))
             )
+        case history_pb2.PatchApplied():
+            return ev.PatchApplied(patch_id=body.patch_id)
         case history_pb2.RunSuspended():
             return ev.RunSuspended()
         case history_pb2.RunResumed():

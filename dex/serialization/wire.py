@@ -147,6 +147,7 @@ def _run_created(event: ev.RunCreated) -> bytes:
         + (b"\x48" + varint(_int64(event.generation)) if event.generation else b"")
         + (b"\x50" + varint(event.random_seed) if event.random_seed else b"")
         + _labels(b"\x5a", event.trace_context)
+        + _optional_string(b"\x62", event.code_version)
     )
     return _length_delimited(_RUN_CREATED_TAG, body)
 

@@ -20,6 +20,7 @@ from dex.app.ports import ActivityOutcome, ActivityTask, Clock, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import WorkflowTaskResult
+from dex.domain.values import FailureInfo
 from dex.simulation.invariants import InvariantViolation
 from dex.simulation.referee import Referee
 
@@ -74,8 +75,10 @@ class ObservedAdapter(InMemoryAdapter):
                 self.referee.leases.claimed("workflow", task.task_id, task.run_id, task.lease, now)
         return tasks
 
-    def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
-        given_back = super().retry_workflow_tasks(retries, now)
+    def retry_workflow_tasks(
+        self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime, failure: FailureInfo | None = None
+    ) -> list[bool]:
+        given_back = super().retry_workflow_tasks(retries, now, failure)
         with self.referee.judging():
             for (task, _at), ok in zip(retries, given_back, strict=True):
                 self.referee.leases.given_back("workflow", task.task_id, task.lease, ok)

@@ -92,6 +92,7 @@ class RunCreated(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     RANDOM_SEED_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    CODE_VERSION_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     queue: _builtins.str
     instance_id: _builtins.str
@@ -102,6 +103,8 @@ class RunCreated(_message.Message):
     """1 for a new run; continue-as-new starts the next generation."""
     random_seed: _builtins.int
     """Seeds ctx.random() and ctx.uuid4(), so that any replay of this history sees the same values."""
+    code_version: _builtins.str
+    """The code version of the engine that started the run (Engine(code_version=)), if it named one."""
     @_builtins.property
     def input(self) -> _containers.RepeatedCompositeFieldContainer[_payload_pb2.Payload]: ...
     @_builtins.property
@@ -124,17 +127,22 @@ class RunCreated(_message.Message):
         generation: _builtins.int = ...,
         random_seed: _builtins.int = ...,
         trace_context: _abc.Iterable[Global___Label] | None = ...,
+        code_version: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "instance_id", b"instance_id", "parent_run_id", b"parent_run_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "instance_id", b"instance_id", "parent_run_id", b"parent_run_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "concurrency_key", b"concurrency_key", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "trace_context", b"trace_context", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "trace_context", b"trace_context", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__code_version: _TypeAlias = _typing.Literal["code_version"]  # noqa: Y015
+    _WhichOneofArgType__code_version: _TypeAlias = _typing.Literal["_code_version", b"_code_version"]  # noqa: Y015
     _WhichOneofReturnType__concurrency_key: _TypeAlias = _typing.Literal["concurrency_key"]  # noqa: Y015
     _WhichOneofArgType__concurrency_key: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key"]  # noqa: Y015
     _WhichOneofReturnType__instance_id: _TypeAlias = _typing.Literal["instance_id"]  # noqa: Y015
     _WhichOneofArgType__instance_id: _TypeAlias = _typing.Literal["_instance_id", b"_instance_id"]  # noqa: Y015
     _WhichOneofReturnType__parent_run_id: _TypeAlias = _typing.Literal["parent_run_id"]  # noqa: Y015
     _WhichOneofArgType__parent_run_id: _TypeAlias = _typing.Literal["_parent_run_id", b"_parent_run_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__code_version) -> _WhichOneofReturnType__code_version | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__concurrency_key) -> _WhichOneofReturnType__concurrency_key | None: ...
     @_typing.overload
@@ -455,6 +463,27 @@ class SideEffectExecuted(_message.Message):
 Global___SideEffectExecuted: _TypeAlias = SideEffectExecuted  # noqa: Y015
 
 @_typing.final
+class PatchApplied(_message.Message):
+    """Workflow code took the new branch of ctx.patched(patch_id) at this point (SPEC §11)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATCH_ID_FIELD_NUMBER: _builtins.int
+    patch_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        patch_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["patch_id", b"patch_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PatchApplied: _TypeAlias = PatchApplied  # noqa: Y015
+
+@_typing.final
 class RunSuspended(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -560,6 +589,7 @@ class HistoryEvent(_message.Message):
     RUN_RESUMED_FIELD_NUMBER: _builtins.int
     RUN_CANCELLED_FIELD_NUMBER: _builtins.int
     RUN_COMPLETED_FIELD_NUMBER: _builtins.int
+    PATCH_APPLIED_FIELD_NUMBER: _builtins.int
     sequence_number: _builtins.int
     @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
@@ -599,6 +629,8 @@ class HistoryEvent(_message.Message):
     def run_cancelled(self) -> Global___RunCancelled: ...
     @_builtins.property
     def run_completed(self) -> Global___RunCompleted: ...
+    @_builtins.property
+    def patch_applied(self) -> Global___PatchApplied: ...
     def __init__(
         self,
         *,
@@ -622,12 +654,13 @@ class HistoryEvent(_message.Message):
         run_resumed: Global___RunResumed | None = ...,
         run_cancelled: Global___RunCancelled | None = ...,
         run_completed: Global___RunCompleted | None = ...,
+        patch_applied: Global___PatchApplied | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "patch_applied", b"patch_applied", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "sequence_number", b"sequence_number", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "patch_applied", b"patch_applied", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "sequence_number", b"sequence_number", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_created", "run_started", "workflow_task_started", "workflow_task_completed", "activity_task_created", "activity_task_completed", "activity_task_failed", "timer_created", "timer_elapsed", "external_event_received", "child_run_created", "child_run_completed", "child_run_failed", "side_effect_executed", "run_suspended", "run_resumed", "run_cancelled", "run_completed"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_created", "run_started", "workflow_task_started", "workflow_task_completed", "activity_task_created", "activity_task_completed", "activity_task_failed", "timer_created", "timer_elapsed", "external_event_received", "child_run_created", "child_run_completed", "child_run_failed", "side_effect_executed", "run_suspended", "run_resumed", "run_cancelled", "run_completed", "patch_applied"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -118,3 +118,48 @@ def test_an_event_for_an_ended_run_is_refused(world: World) -> None:
     result = world.invoke("events", "send", run_id, "packed")
     assert result.exit_code == 1
     assert one_line_error(result) == f"error: cannot send event 'packed': run {run_id} has ended (CANCELLED)"
+
+
+def test_cancel_with_filters_lists_the_runs_asks_and_cancels_only_those(world: World) -> None:
+    picked = [world.engine.start_workflow(order, name, labels={"team": "a"}) for name in ("ann", "bob")]
+    spared = world.engine.start_workflow(order, "cy", labels={"team": "b"})
+    world.engine.drain()
+    declined = world.invoke("runs", "cancel", "--label", "team=a", input="n\n")
+    assert declined.exit_code == 1
+    assert all(run_id in declined.stderr for run_id in picked) and spared not in declined.stderr
+    assert "cancel these 2 run(s)?" in declined.stderr and "error: nothing cancelled" in declined.stderr
+    world.engine.drain()
+    assert {world.engine.get_run(r).status for r in [*picked, spared]} == {dex.RunStatus.RUNNING}
+
+    accepted = world.invoke("runs", "cancel", "--label", "team=a", "--reason", "bulk", input="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    assert accepted.stdout == "cancellation requested for 2 of 2 run(s)\n"
+    world.engine.drain()
+    assert [world.engine.get_run(r).status for r in picked] == [dex.RunStatus.CANCELLED] * 2
+    assert world.engine.get_run(spared).status is dex.RunStatus.RUNNING
+
+    # --yes asks nothing; finished runs are never selected, so none is left to cancel
+    skipped = world.invoke("runs", "cancel", "--workflow", "cli-order", "--yes", "--json")
+    assert skipped.exit_code == 0, skipped.output
+    assert json.loads(skipped.stdout) == {"requested": [spared], "refused": []}
+    world.engine.drain()
+    assert world.engine.get_run(spared).status is dex.RunStatus.CANCELLED
+    again = world.invoke("runs", "cancel", "--workflow", "cli-order", "--status", "running", "--yes")
+    assert again.exit_code == 1
+    assert one_line_error(again) == "error: no live run matches: nothing to cancel"
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["runs", "cancel"], "give a RUN_ID, or filters"),
+        (["runs", "cancel", UNKNOWN, "--workflow", "cli-order"], "give a RUN_ID or filters, not both"),
+        (["runs", "cancel", "--label", "bad\x00=x", "--yes"], "label"),
+    ],
+)
+def test_cancel_usage_errors_exit_2_in_one_line(world: World, args: list[str], complaint: str) -> None:
+    healthy = waiting_run(world)
+    result = world.invoke(*args)
+    assert result.exit_code == 2
+    assert complaint in one_line_error(result)
+    assert world.engine.get_run(healthy).status is dex.RunStatus.RUNNING

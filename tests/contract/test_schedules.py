@@ -59,6 +59,7 @@ def test_a_fire_starts_one_run_with_its_instance_id_label_and_scheduled_at(
     (run,) = engine.list_runs()
     assert run.instance_id == "schedule:nightly-report:2026-03-28T02:00:00Z"
     assert run.labels == {"dex.schedule": "nightly-report"}
+    assert run.scheduled_at == datetime(2026, 3, 28, 2, 0, tzinfo=UTC)  # RunInfo too (SPEC §11)
     assert engine.wait(run.run_id) == "2026-03-28T02:00:00+00:00"
     assert SEEN == [(run.instance_id, datetime(2026, 3, 28, 2, 0, tzinfo=UTC), 5)]
     info = engine.get_schedule("nightly-report")
@@ -71,6 +72,7 @@ def test_runs_no_schedule_started_have_no_scheduled_at(make_engine: Make) -> Non
     run_id = engine.start_workflow(report, instance_id="schedule:x:2026-01-01T00:00:00Z")
     engine.drain()
     assert engine.wait(run_id) is None
+    assert engine.get_run(run_id).scheduled_at is None
 
 
 def test_drain_without_until_starts_only_what_is_due_and_ends(make_engine: Make, clock: VirtualClock) -> None:

@@ -17,7 +17,7 @@ import dex
 from dex.adapters.memory import InMemoryAdapter
 from dex.domain import events as ev
 from dex.testing import VirtualClock
-from tests.golden.workflows import ACTIVITIES, WORKFLOWS, approval, order, parent
+from tests.golden.workflows import ACTIVITIES, WORKFLOWS, approval, order, parent, patched
 
 HERE = Path(__file__).resolve().parent
 
@@ -66,9 +66,16 @@ def record_parent() -> dict[str, bytes]:
     }
 
 
+def record_patched() -> dict[str, bytes]:
+    engine = _engine()
+    run_id = engine.start_workflow(patched, "lamp")
+    engine.drain()
+    return {"patched": engine.export_history(_finished(engine, run_id))}
+
+
 def main(argv: list[str]) -> int:
     only = set(argv)
-    for recorder in (record_order, record_approval, record_parent):
+    for recorder in (record_order, record_approval, record_parent, record_patched):
         for name, data in recorder().items():
             if only and name not in only:
                 continue

@@ -102,8 +102,20 @@ async def parent(ctx: dex.WorkflowContext, n: int) -> dict[str, Any]:
     return {"children": [first, second], "failure": failure}
 
 
+# -- golden-patched: a run that took the new branch of ctx.patched (PatchApplied, SPEC §11) ------
+
+
+@dex.workflow(name="golden-patched")
+async def patched(ctx: dex.WorkflowContext, item: str) -> dict[str, Any]:
+    before = ctx.patched("golden-gift-wrap")  # recorded: PatchApplied before the first step
+    cost = await ctx.activity(price, item)
+    if ctx.patched("golden-gift-wrap"):  # asked again: the same answer, nothing more recorded
+        cost += await ctx.activity(price, "wrapping")
+    return {"cost": cost, "patched": before}
+
+
 ACTIVITIES = (reserve, price, notify, double)
-WORKFLOWS = (order, approval, parent, child)
+WORKFLOWS = (order, approval, parent, child, patched)
 
 # golden file (without ".binpb") -> the workflow that recorded it
 GOLDEN_FILES: dict[str, Callable[..., Any]] = {
@@ -111,4 +123,5 @@ GOLDEN_FILES: dict[str, Callable[..., Any]] = {
     "approval": approval,
     "parent": parent,
     "child": child,
+    "patched": patched,
 }

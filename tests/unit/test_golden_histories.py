@@ -29,6 +29,7 @@ REQUIRED_KINDS = {
     "approval": {"TimerCreated", "TimerElapsed", "ExternalEventReceived"},
     "parent": {"ChildRunCreated", "ChildRunCompleted", "ChildRunFailed"},
     "child": {"ActivityTaskCreated", "TimerCreated", "TimerElapsed"},
+    "patched": {"PatchApplied", "ActivityTaskCreated", "ActivityTaskCompleted"},
 }
 
 
@@ -137,3 +138,46 @@ def test_changed_workflow_fails_replay_of_a_golden_file(
     message = str(caught.value)
     assert f"history recorded {recorded}" in message
     assert f"asked for {requested}" in message
+
+
+# -- patches (SPEC §11): the old branch replays old histories, the new one its own ----------------
+
+
+@dex.workflow(name="golden-order")
+async def order_with_a_patch(ctx: dex.WorkflowContext, request: dict[str, Any]) -> dict[str, Any]:
+    # v2 reserves one more, behind a patch: the golden run was recorded without it
+    extra = 1 if ctx.patched("golden-reserve-spare") else 0
+    reservation = await ctx.activity(golden.reserve, request["item"], request["quantity"] + extra)
+    prices = await ctx.gather(*(ctx.activity(golden.price, extra) for extra in request["extras"]))
+    code = ctx.side_effect("confirmation-code", golden.confirmation_code, request["item"])
+    ctx.set_status("reserved")
+    await ctx.activity(golden.notify, f"{reservation} ({code})")
+    return {"reservation": reservation, "total": sum(prices), "code": code}
+
+
+@dex.workflow(name="golden-patched")
+async def patched_without_the_patch(ctx: dex.WorkflowContext, item: str) -> dict[str, Any]:
+    cost = await ctx.activity(golden.price, item)  # the old code, from before the patch
+    return {"cost": cost, "patched": False}
+
+
+@dex.workflow(name="golden-patched")
+async def patched_deprecated(ctx: dex.WorkflowContext, item: str) -> dict[str, Any]:
+    ctx.deprecate_patch("golden-gift-wrap")  # only the new branch is left
+    cost = await ctx.activity(golden.price, item)
+    cost += await ctx.activity(golden.price, "wrapping")
+    return {"cost": cost, "patched": True}
+
+
+def test_a_patch_replays_a_history_recorded_before_it_on_the_old_branch() -> None:
+    dex.testing.replay(order_with_a_patch, golden_bytes("order"), activities=ACTIVITIES, workflows=WORKFLOWS)
+
+
+def test_a_history_that_took_a_patch_replays_with_the_patch_or_its_deprecation_only() -> None:
+    history = dex.testing.load_history(golden_bytes("patched"))
+    assert [item.event for item in history if isinstance(item.event, ev.PatchApplied)] == [
+        ev.PatchApplied(patch_id="golden-gift-wrap")
+    ]
+    dex.testing.replay(patched_deprecated, history, activities=ACTIVITIES, workflows=WORKFLOWS)
+    with pytest.raises(dex.NonDeterminismError, match="history recorded patch 'golden-gift-wrap' at event"):
+        dex.testing.replay(patched_without_the_patch, history, activities=ACTIVITIES, workflows=WORKFLOWS)

@@ -19,7 +19,7 @@ def _row() -> runs.NewRunRow:
         run_id="r", workflow_name="w", queue="q", instance_id=None, priority=3, concurrency_key="k",
         labels="{}", parent_run_id=None, created_at=now, history=b"\x01", message_kind="RunStarted",
         message=b"\x02", claim=True, owner="node", lease_until=now, workflow_names=["a", "b"], lock=7,
-        schema="dex",
+        schema="dex", code_version="v7",
     )  # fmt: skip
 
 
@@ -27,7 +27,7 @@ def test_every_field_is_one_parameter_and_params_follow_the_function_order() -> 
     row = _row()
     fields = [field for field, _oid, _name in runs.PARAMETERS]
     assert sorted(fields) == sorted(f.name for f in attrs.fields(runs.NewRunRow))
-    assert len(set(fields)) == len(fields) == 18
+    assert len(set(fields)) == len(fields) == 19
     assert row.params() == [getattr(row, field) for field in fields]
 
 
@@ -42,6 +42,6 @@ def test_the_direct_path_encodes_each_value_by_its_parameter_type() -> None:
     encoded = statement.encode(_row().params())
     assert encoded == [
         b"r", b"w", b"q", None, b"3", b"k", b"{}", None, b"2026-01-02T03:04:05+00:00", b"\x01",
-        b"RunStarted", b"\x02", b"t", b"node", b"2026-01-02T03:04:05+00:00", b'{"a","b"}', b"7", b"dex",
+        b"RunStarted", b"\x02", b"t", b"node", b"2026-01-02T03:04:05+00:00", b'{"a","b"}', b"7", b"dex", b"v7",
     ]  # fmt: skip
     assert direct.encode(direct.TEXT_ARRAY, None) is None

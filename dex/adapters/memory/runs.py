@@ -46,6 +46,7 @@ class MemoryRuns(MemoryState):
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
         storable.text(run_filter.workflow_name, "workflow_name")
         storable.text(run_filter.instance_id, "instance_id")
+        storable.text(run_filter.code_version, "code_version")
         storable.labels(run_filter.labels)
         with self._lock:
             rows = [row for row in self._runs.values() if _matches(row, run_filter)]
@@ -118,6 +119,8 @@ def _matches(row: RunRow, run_filter: RunFilter) -> bool:
     if run_filter.statuses is not None and row.status not in run_filter.statuses:
         return False
     if run_filter.instance_id is not None and c.instance_id != run_filter.instance_id:
+        return False
+    if run_filter.code_version is not None and c.code_version != run_filter.code_version:
         return False
     if run_filter.created_after is not None and row.created_at <= run_filter.created_after:
         return False

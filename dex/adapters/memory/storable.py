@@ -84,6 +84,7 @@ def created(run_id: str, event: ev.RunCreated, field: str = "run") -> None:
     text(event.instance_id, "instance_id")
     text(event.concurrency_key, "concurrency_key")
     text(event.parent_run_id, "parent_run_id")
+    text(event.code_version, "code_version")
     labels(event.labels)
     protobuf(event, field)
 

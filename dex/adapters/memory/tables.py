@@ -26,6 +26,7 @@ class RunRow:
     result: Payload | None = None
     failure: FailureInfo | None = None
     holds_key: bool = False
+    task_failure: FailureInfo | None = None
     history: list[ev.HistoryEvent] = attrs.Factory(list)
 
     def record(self) -> RunRecord:
@@ -46,6 +47,8 @@ class RunRow:
             custom_status=self.custom_status,
             result=self.result,
             failure=self.failure,
+            code_version=c.code_version,
+            task_failure=self.task_failure,
         )
 
 

@@ -21,6 +21,7 @@ from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
+from dex.domain.values import FailureInfo
 from dex.domain.writes import INBOX_ORDER, instance_clash, plan_write, survives_continue_as_new, wakes_suspended
 
 _INBOX_ORDER = operator.attrgetter(*INBOX_ORDER)  # the domain's order of a run's visible messages
@@ -115,7 +116,11 @@ class MemoryTasks(MemoryState):
         with self._lock:
             return [self._complete_workflow_task(task, result, now) for task, result in results]
 
-    def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
+    def retry_workflow_tasks(
+        self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime, failure: FailureInfo | None = None
+    ) -> list[bool]:
+        if failure is not None:
+            storable.protobuf(failure, "task failure")
         with self._lock:
             given_back = []
             for task, retry_at in retries:
@@ -126,6 +131,9 @@ class MemoryTasks(MemoryState):
                     # no longer matches the version
                     row.lease.until = retry_at
                     row.lease.version += 1
+                    run = self._runs.get(task.run_id)
+                    if failure is not None and run is not None:
+                        run.task_failure = failure
                 given_back.append(held)
             return given_back
 
@@ -153,6 +161,7 @@ class MemoryTasks(MemoryState):
             run.started_at = now
         if plan.sets_custom_status:
             run.custom_status = plan.custom_status
+        run.task_failure = None  # a result applied: the run is not held (any more)
         for child in plan.child_runs:  # the parent is still live here: a child may clash with it
             if self._find_live_instance(child.created.instance_id) is not None:
                 self._push(run.run_id, instance_clash(child), now)

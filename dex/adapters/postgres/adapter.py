@@ -51,6 +51,7 @@ from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
+from dex.domain.values import FailureInfo
 from dex.serialization.history import decode_block
 
 
@@ -239,11 +240,13 @@ class PostgresAdapter(PostgresSchedules):
     ) -> tuple[list[bool], list[ActivityTask]]:
         return self._complete_workflow_tasks(results, now, claim)
 
-    def retry_workflow_tasks(self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime) -> list[bool]:
+    def retry_workflow_tasks(
+        self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime, failure: FailureInfo | None = None
+    ) -> list[bool]:
         if not retries:
             return []
         with self._statement() as conn:
-            return workflow_tasks.retry_workflow_tasks(conn, self._q, retries)
+            return workflow_tasks.retry_workflow_tasks(conn, self._q, retries, failure)
 
     def _complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim | None

@@ -220,7 +220,8 @@ class _Round:
                 " completed_at = CASE WHEN u.finished THEN %s ELSE r.completed_at END,"
                 " result = CASE WHEN u.finished THEN u.result ELSE r.result END,"
                 " failure = CASE WHEN u.finished THEN u.failure ELSE r.failure END,"
-                " holds_key = r.holds_key AND NOT u.finished"
+                " holds_key = r.holds_key AND NOT u.finished,"
+                " task_failure = NULL"  # a result applied: the run is not held (any more)
                 " FROM unnest(%b::text[], %b::text[], %b::boolean[], %b::boolean[], %b::text[], %b::integer[],"
                 "             %b::boolean[], %b::bytea[], %b::bytea[])"
                 "  AS u(run_id, status, started, set_custom, custom_status, last_seq, finished, result, failure)"
@@ -252,12 +253,13 @@ class _Round:
         rows = self._conn.execute(
             self._q(
                 "INSERT INTO {s}.runs (run_id, workflow_name, queue, status, instance_id, priority,"
-                " concurrency_key, labels, parent_run_id, created_at, last_seq)"
+                " concurrency_key, labels, parent_run_id, created_at, last_seq, code_version)"
                 " SELECT c.run_id, c.workflow_name, c.queue, 'CREATED', c.instance_id, c.priority,"
-                "  c.concurrency_key, c.labels, c.parent_run_id, %s, 1"
+                "  c.concurrency_key, c.labels, c.parent_run_id, %s, 1, c.code_version"
                 " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::integer[], %b::text[],"
-                "             %b::jsonb[], %b::text[]) WITH ORDINALITY"
-                "  AS c(run_id, workflow_name, queue, instance_id, priority, concurrency_key, labels, parent_run_id, ord)"
+                "             %b::jsonb[], %b::text[], %b::text[]) WITH ORDINALITY"
+                "  AS c(run_id, workflow_name, queue, instance_id, priority, concurrency_key, labels, parent_run_id,"
+                "       code_version, ord)"
                 " ORDER BY c.ord"
                 " ON CONFLICT DO NOTHING RETURNING run_id"
             ),
@@ -271,6 +273,7 @@ class _Round:
                 [c.concurrency_key for c in created],
                 [labels_json(c.labels) for c in created],
                 [c.parent_run_id for c in created],
+                [c.code_version for c in created],
             ],
         ).fetchall()
         inserted = {row[0] for row in rows}

@@ -61,13 +61,14 @@ class NewRunRow:
     workflow_names: list[str] | None  # the workflows the claim takes, sorted
     lock: int  # the scheduler's advisory lock, tried before the claim
     schema: str
+    code_version: str | None  # the starting engine's (migration 7)
 
     def params(self) -> list[object]:
         """The values in the order of the function's parameters (:data:`PARAMETERS`)."""
         return list(_IN_ORDER(self))
 
 
-# the create_run function's parameters, in order (schema migration 4): the NewRunRow field that
+# the create_run function's parameters, in order (schema migration 7): the NewRunRow field that
 # holds each, its type, and its name in errors (a NUL refused in it)
 PARAMETERS = (
     ("run_id", TEXT, "run_id"),
@@ -88,6 +89,7 @@ PARAMETERS = (
     ("workflow_names", TEXT_ARRAY, "workflow names"),
     ("lock", INT4, "lock"),
     ("schema", TEXT, "schema"),
+    ("code_version", TEXT, "code_version"),
 )
 _IN_ORDER = operator.attrgetter(*(field for field, _type, _name in PARAMETERS))
 
@@ -151,6 +153,7 @@ def create_run(
         workflow_names=sorted(claim.names) if claim is not None else None,
         lock=LOCK_SCHEDULE_WORKFLOWS,
         schema=q.schema,
+        code_version=created.code_version,
     )
     for _ in range(10):
         try:
@@ -208,7 +211,7 @@ def _call_create_run(
 _CREATE_RUN = (
     "SELECT out_run, out_message, out_task FROM {s}.create_run(%s::text, %s::text, %s::text, %s::text,"
     " %s::int4, %s::text, %s::jsonb, %s::text, %s::timestamptz, %s::bytea, %s::text, %s::bytea, %s::bool,"
-    " %s::text, %s::timestamptz, %b::text[], %s::int4, %s::text)"
+    " %s::text, %s::timestamptz, %b::text[], %s::int4, %s::text, %s::text)"
 )
 
 
@@ -242,6 +245,9 @@ def list_runs(conn: psycopg.Connection, q: Statements, run_filter: RunFilter) ->
     if run_filter.instance_id is not None:
         conditions.append(sql.SQL("instance_id = %s"))
         params.append(run_filter.instance_id)
+    if run_filter.code_version is not None:
+        conditions.append(sql.SQL("code_version = %s"))
+        params.append(run_filter.code_version)
     if run_filter.created_after is not None:
         conditions.append(sql.SQL("created_at > %s"))
         params.append(run_filter.created_after)

@@ -21,8 +21,10 @@ from dex.app.ports import Loaded, UnreadableHistoryError, WorkflowInput, Workflo
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.task import InboxMessage
+from dex.domain.values import FailureInfo
 from dex.domain.writes import INBOX_ORDER, WAKING_KINDS
 from dex.serialization.history import decode_block, decode_block_from, decode_message
+from dex.serialization.values import encode_failure
 
 # Candidates in the order the in-memory adapter takes them (priority, then oldest run). Two
 # window functions stand in for its loop: per concurrency key only the first run that needs
@@ -196,9 +198,13 @@ def claim_workflow_tasks(
 
 
 def retry_workflow_tasks(
-    conn: psycopg.Connection, q: Statements, retries: Sequence[tuple[WorkflowTask, datetime]]
+    conn: psycopg.Connection,
+    q: Statements,
+    retries: Sequence[tuple[WorkflowTask, datetime]],
+    failure: FailureInfo | None = None,
 ) -> list[bool]:
-    """Give claimed tasks back, each claimable again from its time on (one statement).
+    """Give claimed tasks back, each claimable again from its time on (one statement); with
+    ``failure``, the runs of the tasks given back keep it in ``task_failure`` (a held run).
 
     The row keeps its owner with ``locked_until`` moved to the retry time, so the claim's
     lease condition passes it over until then; ``lock_version`` moves on, so a late result of
@@ -207,12 +213,18 @@ def retry_workflow_tasks(
     re-checks the version."""
     rows = conn.execute(
         q(
+            "WITH given AS ("
             "UPDATE {s}.workflow_tasks t SET locked_until = r.retry_at, lock_version = t.lock_version + 1"
             " FROM unnest(%(queues)b::text[], %(ids)b::bigint[], %(owners)b::text[], %(versions)b::integer[],"
             " %(retry_at)b::timestamptz[]) AS r(queue, task_id, owner, version, retry_at)"
             " WHERE t.queue = r.queue AND t.task_id = r.task_id"
             " AND t.locked_by = r.owner AND t.lock_version = r.version"
-            " RETURNING t.task_id"
+            " RETURNING t.task_id, t.run_id),"
+            # a held run says why (SPEC §11); the row lock is the one a status change takes
+            # (runs.py: FOR NO KEY UPDATE), and only a run whose task we held is touched
+            " held AS (UPDATE {s}.runs SET task_failure = %(failure)s FROM given"
+            "  WHERE %(failure)s::bytea IS NOT NULL AND runs.run_id = given.run_id)"
+            " SELECT task_id FROM given"
         ),
         {
             "queues": [task.queue for task, _ in retries],
@@ -220,6 +232,7 @@ def retry_workflow_tasks(
             "owners": [task.lease.owner for task, _ in retries],
             "versions": [task.lease.version for task, _ in retries],
             "retry_at": [retry_at for _, retry_at in retries],
+            "failure": encode_failure(failure) if failure is not None else None,
         },
     ).fetchall()
     given_back = {row[0] for row in rows}

@@ -22,6 +22,7 @@ from dex.adapters.postgres.migrations import (
     m4_create_run,
     m5_history_blocks,
     m6_schedules,
+    m7_code_versions,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -33,6 +34,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m4_create_run,
         m5_history_blocks,
         m6_schedules,
+        m7_code_versions,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
