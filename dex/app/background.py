@@ -92,7 +92,7 @@ class Background:
         window: float,
         deadline: float,
     ) -> None:
-        self.store, self.node_id, self.buffer, self.telemetry = store, node_id, buffer, telemetry
+        self.node_id, self.buffer, self.telemetry = node_id, buffer, telemetry
         self.workflow_worker, self.activity_worker = workflow_worker, activity_worker
         activity_worker.completed_directly = self.queues_changed  # a transaction step wrote its completion
         self._async, self._queue_view = async_runner, queue_view

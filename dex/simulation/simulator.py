@@ -197,7 +197,7 @@ class Simulator:
     def _act(self) -> None:
         options = self.clients.actions() + self._clock_actions()
         for node in self.nodes:
-            options += self._node_actions(node)
+            options += node.actions(self.rng, stalled=self.step_no < node.stalled_until)
         _weight, who_what, action = self.rng.choices(options, weights=[o[0] for o in options])[0]
         who, _, what = who_what.partition(" ")
         try:
@@ -208,9 +208,6 @@ class Simulator:
             # the store failed the node's step: its polling thread would back off and go on
             detail = f"failed, the store is unavailable ({exc})"
         self._log(who, what, detail)
-
-    def _node_actions(self, node: Node) -> list[Action]:
-        return node.actions(self.rng, stalled=self.step_no < node.stalled_until)
 
     def _clock_actions(self) -> list[Action]:
         def tick() -> str:
