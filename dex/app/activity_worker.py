@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from datetime import timedelta
+from typing import Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.async_activities import AsyncRunner
@@ -29,9 +30,9 @@ from dex.app.registry import Registry
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
 from dex.app.transaction_steps import TransactionAttempts, Written
-from dex.domain.definitions import PayloadConverter
+from dex.domain.definitions import ActivityDefinition, PayloadConverter
 from dex.domain.errors import NotRegisteredError, SerializationError
-from dex.domain.values import ApplicationError, FailureInfo
+from dex.domain.values import ApplicationError, FailureInfo, Payload
 
 log = logging.getLogger("dex.worker")
 
@@ -85,7 +86,9 @@ class ActivityWorker:
         self._names = frozenset(registry.activities)
         self._rng_lock = threading.Lock()
         self.durations = Durations()
-        self._transactions = TransactionAttempts(store, converter, async_runner.run, self._failed)
+        self._transactions = TransactionAttempts(
+            store, converter, async_runner.run, self._failed, self.durations.record
+        )
         # called after a transaction step wrote its completion itself: a workflow task became due
         self.completed_directly: Callable[[], None] | None = None
 
@@ -165,8 +168,7 @@ class ActivityWorker:
 
     def _written(self, written: Written, seconds: float) -> None:
         task = written.task
-        try:
-            self.durations.record(task.name, seconds)
+        try:  # its duration is its function's, recorded by the attempt (transaction_steps.py)
             kind = "completed" if written.committed else "lost"
             self._telemetry.task_finished("activity", task.name, kind, seconds)
             if not written.committed:
@@ -185,7 +187,8 @@ class ActivityWorker:
     def finished(self, outcome: ActivityOutcome, seconds: float) -> None:
         """Record an attempt that ended (here or inline): telemetry, its duration, a log line."""
         task = outcome.task
-        self.durations.record(task.name, seconds)
+        if not self.is_transaction(task.name):  # a step's is its function's (transaction_steps.py)
+            self.durations.record(task.name, seconds)
         kind = "retried" if outcome.retry_at is not None else "failed" if outcome.failure is not None else "completed"
         self._telemetry.task_finished("activity", task.name, kind, seconds)
         if outcome.failure is not None:
@@ -248,14 +251,10 @@ class ActivityWorker:
         )
         token = set_activity_context(context)
         try:
-            try:
-                definition = self._registry.activity(task.name)
-                signature = definition.signature
-                signature.check_arity(len(task.input), f"activity {task.name!r}")
-                args = [self._converter.decode(p, signature.hint_for(i)) for i, p in enumerate(task.input)]
-            except (NotRegisteredError, SerializationError, TypeError) as exc:
-                # bad input does not get better by retrying
-                return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
+            decoded = self._decode(task)
+            if isinstance(decoded, ActivityOutcome):
+                return decoded
+            definition, args = decoded
             attributes: dict[str, str | int] = {
                 "dex.run_id": task.run_id,
                 "dex.activity": task.name,
@@ -277,6 +276,34 @@ class ActivityWorker:
                 return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
         finally:
             reset_activity_context(token)
+
+    def _decode(self, task: ActivityTask) -> tuple[ActivityDefinition, list[Any]] | ActivityOutcome:
+        """The task's definition and decoded arguments, or its final failure (bad input does not
+        get better by retrying)."""
+        try:
+            definition = self._registry.activity(task.name)
+            signature = definition.signature
+            signature.check_arity(len(task.input), f"activity {task.name!r}")
+            return definition, [self._converter.decode(p, signature.hint_for(i)) for i, p in enumerate(task.input)]
+        except (NotRegisteredError, SerializationError, TypeError) as exc:
+            return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
+
+    def transaction_work(self, task: ActivityTask) -> Callable[[Any], Payload] | ActivityOutcome:
+        """A synchronous transaction step's work for a store to run in a transaction of its own
+        choosing (:mod:`dex.app.step_groups`), under the attempt's activity context; or the
+        attempt's final failure when its input cannot be decoded."""
+        decoded = self._decode(task)
+        if isinstance(decoded, ActivityOutcome):
+            return decoded
+        return self._transactions.work_of(*decoded, context=task)
+
+    def failed(self, task: ActivityTask, exc: BaseException) -> ActivityOutcome:
+        """The outcome of a transaction step's attempt that failed with ``exc``: a retry, or its
+        final failure (at once when its result cannot be stored)."""
+        try:
+            return self._transactions.failed(task, exc)
+        except BaseException:  # noqa: BLE001 - not even a retry could be computed: a final failure
+            return ActivityOutcome(task=task, failure=described_failure(exc))
 
     def _heartbeat_of(self, task: ActivityTask) -> Callable[[], bool]:
         if self.is_transaction(task.name):

@@ -169,8 +169,10 @@ class Background:
         )
         self.buffer.background = True
         if self._inline_seconds > 0:
-            self.workflow_worker.inline = InlineActivities(
-                self.activity_worker, self._queue_view, self.node_id, self._inline_seconds, self._stopping
+            self.workflow_worker.run_inline(
+                InlineActivities(
+                    self.activity_worker, self._queue_view, self.node_id, self._inline_seconds, self._stopping
+                )
             )
 
     def start(self) -> None:
@@ -262,7 +264,7 @@ class Background:
                 ", ".join(f"{task.name} of run {task.run_id}" for task in abandoned[:5]),
             )
         self.buffer.background = False
-        self.workflow_worker.inline = None
+        self.workflow_worker.run_inline(None)
         self.workflow_worker.watchdog = None
         stuck = [thread for thread in self.threads if thread.alive and not thread.retired]
         try:

@@ -67,6 +67,42 @@ class Round:
     def __init__(self) -> None:
         self.jobs: deque[Job] = deque()
         self.done: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
+        # decided up to a transaction step that the round's next group runs (dex.app.step_groups);
+        # each is a whole result as it is: written now, it makes the step a task of its own
+        self.parked: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
+
+    def take(self) -> list[tuple[WorkflowTask, WorkflowTaskResult]]:
+        """What the round decided (its parked results too), taken out of it."""
+        taken, self.done, self.parked = self.done + self.parked, [], []
+        return taken
+
+
+class Unwritten:
+    """The executors of results decided but not yet applied by the store, by claim (task id,
+    lease version: a node may hold two claims of one task): cached only once the store has
+    applied the result, because until then another node may redo the task and record other side
+    effects at the same sequence numbers."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, int], Cached] = {}
+        self._lock = threading.Lock()
+
+    def get(self, task: WorkflowTask) -> Cached | None:
+        with self._lock:
+            return self._entries.get((task.task_id, task.lease.version))
+
+    def put(self, task: WorkflowTask, executor: WorkflowExecutor, last_seq: int) -> None:
+        with self._lock:
+            self._entries[(task.task_id, task.lease.version)] = Cached(executor=executor, last_seq=last_seq)
+
+    def pop(self, task: WorkflowTask) -> Cached | None:
+        with self._lock:
+            return self._entries.pop((task.task_id, task.lease.version), None)
+
+    def clear(self) -> list[Cached]:
+        with self._lock:
+            entries, self._entries = list(self._entries.values()), {}
+        return entries
 
 
 class ExecutorCache:

@@ -17,10 +17,15 @@ This module holds the choice and the failure values; the worker decides where th
 from __future__ import annotations
 
 import logging
+import random
+from datetime import timedelta
 
 import attrs
 
+from dex.app.ports import Store, WorkflowTask
+from dex.app.telemetry import Telemetry
 from dex.domain.replay import WorkflowExecutor
+from dex.domain.retry import RetryPolicy
 from dex.domain.task import WorkflowTaskResult
 from dex.domain.values import FailureInfo
 from dex.serialization.history import encode_ahead
@@ -28,6 +33,42 @@ from dex.serialization.history import encode_ahead
 log = logging.getLogger("dex.worker")
 
 ON_NONDETERMINISM = ("hold", "fail")
+
+# the backoff of a workflow task that failed for a reason other than its code (retry_later):
+# 1 s, 2 s, 4 s ... at most 5 minutes, for as long as it takes (attempts are claims)
+TASK_RETRY = RetryPolicy(
+    initial_delay=timedelta(seconds=1), multiplier=2.0, max_delay=timedelta(minutes=5), max_attempts=2**31 - 1
+)
+
+
+def give_back(
+    store: Store,
+    telemetry: Telemetry,
+    rng: random.Random,
+    task: WorkflowTask,
+    reason: str,
+    exc: BaseException | None,
+    failure: FailureInfo | None,
+) -> bool:
+    """``WorkflowWorker.retry_later``: log, count, and give ``task`` back after ``TASK_RETRY``'s
+    backoff for its claims (the lease version counts them); with ``failure``, its run is held."""
+    delay = TASK_RETRY.next_delay(max(1, task.lease.version), rng) or TASK_RETRY.max_delay
+    log.warning(
+        "workflow task %s of run %s failed and is retried in %.1f s: %s",
+        task.task_id,
+        task.run_id,
+        delay.total_seconds(),
+        reason,
+        exc_info=exc is not None and not isinstance(exc, ConnectionError),
+        extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
+    )
+    telemetry.task_finished("workflow", task.workflow_name, "retried", 0.0)
+    try:
+        now = store.clock.now()
+        return store.retry_workflow_tasks([(task, now + delay)], now, failure)[0]
+    except Exception:
+        log.info("could not give back workflow task %s; its lease will expire", task.task_id, exc_info=True)
+        return False
 
 
 def holds_runs(on_nondeterminism: object) -> bool:

@@ -9,14 +9,15 @@ adapter imitates the step with a connection factory and refuses ``connection=``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
 import attrs
 
-from dex.app.task_records import ActivityTask
+from dex.app.task_records import ActivityTask, WorkflowTask
 from dex.domain import events as ev
+from dex.domain.task import NewActivityTask, WorkflowTaskResult
 from dex.domain.values import Payload
 
 
@@ -35,6 +36,33 @@ class TransactionStep:
     work: Callable[[Any], Payload] | None = None
     async_work: Callable[[Any], Coroutine[Any, Any, Payload]] | None = None
     run_async: Callable[[Coroutine[Any, Any, Any]], Any] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StepCheckpoint:
+    """A workflow task that reached the first attempt of a transaction step, for
+    :meth:`TransactionSteps.checkpoint_steps`: the task's ``result`` so far (without the step's
+    activity task), the ``step`` it waits on and the step's ``work`` (as in :class:`TransactionStep`)."""
+
+    task: WorkflowTask
+    result: WorkflowTaskResult
+    step: NewActivityTask
+    work: Callable[[Any], Payload]
+
+
+@attrs.frozen
+class Checkpointed:
+    """A step that committed with its task's checkpoint: its outcome is the run's inbox message
+    ``message_id``, and the run's history now ends at ``last_seq``."""
+
+    message_id: int
+    message: ev.ActivityTaskCompleted
+    last_seq: int
+
+
+# per checkpoint: committed; or how the step's function failed (rolled back, nothing written);
+# or None: the workflow task is no longer this worker's (its lease moved on, or its history did)
+CheckpointOutcome = Checkpointed | BaseException | None
 
 
 class StepFailed(Exception):
@@ -62,6 +90,18 @@ class TransactionSteps(Protocol):
         completion as ``complete_activity_tasks`` does (history message, task removed, the
         run's workflow task made due), and commit. False: the lease was lost; nothing ran and
         nothing was written. An exception (``StepFailed``, a store error) rolls it all back."""
+        ...
+
+    def checkpoint_steps(self, items: Sequence[StepCheckpoint], now: datetime) -> list[CheckpointOutcome]:
+        """The first attempts of transaction steps run inside their workflow tasks
+        (:mod:`dex.app.step_groups`), in one transaction of the store's database at READ
+        COMMITTED: lock the runs and the workflow tasks still held by their leases (at the
+        expected ``last_seq``); run each step's work (one that fails is left out: its writes
+        roll back, and the others' stand or are made again); for each that succeeded, write its task's
+        result so far as ``complete_workflow_tasks`` would, but keep the task, and put the step's
+        outcome in the run's inbox; commit. A crash before the commit leaves nothing; after it,
+        the run stands as if the step had run as a task of its own. An exception (the store
+        failed) rolls it all back: every step's attempt failed."""
         ...
 
     def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:

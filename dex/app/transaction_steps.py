@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
+from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.ports import ActivityOutcome, ActivityTask, StepFailed, TransactionStep, TransactionSteps
 from dex.app.transactions import GuardedAsyncConnection, GuardedConnection
 from dex.domain.definitions import ActivityDefinition, PayloadConverter
@@ -64,8 +66,12 @@ class TransactionAttempts:
         converter: PayloadConverter,
         run_async: Callable[[Any], Any],
         failed: Callable[[ActivityTask, BaseException], ActivityOutcome],
+        took: Callable[[str, float], None],
     ) -> None:
         self._store, self._converter, self._run_async, self._failed = store, converter, run_async, failed
+        # how long the step's function ran (not its transaction's own statements): what decides
+        # whether its first attempts may run in a group (dex.app.step_groups)
+        self._took = took
 
     def attempt(
         self, task: ActivityTask, definition: ActivityDefinition, args: Sequence[Any]
@@ -73,22 +79,16 @@ class TransactionAttempts:
         """Run the attempt; never raises (a failure of any kind is the attempt's outcome)."""
         assert definition.isolation is not None
         fn, name = definition.fn, task.name
-
-        def work(conn: Any) -> Payload:
-            guard = _guarded(conn, name)
-            try:
-                value = fn(guard, *args)
-            except BaseException as exc:  # noqa: BLE001 - whatever the function raised fails the attempt
-                raise StepFailed(exc) from None
-            _misuse(guard)
-            return self._encode(value)
+        work = self.work_of(definition, args)
 
         async def async_work(conn: Any) -> Payload:
-            guard = _guarded(conn, name)
+            guard, started = _guarded(conn, name), time.perf_counter()
             try:
                 value = await fn(guard, *args)
             except BaseException as exc:  # noqa: BLE001 - as above; BaseException must not stop the loop
                 raise StepFailed(exc) from None
+            finally:
+                self._took(name, time.perf_counter() - started)
             _misuse(guard)
             return self._encode(value)
 
@@ -102,10 +102,7 @@ class TransactionAttempts:
         try:
             committed = self._store.complete_in_transaction(step)
         except StepFailed as failed:
-            cause = failed.cause
-            if isinstance(cause, SerializationError):  # its result cannot be stored: retrying will not help
-                return ActivityOutcome(task=task, failure=FailureInfo.from_exception(cause, terminal=True))
-            return self._failed(task, cause)
+            return self.failed(task, failed.cause)
         except BaseException as exc:
             log.warning(
                 "transaction step %s of run %s, attempt %d: the store failed; the attempt is rolled back",
@@ -117,6 +114,43 @@ class TransactionAttempts:
             )
             return self._failed(task, exc)
         return Written(task=task, committed=committed)
+
+    def failed(self, task: ActivityTask, cause: BaseException) -> ActivityOutcome:
+        """The outcome of an attempt whose function (or the store) failed with ``cause``."""
+        if isinstance(cause, SerializationError):  # its result cannot be stored: retrying will not help
+            return ActivityOutcome(task=task, failure=FailureInfo.from_exception(cause, terminal=True))
+        return self._failed(task, cause)
+
+    def work_of(
+        self, definition: ActivityDefinition, args: Sequence[Any], context: ActivityTask | None = None
+    ) -> Callable[[Any], Payload]:
+        """A synchronous step's work: its function on the guarded connection, the result encoded
+        (:class:`StepFailed` when the function failed); with ``context``, under that attempt's
+        activity context (``heartbeat()`` only reports True: the step holds its row locks)."""
+        fn, name = definition.fn, definition.name
+        activity = (
+            None
+            if context is None
+            else ActivityContext(
+                run_id=context.run_id, activity_name=name, attempt=context.attempt, heartbeat_fn=lambda: True
+            )
+        )
+
+        def work(conn: Any) -> Payload:
+            guard, started = _guarded(conn, name), time.perf_counter()
+            token = None if activity is None else set_activity_context(activity)
+            try:
+                value = fn(guard, *args)
+            except BaseException as exc:  # noqa: BLE001 - whatever the function raised fails the attempt
+                raise StepFailed(exc) from None
+            finally:
+                self._took(name, time.perf_counter() - started)
+                if token is not None:
+                    reset_activity_context(token)
+            _misuse(guard)
+            return self._encode(value)
+
+        return work
 
     def _encode(self, value: object) -> Payload:
         try:

@@ -20,42 +20,36 @@ from typing import TYPE_CHECKING
 
 from dex.app.buffer import ResultBuffer
 from dex.app.executors import (
-    Cached,
     ExecutorCache,
     Given,
     GivenBack,
     Preloaded,
     Round,
+    Unwritten,
     close_all,
     round_inputs,
     start_point,
 )
-from dex.app.held import describe, encoded_ahead, mismatch, unreadable
+from dex.app.held import describe, encoded_ahead, give_back, mismatch, unreadable
+from dex.app.inline import InlineActivities
 from dex.app.ports import Loaded, Store, UnreadableHistoryError, WorkflowTask
 from dex.app.refusals import failed_result
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
+from dex.app.step_groups import Parked, StepGroups
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import RunNotFoundError
 from dex.domain.replay import WorkflowExecutor
-from dex.domain.retry import RetryPolicy
 from dex.domain.task import WorkflowTaskResult, advance, replay_history
 from dex.domain.values import FailureInfo
 
 if TYPE_CHECKING:
-    from dex.app.inline import InlineActivities
     from dex.app.watchdog import Watchdog
 
 log = logging.getLogger("dex.worker")
-
-# the backoff of a workflow task that failed for a reason other than its code (retry_later):
-# 1 s, 2 s, 4 s ... at most 5 minutes, for as long as it takes (attempts are claims)
-TASK_RETRY = RetryPolicy(
-    initial_delay=timedelta(seconds=1), multiplier=2.0, max_delay=timedelta(minutes=5), max_attempts=2**31 - 1
-)
 
 
 class WorkflowWorker:
@@ -85,8 +79,7 @@ class WorkflowWorker:
         self.claimed_full = False  # the last round's claim got all it asked for: more may wait
         self.cache = ExecutorCache(cache_size)
         # keyed by claim (task id, lease version): a node may hold two claims of one task
-        self._unwritten: dict[tuple[int, int], Cached] = {}
-        self._unwritten_lock = threading.Lock()
+        self._unwritten = Unwritten()
         # tasks claimed for us by a completion ("complete, then claim"), waiting to be run, each
         # with its input when the completion loaded it too (and the time it was loaded at)
         self._handed: list[tuple[WorkflowTask, Given | None]] = []
@@ -94,8 +87,9 @@ class WorkflowWorker:
         self._rounds: dict[int, Round] = {}  # by thread: the round each thread is running
         # notices workflow code that blocks its task (set by a started engine, dex.app.watchdog)
         self.watchdog: Watchdog | None = None
-        # first attempts of short activities run inside the task (set by a started engine)
+        # first attempts of short activities run inside the task (set by a started engine: run_inline)
         self.inline: InlineActivities | None = None
+        self.steps: StepGroups | None = None
         # the application's calls in flight, which the worker lets go first (runner.Foreground)
         self.foreground = Foreground(pause=0)
         # a history the code does not match holds the run instead of failing it (dex.app.held)
@@ -180,19 +174,18 @@ class WorkflowWorker:
                     if self.foreground.busy() and result.new_events:
                         # the flusher writes a round without stepping aside: encode here, meanwhile
                         result = encoded_ahead(result)
-                    with self._handed_lock:
-                        round_.done.append((task, result))
+                    self._decided(round_, task, result)
                     outcome = "progressed" if result.completion is None else result.completion.status.value.lower()
                     self._telemetry.task_finished(
                         "workflow", task.workflow_name, outcome, time.perf_counter() - started
                     )
                 self.foreground.step_aside()  # an application's call waiting for the store goes first
+            self._run_steps(round_)
         finally:
             with self._handed_lock:
                 self._rounds.pop(ident, None)
-                left, done = list(round_.jobs), round_.done
+                left, done = list(round_.jobs), round_.take()
                 round_.jobs.clear()
-                round_.done = []
             close_all(job.preloaded.cached.executor for job in left if job.preloaded.cached is not None)  # dropped
             if done:  # also when a later task of the round raised: what is decided is written
                 self._buffer.add_workflow_results(done)
@@ -208,9 +201,8 @@ class WorkflowWorker:
             round_ = self._rounds.pop(thread, None)
             if round_ is None:
                 return 0
-            left, done = list(round_.jobs), round_.done
+            left, done = list(round_.jobs), round_.take()
             round_.jobs.clear()
-            round_.done = []
             self._handed[:0] = [(job.task, job.preloaded.given) for job in left]
         for job in left:
             if (entry := job.preloaded.cached) is not None:
@@ -218,6 +210,39 @@ class WorkflowWorker:
         if done:
             self._buffer.add_workflow_results(done)
         return len(left)
+
+    def run_inline(self, inline: InlineActivities | None) -> None:
+        """Run first attempts of short activities inside their tasks (None: never), and short
+        transaction steps in groups (:mod:`dex.app.step_groups`)."""
+        self.inline, self.steps = inline, None
+        if inline is not None:
+            self.steps = StepGroups(self._store, inline, self._registry, self._store.clock, self._lease)
+
+    def _decided(self, round_: Round, task: WorkflowTask, result: WorkflowTaskResult) -> None:
+        """A result of the round: done, or parked at a step its next group runs."""
+        entry = self._unwritten.get(task)
+        parks = self.steps is not None and entry is not None and self.steps.waits(task, entry.executor, result)
+        with self._handed_lock:
+            (round_.parked if parks else round_.done).append((task, result))
+
+    def _run_steps(self, round_: Round) -> None:
+        """Run the round's parked steps, group after group, until every task is done."""
+        while self.steps is not None and round_.parked:
+            with self._handed_lock:
+                batch, round_.parked = round_.parked, []
+            entries = [(task, result, self._unwritten.get(task)) for task, result in batch]
+            parked = [Parked(task=t, executor=e.executor, result=r) for t, r, e in entries if e is not None]
+            for item, result in self.steps.run(parked, self._watched):
+                task, executor = item.task, item.executor
+                if result is None or (self.watchdog is not None and self.watchdog.abandoned(task)):
+                    self._drop(task)  # no longer ours, or given up while its code blocked
+                    continue
+                if executor.finished or result.new_history is not None:
+                    self._unwritten.pop(task)
+                    executor.close()
+                elif result.new_events:
+                    self._unwritten.put(task, executor, result.new_events[-1].sequence_number)
+                self._decided(round_, task, result)
 
     def execute(self, task: WorkflowTask, preloaded: Preloaded | None = None) -> WorkflowTaskResult | None:
         """Decide ``task``; None when there is nothing to write: its run no longer exists
@@ -251,8 +276,7 @@ class WorkflowWorker:
 
     def _drop(self, task: WorkflowTask) -> None:
         """Close what a task given back by the watchdog left behind (its executor)."""
-        with self._unwritten_lock:
-            entry = self._unwritten.pop((task.task_id, task.lease.version), None)
+        entry = self._unwritten.pop(task)
         if entry is not None:
             entry.executor.close()
         self.cache.discard(task.run_id)
@@ -335,11 +359,7 @@ class WorkflowWorker:
         elif not result.new_events:
             self.cache.put(task.run_id, executor, last_seq)  # nothing to write: it stands where it was
         else:
-            # cached only once the store has applied the result: until then another node may
-            # redo this task and record different side effects at the same sequence numbers
-            entry = Cached(executor=executor, last_seq=result.new_events[-1].sequence_number)
-            with self._unwritten_lock:
-                self._unwritten[(task.task_id, task.lease.version)] = entry
+            self._unwritten.put(task, executor, result.new_events[-1].sequence_number)  # cached once written
         return result
 
     def _give_back_unloaded(self, task: WorkflowTask, exc: Exception) -> bool:
@@ -355,37 +375,18 @@ class WorkflowWorker:
         Logged with the run id. False when the task could not be given back (the lease was lost,
         or the store is down: the lease then expires on its own, a retry all the same). With
         ``failure``, the run is held (:mod:`dex.app.held`) and keeps it as its ``task_failure``."""
-        delay = TASK_RETRY.next_delay(max(1, task.lease.version), self._rng) or TASK_RETRY.max_delay
         self.holds += failure is not None
-        log.warning(
-            "workflow task %s of run %s failed and is retried in %.1f s: %s",
-            task.task_id,
-            task.run_id,
-            delay.total_seconds(),
-            reason,
-            exc_info=exc is not None and not isinstance(exc, ConnectionError),
-            extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
-        )
-        self._telemetry.task_finished("workflow", task.workflow_name, "retried", 0.0)
-        try:
-            now = self._store.clock.now()
-            return self._store.retry_workflow_tasks([(task, now + delay)], now, failure)[0]
-        except Exception:
-            log.info("could not give back workflow task %s; its lease will expire", task.task_id, exc_info=True)
-            return False
+        return give_back(self._store, self._telemetry, self._rng, task, reason, exc, failure)
 
     def forget(self) -> None:
         """Close every executor this worker holds (the engine stops)."""
         self.cache.clear()
-        with self._unwritten_lock:
-            unwritten, self._unwritten = list(self._unwritten.values()), {}
-        for entry in unwritten:
+        for entry in self._unwritten.clear():
             entry.executor.close()
 
     def written(self, task: WorkflowTask, applied: bool) -> None:
         """The buffer wrote our result for ``task``: keep its executor if the store applied it."""
-        with self._unwritten_lock:
-            entry = self._unwritten.pop((task.task_id, task.lease.version), None)
+        entry = self._unwritten.pop(task)
         if entry is None:
             return
         if applied:

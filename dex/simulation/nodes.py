@@ -199,12 +199,12 @@ def new_node(
         hand(tasks, loaded, now)
 
     engine.workflow_worker.hand = handed  # type: ignore[method-assign]
-    engine.workflow_worker.inline = None
+    engine.workflow_worker.run_inline(None)
     if inline:
         for activity in engine.registry.activities:
             engine.activity_worker.durations.record(activity, 0.0)
-        engine.workflow_worker.inline = InlineActivities(
-            engine.activity_worker, QueueView(store.list_queues, ttl=0), name, 1.0, threading.Event()
+        engine.workflow_worker.run_inline(
+            InlineActivities(engine.activity_worker, QueueView(store.list_queues, ttl=0), name, 1.0, threading.Event())
         )
     return node
 

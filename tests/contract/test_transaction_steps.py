@@ -229,7 +229,7 @@ def test_an_async_step_commits_and_rolls_back_the_same_way(env: Env) -> None:
     assert env.rows() == [(run_id, "async-0"), (run_id, "async-1")]
 
 
-def test_a_step_never_runs_inline(env: Env) -> None:
+def test_a_started_engine_writes_each_step_exactly_once(env: Env) -> None:
     env.engine.start()
     runs = [env.engine.start_workflow(three_steps, f"bg{n}") for n in range(4)]
     for run_id in runs:

@@ -72,10 +72,12 @@ class MemoryState:
         self._inbox[run_id] = []
         self._push(run_id, ev.RunStarted(), now)
 
-    def _push(self, run_id: str, message: ev.Message, visible_from: datetime) -> None:
+    def _push(self, run_id: str, message: ev.Message, visible_from: datetime) -> int:
+        message_id = next(self._ids)
         self._inbox[run_id].append(
-            InboxRow(message_id=next(self._ids), run_id=run_id, event=message, visible_from=visible_from)
+            InboxRow(message_id=message_id, run_id=run_id, event=message, visible_from=visible_from)
         )
+        return message_id
 
     def _deliver(self, run_id: str, message: ev.Message, visible_from: datetime) -> None:
         """Put a message in a live run's inbox; messages for finished or unknown runs are dropped."""

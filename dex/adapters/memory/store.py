@@ -33,6 +33,7 @@ from dex.app.ports import (
     WorkflowInput,
     WorkflowTask,
 )
+from dex.app.transaction_ports import Checkpointed, CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import TerminalError
@@ -97,12 +98,7 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryTasks):
         if not self._holds(task):
             return False
         if self._transaction_connection is None:
-            raise StepFailed(
-                TerminalError(
-                    f"transaction step {task.name!r} needs a connection: create the in-memory adapter with"
-                    " InMemoryAdapter(transaction_connection=<a function returning a DB-API connection>)"
-                )
-            )
+            raise StepFailed(TerminalError(f"transaction step {task.name!r} needs a connection: {_NO_FACTORY}"))
         conn = self._transaction_connection()
         try:
             if step.async_work is not None and step.run_async is not None:
@@ -116,6 +112,42 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryTasks):
             raise
         _end(conn, "commit" if applied else "rollback")
         return applied
+
+    def checkpoint_steps(self, items: Sequence[StepCheckpoint], now: datetime) -> list[CheckpointOutcome]:
+        """Each step as :meth:`complete_in_transaction` runs one: its work on the factory's
+        connection, then, while its workflow task is still held at the expected history, the
+        task's result so far written (the task kept) and the step's outcome put in the inbox,
+        and the connection committed; a step that failed rolls it back. One commit per step,
+        not one per group: a stand-in, like ``complete_in_transaction``."""
+        storable.workflow_results([(item.task, item.result) for item in items])
+        with self._step_lock:
+            return [self._checkpoint(item, now) for item in items]
+
+    def _checkpoint(self, item: StepCheckpoint, now: datetime) -> CheckpointOutcome:
+        task = item.task
+        with self._lock:
+            if not self._holds_workflow_task(task, item.result.expected_last_seq):
+                return None
+        if self._transaction_connection is None:
+            return TerminalError(f"transaction step {item.step.name!r} needs a connection: {_NO_FACTORY}")
+        conn = self._transaction_connection()
+        try:
+            result = item.work(conn)
+        except StepFailed as failed:
+            _end(conn, "rollback")
+            return failed.cause
+        except BaseException:
+            _end(conn, "rollback")
+            raise
+        message = ev.ActivityTaskCompleted(created_seq=item.step.created_seq, result=result)
+        with self._lock:
+            if not self._complete_workflow_task(task, item.result, now, keep=True):
+                _end(conn, "rollback")
+                return None
+            message_id = self._push(task.run_id, message, now)
+            last_seq = self._runs[task.run_id].history[-1].sequence_number
+        _end(conn, "commit")
+        return Checkpointed(message_id=message_id, message=message, last_seq=last_seq)
 
     def _holds(self, task: ActivityTask) -> bool:
         with self._lock:
@@ -187,6 +219,11 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryTasks):
 
 
 _DISPATCH_BATCH = 256  # as many as the PostgreSQL adapter schedules inside a completion
+
+_NO_FACTORY = (
+    "create the in-memory adapter with InMemoryAdapter(transaction_connection=<a function returning a DB-API"
+    " connection>)"
+)
 
 _NO_CONNECTION = (
     "connection= needs the PostgreSQL adapter: the in-memory adapter has no database transaction to write through"

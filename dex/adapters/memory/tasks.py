@@ -137,12 +137,27 @@ class MemoryTasks(MemoryState):
                 given_back.append(held)
             return given_back
 
-    def _complete_workflow_task(self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime) -> bool:
+    def _holds_workflow_task(self, task: WorkflowTask, expected_last_seq: int) -> bool:
+        """Whether ``task`` is still held by its lease and its run's history ends where expected."""
+        row_task = self._workflow_tasks.get(task.task_id)
+        run = self._runs.get(task.run_id)
+        return (
+            row_task is not None
+            and row_task.lease.is_(task.lease)
+            and run is not None
+            and run.history[-1].sequence_number == expected_last_seq
+        )
+
+    def _complete_workflow_task(
+        self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime, keep: bool = False
+    ) -> bool:
+        """Apply ``result``; with ``keep``, the task stays claimed (a checkpoint of a task that goes on)."""
         row_task = self._workflow_tasks.get(task.task_id)
         if row_task is None or not row_task.lease.is_(task.lease):
             return False  # the lease was lost: another worker owns (or finished) this task
-        del self._workflow_tasks[task.task_id]
-        del self._workflow_task_of_run[task.run_id]
+        if not keep:
+            del self._workflow_tasks[task.task_id]
+            del self._workflow_task_of_run[task.run_id]
         run = self._runs.get(task.run_id)
         if run is None:
             return False

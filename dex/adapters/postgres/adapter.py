@@ -30,8 +30,8 @@ from dex.adapters.postgres.connection import (
     session_settings,
 )
 from dex.adapters.postgres.refusals import refusals
-from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS, Statements, migrate
+from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.app.clock import SystemClock
 from dex.app.ports import (
     ACTIVITY,
@@ -44,7 +44,6 @@ from dex.app.ports import (
     QueueInfo,
     RunFilter,
     RunRecord,
-    TransactionStep,
     WorkflowTask,
 )
 from dex.domain import events as ev
@@ -55,7 +54,7 @@ from dex.domain.values import FailureInfo
 from dex.serialization.history import decode_block
 
 
-class PostgresAdapter(PostgresSchedules):
+class PostgresAdapter(PostgresTransactionSteps):
     """A store in PostgreSQL; several adapters (in one or many processes) may share a schema.
 
     ``dsn`` is a libpq connection string or URL. The schema is created or upgraded on
@@ -322,22 +321,6 @@ class PostgresAdapter(PostgresSchedules):
                     requests = [(task, after.get(task.run_id, 0)) for task in claimed]
                     loaded = workflow_tasks.load_workflow_tasks(conn, self._q, requests, now)
             return applied, claimed, loaded
-
-    # -- transaction steps and transactional starts (transactions.py) ------------------------------
-    def complete_in_transaction(self, step: TransactionStep) -> bool:
-        with self._step_slots:
-            if step.async_work is not None:
-                return transactions.complete_async(self._conninfo, self._q, self._clock, step, self._step_settings)
-            with self._statement() as conn:
-                return transactions.complete_sync(conn, self._q, self._clock, step)
-
-    def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
-        conn = transactions.caller_connection(connection)
-        self._ensure_queues([(created.queue, WORKFLOW)])
-        return runs.create_run(conn, self._q, self._create_run, run_id, created, now, public=True)[0]
-
-    def send_message_in(self, connection: object, run_id: str, message: ev.Message, now: datetime) -> None:
-        runs.send_message(transactions.caller_connection(connection), self._q, run_id, message, now)
 
     # -- queues ------------------------------------------------------------------------------
     def _ensure_queues(self, wanted: Iterable[tuple[str, str]]) -> None:

@@ -51,7 +51,7 @@ Item = tuple[WorkflowTask, WorkflowTaskResult]
 
 
 @attrs.define
-class _Run:
+class LockedRun:
     """What the batch knows of a locked run; updated as results apply."""
 
     status: RunStatus
@@ -66,7 +66,7 @@ def complete_workflow_tasks(
     targets = {task.run_id for task, _ in results}
     targets.update(message.run_id for _, result in results for message in result.messages)
     runs = {
-        run_id: _Run(RunStatus(status), last_seq)
+        run_id: LockedRun(RunStatus(status), last_seq)
         for run_id, status, last_seq in conn.execute(
             q(
                 "SELECT run_id, status, last_seq FROM {s}.runs WHERE run_id = ANY(%b::text[])"
@@ -95,7 +95,7 @@ def complete_workflow_tasks(
         ).fetchall()
     }
     applied: list[bool] = []
-    batch = _Round(conn, q, runs, now)
+    batch = WriteRound(conn, q, runs, now)
     for task, result in results:
         key = (task.queue, task.task_id)
         if key not in deleted:
@@ -108,7 +108,7 @@ def complete_workflow_tasks(
             continue
         if task.run_id in batch.touched:
             batch.flush()
-            batch = _Round(conn, q, runs, now)
+            batch = WriteRound(conn, q, runs, now)
         batch.add(task.run_id, run, result)
         applied.append(True)
     batch.flush()
@@ -117,7 +117,7 @@ def complete_workflow_tasks(
 
 @attrs.frozen(kw_only=True)
 class _RunUpdate:
-    """What one applied result changes in its run's row: a row of :meth:`_Round._update_runs`'s
+    """What one applied result changes in its run's row: a row of :meth:`WriteRound._update_runs`'s
     ``unnest`` (``result`` and ``failure`` encoded; they count only when ``finished``)."""
 
     run_id: str
@@ -131,10 +131,10 @@ class _RunUpdate:
     failure: bytes | None
 
 
-class _Round:
+class WriteRound:
     """The writes of results for distinct runs, gathered and then issued in bulk."""
 
-    def __init__(self, conn: psycopg.Connection, q: Statements, runs: dict[str, _Run], now: datetime) -> None:
+    def __init__(self, conn: psycopg.Connection, q: Statements, runs: dict[str, LockedRun], now: datetime) -> None:
         self._conn, self._q, self._runs, self._now = conn, q, runs, now
         self.touched: set[str] = set()
         self._plans: list[tuple[str, WritePlan]] = []
@@ -143,7 +143,7 @@ class _Round:
         self._history: list[HistoryRow] = []
         self._updates: list[_RunUpdate] = []
 
-    def add(self, run_id: str, run: _Run, result: WorkflowTaskResult) -> None:
+    def add(self, run_id: str, run: LockedRun, result: WorkflowTaskResult) -> None:
         plan = plan_write(result, run.status)
         self.touched.add(run_id)
         self._plans.append((run_id, plan))
@@ -279,7 +279,7 @@ class _Round:
         inserted = {row[0] for row in rows}
         for child in children:
             if child.run_id in inserted:
-                self._runs[child.run_id] = _Run(RunStatus.CREATED, 1)
+                self._runs[child.run_id] = LockedRun(RunStatus.CREATED, 1)
         return [child for child in children if child.run_id in inserted]
 
     def _insert_activity_tasks(self) -> None:

@@ -99,7 +99,7 @@ def _complete(conn: Any, q: Statements, step: TransactionStep, result: Any, now:
     # steps under way (measured: about 15 % fewer workflows/s with it)
 
 
-def _failed_transaction(status: pq.TransactionStatus) -> StepFailed | None:
+def failed_transaction(status: pq.TransactionStatus) -> StepFailed | None:
     if status == pq.TransactionStatus.INERROR:
         return StepFailed(
             RuntimeError("a statement of the step failed and its transaction is aborted (the error was caught)")
@@ -117,7 +117,7 @@ def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: T
             if not _lease_held(conn, q, step.task):
                 return False
             result = step.work(conn)
-            failed = _failed_transaction(conn.info.transaction_status)
+            failed = failed_transaction(conn.info.transaction_status)
             if failed is not None:
                 raise failed
             # the completion's statements whose answers are not read go out without waiting
@@ -144,7 +144,7 @@ def complete_async(conninfo: str, q: Statements, clock: Clock, step: Transaction
             run(conn.rollback())
             return False
         result = run(step.async_work(conn))
-        failed = _failed_transaction(conn.info.transaction_status)
+        failed = failed_transaction(conn.info.transaction_status)
         if failed is not None:
             raise failed
         _complete(bridge, q, step, result, clock.now())

@@ -12,10 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import attrs
 import pytest
 
 from dex.adapters.memory import InMemoryAdapter
 from dex.app.ports import ActivityOutcome, ActivityTask, StepFailed, Store, TransactionStep
+from dex.app.transaction_ports import Checkpointed, StepCheckpoint
 from dex.domain.status import RunStatus
 from dex.testing import VirtualClock
 from tests.contract.ports.support import (
@@ -23,9 +25,13 @@ from tests.contract.ports.support import (
     PortContract,
     PostgresBackend,
     activity,
+    claim,
+    decide,
+    event,
     failure,
     finish,
     inbox_of,
+    next_task,
     payload,
     start,
     step,
@@ -185,3 +191,97 @@ class TestTransactionStepsPostgres(PostgresBackend, TransactionStepsContract):
     def written(self, store: Store) -> list[str]:
         with self._connect() as conn:
             return [row[0] for row in conn.execute(f"SELECT value FROM {self._table(store)}").fetchall()]
+
+
+class StepCheckpointsContract(TransactionStepsContract):
+    """``checkpoint_steps``: first attempts of steps run inside their workflow tasks, a group at a
+    time; each step's writes commit with its task's result so far and its outcome in the inbox."""
+
+    def _parked(
+        self,
+        store: Store,
+        clock: VirtualClock,
+        run_id: str,
+        value: str,
+        calls: list[str] | None = None,
+        fails: bool = False,
+    ) -> StepCheckpoint:
+        start(store, clock, run_id)
+        task = next_task(store, clock, run_id)
+        result = decide(store, task, clock.now(), activities=["charge"])
+        (spec,) = result.activity_tasks
+
+        def work(conn: Any) -> Any:
+            if calls is not None:
+                calls.append(value)
+            self.write(store, conn, value)
+            if fails:
+                raise StepFailed(ValueError(f"{value} declined"))
+            return payload(value)
+
+        return StepCheckpoint(task=task, result=attrs.evolve(result, activity_tasks=()), step=spec, work=work)
+
+    def test_a_group_commits_each_step_with_its_tasks_checkpoint_and_keeps_the_tasks(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        first, second = self._parked(store, clock, "r1", "a"), self._parked(store, clock, "r2", "b")
+        outcomes = store.checkpoint_steps([first, second], clock.now())
+        assert [type(o).__name__ for o in outcomes] == ["Checkpointed", "Checkpointed"]
+        assert sorted(self.written(store)) == ["a", "b"]
+        for item, outcome in zip([first, second], outcomes, strict=True):
+            assert isinstance(outcome, Checkpointed)
+            assert outcome.last_seq == item.result.new_events[-1].sequence_number
+            assert outcome.message.created_seq == item.step.created_seq and outcome.message.result == payload(
+                "a" if item is first else "b"
+            )
+            assert inbox_of(store, clock, item.task.run_id) == ["ActivityTaskCompleted"]
+            assert store.load_history(item.task.run_id)[-1].sequence_number == outcome.last_seq
+        assert activity(store, clock, names=["charge"]) == []  # the steps were answered: no task made
+        # the tasks are still held: each goes on from its step's outcome and completes as usual
+        for item in (first, second):
+            result = decide(store, item.task, clock.now(), complete=RunStatus.COMPLETED)
+            assert (
+                result.consumed and result.expected_last_seq == store.load_history(item.task.run_id)[-1].sequence_number
+            )
+            assert store.complete_workflow_tasks([(item.task, result)], clock.now()) == [True]
+            assert store.get_run(item.task.run_id).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+
+    def test_a_failed_step_is_left_out_alone_and_its_task_goes_on_as_before(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        calls: list[str] = []
+        doomed = self._parked(store, clock, "r1", "doomed", calls, fails=True)
+        fine = self._parked(store, clock, "r2", "fine", calls)
+        before = store.load_history("r1")
+        outcomes = store.checkpoint_steps([doomed, fine], clock.now())
+        assert isinstance(outcomes[0], ValueError) and "doomed declined" in str(outcomes[0])
+        assert isinstance(outcomes[1], Checkpointed)
+        assert self.written(store) == ["fine"]  # whatever ran more than once committed once
+        assert calls.count("doomed") == 1
+        assert store.load_history("r1") == before and inbox_of(store, clock, "r1") == ["RunStarted"]
+        # the failed step's task still holds its claim: its result is written the ordinary way
+        ordinary = attrs.evolve(doomed.result, activity_tasks=(doomed.step,))
+        assert store.complete_workflow_tasks([(doomed.task, ordinary)], clock.now()) == [True]
+        assert [t.name for t in activity(store, clock, names=["charge"])] == ["charge"]
+
+    def test_a_task_taken_over_or_moved_on_runs_nothing(self, store: Store, clock: VirtualClock) -> None:
+        calls: list[str] = []
+        lost = self._parked(store, clock, "r1", "lost", calls)
+        clock.advance(LEASE * 2)
+        (taken,) = claim(store, clock, owner="w2")
+        assert taken.run_id == "r1"
+        moved = self._parked(store, clock, "r2", "moved", calls)
+        store.send_message("r2", event("e"), clock.now())  # not consumed: the history stays
+        assert store.complete_workflow_tasks([(moved.task, moved.result)], clock.now()) == [True]
+        outcomes = store.checkpoint_steps([lost, moved], clock.now())
+        assert outcomes == [None, None]
+        assert calls == [] and self.written(store) == []
+        assert store.checkpoint_steps([], clock.now()) == []
+
+
+class TestStepCheckpointsMemory(StepCheckpointsContract, TestTransactionStepsMemory):
+    pass
+
+
+class TestStepCheckpointsPostgres(StepCheckpointsContract, TestTransactionStepsPostgres):
+    pass

@@ -1,0 +1,51 @@
+"""The PostgreSQL adapter's transaction steps and transactional starts (SPEC §9): a part of
+:class:`dex.adapters.postgres.PostgresAdapter` that uses its pool, statements and clock. The
+SQL is in :mod:`~dex.adapters.postgres.transactions` (a step as a task of its own, and the
+application's connection) and :mod:`~dex.adapters.postgres.checkpoints` (steps run inside
+their workflow tasks, a group per transaction)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+
+from dex.adapters.postgres import checkpoints, runs, transactions
+from dex.adapters.postgres.schedules import PostgresSchedules
+from dex.app.ports import ACTIVITY, WORKFLOW, Clock, TransactionStep
+from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint
+from dex.domain import events as ev
+
+
+class PostgresTransactionSteps(PostgresSchedules):
+    """Transaction steps (``@dex.transaction``) and ``connection=`` starts and events."""
+
+    _clock: Clock
+    _conninfo: str
+    _step_settings: tuple[str, ...]
+    _step_slots: threading.BoundedSemaphore
+
+    def complete_in_transaction(self, step: TransactionStep) -> bool:
+        with self._step_slots:
+            if step.async_work is not None:
+                return transactions.complete_async(self._conninfo, self._q, self._clock, step, self._step_settings)
+            with self._statement() as conn:
+                return transactions.complete_sync(conn, self._q, self._clock, step)
+
+    def checkpoint_steps(self, items: Sequence[StepCheckpoint], now: datetime) -> list[CheckpointOutcome]:
+        if not items:
+            return []
+        # the queues the results start using get their rows first, as completions' do (DDL)
+        wanted = [(spec.queue, ACTIVITY) for item in items for spec in item.result.activity_tasks]
+        wanted += [(child.created.queue, WORKFLOW) for item in items for child in item.result.child_runs]
+        self._ensure_queues(wanted)
+        with self._step_slots, self._statement() as conn:
+            return checkpoints.in_transaction(conn, self._q, items, now)
+
+    def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        conn = transactions.caller_connection(connection)
+        self._ensure_queues([(created.queue, WORKFLOW)])
+        return runs.create_run(conn, self._q, self._create_run, run_id, created, now, public=True)[0]
+
+    def send_message_in(self, connection: object, run_id: str, message: ev.Message, now: datetime) -> None:
+        runs.send_message(transactions.caller_connection(connection), self._q, run_id, message, now)
