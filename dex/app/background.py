@@ -29,11 +29,16 @@ from dex.app.rounds import LocalDispatch, Rounds
 from dex.app.runner import Nudge, PollingThread, activity_pool
 from dex.app.schedules import ScheduleRunner
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
+from dex.app.step_groups import GroupThreads
 from dex.app.telemetry import TelemetryHub
 from dex.app.watchdog import Watchdog
 from dex.app.workflow_worker import WorkflowWorker
 
 log = logging.getLogger("dex.engine")
+
+# threads where transaction steps' groups run (dex.app.step_groups): a few groups under way at
+# once keep the database busy while the workflow round decides; each holds a pooled connection
+GROUP_THREADS = 3
 
 __all__ = ["ACTIVITIES", "SCHEDULER", "WORKFLOWS", "Background", "timing"]
 
@@ -104,6 +109,7 @@ class Background:
         self._stopping = threading.Event()  # the threads' loops end (the coordinator's state says why)
         self.threads: list[PollingThread] = []
         self._pool: Executor | None = None
+        self._groups: GroupThreads | None = None
         self._wake_workflows = threading.Event()
         settings = co.Settings(
             poll_interval=poll_interval,
@@ -149,14 +155,16 @@ class Background:
         """The store applied a workflow task's result."""
         self.coordinator.handle(co.TaskWritten(self.rounds.monotonic()))
 
-    def arm(self, pool: Executor, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def arm(
+        self, pool: Executor, *, monotonic: Callable[[], float] = time.monotonic, groups: GroupThreads | None = None
+    ) -> None:
         """Get ready to run rounds: a fresh coordinator state, the pool for activity attempts,
         eager dispatch and inline activities on. ``start()`` does it before its threads; the
         simulator does it with a pool of its own and the virtual clock, and runs the rounds."""
         self._stopping.clear()
         self.coordinator.reset()
         self.rounds.monotonic = monotonic
-        self._pool = pool
+        self._pool, self._groups = pool, groups
         self._nudge = Nudge()  # this start's threads only (channels of an earlier start are gone)
         self._wake_workflows = self._nudge.channel(WORKFLOWS)
         self.buffer.dispatch = LocalDispatch(
@@ -169,15 +177,14 @@ class Background:
         )
         self.buffer.background = True
         if self._inline_seconds > 0:
-            self.workflow_worker.run_inline(
-                InlineActivities(
-                    self.activity_worker, self._queue_view, self.node_id, self._inline_seconds, self._stopping
-                )
+            inline = InlineActivities(
+                self.activity_worker, self._queue_view, self.node_id, self._inline_seconds, self._stopping
             )
+            self.workflow_worker.run_inline(inline, self._groups)
 
     def start(self) -> None:
         """Start the threads (the engine checked that none run)."""
-        self.arm(activity_pool(self._activity_concurrency))
+        self.arm(activity_pool(self._activity_concurrency), groups=GroupThreads(GROUP_THREADS))
         wake_workflows = self._wake_workflows
         # before the threads start: the first task may be claimed at once
         watchdog = Watchdog(
@@ -263,6 +270,9 @@ class Background:
                 timeout,
                 ", ".join(f"{task.name} of run {task.run_id}" for task in abandoned[:5]),
             )
+        if self._groups is not None:  # their tasks' results go to the buffer: before its last flush
+            self._groups.close(deadline)
+            self._groups = None
         self.buffer.background = False
         self.workflow_worker.run_inline(None)
         self.workflow_worker.watchdog = None

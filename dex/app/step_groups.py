@@ -29,8 +29,10 @@ function slowing down holds the group's transaction: that is why only short step
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
@@ -182,6 +184,39 @@ class StepGroups:
             log.exception(
                 "could not record the end of transaction step %s of run %s", outcome.task.name, outcome.task.run_id
             )
+
+
+class GroupThreads:
+    """Threads where a started engine's parked tasks go on (their groups, and what follows), so
+    that the workflow round decides the next tasks while a group's transaction waits for the
+    database; several groups are under way at once (each run is in one of them at most)."""
+
+    def __init__(self, threads: int) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dex-steps")
+        self._running: set[Future[None]] = set()
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> bool:
+        """Run ``job`` in one of the threads; False when they are closed (the engine stops)."""
+        with self._lock:
+            try:
+                future = self._pool.submit(job)
+            except RuntimeError:  # shut down
+                return False
+            self._running.add(future)
+        future.add_done_callback(self._ended)
+        return True
+
+    def _ended(self, future: Future[None]) -> None:
+        with self._lock:
+            self._running.discard(future)
+
+    def close(self, deadline: float) -> None:
+        """Take no more jobs; wait until ``deadline`` (``time.monotonic()``) for those under way."""
+        with self._lock:
+            self._pool.shutdown(wait=False)
+            running = list(self._running)
+        wait(running, timeout=max(0.0, deadline - time.monotonic()))
 
 
 @attrs.frozen

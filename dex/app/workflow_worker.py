@@ -36,7 +36,7 @@ from dex.app.ports import Loaded, Store, UnreadableHistoryError, WorkflowTask
 from dex.app.refusals import failed_result
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
-from dex.app.step_groups import Parked, StepGroups
+from dex.app.step_rounds import GroupedSteps
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
 from dex.domain import events as ev
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dex.worker")
 
 
-class WorkflowWorker:
+class WorkflowWorker(GroupedSteps):
     """Runs workflow tasks: load history and inbox, decide purely, buffer the result."""
 
     def __init__(
@@ -89,7 +89,7 @@ class WorkflowWorker:
         self.watchdog: Watchdog | None = None
         # first attempts of short activities run inside the task (set by a started engine: run_inline)
         self.inline: InlineActivities | None = None
-        self.steps: StepGroups | None = None
+        self.steps = self._groups = None  # transaction steps in groups (run_inline, step_rounds.py)
         # the application's calls in flight, which the worker lets go first (runner.Foreground)
         self.foreground = Foreground(pause=0)
         # a history the code does not match holds the run instead of failing it (dex.app.held)
@@ -180,7 +180,7 @@ class WorkflowWorker:
                         "workflow", task.workflow_name, outcome, time.perf_counter() - started
                     )
                 self.foreground.step_aside()  # an application's call waiting for the store goes first
-            self._run_steps(round_)
+            self._go_on(round_)
         finally:
             with self._handed_lock:
                 self._rounds.pop(ident, None)
@@ -210,39 +210,6 @@ class WorkflowWorker:
         if done:
             self._buffer.add_workflow_results(done)
         return len(left)
-
-    def run_inline(self, inline: InlineActivities | None) -> None:
-        """Run first attempts of short activities inside their tasks (None: never), and short
-        transaction steps in groups (:mod:`dex.app.step_groups`)."""
-        self.inline, self.steps = inline, None
-        if inline is not None:
-            self.steps = StepGroups(self._store, inline, self._registry, self._store.clock, self._lease)
-
-    def _decided(self, round_: Round, task: WorkflowTask, result: WorkflowTaskResult) -> None:
-        """A result of the round: done, or parked at a step its next group runs."""
-        entry = self._unwritten.get(task)
-        parks = self.steps is not None and entry is not None and self.steps.waits(task, entry.executor, result)
-        with self._handed_lock:
-            (round_.parked if parks else round_.done).append((task, result))
-
-    def _run_steps(self, round_: Round) -> None:
-        """Run the round's parked steps, group after group, until every task is done."""
-        while self.steps is not None and round_.parked:
-            with self._handed_lock:
-                batch, round_.parked = round_.parked, []
-            entries = [(task, result, self._unwritten.get(task)) for task, result in batch]
-            parked = [Parked(task=t, executor=e.executor, result=r) for t, r, e in entries if e is not None]
-            for item, result in self.steps.run(parked, self._watched):
-                task, executor = item.task, item.executor
-                if result is None or (self.watchdog is not None and self.watchdog.abandoned(task)):
-                    self._drop(task)  # no longer ours, or given up while its code blocked
-                    continue
-                if executor.finished or result.new_history is not None:
-                    self._unwritten.pop(task)
-                    executor.close()
-                elif result.new_events:
-                    self._unwritten.put(task, executor, result.new_events[-1].sequence_number)
-                self._decided(round_, task, result)
 
     def execute(self, task: WorkflowTask, preloaded: Preloaded | None = None) -> WorkflowTaskResult | None:
         """Decide ``task``; None when there is nothing to write: its run no longer exists
