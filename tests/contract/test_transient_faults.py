@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import dex
-import dex.app.workflow_worker
+import dex.app.held
 from dex.adapters.memory import InMemoryAdapter
 from tests.faults import FaultyStore
 
@@ -89,7 +89,7 @@ def drive(kind: str, runs: int, fault_seconds: float, monkeypatch: pytest.Monkey
     # a task given back after a machinery error waits 1 s doubling up to 5 min by default;
     # the test shortens that backoff as it shortens the leases, to end in its time
     monkeypatch.setattr(
-        dex.app.workflow_worker,
+        dex.app.held,
         "TASK_RETRY",
         dex.RetryPolicy(
             initial_delay=timedelta(milliseconds=100),
