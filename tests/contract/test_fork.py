@@ -372,3 +372,12 @@ def _fail_after_writing_the_copy(store: Any, monkeypatch: pytest.MonkeyPatch, fa
         raise fault
 
     monkeypatch.setattr(completion, "complete_workflow_tasks", failing_pg)
+
+
+def test_a_started_engine_runs_the_fork_it_makes(make_engine: Any) -> None:
+    run_id = _failed_order(make_engine)
+    v2 = _v2(make_engine)
+    v2.start()  # its threads, not drain, pick up the fork's activity task and its next tasks
+    fork_id = v2.fork(run_id)
+    assert v2.wait(fork_id, timeout=15) == "reserved book, charged book"
+    assert CALLS == {"reserve": 1, "charge": 2}
