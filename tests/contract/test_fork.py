@@ -5,6 +5,7 @@ there run again, with the code registered now; ``RunInfo.forked_from`` names the
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -381,3 +382,32 @@ def test_a_started_engine_runs_the_fork_it_makes(make_engine: Any) -> None:
     fork_id = v2.fork(run_id)
     assert v2.wait(fork_id, timeout=15) == "reserved book, charged book"
     assert CALLS == {"reserve": 1, "charge": 2}
+
+
+def test_forks_racing_for_one_instance_id_make_exactly_one_run(make_engine: Any) -> None:
+    v1 = _v1(make_engine)
+    failed = v1.start_workflow(order, "book", instance_id="order-race")
+    v1.drain()
+    v2 = _v2(make_engine)
+    before = len(v2.list_runs())
+    barrier = threading.Barrier(3)
+    outcomes: list[object] = []
+
+    def fork() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(v2.fork(failed))
+        except dex.InvalidStateError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=fork) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    forks = [o for o in outcomes if isinstance(o, str)]
+    assert len(outcomes) == 3 and len(forks) == 1  # the others were refused: the instance id is taken
+    assert all("instance id 'order-race' is in use" in str(o) for o in outcomes if not isinstance(o, str))
+    assert len(v2.list_runs()) == before + 1
+    v2.drain()
+    assert v2.wait(forks[0], timeout=5) == "reserved book, charged book"
