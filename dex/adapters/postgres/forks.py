@@ -93,8 +93,9 @@ def create_fork(conn: psycopg.Connection, q: Statements, fork: Fork, now: dateti
         holder = conn.execute(
             q("SELECT run_id FROM {s}.runs WHERE instance_id = %s AND status IN " + LIVE), [created.instance_id]
         ).fetchone()
+        who = f"run {holder[0]}, which is live" if holder is not None else "a live run"
         raise InvalidStateError(
-            f"instance id {created.instance_id!r} is in use by run {holder[0] if holder else 'another'}, which is live;"
+            f"instance id {created.instance_id!r} is in use by {who};"
             " a fork takes its original's instance id: cancel that run first, or wait for it to end"
         )
     insert_history(conn, q, [history_row(fork.run_id, [first])])
