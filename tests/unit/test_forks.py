@@ -88,3 +88,23 @@ def test_a_fork_on_another_queue_and_of_a_continued_run() -> None:
 def test_bad_fork_points(at: object, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         fork_point(_history("order"), at, "r")
+
+
+def test_a_run_that_failed_in_its_first_task_forks_from_its_start() -> None:
+    created = ev.RunCreated(workflow_name="w", input=(), queue="default")
+    failure = dex.FailureInfo(type="ValueError", message="boom")
+    events: list[ev.Event] = [
+        created,
+        ev.WorkflowTaskStarted(),
+        ev.RunStarted(),
+        ev.RunCompleted(status=dex.RunStatus.FAILED, failure=failure),
+        ev.WorkflowTaskCompleted(),
+    ]
+    history = [ev.HistoryEvent(sequence_number=n, timestamp=NOW, event=e) for n, e in enumerate(events, 1)]
+    assert fork_points(history) == (1,)
+    assert fork_point(history, None, "r") == 1
+    with pytest.raises(ValueError, match=r"at=5 ends the workflow task that ended the run; run r can be forked at 1$"):
+        fork_point(history, 5, "r")
+    fork = plan_fork(history, 1, run_id=FORK, forked_from="r", queue=None, code_version=None, now=NOW)
+    assert not fork.started and fork.history == (history[0],)
+    assert fork.activity_tasks == () and fork.messages == () and fork.child_runs == ()
