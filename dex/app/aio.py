@@ -64,6 +64,8 @@ class EngineCalls(Protocol):
 
     def history(self, run_id: str) -> list[ev.HistoryEvent]: ...
 
+    def fork(self, run_id: str, at: int | None = None, queue: str | None = None) -> str: ...
+
 
 class AsyncEngineMixin:
     """Awaitable versions of the engine's calls (mixed into :class:`dex.Engine`)."""
@@ -143,6 +145,10 @@ class AsyncEngineMixin:
 
     async def history_async(self, run_id: str) -> list[ev.HistoryEvent]:
         return await asyncio.to_thread(self._sync.history, run_id)
+
+    async def fork_async(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
+        """``fork`` (SPEC §11)."""
+        return await asyncio.to_thread(self._sync.fork, run_id, at, queue)
 
     async def wait_async(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
         """Like ``wait``: the result, or WorkflowFailedError / WorkflowCancelledError / TimeoutError.

@@ -19,6 +19,7 @@ from dex.app.aio import AsyncEngineMixin
 from dex.app.async_activities import AsyncRunner
 from dex.app.background import SCHEDULER, Background, timing
 from dex.app.buffer import ResultBuffer
+from dex.app.fork import ForkEngineMixin
 from dex.app.held import holds_runs
 from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
@@ -51,7 +52,7 @@ from dex.domain.task import WorkflowTaskResult
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 
-class Engine(ScheduleEngineMixin, QueueEngineMixin, AsyncEngineMixin):
+class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngineMixin):
     """Runs the registered workflows and activities over one store (an adapter)."""
 
     def __init__(

@@ -38,6 +38,8 @@ class RunInfo:
     task_failure: FailureInfo | None = None
     # the fire time of the schedule that started the run (UTC, before jitter); None otherwise
     scheduled_at: datetime | None = None
+    # the run this one is a fork of (``Engine.fork``, SPEC §11); None otherwise
+    forked_from: str | None = None
 
 
 class Outcomes:

@@ -26,6 +26,7 @@ from dex.app.transaction_ports import TransactionStep as TransactionStep
 from dex.app.transaction_ports import TransactionSteps as TransactionSteps
 from dex.domain import events as ev
 from dex.domain.errors import DexError
+from dex.domain.forks import Fork
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo, Payload
@@ -92,6 +93,7 @@ class RunRecord:
     failure: FailureInfo | None = None
     code_version: str | None = None
     task_failure: FailureInfo | None = None  # why its workflow task keeps failing (a held run)
+    forked_from: str | None = None  # the run this one is a fork of (SPEC §11)
 
 
 @attrs.frozen(kw_only=True)
@@ -171,6 +173,14 @@ class RunStore(Protocol):
         ``load_workflow_tasks`` would give it (the run's history ``[RunCreated]``, its inbox
         ``[RunStarted]``), so it runs without a load (else the scheduler schedules the run as
         usual, and both lists are empty)."""
+        ...
+
+    def create_fork(self, fork: Fork, now: datetime) -> str:
+        """Create the run ``fork`` describes (SPEC §11), all or nothing, and return its id: a run
+        created as ``create_run`` creates one, its ``forked_from`` set; for a started fork, then
+        ``fork.first_task(...)`` applied as a workflow task's result is (its history, status
+        RUNNING, its activity tasks, timers and children). InvalidStateError, and nothing
+        written, when a live run holds the fork's instance id."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None: ...

@@ -192,6 +192,7 @@ class RunReads:
             code_version=record.code_version,
             task_failure=record.task_failure,
             scheduled_at=fire_time(record.labels, record.instance_id),
+            forked_from=record.forked_from,
         )
 
 

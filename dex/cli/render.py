@@ -200,6 +200,7 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "failure": jsonable(record.failure),
         "code_version": record.code_version,
         "task_failure": jsonable(record.task_failure),
+        "forked_from": record.forked_from,
     }
 
 

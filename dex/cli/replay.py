@@ -20,8 +20,8 @@ import click
 
 from dex.app.engine import Engine
 from dex.app.ports import RunFilter, UnreadableHistoryError
+from dex.cli.bulk import STATUSES
 from dex.cli.params import LIMIT, MOMENT, TEXT, TextPath
-from dex.cli.runs import STATUSES
 from dex.cli.worker import load_engine
 from dex.domain.status import RunStatus
 from dex.domain.task import replay_history

@@ -1,5 +1,6 @@
-"""``dex runs`` (list, show, cancel, suspend, resume) and ``dex events send``; ``dex runs cancel``
-also takes the filters of ``dex runs list`` instead of a run id (SPEC §11).
+"""``dex runs`` (list, show, cancel, suspend, resume, fork) and ``dex events send``; ``dex runs
+cancel`` and ``dex runs fork`` also take the filters of ``dex runs list`` instead of a run id
+(SPEC §11; the bulk path is :mod:`dex.cli.bulk`).
 
 Reading goes to the store directly (``engine.store``), not through ``Engine.get_run``: the
 command line has none of the workflows' code, so it shows results as stored payloads decode
@@ -10,82 +11,31 @@ shown raw instead of failing the whole listing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
-import attrs
 import click
 
 from dex.app.engine import Engine
-from dex.app.ports import RunFilter, RunRecord
+from dex.app.ports import RunRecord
 from dex.cli import render, timeline
+from dex.cli.bulk import (
+    ALL_STATUSES,
+    LIVE_STATUSES,
+    Bulk,
+    bulk_filter,
+    filter_options,
+    refusal,
+    run_bulk,
+    run_filter_of,
+)
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
-from dex.cli.params import EVENT_ID, JSON_VALUE, LABEL, LIMIT, MOMENT, RUN_ID, TEXT
+from dex.cli.params import EVENT_ID, JSON_VALUE, QUEUE_NAME, RUN_ID, SEQUENCE, TEXT
 from dex.domain.errors import InvalidStateError, RunNotFoundError
-from dex.domain.status import RunStatus
-
-STATUSES = [status.value.lower() for status in RunStatus]
-LIVE_STATUSES = frozenset(status for status in RunStatus if not status.is_terminal)
 
 
 @click.group()
 def runs() -> None:
-    """List, inspect and control workflow runs."""
-
-
-def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The filters of ``dex runs list``, shared by the bulk commands (SPEC §11)."""
-    options = [
-        click.option("--workflow", "workflow_name", metavar="NAME", type=TEXT, help="Only runs of this workflow."),
-        click.option(
-            "--status",
-            "statuses",
-            multiple=True,
-            type=click.Choice(STATUSES, case_sensitive=False),
-            help="Only runs in this status (repeatable).",
-        ),
-        click.option(
-            "--label",
-            "labels",
-            multiple=True,
-            type=LABEL,
-            help="Only runs with this label (repeatable: all must match).",
-        ),
-        click.option("--instance-id", metavar="ID", type=TEXT, help="Only runs with this instance id."),
-        click.option(
-            "--code-version", metavar="VERSION", type=TEXT, help="Only runs started by engines of this code version."
-        ),
-        click.option(
-            "--created-after", type=MOMENT, help="Only runs created after TIME (ISO 8601, or an age: 30m, 2h, 7d)."
-        ),
-        click.option("--created-before", type=MOMENT, help="Only runs created before TIME."),
-        click.option("--limit", type=LIMIT, default=100, show_default=True, help="At most this many runs."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def run_filter_of(
-    workflow_name: str | None = None,
-    statuses: tuple[str, ...] = (),
-    labels: tuple[tuple[str, str], ...] = (),
-    instance_id: str | None = None,
-    code_version: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    limit: int = 100,
-) -> RunFilter:
-    return RunFilter(
-        workflow_name=workflow_name,
-        statuses=frozenset(RunStatus(status.upper()) for status in statuses) or None,
-        labels=tuple(sorted(dict(labels).items())),
-        instance_id=instance_id,
-        created_after=created_after,
-        created_before=created_before,
-        limit=limit,
-        code_version=code_version,
-    )
+    """List, inspect, control and fork workflow runs."""
 
 
 @runs.command("list")
@@ -143,17 +93,12 @@ def _get(get_run: Callable[[str], RunRecord | None], run_id: str) -> RunRecord:
     return record
 
 
-def _refusal(action: str, target: str, run_id: str, exc: Exception) -> str:
-    # the store's messages often name the run already; say it once
-    return f"cannot {action}: {exc}" if run_id in str(exc) else f"cannot {action} {target}: {exc}"
-
-
 def _control(run_id: str, verb: str, act: Callable[[Engine], None], done: str) -> None:
     with open_engine() as engine:
         try:
             act(engine)
         except InvalidStateError as exc:
-            raise CommandError(_refusal(verb, f"run {run_id}", run_id, exc)) from None
+            raise CommandError(refusal(verb, f"run {run_id}", run_id, exc)) from None
         record = _get(engine.store.get_run, run_id)
     if settings().json:
         click.echo(render.dumps(render.run_json(record)))
@@ -175,45 +120,78 @@ def cancel_run(run_id: str | None, reason: str, yes: bool, **filters: Any) -> No
     A run ends CANCELLED once a worker processes the request. With filters, the runs are listed
     first and the command asks for confirmation (--yes skips it).
     """
-    filtered = {k: v for k, v in filters.items() if v not in (None, ()) and k != "limit"}
-    if run_id is not None:
-        if filtered:
-            raise click.UsageError("give a RUN_ID or filters, not both")
+    run_filter = bulk_filter(run_id, filters, "cancel")
+    if run_filter is None:
+        assert run_id is not None
         _control(
             run_id, "cancel", lambda engine: engine.cancel(run_id, reason), f"cancellation of run {run_id} requested"
         )
         return
-    if not filtered:
-        raise click.UsageError("give a RUN_ID, or filters (--workflow, --status, ...) to cancel the runs they select")
-    bulk_cancel(run_filter_of(**filters), reason, yes)
+
+    def cancel(engine: Engine, run_id: str) -> str:
+        engine.cancel(run_id, reason)
+        return run_id
+
+    bulk = Bulk(
+        verb="cancel",
+        past="cancelled",
+        statuses=LIVE_STATUSES,
+        act=cancel,
+        done_key="requested",
+        summary="cancellation requested for",
+    )
+    run_bulk(run_filter, yes, bulk)
 
 
-def bulk_cancel(run_filter: RunFilter, reason: str, yes: bool) -> None:
-    """Cancel what ``run_filter`` selects among the live runs, after showing it and a confirmation."""
-    live = LIVE_STATUSES if run_filter.statuses is None else run_filter.statuses & LIVE_STATUSES
-    with open_engine() as engine:
-        records = engine.store.list_runs(attrs.evolve(run_filter, statuses=frozenset(live))) if live else []
-        if not records:
-            raise CommandError("no live run matches: nothing to cancel")
-        click.echo(render.runs_table(records), err=True)
-        if not yes and not click.confirm(f"cancel these {len(records)} run(s)?", err=True):
-            raise CommandError("nothing cancelled")
-        requested, refused = [], []
-        for record in records:
+@runs.command("fork")
+@click.argument("run_id", type=RUN_ID, required=False)
+@click.option(
+    "--at",
+    type=SEQUENCE,
+    metavar="SEQ",
+    help="Fork at this event (a WorkflowTaskCompleted, or 1: from the start) [default: the end of the last"
+    " workflow task before the run ended]. Only with a RUN_ID.",
+)
+@click.option("--queue", type=QUEUE_NAME, help="Put the fork on this workflow queue [default: the original's].")
+@filter_options
+@click.option("--yes", is_flag=True, help="With filters: do not ask for confirmation.")
+@connection_options
+@json_option
+def fork_run(run_id: str | None, at: int | None, queue: str | None, yes: bool, **filters: Any) -> None:
+    """Start a new run of RUN_ID's workflow and input (or of each run the filters of 'dex runs
+    list' select) that goes on from a point of its history.
+
+    The steps recorded up to there are not repeated; the steps pending there run again, with
+    the code your workers run now: for runs that failed on an outage or a bug, once it is
+    fixed. With filters, the runs are listed first and the command asks for confirmation
+    (--yes skips it); each is forked at its default point.
+    """
+    run_filter = bulk_filter(run_id, filters, "fork")
+    if run_filter is None:
+        assert run_id is not None
+        with open_engine() as engine:
             try:
-                engine.cancel(record.run_id, reason)
-            except (InvalidStateError, RunNotFoundError) as exc:  # it ended (or went) meanwhile
-                refused.append((record.run_id, str(exc)))
-            else:
-                requested.append(record.run_id)
-    if settings().json:
-        click.echo(render.dumps({"requested": requested, "refused": [dict(run_id=r, error=e) for r, e in refused]}))
-    else:
-        click.echo(f"cancellation requested for {len(requested)} of {len(records)} run(s)")
-        for run_id, error in refused:
-            click.echo(f"  not cancelled: {_refusal('cancel', f'run {run_id}', run_id, Exception(error))}", err=True)
-    if refused:
-        raise click.exceptions.Exit(1)
+                fork_id = engine.fork(run_id, at=at, queue=queue)
+            except InvalidStateError as exc:
+                raise CommandError(refusal("fork", f"run {run_id}", run_id, exc)) from None
+            record = _get(engine.store.get_run, fork_id)
+        if settings().json:
+            click.echo(render.dumps(render.run_json(record)))
+        else:
+            click.echo(f"forked run {run_id} as run {fork_id}")
+        return
+    if at is not None:
+        raise click.UsageError("--at names a point of one run's history: give a RUN_ID with it, not filters")
+    bulk = Bulk(
+        verb="fork",
+        past="forked",
+        statuses=ALL_STATUSES,
+        act=lambda engine, run_id: {"run_id": run_id, "fork": engine.fork(run_id, queue=queue)},
+        done_key="forked",
+        summary="forked",
+        line=lambda run_id, outcome: f"forked run {run_id} as run {outcome['fork']}",
+    )
+    run_bulk(run_filter, yes, bulk)
 
 
 @runs.command("suspend")
@@ -256,7 +234,7 @@ def send_event(run_id: str, event_id: str, payload: Any) -> None:
         try:
             engine.send_event(run_id, event_id, payload)
         except InvalidStateError as exc:
-            raise CommandError(_refusal(f"send event {event_id!r}", f"to run {run_id}", run_id, exc)) from None
+            raise CommandError(refusal(f"send event {event_id!r}", f"to run {run_id}", run_id, exc)) from None
     if settings().json:
         click.echo(render.dumps({"run_id": run_id, "event_id": event_id, "payload": payload}))
     else:

@@ -45,6 +45,7 @@ def run_details(record: RunRecord, history: Sequence[ev.HistoryEvent]) -> str:
         ("labels", show_labels(record.labels)),
         ("parent run", record.parent_run_id or "-"),
         ("code version", record.code_version or "-"),
+        *([("forked from", record.forked_from)] if record.forked_from is not None else []),
         ("created", show_time(record.created_at)),
         ("started", show_time(record.started_at)),
         ("completed", _completed(record)),

@@ -105,7 +105,7 @@ def test_commands_do_not_migrate_a_missing_or_old_schema(pg_dsn: str) -> None:
     ("args", "message"),
     [
         (["runs", "show"], "error: Missing argument 'RUN_ID'. (see 'dex runs show --help')"),
-        (["runs", "forget", "x"], "error: No such command 'forget'. (see 'dex runs --help')"),
+        (["runs", "xyzzy", "x"], "error: No such command 'xyzzy'. (see 'dex runs --help')"),
         (["--schema", "", "runs", "list"], "error: Invalid value for '--schema': schema must be a non-empty str"),
         (["worker", "no-colon"], "error: Invalid value for 'TARGET': 'no-colon' is not MODULE:ENGINE"),
     ],

@@ -5,6 +5,7 @@ keeps the old behaviour."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -127,3 +128,35 @@ def test_a_store_failing_while_a_run_is_held_leaves_it_held(make_engine: Any, mo
     fixed.drain()
     assert fixed.wait(run_id, timeout=5) == "aa"
     assert fixed.get_run(run_id).task_failure is None
+
+
+def _until(check: Any, seconds: float = 15) -> None:
+    """Poll ``check`` (a started engine works in its own threads) until it holds, or fail."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "the condition did not come true in time"
+        time.sleep(0.02)
+
+
+def test_a_held_run_on_a_started_engine_goes_on_once_an_engine_with_matching_code_starts(
+    make_engine: Any, clock: VirtualClock
+) -> None:
+    run_id = _started_by_v1(make_engine)
+    v2 = make_engine([shipping_v2, healthy], ACTIVITIES)
+    v2.start()  # started, not drained: its own threads claim the run's task and hold it
+    v2.send_event(run_id, "go")
+    _until(lambda: v2.get_run(run_id).task_failure is not None)
+    held = v2.get_run(run_id)
+    assert held.status is dex.RunStatus.RUNNING and held.failure is None
+    assert held.task_failure is not None and held.task_failure.type == "NonDeterminismError"
+    other = v2.start_workflow(healthy)  # the started engine serves everyone else meanwhile
+    assert v2.wait(other, timeout=10) == "b"
+    assert v2.get_run(run_id).status is dex.RunStatus.RUNNING  # still held, not failed
+    v2.stop(timeout=5)
+    fixed = make_engine([shipping_v1], ACTIVITIES)
+    fixed.start()
+    clock.advance(timedelta(minutes=6))  # past the held task's backoff (at most five minutes)
+    assert fixed.wait(run_id, timeout=15) == "aa"
+    info = fixed.get_run(run_id)
+    assert info.status is dex.RunStatus.COMPLETED and info.task_failure is None
+    assert sum(item.kind == "ActivityTaskCreated" for item in fixed.history(run_id)) == 2  # nothing repeated

@@ -183,9 +183,12 @@ def copy_in_flight(conn: psycopg.Connection, source: str, target: str, version: 
                     conn.execute(insert, [run_id, seq, event])
             continue
         missing = set(have) - set(want)
-        # columns that later migrations added: trace_context (2), code_version and task_failure (7)
-        added_later = ({"trace_context"} if version < 2 else set()) | (
-            {"code_version", "task_failure"} if version < 7 and table == "runs" else set()
+        # columns that later migrations added: trace_context (2), code_version and task_failure (7),
+        # forked_from (8)
+        added_later = (
+            ({"trace_context"} if version < 2 else set())
+            | ({"code_version", "task_failure"} if version < 7 and table == "runs" else set())
+            | ({"forked_from"} if version < 8 and table == "runs" else set())
         )
         assert missing <= added_later, (table, missing)
         for column in missing:  # nothing is lost: an engine without tracing or a code version writes none

@@ -5,7 +5,7 @@ transaction is in PostgreSQL. Iteration orders are fixed (priority, then id), so
 calls in the same order give the same results: the simulator and hypothesis rely on that.
 
 The adapter is put together from its parts — the tables (``state.py``), runs and messages
-(``runs.py``), task queues (``tasks.py``), schedules (``schedules.py``) — and adds here what spans them: eager dispatch (a
+(``runs.py``), task queues (``tasks.py``), forks (``forks.py``), schedules (``schedules.py``) — and adds here what spans them: eager dispatch (a
 write and the claim that follows it, under one lock), queue administration and leadership.
 """
 
@@ -16,11 +16,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dex.adapters.memory import storable
+from dex.adapters.memory.forks import MemoryForks
 from dex.adapters.memory.runs import MemoryRuns
 from dex.adapters.memory.schedules import MemorySchedules
 from dex.adapters.memory.state import check_queue
 from dex.adapters.memory.tables import CREATED, ActivityTaskRow, QueueRow, WorkflowTaskRow
-from dex.adapters.memory.tasks import MemoryTasks
 from dex.app.ports import (
     WORKFLOW,
     ActivityOutcome,
@@ -39,7 +39,7 @@ from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import TerminalError
 
 
-class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryTasks):
+class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryForks):
     """A complete, deterministic store in process memory. Several engines may share one."""
 
     # -- eager dispatch: a write, then a claim, under one lock ------------------------------------

@@ -27,6 +27,7 @@ class RunRow:
     failure: FailureInfo | None = None
     holds_key: bool = False
     task_failure: FailureInfo | None = None
+    forked_from: str | None = None
     history: list[ev.HistoryEvent] = attrs.Factory(list)
 
     def record(self) -> RunRecord:
@@ -49,6 +50,7 @@ class RunRow:
             failure=self.failure,
             code_version=c.code_version,
             task_failure=self.task_failure,
+            forked_from=self.forked_from,
         )
 
 

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from dex.adapters.postgres import activity_tasks, completion, queues, runs, transactions, workflow_tasks
+from dex.adapters.postgres import activity_tasks, completion, forks, queues, runs, transactions, workflow_tasks
 from dex.adapters.postgres.connection import (
     IDLE_IN_TRANSACTION_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -54,7 +54,7 @@ from dex.domain.values import FailureInfo
 from dex.serialization.history import decode_block
 
 
-class PostgresAdapter(PostgresTransactionSteps):
+class PostgresAdapter(forks.PostgresForks, PostgresTransactionSteps):
     """A store in PostgreSQL; several adapters (in one or many processes) may share a schema.
 
     ``dsn`` is a libpq connection string or URL. The schema is created or upgraded on

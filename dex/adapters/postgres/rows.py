@@ -25,7 +25,7 @@ from dex.serialization.values import decode_failure, decode_payload, decode_payl
 
 RUN_COLUMNS = (
     "run_id, workflow_name, queue, status, instance_id, priority, concurrency_key, labels, parent_run_id,"
-    " created_at, started_at, completed_at, custom_status, result, failure, code_version, task_failure"
+    " created_at, started_at, completed_at, custom_status, result, failure, code_version, task_failure, forked_from"
 )
 
 WORKFLOW_TASK_COLUMNS = "task_id, run_id, workflow_name, queue, priority, locked_by, locked_until, lock_version"
@@ -42,7 +42,8 @@ HistoryRow = tuple[str, int, int, bytes]  # run_id, first_seq, last_seq, events 
 def run_record(row: Sequence[Any]) -> RunRecord:
     """A RunRecord from a row selected with :data:`RUN_COLUMNS`."""
     (run_id, workflow_name, queue, status, instance_id, priority, key, labels, parent,
-     created_at, started_at, completed_at, custom_status, result, failure, code_version, task_failure) = row  # fmt: skip
+     created_at, started_at, completed_at, custom_status, result, failure, code_version, task_failure,
+     forked_from) = row  # fmt: skip
     return RunRecord(
         run_id=run_id,
         workflow_name=workflow_name,
@@ -61,6 +62,7 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         failure=decode_failure(failure) if failure is not None else None,
         code_version=code_version,
         task_failure=decode_failure(task_failure) if task_failure is not None else None,
+        forked_from=forked_from,
     )
 
 

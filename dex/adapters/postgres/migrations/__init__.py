@@ -23,6 +23,7 @@ from dex.adapters.postgres.migrations import (
     m5_history_blocks,
     m6_schedules,
     m7_code_versions,
+    m8_forks,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -35,6 +36,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m5_history_blocks,
         m6_schedules,
         m7_code_versions,
+        m8_forks,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
