@@ -25,6 +25,14 @@ def _queue(request: Request) -> tuple[str, str]:
     return inputs.checked(request.path_params["name"], "name"), inputs.checked(request.path_params["kind"], "kind")
 
 
+async def _existing_queue(request: Request, web: Any) -> tuple[str, str]:
+    """The queue the path names; a 404 if there is none (the store calls it a bad value)."""
+    name, kind = _queue(request)
+    if kind in ("workflow", "activity"):
+        await blocking(web.queue, name, kind)
+    return name, kind
+
+
 async def list_queues(request: Request, web: Any) -> Response:
     queues = await blocking(web.engine.list_queues)
     return json({"queues": [jsonable(queue) for queue in queues]})
@@ -32,21 +40,21 @@ async def list_queues(request: Request, web: Any) -> Response:
 
 async def pause_queue(request: Request, web: Any) -> Response:
     await inputs.json_object(request)
-    name, kind = _queue(request)
+    name, kind = await _existing_queue(request, web)
     await blocking(web.engine.pause_queue, name, kind)
     return json(await blocking(web.queue, name, kind))
 
 
 async def resume_queue(request: Request, web: Any) -> Response:
     await inputs.json_object(request)
-    name, kind = _queue(request)
+    name, kind = await _existing_queue(request, web)
     await blocking(web.engine.resume_queue, name, kind)
     return json(await blocking(web.queue, name, kind))
 
 
 async def set_capacity(request: Request, web: Any) -> Response:
     body = await inputs.json_object(request)
-    name, kind = _queue(request)
+    name, kind = await _existing_queue(request, web)
     capacity = inputs.field(body, "capacity", int)
     if capacity is None:
         raise ApiError(422, "ValueError", "capacity (a positive integer) is required")

@@ -25,7 +25,7 @@ from dex.app.ports import QueueInfo, RunRecord, Store
 from dex.domain.errors import NotFoundError, RunNotFoundError
 from dex.web import api, pages
 from dex.web.errors import ApiError, error_response
-from dex.web.insights import Insights, insights_for
+from dex.web.insights import Insights, PortInsights
 from dex.web.openapi import document
 from dex.web.operations import Operation, routes
 from dex.web.security import LOOPBACK_HOSTS, Guard
@@ -56,6 +56,17 @@ class Web:
             if info.name == name and info.kind == kind:
                 return queue_document(info)
         raise NotFoundError(f"no {kind} queue named {name!r}")
+
+
+def insights_for(store: Store) -> Insights:
+    """The best insights for ``store``: SQL for PostgreSQL, the ports for anything else."""
+    from dex.adapters.postgres import PostgresAdapter
+
+    if isinstance(store, PostgresAdapter):
+        from dex.web.pg_insights import PostgresInsights
+
+        return PostgresInsights(store)
+    return PortInsights(store)
 
 
 def queue_document(info: QueueInfo) -> dict[str, Any]:

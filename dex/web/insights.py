@@ -155,16 +155,3 @@ class PortInsights:
             PendingActivity(seq=seq, name=name, attempt=None, state="pending", next_attempt_at=None)
             for seq, name in pending_from_history(history)
         ]
-
-
-def insights_for(store: Store) -> Insights:
-    """The best insights for ``store``: SQL for PostgreSQL, the ports for anything else."""
-    try:
-        from dex.adapters.postgres import PostgresAdapter
-    except ImportError:  # pragma: no cover - psycopg is a core dependency
-        return PortInsights(store)
-    if isinstance(store, PostgresAdapter):
-        from dex.web.pg_insights import PostgresInsights
-
-        return PostgresInsights(store)
-    return PortInsights(store)

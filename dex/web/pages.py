@@ -9,7 +9,6 @@ confirmation and refresh the runs table, and nothing is loaded from the network.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -62,7 +61,7 @@ def guarded(handler: Any) -> Any:
 
 async def overview(request: Request) -> Response:
     web = request.app.state.web
-    view = await blocking(actions.overview, web, datetime.now(UTC))
+    view = await blocking(actions.overview, web, web.store.clock.now())  # a virtual clock too
     return render(request, "overview.html", **view)
 
 
@@ -103,7 +102,7 @@ async def _runs_view(request: Request) -> dict[str, Any]:
 async def run_page(request: Request) -> Response:
     web = request.app.state.web
     run_id = inputs.checked(request.path_params["run_id"], "run_id")
-    view = await blocking(run_view, web, run_id, datetime.now(UTC))
+    view = await blocking(run_view, web, run_id, web.store.clock.now())
     return render(request, "run.html", **view)
 
 
