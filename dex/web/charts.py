@@ -64,7 +64,7 @@ def minute_chart(minutes: Sequence[Minute]) -> Chart:
             )
     ticks = (
         *((CHART_LEFT + i * slot, f"-{len(minutes) - i}m") for i in range(0, len(minutes), 10)),
-        (CHART_LEFT + plot_width - slot, "now"),
+        (CHART_LEFT + plot_width, "now"),
     )
     return Chart(
         width=CHART_WIDTH,
