@@ -196,6 +196,42 @@ def test_the_overview_draws_the_chart_and_makes_the_screenshot(
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_signing_in_with_the_token_opens_the_pages(browser: Any) -> None:
+    import uvicorn
+
+    engine = dex.Engine(InMemoryAdapter(), workflows=WORKFLOWS, activities=ACTIVITIES)
+    run_id = engine.start_workflow(checkout, 5)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(engine, token="browser-token"), log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started)
+        browser.get(f"{base}/runs/{run_id}")
+        assert "/signin" in browser.current_url
+        browser.find_element("name", "token").send_keys("wrong")
+        browser.find_element("css selector", "form.signin button").click()
+        assert "not the one" in browser.find_element("tag name", "main").text
+        browser.find_element("name", "token").send_keys("browser-token")
+        browser.find_element("css selector", "form.signin button").click()
+        wait_for(lambda: browser.current_url.endswith(f"/runs/{run_id}"))
+        assert browser.find_element("id", "run-status").text == "CREATED"
+        cookies = browser.get_cookies()
+        assert all(c["value"] != "browser-token" for c in cookies)
+        assert any(c["name"] == "dex_session" and c["httpOnly"] for c in cookies)
+        assert browser.execute_script("return document.cookie") == ""  # HttpOnly: not readable by scripts
+        assert "browser-token" not in browser.page_source
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
 def _alert(browser: Any) -> Any:
     from selenium.common.exceptions import NoAlertPresentException
 
