@@ -28,7 +28,7 @@ from dex.web.errors import ApiError, error_response
 from dex.web.insights import Insights, PortInsights
 from dex.web.openapi import document
 from dex.web.operations import Operation, routes
-from dex.web.security import LOOPBACK_HOSTS, Guard
+from dex.web.security import LOOPBACK_HOSTS, Guard, route_path
 
 STATIC = Path(__file__).parent / "static"
 
@@ -99,12 +99,14 @@ def create_app(
         return JSONResponse(openapi)
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        if request.url.path.startswith("/v1"):
-            return error_response(ApiError(404, "NotFound", f"no API route {request.method} {request.url.path}"))
+        if route_path(request.scope).startswith("/v1"):
+            return error_response(
+                ApiError(404, "NotFound", f"no API route {request.method} {route_path(request.scope)}")
+            )
         return pages.not_found_page(request)
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        if request.url.path.startswith("/v1"):
+        if route_path(request.scope).startswith("/v1"):
             return error_response(ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed here"))
         return Response("method not allowed", status_code=405)
 

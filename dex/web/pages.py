@@ -24,7 +24,7 @@ from dex.web.errors import classify
 from dex.web.listing import STATUSES, page_of_runs, query_string, run_query
 from dex.web.operations import blocking
 from dex.web.run_view import run_view
-from dex.web.security import COOKIE, safe_next, session_value, token_matches
+from dex.web.security import COOKIE, root_of, route_path, safe_next, session_value, token_matches
 
 TEMPLATES = Path(__file__).parent / "templates"
 ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True), auto_reload=False)
@@ -36,7 +36,12 @@ ENV.filters["took"] = lambda run: show_duration(run.completed_at - run.created_a
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     web = request.app.state.web
     body = ENV.get_template(name).render(
-        request=request, path=request.url.path, note=request.query_params.get("done"), can_fork=web.can_fork, **context
+        request=request,
+        root=root_of(request.scope),
+        path=route_path(request.scope),
+        note=request.query_params.get("done"),
+        can_fork=web.can_fork,
+        **context,
     )
     return HTMLResponse(body, status_code=status)
 
@@ -122,11 +127,11 @@ async def act(request: Request) -> Response:
     fields = await inputs.form(request)
     params = {k: inputs.checked(v, k) for k, v in request.path_params.items()}
     try:
-        done, back = await blocking(actions.perform, web, request.url.path, params, fields)
+        done, back = await blocking(actions.perform, web, route_path(request.scope), params, fields)
     except Exception as exc:  # noqa: BLE001 - shown on an error page with its status
         error = classify(exc)
         return render(request, "error.html", status=error.status, title=error.kind, message=error.message)
-    return RedirectResponse(f"{back}?done={quote(done)}", status_code=303)
+    return RedirectResponse(f"{root_of(request.scope)}{back}?done={quote(done)}", status_code=303)
 
 
 def routes(web: Any, token: str | None) -> list[BaseRoute]:
@@ -136,17 +141,19 @@ def routes(web: Any, token: str | None) -> list[BaseRoute]:
     async def signin(request: Request) -> Response:
         fields = await inputs.form(request)
         target = safe_next(fields.get("next"))
+        root = root_of(request.scope)
         if token is None:
-            return RedirectResponse(target, status_code=303)
+            return RedirectResponse(root + target, status_code=303)
         if not token_matches(fields.get("token", ""), token):
             return render(request, "signin.html", status=401, next=target, failed=True)
-        response = RedirectResponse(target, status_code=303)
-        response.set_cookie(COOKIE, session_value(token), httponly=True, samesite="strict", path="/")
+        response = RedirectResponse(root + target, status_code=303)
+        response.set_cookie(COOKIE, session_value(token), httponly=True, samesite="strict", path=root + "/")
         return response
 
     async def signout(request: Request) -> Response:
-        response = RedirectResponse("/signin", status_code=303)
-        response.delete_cookie(COOKIE, path="/")
+        root = root_of(request.scope)
+        response = RedirectResponse(root + "/signin", status_code=303)
+        response.delete_cookie(COOKIE, path=root + "/")
         return response
 
     post = ["POST"]

@@ -50,6 +50,18 @@ def token_matches(given: str, token: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode("utf-8"))
 
 
+def root_of(scope: Scope) -> str:
+    """Where the app is mounted (``/dex`` inside another app, "" on its own)."""
+    return str(scope.get("root_path", "")).rstrip("/")
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path within the app (without the mount point)."""
+    path: str = scope.get("path", "")
+    root = root_of(scope)
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
 def host_name(host_header: str) -> str:
     """The host part of a ``Host`` header (``[::1]:8765`` → ``::1``, ``localhost:80`` → ``localhost``)."""
     if host_header.startswith("["):
@@ -78,7 +90,7 @@ class Guard:
     def refusal(self, scope: Scope) -> Response | None:
         """The response that refuses this request, or None to let it through."""
         headers = Headers(scope=scope)
-        path: str = scope.get("path", "")
+        path = route_path(scope)
         is_api = path.startswith("/v1")
         host = headers.get("host", "")
         if self.token is None and host_name(host).lower() not in self._allowed_hosts:
@@ -94,7 +106,7 @@ class Guard:
         if is_api:
             return error_response(ApiError(401, "Unauthorized", "this API needs 'Authorization: Bearer <token>'"))
         target = path + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
-        return RedirectResponse("/signin?next=" + quote(target, safe=""), status_code=303)
+        return RedirectResponse(root_of(scope) + "/signin?next=" + quote(target, safe=""), status_code=303)
 
     def _authenticated(self, headers: Headers) -> bool:
         assert self.token is not None and self._session is not None

@@ -103,3 +103,32 @@ def test_unknown_pages_and_runs_are_404_pages(http: Any) -> None:
     assert http.get("/nothing").status_code == 404
     response = http.get("/runs/no-such-run")
     assert response.status_code == 404 and "no run with id" in response.text
+
+
+def test_mounted_under_a_prefix_every_link_and_action_keeps_it(engine: dex.Engine) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from dex.web import create_app
+    from tests.web.conftest import client
+
+    outer = Starlette(routes=[Mount("/dex", app=create_app(engine, token="tok"))])
+    run_id = engine.start_workflow(waiting)
+    engine.drain(advance_time=False)
+    with client(outer) as http:
+        assert http.get("/dex/v1/runs").status_code == 401  # the API, guarded under the prefix
+        to_sign_in = http.get(f"/dex/runs/{run_id}", follow_redirects=False)
+        assert to_sign_in.headers["location"] == f"/dex/signin?next=%2Fruns%2F{run_id}"
+        signed = http.post(
+            "/dex/signin", data={"token": "tok", "next": f"/runs/{run_id}"}, headers=SAME_ORIGIN, follow_redirects=False
+        )
+        assert signed.headers["location"] == f"/dex/runs/{run_id}"
+        assert "path=/dex/" in signed.headers["set-cookie"].lower()
+        page = http.get(f"/dex/runs/{run_id}").text
+        assert 'href="/dex/static/dex.css"' in page and f'action="/dex/runs/{run_id}/cancel"' in page
+        assert 'href="/runs' not in page and 'action="/runs' not in page
+        assert http.get("/dex/static/dex.js").status_code == 200
+        done = http.post(f"/dex/runs/{run_id}/cancel", headers=SAME_ORIGIN, follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"].startswith(f"/dex/runs/{run_id}?done=")
+        assert http.get("/dex/v1/runs").json()["runs"][0]["run_id"] == run_id
+        assert http.get("/dex/v1/nothing").json()["error"]["type"] == "NotFound"
