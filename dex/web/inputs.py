@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -97,11 +98,25 @@ async def json_object(request: Any) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
     except (UnicodeDecodeError, ValueError) as exc:
         raise bad_request(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("the body is nested too deeply") from None
     if not isinstance(value, dict):
         raise bad_request(f"the body must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which JSON has not: refused, as the CLI does
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 reads as infinity
+        raise ValueError(f"the number {text[:40]} is out of range")
     return value
 
 

@@ -157,3 +157,19 @@ def test_an_unprintable_exception_from_the_store_is_still_answered(make_engine: 
         assert response.status_code == 500 and "Unprintable" in response.json()["error"]["message"]
         store.failing = False
         healthy_run_completes(engine, http)
+
+
+def test_json_that_is_not_strict_json_or_nested_too_deep_is_refused(engine: dex.Engine, http: Any) -> None:
+    run_id = engine.start_workflow(checkout, 1)
+    for body in (
+        b'{"workflow": "web-checkout", "args": [NaN]}',
+        b'{"workflow": "web-checkout", "args": [Infinity]}',
+        b'{"workflow": "web-checkout", "args": [1e999]}',
+        b'{"workflow": "web-checkout", "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ):
+        response = http.post("/v1/runs", content=body, headers={"content-type": "application/json"})
+        assert response.status_code in (400, 422), body[:60]
+    deep = b'{"event_id": "go", "payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    response = http.post(f"/v1/runs/{run_id}/events", content=deep, headers={"content-type": "application/json"})
+    assert response.status_code == 400 and "nested too deeply" in response.json()["error"]["message"]
+    healthy_run_completes(engine, http)
