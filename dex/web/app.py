@@ -119,7 +119,7 @@ def create_app(
     hosts = frozenset(h.lower() for h in allowed_hosts) | LOOPBACK_HOSTS if allowed_hosts else LOOPBACK_HOSTS
     app = Starlette(
         routes=app_routes,
-        middleware=[Middleware(Guard, token=token, allowed_hosts=hosts)],  # type: ignore[arg-type]
+        middleware=[Middleware(Guard, token=token, allowed_hosts=hosts)],
         exception_handlers={404: not_found, 405: not_allowed},
     )
     app.state.web = web
