@@ -16,6 +16,8 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
+from dex.testing import VirtualClock
 from dex.web import create_app
 from tests.web.conftest import ACTIVITIES, WORKFLOWS, checkout, failing, waiting
 
@@ -36,29 +39,35 @@ HOSTILE = "<script>document.title='owned'</script>"
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "dashboard.png"
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[tuple[str, dex.Engine]]:
-    """A started engine over the memory adapter, and the app over it, served by uvicorn."""
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port, in a thread; yields its base URL."""
     import uvicorn
 
-    engine = dex.Engine(InMemoryAdapter(), workflows=WORKFLOWS, activities=ACTIVITIES, poll_interval=0.01)
-    engine.start()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(engine), log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}", engine
+        assert wait_for(lambda: server.started), "uvicorn did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[str, dex.Engine]]:
+    """A started engine over the memory adapter, and the app over it."""
+    engine = dex.Engine(InMemoryAdapter(), workflows=WORKFLOWS, activities=ACTIVITIES, poll_interval=0.01)
+    engine.start()
+    try:
+        with serve(create_app(engine)) as base:
+            yield base, engine
+    finally:
         engine.stop(timeout=5)
 
 
@@ -179,39 +188,36 @@ def test_a_hostile_label_is_shown_as_text(served: tuple[str, dex.Engine], browse
     assert HOSTILE in browser.find_element("id", "runs-table").text
 
 
-def test_the_overview_draws_the_chart_and_makes_the_screenshot(
-    served: tuple[str, dex.Engine], browser: Any, tmp_path: Path
-) -> None:
-    base, engine = served
-    ids = [engine.start_workflow(checkout, n, labels={"shop": "eu"}) for n in range(8)]
-    for run_id in ids:
-        engine.wait(run_id, timeout=10)
-    engine.start_workflow(failing)
-    browser.get(base + "/")
-    bars = browser.find_elements("css selector", "#minute-chart rect")
-    assert bars, "the chart has bars for the runs of the last minutes"
-    target = SCREENSHOT if os.environ.get("DEX_UPDATE_SCREENSHOT") == "1" else tmp_path / "dashboard.png"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    assert browser.save_screenshot(str(target))
+def test_the_overview_draws_the_chart_and_makes_the_screenshot(browser: Any, tmp_path: Path) -> None:
+    # an hour of work in virtual time: the chart has something to show in every minute
+    clock = VirtualClock(datetime.now(UTC) - timedelta(minutes=60))
+    engine = dex.Engine(InMemoryAdapter(clock=clock), workflows=WORKFLOWS, activities=ACTIVITIES)
+    engine.create_queue("payments", "activity", capacity=8)
+    for minute in range(60):
+        for n in range(3 + (minute * 7) % 11):
+            engine.start_workflow(checkout, n, labels={"shop": "eu" if n % 2 else "us"})
+        if minute % 13 == 5:
+            engine.start_workflow(failing)
+        engine.drain(advance_time=False)
+        clock.advance(timedelta(minutes=1))
+    for _ in range(4):
+        engine.start_workflow(waiting)
+    engine.drain(advance_time=False)
+    with serve(create_app(engine)) as base:
+        browser.get(base + "/")
+        bars = browser.find_elements("css selector", "#minute-chart rect")
+        assert len(bars) >= 100, "started and ended bars in (nearly) every minute of the hour"
+        assert console_errors(browser) == []
+        target = SCREENSHOT if os.environ.get("DEX_UPDATE_SCREENSHOT") == "1" else tmp_path / "dashboard.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        assert browser.save_screenshot(str(target))
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_signing_in_with_the_token_opens_the_pages(browser: Any) -> None:
-    import uvicorn
-
     engine = dex.Engine(InMemoryAdapter(), workflows=WORKFLOWS, activities=ACTIVITIES)
     run_id = engine.start_workflow(checkout, 5)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(engine, token="browser-token"), log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started)
+    with serve(create_app(engine, token="browser-token")) as base:
         browser.get(f"{base}/runs/{run_id}")
         assert "/signin" in browser.current_url
         browser.find_element("name", "token").send_keys("wrong")
@@ -224,12 +230,8 @@ def test_signing_in_with_the_token_opens_the_pages(browser: Any) -> None:
         cookies = browser.get_cookies()
         assert all(c["value"] != "browser-token" for c in cookies)
         assert any(c["name"] == "dex_session" and c["httpOnly"] for c in cookies)
-        assert browser.execute_script("return document.cookie") == ""  # HttpOnly: not readable by scripts
+        assert browser.execute_script("return document.cookie") == ""  # HttpOnly: scripts cannot read it
         assert "browser-token" not in browser.page_source
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 def _alert(browser: Any) -> Any:
