@@ -147,7 +147,14 @@ def routes(web: Any, token: str | None) -> list[BaseRoute]:
         if not token_matches(fields.get("token", ""), token):
             return render(request, "signin.html", status=401, next=target, failed=True)
         response = RedirectResponse(root + target, status_code=303)
-        response.set_cookie(COOKIE, session_value(token), httponly=True, samesite="strict", path=root + "/")
+        response.set_cookie(
+            COOKIE,
+            session_value(token),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",  # behind TLS, never sent in the clear
+            path=root + "/",
+        )
         return response
 
     async def signout(request: Request) -> Response:

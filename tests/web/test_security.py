@@ -143,3 +143,11 @@ def test_pages_escape_everything_user_supplied(engine: dex.Engine, http: Any) ->
     page = http.get(f"/runs/{run_id}").text
     assert "&lt;script&gt;alert(" in page
     assert re.search(r"<script(?! src=\"/static/dex.js\")", page) is None
+
+
+def test_every_response_forbids_framing_and_foreign_scripts(http: Any) -> None:
+    for response in (http.get("/"), http.get("/v1/runs"), http.get("/v1/runs/nope"), http.get("/static/dex.js")):
+        policy = response.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["x-content-type-options"] == "nosniff"
