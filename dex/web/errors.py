@@ -11,6 +11,7 @@ failing request is one failing request and the next one is served as usual.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -54,8 +55,15 @@ def first_line(exc: BaseException) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
 
 
-def classify(exc: Exception) -> ApiError:
-    """The status code and type that answer ``exc``."""
+# what ends a process or a task, not a request: never answered, always raised on
+PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+
+
+def classify(exc: BaseException) -> ApiError:
+    """The status code and type that answer ``exc`` (a ``BaseException`` of the store's too:
+    one odd exception fails its own request, not the server; see ``PASS_THROUGH``)."""
+    if isinstance(exc, PASS_THROUGH):
+        raise exc
     if isinstance(exc, ApiError):
         return exc
     name = type(exc).__name__
@@ -76,7 +84,7 @@ def classify(exc: Exception) -> ApiError:
     return ApiError(500, "InternalError", f"{name}: {first_line(exc)}")
 
 
-def _is_outage(exc: Exception) -> bool:
+def _is_outage(exc: BaseException) -> bool:
     """A connection lost or a pool exhausted: the store's outage, a 503 the client may retry."""
     try:
         import psycopg

@@ -76,7 +76,7 @@ def _endpoint(methods: dict[str, Operation], web: Any) -> Callable[[Request], Aw
         operation = methods[request.method if request.method != "HEAD" else "GET"]
         try:
             return await operation.handler(request, web)
-        except Exception as exc:  # noqa: BLE001 - every error is answered as JSON (see classify)
+        except BaseException as exc:  # noqa: BLE001 - answered as JSON; classify re-raises PASS_THROUGH
             return error_response(classify(exc))
 
     return endpoint

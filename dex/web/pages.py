@@ -57,7 +57,7 @@ def guarded(handler: Any) -> Any:
         try:
             response: Response = await handler(request)
             return response
-        except Exception as exc:  # noqa: BLE001 - every error is shown (see dex.web.errors.classify)
+        except BaseException as exc:  # noqa: BLE001 - shown; classify re-raises PASS_THROUGH
             error = classify(exc)
             return render(request, "error.html", status=error.status, title=error.kind, message=error.message)
 
@@ -128,7 +128,7 @@ async def act(request: Request) -> Response:
     params = {k: inputs.checked(v, k) for k, v in request.path_params.items()}
     try:
         done, back = await blocking(actions.perform, web, route_path(request.scope), params, fields)
-    except Exception as exc:  # noqa: BLE001 - shown on an error page with its status
+    except BaseException as exc:  # noqa: BLE001 - shown with its status; classify re-raises PASS_THROUGH
         error = classify(exc)
         return render(request, "error.html", status=error.status, title=error.kind, message=error.message)
     return RedirectResponse(f"{root_of(request.scope)}{back}?done={quote(done)}", status_code=303)

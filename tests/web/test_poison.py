@@ -117,8 +117,9 @@ class FailingStore:
         (ConnectionError("the database went away"), 503),
         (psycopg.OperationalError("server closed the connection unexpectedly"), 503),
         (RuntimeError("something nobody expected"), 500),
+        (type("OddBaseException", (BaseException,), {})("not an Exception"), 500),
     ],
-    ids=["connection", "psycopg", "unexpected"],
+    ids=["connection", "psycopg", "unexpected", "base-exception"],
 )
 def test_a_store_failing_mid_request_is_a_json_5xx_and_the_next_run_completes(
     make_engine: Any, error: Exception, status: int
