@@ -99,6 +99,8 @@ async def _runs_view(request: Request) -> dict[str, Any]:
         "filters": filters,
         "statuses": STATUSES,
         "here": here,
+        # the refresh reloads this very page (the same cursor), not the first one
+        "refresh": query_string({**filters, "cursor": params.get("cursor", "")}),
         "next_page": query_string({**filters, "cursor": cursor.encode()}) if cursor else None,
         "first_page": query.cursor is not None,
     }

@@ -28,6 +28,9 @@ def test_the_runs_page_filters_and_pages(engine: dex.Engine, http: Any) -> None:
     assert waiting_id in page and not any(i in page for i in ids)
     first = http.get("/runs", params={"limit": 2}).text
     assert 'id="next-page"' in first
+    cursor = http.get("/v1/runs", params={"limit": 2}).json()["next_cursor"]
+    second = http.get("/runs", params={"limit": 2, "cursor": cursor}).text
+    assert f"/runs/table?limit=2&amp;cursor={cursor}" in second  # its live refresh keeps its page
     table = http.get("/runs/table", params={"limit": 50}).text
     assert all(i in table for i in [*ids, waiting_id]) and "<html" not in table
 
