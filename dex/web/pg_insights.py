@@ -37,6 +37,8 @@ from dex.web.insights import (
     pending_from_history,
 )
 
+LIVE_TASKS = 10_000  # held runs are looked for among this many live workflow tasks
+
 
 class PostgresInsights:
     """:class:`dex.web.insights.Insights` in SQL over the adapter's schema."""
@@ -87,11 +89,16 @@ class PostgresInsights:
         since = self._adapter.clock.now() - timedelta(days=1)
         with self._adapter._statement() as conn:
             held = conn.execute(
+                # LATERAL: each live task's run by its primary key; a join the planner may turn
+                # into a scan of the whole runs table (its estimate of held runs is near zero);
+                # the LIMIT 1 keeps the subquery from being flattened into such a join
                 self._q(
-                    "SELECT r.run_id, r.workflow_name, r.task_failure, r.started_at FROM {s}.workflow_tasks w"
-                    " JOIN {s}.runs r ON r.run_id = w.run_id WHERE r.task_failure IS NOT NULL LIMIT %s"
+                    "SELECT r.run_id, r.workflow_name, r.task_failure, r.started_at"
+                    " FROM (SELECT run_id FROM {s}.workflow_tasks LIMIT %s) w CROSS JOIN LATERAL"
+                    " (SELECT run_id, workflow_name, task_failure, started_at FROM {s}.runs"
+                    "  WHERE run_id = w.run_id AND task_failure IS NOT NULL LIMIT 1) r LIMIT %s"
                 ),
-                [limit],
+                [LIVE_TASKS, limit],
             ).fetchall()
             failed = conn.execute(
                 self._q(

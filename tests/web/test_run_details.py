@@ -77,3 +77,36 @@ def test_fork_is_served_where_the_engine_can_fork(make_engine: Any) -> None:
         assert 'id="fork"' in http.get(f"/runs/{source}").text
         moved = http.post(f"/runs/{source}/fork", headers={"origin": "http://127.0.0.1:8765"}, follow_redirects=False)
         assert moved.status_code == 303 and moved.headers["location"].startswith("/runs/")
+
+
+@dex.workflow(name="web-shipping")
+async def shipping_v1(ctx: dex.WorkflowContext) -> str:
+    first = await ctx.activity(charge_alias, 1)
+    await ctx.wait_for_event("go")
+    return first
+
+
+@dex.workflow(name="web-shipping")
+async def shipping_v2(ctx: dex.WorkflowContext) -> str:
+    await ctx.sleep(timedelta(seconds=1))  # a deploy changed the first step, with no patch
+    await ctx.wait_for_event("go")
+    return "changed"
+
+
+charge_alias = ACTIVITIES[0]
+
+
+def test_a_held_run_shows_on_the_overview_and_its_page(make_engine: Any) -> None:
+    v1 = make_engine([shipping_v1], ACTIVITIES)
+    run_id = v1.start_workflow(shipping_v1)
+    v1.drain()
+    v2 = make_engine([shipping_v2], ACTIVITIES)
+    v2.send_event(run_id, "go")
+    v2.drain()
+    assert v2.get_run(run_id).task_failure is not None  # held: its new code does not match
+    with client(create_app(v2)) as http:
+        overview = http.get("/").text
+        assert "held run" in overview and run_id in overview and "NonDeterminismError" in overview
+        page = http.get(f"/runs/{run_id}").text
+        assert "Held: its workflow task keeps failing" in page
+        assert http.get(f"/v1/runs/{run_id}").json()["task_failure"]["type"] == "NonDeterminismError"
