@@ -36,6 +36,7 @@ from dex.cli.render import dumps, show_duration
 from dex.cli.replay import replay
 from dex.cli.runs import events, runs
 from dex.cli.schedules import schedules
+from dex.cli.web import web
 from dex.cli.worker import worker
 from dex.domain.errors import DexError, SerializationError
 
@@ -185,6 +186,7 @@ cli.add_command(events)
 cli.add_command(queues)
 cli.add_command(schedules)
 cli.add_command(replay)
+cli.add_command(web)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

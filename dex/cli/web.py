@@ -1,0 +1,98 @@
+"""``dex web``: serve the dashboard and the JSON API (SPEC §12) over the configured database.
+
+It binds 127.0.0.1 by default, and refuses any other address unless a token is given
+(``--token``, or ``DEX_WEB_TOKEN``, which keeps the token out of the process list): without
+one, anyone who can reach the port could cancel runs. The socket is bound before the URL is
+printed, so ``--port 0`` prints the port the system chose, and a port in use is one line of
+error, not a traceback from the server. The token is never printed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import click
+
+from dex.cli.database import CommandError, connection_options, open_engine, progress
+from dex.cli.params import TEXT
+
+MISSING_EXTRA = 'the web dashboard needs the web extra: pip install "dex-engine[web]"'
+
+
+class UsageProblem(click.ClickException):
+    """A command line that cannot be served as given: one line, exit code 2."""
+
+    exit_code = 2
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (one line of error if it cannot be had)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageProblem(f"--host {host!r} is not an address this machine has: {exc}") from None
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/"
+
+
+@click.command("web")
+@connection_options
+@click.option("--host", default="127.0.0.1", show_default=True, type=TEXT, help="Address to listen on.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free one).")
+@click.option(
+    "--token",
+    envvar="DEX_WEB_TOKEN",
+    type=TEXT,
+    help="Require this token (Authorization: Bearer, or the sign-in form) [default: $DEX_WEB_TOKEN]. "
+    "Needed to listen on any address but loopback.",
+)
+def web(host: str, port: int, token: str | None) -> None:
+    """Serve the web dashboard and the JSON API (under /v1) until Ctrl-C."""
+    try:
+        import uvicorn
+
+        from dex.web import create_app
+    except ImportError:
+        raise UsageProblem(MISSING_EXTRA) from None
+    if token is not None and (not token or token != token.strip() or not token.isprintable()):
+        raise UsageProblem("--token must be a non-empty printable string without surrounding spaces")
+    if not is_loopback(host) and not token:
+        raise UsageProblem(
+            f"refusing to serve on {host}, which is not a loopback address, without a token: pass --token "
+            "(or set DEX_WEB_TOKEN), or serve on 127.0.0.1"
+        )
+    with open_engine() as engine:
+        app = create_app(engine, token=token or None)
+        sock = listen(host, port)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        server = uvicorn.Server(config)
+        click.echo(f"serving the dex dashboard at {url_of(sock)}" + (" (token required)" if token else ""))
+        progress("press Ctrl-C to stop")
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()

@@ -1,0 +1,220 @@
+"""The JSON API of runs under ``/v1`` (SPEC §12): list, get, history, start, cancel, suspend,
+resume, fork and send an event. Queues and schedules are :mod:`dex.web.api_admin`.
+
+Reads go through the store's ports and are shown as the command line shows them (payloads
+decoded without the workflows' type hints; :mod:`dex.web.listing`); changes go through the
+engine's public calls, which check every value as they do for any caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from dex.domain.errors import NotRegisteredError
+from dex.web import inputs
+from dex.web.api_admin import admin_operations
+from dex.web.errors import ApiError
+from dex.web.listing import event_document, page_of_runs, run_document, run_query
+from dex.web.operations import Operation, Param, blocking, json
+
+RUN_ID = Param(name="run_id", where="path", description="The run's id")
+STRING = {"type": "string"}
+RUN = {"$ref": "#/components/schemas/Run"}
+FILTERS = (
+    Param(name="workflow", description="Only runs of this workflow"),
+    Param(name="status", repeated=True, description="Only runs in this status (repeatable)"),
+    Param(name="label", repeated=True, description="KEY=VALUE: only runs with this label (repeatable; all must match)"),
+    Param(name="instance_id", description="Only runs with this instance id"),
+    Param(name="code_version", description="Only runs started by engines of this code version"),
+    Param(name="created_after", schema={"type": "string", "format": "date-time"}),
+    Param(name="created_before", schema={"type": "string", "format": "date-time"}),
+    Param(name="limit", schema={"type": "integer", "minimum": 1, "maximum": inputs.MAX_PAGE, "default": 50}),
+    Param(name="cursor", description="next_cursor of the previous page"),
+)
+
+
+def run_id(request: Request) -> str:
+    return inputs.checked(request.path_params["run_id"], "run_id")
+
+
+async def list_runs(request: Request, web: Any) -> Response:
+    query = run_query(request.query_params)
+    page, cursor = await blocking(page_of_runs, web.store, query)
+    return json({"runs": [run_document(r) for r in page], "next_cursor": cursor.encode() if cursor else None})
+
+
+async def get_run(request: Request, web: Any) -> Response:
+    return json(run_document(await blocking(web.record, run_id(request))))
+
+
+async def history(request: Request, web: Any) -> Response:
+    events = await blocking(web.store.load_history, run_id(request))
+    return json({"events": [event_document(item) for item in events]})
+
+
+async def start_run(request: Request, web: Any) -> Response:
+    body = await inputs.json_object(request)
+    name = inputs.field(body, "workflow", str)
+    if name is None:
+        raise ApiError(422, "ValueError", "workflow (the workflow's registered name) is required")
+    args = inputs.field(body, "args", list, [])
+    labels = inputs.field(body, "labels", dict)
+    if not web.engine.registry.workflows:
+        raise ApiError(
+            409,
+            "NotRegisteredError",
+            "this dashboard serves a store without workflow code: start runs from an engine that registers "
+            f"workflow {name!r} (or pass that engine to dex.web.create_app)",
+        )
+    try:
+        new_id = await blocking(
+            web.engine.start_workflow,
+            name,
+            *args,
+            instance_id=inputs.field(body, "instance_id", str),
+            queue=inputs.field(body, "queue", str),
+            priority=inputs.field(body, "priority", int, 0),
+            concurrency_key=inputs.field(body, "concurrency_key", str),
+            labels=labels,
+        )
+    except NotRegisteredError as exc:
+        raise ApiError(422, "NotRegisteredError", str(exc)) from None
+    return json({"run_id": new_id}, status=201)
+
+
+async def cancel(request: Request, web: Any) -> Response:
+    body = await inputs.json_object(request)
+    await blocking(web.engine.cancel, run_id(request), inputs.field(body, "reason", str, ""))
+    return json({"run_id": run_id(request), "requested": "cancel"}, status=202)
+
+
+async def suspend(request: Request, web: Any) -> Response:
+    await inputs.json_object(request)
+    await blocking(web.engine.suspend, run_id(request))
+    return json({"run_id": run_id(request), "requested": "suspend"}, status=202)
+
+
+async def resume(request: Request, web: Any) -> Response:
+    await inputs.json_object(request)
+    await blocking(web.engine.resume, run_id(request))
+    return json({"run_id": run_id(request), "requested": "resume"}, status=202)
+
+
+async def send_event(request: Request, web: Any) -> Response:
+    body = await inputs.json_object(request)
+    event_id = inputs.field(body, "event_id", str)
+    if event_id is None:
+        raise ApiError(422, "ValueError", "event_id is required")
+    await blocking(web.engine.send_event, run_id(request), event_id, body.get("payload"))
+    return json({"run_id": run_id(request), "event_id": event_id}, status=202)
+
+
+async def fork(request: Request, web: Any) -> Response:
+    body = await inputs.json_object(request)
+    source = run_id(request)
+    await blocking(web.record, source)  # an unknown run is a 404 before anything else
+    new_id = await blocking(
+        web.engine.fork, source, at=inputs.field(body, "at", int), queue=inputs.field(body, "queue", str)
+    )
+    return json({"run_id": new_id, "forked_from": source}, status=201)
+
+
+def operations(with_fork: bool) -> list[Operation]:
+    """The ``/v1`` operations this module serves, then queues and schedules; ``with_fork`` when
+    the engine has ``fork`` (SPEC §11)."""
+    runs: list[Operation] = [
+        Operation(
+            method="GET",
+            path="/v1/runs",
+            handler=list_runs,
+            summary="List runs, newest first (keyset paging: pass next_cursor as cursor)",
+            params=FILTERS,
+            response={
+                "type": "object",
+                "properties": {"runs": {"type": "array", "items": RUN}, "next_cursor": {"type": ["string", "null"]}},
+            },
+        ),
+        Operation(
+            method="POST",
+            path="/v1/runs",
+            handler=start_run,
+            summary="Start a run of a registered workflow by name, with JSON arguments",
+            body={
+                "type": "object",
+                "required": ["workflow"],
+                "properties": {
+                    "workflow": STRING,
+                    "args": {"type": "array"},
+                    "instance_id": STRING,
+                    "queue": STRING,
+                    "priority": {"type": "integer", "minimum": 0, "maximum": 100},
+                    "concurrency_key": STRING,
+                    "labels": {"type": "object", "additionalProperties": STRING},
+                },
+            },
+            response={"type": "object", "properties": {"run_id": STRING}},
+            status=201,
+        ),
+        Operation(
+            method="GET", path="/v1/runs/{run_id}", handler=get_run, summary="A run", params=(RUN_ID,), response=RUN
+        ),
+        Operation(
+            method="GET",
+            path="/v1/runs/{run_id}/history",
+            handler=history,
+            summary="A run's history, oldest first, payloads decoded",
+            params=(RUN_ID,),
+            response={"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}},
+        ),
+        Operation(
+            method="POST",
+            path="/v1/runs/{run_id}/cancel",
+            handler=cancel,
+            summary="Ask a run to stop at its next await and end CANCELLED",
+            params=(RUN_ID,),
+            body={"type": "object", "properties": {"reason": STRING}},
+            status=202,
+        ),
+        Operation(
+            method="POST",
+            path="/v1/runs/{run_id}/suspend",
+            handler=suspend,
+            summary="Hold back a run's new events",
+            params=(RUN_ID,),
+            status=202,
+        ),
+        Operation(
+            method="POST",
+            path="/v1/runs/{run_id}/resume",
+            handler=resume,
+            summary="Release a suspended run's events",
+            params=(RUN_ID,),
+            status=202,
+        ),
+        Operation(
+            method="POST",
+            path="/v1/runs/{run_id}/events",
+            handler=send_event,
+            summary="Send an external event (any JSON payload) to a run",
+            params=(RUN_ID,),
+            body={"type": "object", "required": ["event_id"], "properties": {"event_id": STRING, "payload": {}}},
+            status=202,
+        ),
+    ]
+    if with_fork:
+        runs.append(
+            Operation(
+                method="POST",
+                path="/v1/runs/{run_id}/fork",
+                handler=fork,
+                summary="Fork a run: a new run with its history up to a workflow task (SPEC §11)",
+                params=(RUN_ID,),
+                body={"type": "object", "properties": {"at": {"type": "integer"}, "queue": STRING}},
+                response={"type": "object", "properties": {"run_id": STRING, "forked_from": STRING}},
+                status=201,
+            )
+        )
+    return runs + admin_operations()

@@ -1,0 +1,188 @@
+"""The JSON API of queues and schedules under ``/v1`` (SPEC §12): list queues, pause, resume
+and size one; list schedules, show one, pause, resume and trigger one. Each is the engine's
+own call (``Engine.pause_queue``, ``Engine.trigger_schedule``, ...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from dex.cli.render import jsonable
+from dex.web import inputs
+from dex.web.errors import ApiError
+from dex.web.operations import Operation, Param, blocking, json
+
+KIND = Param(name="kind", where="path", schema={"type": "string", "enum": ["workflow", "activity"]})
+QUEUE = Param(name="name", where="path", description="The queue's name")
+SCHEDULE = Param(name="name", where="path", description="The schedule's name")
+QUEUE_DOC = {"$ref": "#/components/schemas/Queue"}
+SCHEDULE_DOC = {"$ref": "#/components/schemas/Schedule"}
+
+
+def _queue(request: Request) -> tuple[str, str]:
+    return inputs.checked(request.path_params["name"], "name"), inputs.checked(request.path_params["kind"], "kind")
+
+
+async def _existing_queue(request: Request, web: Any) -> tuple[str, str]:
+    """The queue the path names; a 404 if there is none (the store calls it a bad value)."""
+    name, kind = _queue(request)
+    if kind in ("workflow", "activity"):
+        await blocking(web.queue, name, kind)
+    return name, kind
+
+
+async def list_queues(request: Request, web: Any) -> Response:
+    queues = await blocking(web.engine.list_queues)
+    return json({"queues": [jsonable(queue) for queue in queues]})
+
+
+async def pause_queue(request: Request, web: Any) -> Response:
+    await inputs.json_object(request)
+    name, kind = await _existing_queue(request, web)
+    await blocking(web.engine.pause_queue, name, kind)
+    return json(await blocking(web.queue, name, kind))
+
+
+async def resume_queue(request: Request, web: Any) -> Response:
+    await inputs.json_object(request)
+    name, kind = await _existing_queue(request, web)
+    await blocking(web.engine.resume_queue, name, kind)
+    return json(await blocking(web.queue, name, kind))
+
+
+async def set_capacity(request: Request, web: Any) -> Response:
+    body = await inputs.json_object(request)
+    name, kind = await _existing_queue(request, web)
+    capacity = inputs.field(body, "capacity", int)
+    if capacity is None:
+        raise ApiError(422, "ValueError", "capacity (a positive integer) is required")
+    await blocking(web.engine.set_queue_capacity, name, kind, capacity)
+    return json(await blocking(web.queue, name, kind))
+
+
+def _schedule(request: Request) -> str:
+    return inputs.checked(request.path_params["name"], "name")
+
+
+async def list_schedules(request: Request, web: Any) -> Response:
+    schedules = await blocking(web.engine.list_schedules)
+    return json({"schedules": [jsonable(schedule) for schedule in schedules]})
+
+
+async def get_schedule(request: Request, web: Any) -> Response:
+    return json(jsonable(await blocking(web.engine.get_schedule, _schedule(request))))
+
+
+async def pause_schedule(request: Request, web: Any) -> Response:
+    body = await inputs.json_object(request)
+    name = _schedule(request)
+    await blocking(web.engine.pause_schedule, name, inputs.field(body, "note", str, ""))
+    return json(jsonable(await blocking(web.engine.get_schedule, name)))
+
+
+async def resume_schedule(request: Request, web: Any) -> Response:
+    await inputs.json_object(request)
+    name = _schedule(request)
+    await blocking(web.engine.resume_schedule, name)
+    return json(jsonable(await blocking(web.engine.get_schedule, name)))
+
+
+async def trigger_schedule(request: Request, web: Any) -> Response:
+    await inputs.json_object(request)
+    new_id = await blocking(web.engine.trigger_schedule, _schedule(request))
+    return json({"run_id": new_id}, status=201)
+
+
+def admin_operations() -> list[Operation]:
+    queue_path = "/v1/queues/{kind}/{name}"
+    schedule_path = "/v1/schedules/{name}"
+    return [
+        Operation(
+            method="GET",
+            path="/v1/queues",
+            handler=list_queues,
+            summary="Every queue: kind, status, capacity and depth",
+            response={"type": "object", "properties": {"queues": {"type": "array", "items": QUEUE_DOC}}},
+            tag="queues",
+        ),
+        Operation(
+            method="POST",
+            path=queue_path + "/pause",
+            handler=pause_queue,
+            summary="Pause a queue: its tasks are not claimed until it is resumed",
+            params=(KIND, QUEUE),
+            response=QUEUE_DOC,
+            tag="queues",
+        ),
+        Operation(
+            method="POST",
+            path=queue_path + "/resume",
+            handler=resume_queue,
+            summary="Resume a paused queue",
+            params=(KIND, QUEUE),
+            response=QUEUE_DOC,
+            tag="queues",
+        ),
+        Operation(
+            method="POST",
+            path=queue_path + "/capacity",
+            handler=set_capacity,
+            summary="Set how many of a queue's tasks may run at once",
+            params=(KIND, QUEUE),
+            body={
+                "type": "object",
+                "required": ["capacity"],
+                "properties": {"capacity": {"type": "integer", "minimum": 1}},
+            },
+            response=QUEUE_DOC,
+            tag="queues",
+        ),
+        Operation(
+            method="GET",
+            path="/v1/schedules",
+            handler=list_schedules,
+            summary="Every schedule, with its next fire and last run",
+            response={"type": "object", "properties": {"schedules": {"type": "array", "items": SCHEDULE_DOC}}},
+            tag="schedules",
+        ),
+        Operation(
+            method="GET",
+            path=schedule_path,
+            handler=get_schedule,
+            summary="A schedule",
+            params=(SCHEDULE,),
+            response=SCHEDULE_DOC,
+            tag="schedules",
+        ),
+        Operation(
+            method="POST",
+            path=schedule_path + "/pause",
+            handler=pause_schedule,
+            summary="Pause a schedule (fires due while paused are skipped)",
+            params=(SCHEDULE,),
+            body={"type": "object", "properties": {"note": {"type": "string"}}},
+            response=SCHEDULE_DOC,
+            tag="schedules",
+        ),
+        Operation(
+            method="POST",
+            path=schedule_path + "/resume",
+            handler=resume_schedule,
+            summary="Resume a paused schedule",
+            params=(SCHEDULE,),
+            response=SCHEDULE_DOC,
+            tag="schedules",
+        ),
+        Operation(
+            method="POST",
+            path=schedule_path + "/trigger",
+            handler=trigger_schedule,
+            summary="Start one run of a schedule now, whatever its pause and overlap",
+            params=(SCHEDULE,),
+            response={"type": "object", "properties": {"run_id": {"type": "string"}}},
+            status=201,
+            tag="schedules",
+        ),
+    ]

@@ -1,0 +1,134 @@
+"""``create_app``: the dashboard and the JSON API as one ASGI application (SPEC §12).
+
+The app serves one engine: the one passed in, or, for a bare store (an adapter), an engine
+with no registered code over it, as the command line uses (it can read, cancel, suspend,
+resume, send events and run the queues and schedules, but not start a workflow it has no
+code for). It never starts that engine: the app reads and requests, the workers run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from dex.app.engine import Engine
+from dex.app.ports import QueueInfo, RunRecord, Store
+from dex.domain.errors import NotFoundError, RunNotFoundError
+from dex.web import api, pages
+from dex.web.errors import ApiError, error_response
+from dex.web.insights import Insights, PortInsights
+from dex.web.openapi import document
+from dex.web.operations import Operation, routes
+from dex.web.security import LOOPBACK_HOSTS, Guard, route_path
+
+STATIC = Path(__file__).parent / "static"
+
+
+class Web:
+    """What the routes serve: the engine, its store and the dashboard's insights."""
+
+    def __init__(self, engine: Engine, insights: Insights | None = None) -> None:
+        self.engine = engine
+        self.store: Store = engine.store
+        self.insights = insights if insights is not None else insights_for(engine.store)
+
+    @property
+    def can_fork(self) -> bool:
+        return callable(getattr(self.engine, "fork", None))
+
+    def record(self, run_id: str) -> RunRecord:
+        found = self.store.get_run(run_id)
+        if found is None:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return found
+
+    def queue(self, name: str, kind: str) -> dict[str, Any]:
+        for info in self.engine.list_queues():
+            if info.name == name and info.kind == kind:
+                return queue_document(info)
+        raise NotFoundError(f"no {kind} queue named {name!r}")
+
+
+def insights_for(store: Store) -> Insights:
+    """The best insights for ``store``: SQL for PostgreSQL, the ports for anything else."""
+    from dex.adapters.postgres import PostgresAdapter
+
+    if isinstance(store, PostgresAdapter):
+        from dex.web.pg_insights import PostgresInsights
+
+        return PostgresInsights(store)
+    return PortInsights(store)
+
+
+def queue_document(info: QueueInfo) -> dict[str, Any]:
+    return {"name": info.name, "kind": info.kind, "status": info.status, "capacity": info.capacity, "depth": info.depth}
+
+
+def create_app(
+    adapter_or_engine: Store | Engine,
+    token: str | None = None,
+    *,
+    extra_operations: Iterable[Operation] = (),
+    allowed_hosts: Iterable[str] | None = None,
+) -> Starlette:
+    """The dashboard and the JSON API over ``adapter_or_engine``, as a Starlette (ASGI) app.
+
+    ``token``: every request must then carry it (``Authorization: Bearer``, or the cookie of
+    the sign-in form). Without a token, the app answers only requests whose ``Host`` is a
+    loopback name (or one of ``allowed_hosts``): serve it on 127.0.0.1, or give it a token.
+    ``extra_operations`` are further ``/v1`` routes, served and documented like the app's own.
+    """
+    if token is not None:
+        if not isinstance(token, str) or not token or token != token.strip() or not token.isprintable():
+            raise ValueError("token must be a non-empty printable string without surrounding spaces")
+    engine = adapter_or_engine if isinstance(adapter_or_engine, Engine) else Engine(adapter_or_engine)
+    web = Web(engine)
+    operations = [*api.operations(with_fork=web.can_fork), *extra_operations]
+    openapi = document(operations, _version())
+
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(openapi)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        if route_path(request.scope).startswith("/v1"):
+            return error_response(
+                ApiError(404, "NotFound", f"no API route {request.method} {route_path(request.scope)}")
+            )
+        return pages.not_found_page(request)
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        if route_path(request.scope).startswith("/v1"):
+            return error_response(ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed here"))
+        return Response("method not allowed", status_code=405)
+
+    app_routes: list[BaseRoute] = [
+        Route("/v1/openapi.json", openapi_json, methods=["GET"]),
+        *routes(operations, web),
+        *pages.routes(web, token),
+        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+    ]
+    hosts = frozenset(h.lower() for h in allowed_hosts) | LOOPBACK_HOSTS if allowed_hosts else LOOPBACK_HOSTS
+    app = Starlette(
+        routes=app_routes,
+        middleware=[Middleware(Guard, token=token, allowed_hosts=hosts)],
+        exception_handlers={404: not_found, 405: not_allowed},
+    )
+    app.state.web = web
+    app.state.operations = operations
+    return app
+
+
+def _version() -> str:
+    try:
+        return metadata.version("dex-engine")
+    except metadata.PackageNotFoundError:
+        return "0"

@@ -1,0 +1,188 @@
+"""Reading what a request says: query parameters, JSON bodies, form posts and paging cursors.
+
+Every value is checked where it enters, as the engine's own calls check theirs (SPEC §8): a
+NUL or a lone surrogate in a parameter is a 400 naming the parameter, never a query that
+fails for everyone. A JSON body that is not JSON (or not an object) is a 400 too; values of
+the right form that dex refuses (an unknown status, a label dex cannot store) are the
+engine's to refuse, as a 422.
+
+The runs list pages by keyset, not by offset: a cursor names the last run shown by its
+``created_at`` and how many runs with exactly that ``created_at`` were shown already. The next
+page asks ``list_runs`` for runs created at or before that instant (served by the index on
+``(created_at, position)``), skips the ones already shown at that instant and returns the
+rest. Runs created at one instant are few (a virtual clock in a test is the exception), so a
+page reads at most its own size plus those.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qsl
+
+import attrs
+
+from dex.web.errors import bad_request
+
+MAX_BODY = 1 << 20  # a JSON body or form larger than this is refused (1 MiB)
+MAX_PAGE = 500
+
+
+def checked(value: str, field: str) -> str:
+    """``value`` if it holds no NUL and no lone surrogate; a 400 naming ``field`` otherwise."""
+    if "\x00" in value:
+        raise bad_request(f"{field} must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad_request(f"{field} must be valid text (it holds a lone surrogate)") from None
+    return value
+
+
+def one(params: Mapping[str, str], name: str) -> str | None:
+    """An optional query parameter; empty counts as absent (a blank filter field in a form)."""
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    return checked(value, name)
+
+
+def moment(params: Mapping[str, str], name: str) -> datetime | None:
+    """An ISO 8601 time with a timezone (``Z`` or an offset)."""
+    text = one(params, name)
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "+"))
+    except ValueError:
+        raise bad_request(f"{name} must be an ISO 8601 time, got {text[:60]!r}") from None
+    if value.tzinfo is None:
+        raise bad_request(f"{name} must have a timezone (e.g. 2026-01-05T02:00:00Z), got {text[:60]!r}")
+    return value
+
+
+def integer(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = one(params, name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise bad_request(f"{name} must be an integer, got {text[:60]!r}") from None
+    if not low <= value <= high:
+        raise bad_request(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def labels(values: list[str], field: str = "label") -> dict[str, str]:
+    """``key=value`` filters (each query parameter ``label`` one pair)."""
+    pairs: dict[str, str] = {}
+    for text in values:
+        if text == "":
+            continue
+        key, sep, value = checked(text, field).partition("=")
+        if not sep or not key:
+            raise bad_request(f"{field} must be KEY=VALUE, got {text[:60]!r}")
+        pairs[key] = value
+    return pairs
+
+
+async def json_object(request: Any) -> dict[str, Any]:
+    """The request's JSON body, an object ({} when the body is empty)."""
+    body = await _body(request)
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise bad_request(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("the body is nested too deeply") from None
+    if not isinstance(value, dict):
+        raise bad_request(f"the body must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which JSON has not: refused, as the CLI does
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 reads as infinity
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+async def form(request: Any) -> dict[str, str]:
+    """An ``application/x-www-form-urlencoded`` body (the pages' forms), its values checked."""
+    body = await _body(request)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad_request("the form is not UTF-8") from None
+    fields: dict[str, str] = {}
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise bad_request("the form holds an escape that is not UTF-8") from None
+    for key, value in pairs:
+        fields[checked(key, "form field")] = checked(value, key)
+    return fields
+
+
+async def _body(request: Any) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY:
+        raise bad_request(f"the body is larger than {MAX_BODY} bytes")
+    body: bytes = await request.body()
+    if len(body) > MAX_BODY:
+        raise bad_request(f"the body is larger than {MAX_BODY} bytes")
+    return body
+
+
+def field(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+    """A field of a JSON body, of the given JSON type, or ``default`` when absent or null."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise bad_request(f"{name} must be a JSON {names}, got {type(value).__name__}")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class Cursor:
+    """Where a page of runs ends: the last run's ``created_at`` and how many runs created at
+    exactly that instant the pages so far have shown."""
+
+    created_at: datetime
+    shown_at_instant: int
+
+    def encode(self) -> str:
+        text = json.dumps({"t": self.created_at.isoformat(), "o": self.shown_at_instant})
+        return base64.urlsafe_b64encode(text.encode()).decode("ascii").rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            data = json.loads(raw)
+            created_at = datetime.fromisoformat(data["t"])
+            shown = int(data["o"])
+        except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise bad_request("cursor is not one this API gave out") from None
+        if created_at.tzinfo is None or shown < 0:
+            raise bad_request("cursor is not one this API gave out")
+        return cls(created_at=created_at, shown_at_instant=shown)
+
+    def bound(self) -> datetime:
+        """``created_before`` for the next page: the cursor's instant included."""
+        return self.created_at + timedelta(microseconds=1)

@@ -1,0 +1,182 @@
+"""The dashboard's pages (SPEC §12): overview, runs, a run, queues, schedules, and sign-in.
+
+Pages are Jinja2 templates with autoescaping on: every name, label, payload, message and
+stack trace goes through it, so a label ``<script>…`` is shown as text. Actions are plain
+form posts (checked for the same origin by :mod:`dex.web.security`) that redirect back with a
+note of what was done; a few lines of our own JavaScript (``static/dex.js``) ask for
+confirmation and refresh the runs table, and nothing is loaded from the network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from dex.cli.render import show_duration, show_labels, show_time
+from dex.web import actions, inputs
+from dex.web.errors import classify
+from dex.web.listing import STATUSES, page_of_runs, query_string, run_query
+from dex.web.operations import blocking
+from dex.web.run_view import run_view
+from dex.web.security import COOKIE, root_of, route_path, safe_next, session_value, token_matches
+
+TEMPLATES = Path(__file__).parent / "templates"
+ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True), auto_reload=False)
+ENV.filters["time"] = lambda moment: show_time(moment)
+ENV.filters["labels"] = show_labels
+ENV.filters["took"] = lambda run: show_duration(run.completed_at - run.created_at) if run.completed_at else "-"
+
+
+def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    web = request.app.state.web
+    body = ENV.get_template(name).render(
+        request=request,
+        root=root_of(request.scope),
+        path=route_path(request.scope),
+        note=request.query_params.get("done"),
+        can_fork=web.can_fork,
+        **context,
+    )
+    return HTMLResponse(body, status_code=status)
+
+
+def not_found_page(request: Request, message: str = "There is no such page.") -> Response:
+    return render(request, "error.html", status=404, title="Not found", message=message)
+
+
+def guarded(handler: Any) -> Any:
+    """A page handler whose errors become an error page with the fitting status code."""
+
+    async def page(request: Request) -> Response:
+        try:
+            response: Response = await handler(request)
+            return response
+        except BaseException as exc:  # noqa: BLE001 - shown; classify re-raises PASS_THROUGH
+            error = classify(exc)
+            return render(request, "error.html", status=error.status, title=error.kind, message=error.message)
+
+    return page
+
+
+async def overview(request: Request) -> Response:
+    web = request.app.state.web
+    view = await blocking(actions.overview, web, web.store.clock.now())  # a virtual clock too
+    return render(request, "overview.html", **view)
+
+
+async def runs(request: Request) -> Response:
+    return render(request, "runs.html", **(await _runs_view(request)))
+
+
+async def runs_table(request: Request) -> Response:
+    return render(request, "runs_table.html", **(await _runs_view(request)))
+
+
+async def _runs_view(request: Request) -> dict[str, Any]:
+    web = request.app.state.web
+    query = run_query(request.query_params)
+    page, cursor = await blocking(page_of_runs, web.store, query)
+    params = request.query_params
+    filters = {
+        "workflow": params.get("workflow", ""),
+        "status": [s for s in params.getlist("status") if s],
+        "label": [s for s in params.getlist("label") if s],
+        "instance_id": params.get("instance_id", ""),
+        "code_version": params.get("code_version", ""),
+        "created_after": params.get("created_after", ""),
+        "created_before": params.get("created_before", ""),
+        "limit": params.get("limit", ""),
+    }
+    here = query_string(filters)
+    return {
+        "runs": page,
+        "filters": filters,
+        "statuses": STATUSES,
+        "here": here,
+        # the refresh reloads this very page (the same cursor), not the first one
+        "refresh": query_string({**filters, "cursor": params.get("cursor", "")}),
+        "next_page": query_string({**filters, "cursor": cursor.encode()}) if cursor else None,
+        "first_page": query.cursor is not None,
+    }
+
+
+async def run_page(request: Request) -> Response:
+    web = request.app.state.web
+    run_id = inputs.checked(request.path_params["run_id"], "run_id")
+    view = await blocking(run_view, web, run_id, web.store.clock.now())
+    return render(request, "run.html", **view)
+
+
+async def queues(request: Request) -> Response:
+    web = request.app.state.web
+    return render(request, "queues.html", queues=await blocking(web.engine.list_queues))
+
+
+async def schedules(request: Request) -> Response:
+    web = request.app.state.web
+    return render(request, "schedules.html", schedules=await blocking(web.engine.list_schedules))
+
+
+async def act(request: Request) -> Response:
+    """A form post: do the action, then back to the page it came from with a note."""
+    web = request.app.state.web
+    fields = await inputs.form(request)
+    params = {k: inputs.checked(v, k) for k, v in request.path_params.items()}
+    try:
+        done, back = await blocking(actions.perform, web, route_path(request.scope), params, fields)
+    except BaseException as exc:  # noqa: BLE001 - shown with its status; classify re-raises PASS_THROUGH
+        error = classify(exc)
+        return render(request, "error.html", status=error.status, title=error.kind, message=error.message)
+    return RedirectResponse(f"{root_of(request.scope)}{back}?done={quote(done)}", status_code=303)
+
+
+def routes(web: Any, token: str | None) -> list[BaseRoute]:
+    async def signin_form(request: Request) -> Response:
+        return render(request, "signin.html", next=safe_next(request.query_params.get("next")), failed=False)
+
+    async def signin(request: Request) -> Response:
+        fields = await inputs.form(request)
+        target = safe_next(fields.get("next"))
+        root = root_of(request.scope)
+        if token is None:
+            return RedirectResponse(root + target, status_code=303)
+        if not token_matches(fields.get("token", ""), token):
+            return render(request, "signin.html", status=401, next=target, failed=True)
+        response = RedirectResponse(root + target, status_code=303)
+        response.set_cookie(
+            COOKIE,
+            session_value(token),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",  # behind TLS, never sent in the clear
+            path=root + "/",
+        )
+        return response
+
+    async def signout(request: Request) -> Response:
+        root = root_of(request.scope)
+        response = RedirectResponse(root + "/signin", status_code=303)
+        response.delete_cookie(COOKIE, path=root + "/")
+        return response
+
+    post = ["POST"]
+    return [
+        Route("/", guarded(overview)),
+        Route("/runs", guarded(runs)),
+        Route("/runs/table", guarded(runs_table)),
+        Route("/runs/{run_id}", guarded(run_page)),
+        Route("/runs/{run_id}/{action:str}", guarded(act), methods=post),
+        Route("/queues", guarded(queues)),
+        Route("/queues/{kind}/{name}/{action:str}", guarded(act), methods=post),
+        Route("/schedules", guarded(schedules)),
+        Route("/schedules/{name}/{action:str}", guarded(act), methods=post),
+        Route("/signin", guarded(signin_form)),
+        Route("/signin", guarded(signin), methods=post),
+        Route("/signout", guarded(signout), methods=post),
+    ]

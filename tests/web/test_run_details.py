@@ -1,0 +1,112 @@
+"""The run page's details on both adapters: pending activities with their attempt and next
+retry, children and parent, and the fork action where the engine has ``fork``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import dex
+from dex.adapters.memory import InMemoryAdapter
+from dex.web import create_app
+from tests.web.conftest import ACTIVITIES, WORKFLOWS, checkout, client
+
+
+@dex.activity(name="web-flaky", retry=dex.RetryPolicy(max_attempts=5, initial_delay=timedelta(hours=1)))
+def flaky() -> int:
+    raise ConnectionError("the payment service is down")
+
+
+@dex.workflow(name="web-retrying")
+async def retrying(ctx: dex.WorkflowContext) -> int:
+    return await ctx.activity(flaky)
+
+
+@dex.workflow(name="web-parent")
+async def parent(ctx: dex.WorkflowContext) -> Any:
+    return await ctx.child(checkout, 8)
+
+
+def test_pending_activities_show_their_attempt_and_next_retry(make_engine: Any) -> None:
+    engine = make_engine([*WORKFLOWS, retrying], [*ACTIVITIES, flaky])
+    run_id = engine.start_workflow(retrying)
+    engine.drain(advance_time=False)  # the first attempt fails; the retry waits an hour
+    with client(create_app(engine)) as http:
+        page = http.get(f"/runs/{run_id}").text
+        assert 'id="pending"' in page and "web-flaky" in page
+        if not isinstance(engine.store, InMemoryAdapter):  # the store keeps attempts
+            assert "<td>2</td><td>waiting</td>" in page
+        overview = http.get("/").text
+        if not isinstance(engine.store, InMemoryAdapter):
+            assert "retrying activity" in overview and run_id in overview
+        assert 'id="timeline"' in page and "pending" in page
+
+
+def test_parent_and_children_link_to_each_other(make_engine: Any) -> None:
+    engine = make_engine([*WORKFLOWS, parent], ACTIVITIES)
+    run_id = engine.start_workflow(parent)
+    engine.drain()
+    child_id = next(r.run_id for r in engine.list_runs(workflow_name="web-checkout"))
+    with client(create_app(engine)) as http:
+        assert f'href="/runs/{child_id}"' in http.get(f"/runs/{run_id}").text
+        assert f'href="/runs/{run_id}"' in http.get(f"/runs/{child_id}").text
+        assert http.get(f"/v1/runs/{child_id}").json()["parent_run_id"] == run_id
+
+
+class ForkingEngine(dex.Engine):
+    """An engine with a ``fork`` (as issue 23 adds): here, a new run of the same input."""
+
+    def fork(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
+        self.forked = (run_id, at, queue)
+        return self.start_workflow(checkout, 1)
+
+
+def test_fork_is_served_where_the_engine_can_fork(make_engine: Any) -> None:
+    plain = make_engine(WORKFLOWS, ACTIVITIES)
+    source = plain.start_workflow(checkout, 1)
+    with client(create_app(plain)) as http:
+        assert http.post(f"/v1/runs/{source}/fork").status_code == 404
+        assert "/v1/runs/{run_id}/fork" not in http.get("/v1/openapi.json").json()["paths"]
+        assert 'id="fork"' not in http.get(f"/runs/{source}").text
+    forking = ForkingEngine(plain.store, workflows=WORKFLOWS, activities=ACTIVITIES)
+    with client(create_app(forking)) as http:
+        response = http.post(f"/v1/runs/{source}/fork", json={"at": 4})
+        assert response.status_code == 201 and response.json()["forked_from"] == source
+        assert forking.forked == (source, 4, None)
+        assert http.post("/v1/runs/nope/fork").status_code == 404
+        assert 'id="fork"' in http.get(f"/runs/{source}").text
+        moved = http.post(f"/runs/{source}/fork", headers={"origin": "http://127.0.0.1:8765"}, follow_redirects=False)
+        assert moved.status_code == 303 and moved.headers["location"].startswith("/runs/")
+
+
+@dex.workflow(name="web-shipping")
+async def shipping_v1(ctx: dex.WorkflowContext) -> str:
+    first = await ctx.activity(charge_alias, 1)
+    await ctx.wait_for_event("go")
+    return first
+
+
+@dex.workflow(name="web-shipping")
+async def shipping_v2(ctx: dex.WorkflowContext) -> str:
+    await ctx.sleep(timedelta(seconds=1))  # a deploy changed the first step, with no patch
+    await ctx.wait_for_event("go")
+    return "changed"
+
+
+charge_alias = ACTIVITIES[0]
+
+
+def test_a_held_run_shows_on_the_overview_and_its_page(make_engine: Any) -> None:
+    v1 = make_engine([shipping_v1], ACTIVITIES)
+    run_id = v1.start_workflow(shipping_v1)
+    v1.drain()
+    v2 = make_engine([shipping_v2], ACTIVITIES)
+    v2.send_event(run_id, "go")
+    v2.drain()
+    assert v2.get_run(run_id).task_failure is not None  # held: its new code does not match
+    with client(create_app(v2)) as http:
+        overview = http.get("/").text
+        assert "held run" in overview and run_id in overview and "NonDeterminismError" in overview
+        page = http.get(f"/runs/{run_id}").text
+        assert "Held: its workflow task keeps failing" in page
+        assert http.get(f"/v1/runs/{run_id}").json()["task_failure"]["type"] == "NonDeterminismError"
