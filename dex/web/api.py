@@ -122,9 +122,8 @@ async def fork(request: Request, web: Any) -> Response:
     return json({"run_id": new_id, "forked_from": source}, status=201)
 
 
-def operations(with_fork: bool) -> list[Operation]:
-    """The ``/v1`` operations this module serves, then queues and schedules; ``with_fork`` when
-    the engine has ``fork`` (SPEC §11)."""
+def operations() -> list[Operation]:
+    """The ``/v1`` operations this module serves, then queues and schedules."""
     runs: list[Operation] = [
         Operation(
             method="GET",
@@ -203,18 +202,15 @@ def operations(with_fork: bool) -> list[Operation]:
             body={"type": "object", "required": ["event_id"], "properties": {"event_id": STRING, "payload": {}}},
             status=202,
         ),
+        Operation(
+            method="POST",
+            path="/v1/runs/{run_id}/fork",
+            handler=fork,
+            summary="Fork a run: a new run with its history up to a workflow task (SPEC §11)",
+            params=(RUN_ID,),
+            body={"type": "object", "properties": {"at": {"type": "integer"}, "queue": STRING}},
+            response={"type": "object", "properties": {"run_id": STRING, "forked_from": STRING}},
+            status=201,
+        ),
     ]
-    if with_fork:
-        runs.append(
-            Operation(
-                method="POST",
-                path="/v1/runs/{run_id}/fork",
-                handler=fork,
-                summary="Fork a run: a new run with its history up to a workflow task (SPEC §11)",
-                params=(RUN_ID,),
-                body={"type": "object", "properties": {"at": {"type": "integer"}, "queue": STRING}},
-                response={"type": "object", "properties": {"run_id": STRING, "forked_from": STRING}},
-                status=201,
-            )
-        )
     return runs + admin_operations()

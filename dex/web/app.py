@@ -41,10 +41,6 @@ class Web:
         self.store: Store = engine.store
         self.insights = insights if insights is not None else insights_for(engine.store)
 
-    @property
-    def can_fork(self) -> bool:
-        return callable(getattr(self.engine, "fork", None))
-
     def record(self, run_id: str) -> RunRecord:
         found = self.store.get_run(run_id)
         if found is None:
@@ -92,7 +88,7 @@ def create_app(
             raise ValueError("token must be a non-empty printable string without surrounding spaces")
     engine = adapter_or_engine if isinstance(adapter_or_engine, Engine) else Engine(adapter_or_engine)
     web = Web(engine)
-    operations = [*api.operations(with_fork=web.can_fork), *extra_operations]
+    operations = [*api.operations(), *extra_operations]
     openapi = document(operations, _version())
 
     async def openapi_json(request: Request) -> Response:

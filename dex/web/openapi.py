@@ -57,6 +57,7 @@ SCHEMAS: dict[str, Any] = {
             "code_version": NULLABLE_STRING,
             "task_failure": FAILURE,
             "scheduled_at": TIME,
+            "forked_from": NULLABLE_STRING,
         },
     },
     "Queue": {

@@ -34,13 +34,11 @@ ENV.filters["took"] = lambda run: show_duration(run.completed_at - run.created_a
 
 
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-    web = request.app.state.web
     body = ENV.get_template(name).render(
         request=request,
         root=root_of(request.scope),
         path=route_path(request.scope),
         note=request.query_params.get("done"),
-        can_fork=web.can_fork,
         **context,
     )
     return HTMLResponse(body, status_code=status)

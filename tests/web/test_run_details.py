@@ -1,5 +1,5 @@
 """The run page's details on both adapters: pending activities with their attempt and next
-retry, children and parent, and the fork action where the engine has ``fork``."""
+retry, children and parent, and the fork action."""
 
 from __future__ import annotations
 
@@ -53,30 +53,25 @@ def test_parent_and_children_link_to_each_other(make_engine: Any) -> None:
         assert http.get(f"/v1/runs/{child_id}").json()["parent_run_id"] == run_id
 
 
-class ForkingEngine(dex.Engine):
-    """An engine with a ``fork`` (as issue 23 adds): here, a new run of the same input."""
-
-    def fork(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
-        self.forked = (run_id, at, queue)
-        return self.start_workflow(checkout, 1)
-
-
-def test_fork_is_served_where_the_engine_can_fork(make_engine: Any) -> None:
-    plain = make_engine(WORKFLOWS, ACTIVITIES)
-    source = plain.start_workflow(checkout, 1)
-    with client(create_app(plain)) as http:
-        assert http.post(f"/v1/runs/{source}/fork").status_code == 404
-        assert "/v1/runs/{run_id}/fork" not in http.get("/v1/openapi.json").json()["paths"]
-        assert 'id="fork"' not in http.get(f"/runs/{source}").text
-    forking = ForkingEngine(plain.store, workflows=WORKFLOWS, activities=ACTIVITIES)
-    with client(create_app(forking)) as http:
-        response = http.post(f"/v1/runs/{source}/fork", json={"at": 4})
+def test_fork_from_the_api_and_from_the_run_page(make_engine: Any) -> None:
+    engine = make_engine(WORKFLOWS, ACTIVITIES)
+    source = engine.start_workflow(checkout, 1)
+    engine.drain()
+    with client(create_app(engine)) as http:
+        assert "/v1/runs/{run_id}/fork" in http.get("/v1/openapi.json").json()["paths"]
+        response = http.post(f"/v1/runs/{source}/fork", json={})
         assert response.status_code == 201 and response.json()["forked_from"] == source
-        assert forking.forked == (source, 4, None)
+        forked = response.json()["run_id"]
+        assert http.get(f"/v1/runs/{forked}").json()["forked_from"] == source
+        assert http.post(f"/v1/runs/{source}/fork", json={"at": -1}).json()["error"]["type"] == "ValueError"
+        assert http.post(f"/v1/runs/{source}/fork", json={"at": "x"}).status_code in (400, 422)
         assert http.post("/v1/runs/nope/fork").status_code == 404
-        assert 'id="fork"' in http.get(f"/runs/{source}").text
+        page = http.get(f"/runs/{forked}").text
+        assert 'id="fork"' in page and f"/runs/{source}" in page  # the link back to the original
         moved = http.post(f"/runs/{source}/fork", headers={"origin": "http://127.0.0.1:8765"}, follow_redirects=False)
         assert moved.status_code == 303 and moved.headers["location"].startswith("/runs/")
+    engine.drain()
+    assert engine.wait(forked, timeout=5) == engine.wait(source, timeout=5)
 
 
 @dex.workflow(name="web-shipping")
