@@ -129,9 +129,9 @@ class ActivityTaskService:
         was cancelled or ended. A lease lost otherwise is a :class:`LeaseLostError`."""
         tid, version = values.task_id(task_id), values.lease_version(lease_version)
         try:
-            found = self._find(tid)
-            if found is not None and found.lease.version == version:
-                if self.store.extend_activity_leases([found], self.store.clock.now(), self.lease) == [True]:
+            found, now = self._find(tid), self.store.clock.now()
+            if found is not None and found.lease.version == version and found.lease.until > now:
+                if self.store.extend_activity_leases([found], now, self.lease) == [True]:
                     return False
             if self._run_ended(tid):
                 return True
