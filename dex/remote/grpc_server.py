@@ -39,7 +39,9 @@ _STATUS = {
 Reply = TypeVar("Reply")
 
 
-class _Servicer(pb_grpc.ActivityTaskServiceServicer):  # type: ignore[misc]
+class _Servicer:
+    """The generated servicer's methods (grpc looks them up by name), each calling the service."""
+
     def __init__(self, service: ActivityTaskService) -> None:
         self._service = service
 
@@ -85,7 +87,8 @@ def serve_grpc(service: ActivityTaskService, host: str = "127.0.0.1", port: int 
     started ``grpc.Server`` is returned. No TLS and no token here: bind a loopback address, or
     put it behind a proxy that authenticates (as ``dex web`` does for HTTP)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dex-grpc"))
-    pb_grpc.add_ActivityTaskServiceServicer_to_server(_Servicer(service), server)
+    add: Callable[[_Servicer, Any], None] = pb_grpc.add_ActivityTaskServiceServicer_to_server  # generated, untyped
+    add(_Servicer(service), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if not bound:
         raise OSError(f"could not bind the gRPC server to {host}:{port}")
