@@ -296,8 +296,9 @@ class ActivityWorker:
         return False
 
     def _cancel(self, task: ActivityTask) -> None:
-        if self.leases.cancel(task):
-            self._buffer.abandon([task])  # nothing it returns from now on is recorded
+        # what it returns from now on is discarded by the store's lease check: its lease is lost,
+        # or its task went with its run
+        self.leases.cancel(task)
 
     def keep_leases(self) -> int:
         """A step of the engine's activity thread: queue the extensions of the running attempts'

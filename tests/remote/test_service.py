@@ -135,3 +135,26 @@ def test_arguments_with_no_json_form_fail_that_task_only(engine: dex.Engine, ser
     for task in tasks:
         service.complete(task.task_id, task.lease_version, task.args[0].upper())
     assert engine.wait(good, timeout=10) == ["A", "B"]
+
+
+@dex.activity(name="local-double")
+def local_double(x: int) -> int:
+    return x * 2
+
+
+@dex.workflow(name="remote-mixed")
+async def mixed(ctx: dex.WorkflowContext, x: int) -> list[Any]:
+    """A Python activity and a remote one on the same queue, at once."""
+    return list(await ctx.gather(ctx.activity(local_double, x), ctx.activity("remote-triple", x)))
+
+
+def test_an_engine_runs_its_own_activities_and_leaves_the_others_alone(store_factory: Any) -> None:
+    with dex.Engine(store_factory(), workflows=[mixed], activities=[local_double], poll_interval=0.02) as engine:
+        service = ActivityTaskService(engine)
+        run_id = engine.start_workflow(mixed, 5)
+        time.sleep(0.5)  # the local activity ran; the engine's rounds pass the remote task by
+        assert engine.get_run(run_id).status is RunStatus.RUNNING
+        (task,) = service.poll("w1", ["remote-triple"], 5, 10)
+        assert (task.attempt, task.args) == (1, (5,))
+        service.complete(task.task_id, task.lease_version, 15)
+        assert engine.wait(run_id, timeout=10) == [10, 15]
