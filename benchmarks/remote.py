@@ -1,6 +1,6 @@
 """Activities/s through remote workers (SPEC §13): HTTP and gRPC against in-process, same run.
 
-``PYTHONPATH=. python -m benchmarks.remote -n 300 [--workers 4]`` runs N workflows of three
+``PYTHONPATH=. python -m benchmarks.remote -n 300 [--workers 8]`` runs N workflows of three
 sequential activities (``x+1``, ``x*2``, ``x-1``) three times, each on a fresh schema of the
 same PostgreSQL (``DEX_DATABASE_URL``, else an embedded server):
 
@@ -185,7 +185,7 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--runs", type=int, default=300)
-    parser.add_argument("--workers", type=int, default=4, help="worker threads in the remote worker process")
+    parser.add_argument("--workers", type=int, default=8, help="worker threads in the remote worker process")
     options = parser.parse_args()
     from benchmarks import pg
 
