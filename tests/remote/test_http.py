@@ -167,11 +167,16 @@ def test_a_fail_without_a_proper_error_is_400(engine: dex.Engine, url: str) -> N
     _healthy(engine, url)
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
 class FlakyStore:
     """The engine's store, but the next call of each method named in ``fail`` raises."""
 
-    def __init__(self, store: Any) -> None:
-        self._store, self.fail = store, set[str]()
+    def __init__(self, store: Any, hostile: bool = False) -> None:
+        self._store, self.fail, self.hostile = store, set[str](), hostile
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._store, name)
@@ -179,6 +184,8 @@ class FlakyStore:
             self.fail.discard(name)
 
             def broken(*args: Any, **kwargs: Any) -> Any:
+                if self.hostile:
+                    raise Unprintable()
                 raise ConnectionError(f"the store went away during {name} \ud800")
 
             return broken
@@ -188,8 +195,11 @@ class FlakyStore:
 @pytest.mark.parametrize(
     "method", ["claim_activity_tasks", "find_activity_tasks", "complete_activity_tasks", "extend_activity_leases"]
 )
-def test_the_store_failing_mid_call_is_a_503_and_changes_nothing(engine: dex.Engine, method: str) -> None:
-    flaky = FlakyStore(engine.store)
+@pytest.mark.parametrize("hostile", [False, True], ids=["connection-error", "unprintable"])
+def test_the_store_failing_mid_call_is_a_503_and_changes_nothing(
+    engine: dex.Engine, method: str, hostile: bool
+) -> None:
+    flaky = FlakyStore(engine.store, hostile)
     service = ActivityTaskService(flaky, poll_interval=0.1)  # type: ignore[arg-type]
     with http_server(service) as base:
         url = base + "/v1/activity-tasks"
@@ -203,7 +213,7 @@ def test_the_store_failing_mid_call_is_a_503_and_changes_nothing(engine: dex.Eng
             if status == 200:
                 status, answer = post(f"{url}/{task['task_id']}/complete", done)
             assert (status, answer["error"]["type"]) == (503, "Unavailable")
-            assert "went away" in answer["error"]["message"]
+            assert ("could not be described" if hostile else "went away") in answer["error"]["message"]
             assert post(f"{url}/{task['task_id']}/complete", done) == (200, {})  # the lease still holds
         else:
             assert (status, answer["error"]["type"]) == (503, "Unavailable")
