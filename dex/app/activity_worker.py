@@ -287,7 +287,8 @@ class ActivityWorker:
 
     def _heartbeat(self, task: ActivityTask) -> bool:
         """The attempt's ``heartbeat()``: moves its deadline (``lock_timeout`` from now) and
-        extends its lease at once; False once the lease is lost or given up."""
+        extends its lease at once; False once the lease is lost or given up, or the run was
+        cancelled or ended (``cancel_requested``)."""
         if self.leases.cancelled(task) or not self.leases.heartbeat(task, self._store.clock.now()):
             return False
         if self._buffer.heartbeat(task):
@@ -302,7 +303,8 @@ class ActivityWorker:
 
     def keep_leases(self) -> int:
         """A step of the engine's activity thread: queue the extensions of the running attempts'
-        leases when due, and fail the attempts past their ``lock_timeout`` (leases.py)."""
+        leases when due, fail the attempts past their ``lock_timeout`` (leases.py), and, about
+        once a second, tell the attempts whose runs were cancelled or ended (SPEC §13)."""
         now = self._store.clock.now()
         decided = self.leases.step(now)
         for task in decided.extend:
