@@ -2,12 +2,13 @@
 
 Run from the repository root after changing a ``.proto`` file::
 
-    .venv/bin/python scripts/gen_proto.py            # writes dex/v1/*_pb2.py and *_pb2.pyi
+    .venv/bin/python scripts/gen_proto.py            # writes dex/v1/*_pb2.py, *_pb2.pyi, *_pb2_grpc.py
     .venv/bin/python scripts/gen_proto.py --out DIR  # writes DIR/dex/v1/... instead
 
 It runs the ``protoc`` that ships with grpcio-tools, so the output depends only on that
 package's version; ``tests/unit/test_proto_generated.py`` checks that the committed modules
-match. The ``.pyi`` stubs come from mypy-protobuf's ``protoc-gen-mypy`` plugin when it is
+match. A proto that defines a service (``service.proto``) also gets its gRPC module
+(``*_pb2_grpc.py``, from grpcio-tools' own plugin). The ``.pyi`` stubs come from mypy-protobuf's ``protoc-gen-mypy`` plugin when it is
 installed (next to this Python or on ``PATH``).
 """
 
@@ -65,10 +66,21 @@ def generate(out_dir: Path, *, stubs: bool = True) -> list[Path]:
     )
     if completed.returncode != 0:
         raise RuntimeError(f"protoc failed ({completed.returncode}):\n{completed.stderr}")
+    services = [s for s in sources if "\nservice " in (PROTO_ROOT / s).read_text()]
+    if services:  # gRPC stubs only where there is a service: the message modules stay as they were
+        completed = subprocess.run(
+            [sys.executable, "-m", *args[:3], f"--grpc_python_out={out_dir}", *(str(s) for s in services)],
+            cwd=PROTO_ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if completed.returncode != 0:
+            raise RuntimeError(f"protoc (grpc) failed ({completed.returncode}):\n{completed.stderr}")
     written = []
     for source in sources:
         stem = source.with_suffix("")
-        for suffix in ("_pb2.py", "_pb2.pyi"):
+        for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
             candidate = stem.parent / f"{stem.name}{suffix}"
             if (out_dir / candidate).is_file():
                 written.append(candidate)

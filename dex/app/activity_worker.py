@@ -248,6 +248,7 @@ class ActivityWorker:
             activity_name=task.name,
             attempt=task.attempt,
             heartbeat_fn=heartbeat if heartbeat is not None else self._heartbeat_of(task),
+            cancelled_fn=lambda: self.leases.cancelled(task),  # an unleased (inline) attempt: never
         )
         token = set_activity_context(context)
         try:
@@ -267,7 +268,7 @@ class ActivityWorker:
                 with self._tracing.span(f"dex.activity {task.name}", task.trace_context, attributes):
                     value = definition.fn(*args)
                     if definition.is_async or asyncio.iscoroutine(value):
-                        value = self._async.run(value)
+                        value = self._async.run(value, lambda f: self.leases.on_cancel(task, f.cancel))
             except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt ... of user code are failures too
                 return self._failed(task, exc)
             try:
@@ -313,15 +314,30 @@ class ActivityWorker:
 
     def _heartbeat(self, task: ActivityTask) -> bool:
         """The attempt's ``heartbeat()``: moves its deadline (``lock_timeout`` from now) and
-        extends its lease at once; False once the lease is lost or given up."""
-        return self.leases.heartbeat(task, self._store.clock.now()) and self._buffer.heartbeat(task)
+        extends its lease at once; False once the lease is lost or given up, or the run was
+        cancelled or ended (``cancel_requested``)."""
+        if self.leases.cancelled(task) or not self.leases.heartbeat(task, self._store.clock.now()):
+            return False
+        if self._buffer.heartbeat(task):
+            return True
+        self._cancel(task)  # the lease is lost: the attempt is told so
+        return False
+
+    def _cancel(self, task: ActivityTask) -> None:
+        # what it returns from now on is discarded by the store's lease check: its lease is lost,
+        # or its task went with its run
+        self.leases.cancel(task)
 
     def keep_leases(self) -> int:
         """A step of the engine's activity thread: queue the extensions of the running attempts'
-        leases when due, and fail the attempts past their ``lock_timeout`` (leases.py)."""
-        decided = self.leases.step(self._store.clock.now())
+        leases when due, fail the attempts past their ``lock_timeout`` (leases.py), and, about
+        once a second, tell the attempts whose runs were cancelled or ended (SPEC §13)."""
+        now = self._store.clock.now()
+        decided = self.leases.step(now)
         for task in decided.extend:
-            self._buffer.heartbeat(task)
+            if not self._buffer.heartbeat(task):
+                self._cancel(task)
+        self._tell_cancelled(self.leases.due_checks(now))
         for task in decided.overdue:
             log.warning(
                 "activity %s of run %s, attempt %d: still running after its lock_timeout (%s); failed,"
@@ -334,6 +350,20 @@ class ActivityWorker:
             )
             self._buffer.add_activity_outcome(self.timed_out(task))
         return len(decided.extend) + len(decided.overdue)
+
+    def _tell_cancelled(self, tasks: tuple[ActivityTask, ...]) -> None:
+        """Cancel the attempts whose runs were cancelled or ended (or are gone)."""
+        if not tasks:
+            return
+        try:
+            runs = self._store.get_runs(sorted({t.run_id for t in tasks}))
+        except Exception:
+            log.info("could not read the runs of the running activities", exc_info=True)
+            return
+        live = {run.run_id for run in runs if not run.status.is_terminal}
+        for task in tasks:
+            if task.run_id not in live:
+                self._cancel(task)
 
     def timed_out(self, task: ActivityTask) -> ActivityOutcome:
         """The outcome of an attempt that ran past its deadline: a failure, retried as its policy says."""

@@ -9,6 +9,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("dex.worker")
@@ -30,7 +31,11 @@ class AsyncRunner:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def run(self, coro: Any) -> Any:
+    def run(self, coro: Any, on_future: Callable[[concurrent.futures.Future[Any]], object] | None = None) -> Any:
+        """Run ``coro`` on the loop and wait for its outcome. ``on_future`` gets the attempt's
+        future as soon as it is scheduled: cancelling that future cancels the coroutine at its
+        next await (``asyncio.CancelledError`` there), and this call raises
+        ``concurrent.futures.CancelledError`` at once, whatever the coroutine does after."""
         with self._lock:
             if self._thread is not None and not self._thread.is_alive():
                 log.error("the asyncio activity thread had died; starting a new one")
@@ -43,6 +48,8 @@ class AsyncRunner:
                 self._thread.start()
             loop, thread = self._loop, self._thread
         future = asyncio.run_coroutine_threadsafe(_carried(coro), loop)
+        if on_future is not None:
+            on_future(future)
         while not future.done():
             concurrent.futures.wait([future], timeout=1.0)
             if not future.done() and not thread.is_alive():

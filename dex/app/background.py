@@ -111,6 +111,7 @@ class Background:
         self._pool: Executor | None = None
         self._groups: GroupThreads | None = None
         self._wake_workflows = threading.Event()
+        self.activity_listeners: list[Callable[[], None]] = []  # told when activity work is due
         settings = co.Settings(
             poll_interval=poll_interval,
             window=window,
@@ -138,6 +139,12 @@ class Background:
 
     def _wake(self, topics: frozenset[str]) -> None:
         self._nudge(*topics)
+        if not topics or ACTIVITIES in topics:
+            for listener in tuple(self.activity_listeners):
+                try:
+                    listener()  # a remote worker's long poll (dex.remote): activity tasks may be due
+                except Exception:
+                    log.exception("a listener for activity work failed")
 
     def nudge(self, *topics: str) -> None:
         """This process made work for the threads of these topics (all of them, without any)."""

@@ -372,6 +372,10 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngine
             prometheus.serve(metrics_port, metrics_addr)
         self._background.start()
 
+    def on_activity_work(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (quick, never raising) when this engine makes activity tasks due."""
+        self._background.activity_listeners.append(listener)
+
     def health(self) -> dict[str, bool]:
         """Each thread of a started engine, by name: alive (True) or dead (False); empty when
         not started. A dead polling thread is logged and replaced (``dex.app.watchdog``)."""

@@ -20,7 +20,7 @@ activity thread. Attempts run inline by a workflow task hold no lease and are no
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
@@ -31,6 +31,10 @@ from dex.app.ports import ActivityTask
 # how many times per lease a running attempt's lease is extended: a lease survives a missed
 # round (a slow flush, a busy thread) and still has a third of its time left when extended
 ROUNDS_PER_LEASE = 3
+
+# how often the runs of the running attempts are read, to tell them of a cancellation (SPEC §13:
+# within a second or two; one read of a few rows per second while attempts run)
+CHECK_RUNS_EVERY = timedelta(seconds=1)
 
 
 def validate_activity_lease(lease: object) -> timedelta:
@@ -46,6 +50,8 @@ def validate_activity_lease(lease: object) -> timedelta:
 class _Attempt:
     task: ActivityTask
     deadline: datetime  # its start, or its last heartbeat(), plus its lock_timeout
+    cancelled: bool = False  # its run was cancelled or ended, or its lease is lost
+    on_cancel: Callable[[], object] | None = None  # stops an async attempt at its next await
 
 
 @attrs.frozen(kw_only=True)
@@ -54,6 +60,7 @@ class LeaseRound:
 
     extend: tuple[ActivityTask, ...] = ()
     overdue: tuple[ActivityTask, ...] = ()
+    check: tuple[ActivityTask, ...] = ()  # read their runs: cancelled or ended ones are told so
 
 
 class ActivityLeases:
@@ -64,6 +71,7 @@ class ActivityLeases:
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._overdue: set[tuple[int, int]] = set()
         self._next_round: datetime | None = None
+        self._next_check: datetime | None = None
         self._lock = threading.Lock()
 
     def lease_of(self, task: ActivityTask) -> timedelta:
@@ -117,6 +125,44 @@ class ActivityLeases:
             tasks = tuple(attempt.task for attempt in self._attempts.values())
             self._next_round = now + min(self.lease_of(task) for task in tasks) / ROUNDS_PER_LEASE
             return LeaseRound(extend=tasks, overdue=late)
+
+    def due_checks(self, now: datetime) -> tuple[ActivityTask, ...]:
+        """The attempts whose runs should be read now (once per :data:`CHECK_RUNS_EVERY`)."""
+        with self._lock:
+            if self._next_check is not None and now < self._next_check:
+                return ()
+            self._next_check = now + CHECK_RUNS_EVERY
+            return tuple(a.task for a in self._attempts.values() if not a.cancelled)
+
+    def cancel(self, task: ActivityTask) -> bool:
+        """Tell the attempt of ``task`` that its run was cancelled or ended, or its lease lost:
+        ``cancel_requested`` becomes True and an ``async def`` attempt is cancelled at its next
+        await. True the first time (the caller then refuses whatever the attempt returns)."""
+        with self._lock:
+            attempt = self._attempts.get(_key(task))
+            if attempt is None or attempt.cancelled:
+                return False
+            attempt.cancelled = True
+            on_cancel = attempt.on_cancel
+        if on_cancel is not None:
+            on_cancel()  # outside the lock: it calls into the event loop's thread
+        return True
+
+    def cancelled(self, task: ActivityTask) -> bool:
+        with self._lock:
+            attempt = self._attempts.get(_key(task))
+            return attempt is not None and attempt.cancelled
+
+    def on_cancel(self, task: ActivityTask, stop: Callable[[], object]) -> None:
+        """Call ``stop`` when the attempt is cancelled (at once if it is already)."""
+        with self._lock:
+            attempt = self._attempts.get(_key(task))
+            if attempt is None:
+                return
+            attempt.on_cancel = stop
+            late = attempt.cancelled
+        if late:
+            stop()
 
 
 def _key(task: ActivityTask) -> tuple[int, int]:

@@ -281,6 +281,14 @@ class ActivityTaskQueue(Protocol):
         while the attempt runs (:class:`dex.app.leases.ActivityLeases`)."""
         ...
 
+    def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
+        """Each task as it stands now, with its current lease, in the order asked; None for a
+        task that is not claimed (waiting for its first attempt or a retry) or is gone
+        (completed, or its run ended). A remote worker's calls name a task by its id and lease
+        version (SPEC §13): this read finds the rest, and the write that follows checks the
+        lease again under its lock."""
+        ...
+
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
         """Heartbeats: push each lease to ``now`` + the shorter of ``lease`` and its
         ``lock_timeout``, if its claim still holds it; per task, whether it did."""

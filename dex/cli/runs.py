@@ -76,6 +76,8 @@ def show_run(run_id: str, show_all: bool, stack: bool) -> None:
             }
             for item in history
         ]
+        waiting = timeline.pending_activities(history) if not record.status.is_terminal else []
+        document["pending_activities"] = [{"created_seq": seq, "name": name} for seq, name in waiting]
         click.echo(render.dumps(document))
         return
     click.echo(timeline.run_details(record, history))

@@ -24,6 +24,7 @@ from dex.cli.render import (
     show_time,
 )
 from dex.domain import events as ev
+from dex.domain.state import fold
 from dex.domain.values import FailureInfo
 
 # the bookkeeping around each workflow task; shown with --all
@@ -58,7 +59,18 @@ def run_details(record: RunRecord, history: Sequence[ev.HistoryEvent]) -> str:
         pairs.append(("failure", show_failure(record.failure)))
     if record.task_failure is not None:  # a held run (SPEC §11): why its task keeps failing
         pairs.append(("held", show_failure(record.task_failure)))
+    waiting = pending_activities(history) if not record.status.is_terminal else []
+    if waiting:  # a name no Python engine registers waits here for a remote worker (SPEC §13)
+        pairs.append(("pending", ", ".join(f"#{seq} {name}" for seq, name in waiting)))
     return fields(pairs)
+
+
+def pending_activities(history: Sequence[ev.HistoryEvent]) -> list[tuple[int, str]]:
+    """The activities the run waits for, as (sequence number of their creation, name)."""
+    names = {
+        item.sequence_number: item.event.name for item in history if isinstance(item.event, ev.ActivityTaskCreated)
+    }
+    return [(seq, names.get(seq, "?")) for seq in sorted(fold(history).pending_activities)]
 
 
 def _completed(record: RunRecord) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -18,6 +20,7 @@ from dex.cli.database import CommandError, connection_options, open_engine, prog
 from dex.cli.params import TEXT
 
 MISSING_EXTRA = 'the web dashboard needs the web extra: pip install "dex-engine[web]"'
+MISSING_GRPC = '--grpc-port needs the grpc extra: pip install "dex-engine[grpc]"'
 
 
 class UsageProblem(click.ClickException):
@@ -70,14 +73,27 @@ def url_of(sock: socket.socket) -> str:
     help="Require this token (Authorization: Bearer, or the sign-in form) [default: $DEX_WEB_TOKEN]. "
     "Needed to listen on any address but loopback.",
 )
-def web(host: str, port: int, token: str | None) -> None:
+@click.option(
+    "--grpc-port",
+    type=click.IntRange(0, 65535),
+    help="Also serve the remote workers' gRPC API on this port of the same host (needs the grpc extra).",
+)
+def web(host: str, port: int, token: str | None, grpc_port: int | None) -> None:
     """Serve the web dashboard and the JSON API (under /v1) until Ctrl-C."""
     try:
         import uvicorn
 
+        from dex.remote.service import ActivityTaskService
         from dex.web import create_app
     except ImportError:
         raise UsageProblem(MISSING_EXTRA) from None
+    serve_grpc: Callable[..., Any] | None = None
+    if grpc_port is not None:
+        try:
+            from dex.remote.grpc_server import serve_grpc as serve
+        except ImportError:
+            raise UsageProblem(MISSING_GRPC) from None
+        serve_grpc = serve
     if token is not None and (not token or token != token.strip() or not token.isprintable()):
         raise UsageProblem("--token must be a non-empty printable string without surrounding spaces")
     if not is_loopback(host) and not token:
@@ -86,13 +102,25 @@ def web(host: str, port: int, token: str | None) -> None:
             "(or set DEX_WEB_TOKEN), or serve on 127.0.0.1"
         )
     with open_engine() as engine:
-        app = create_app(engine, token=token or None)
+        service = ActivityTaskService(engine)
+        app = create_app(engine, token=token or None, activity_task_service=service)
         sock = listen(host, port)
+        grpc_server = None
+        if serve_grpc is not None:
+            try:
+                grpc_server = serve_grpc(service, host, grpc_port or 0, token=token or None)
+            except (OSError, RuntimeError) as exc:
+                sock.close()
+                raise CommandError(f"cannot serve gRPC on {host}:{grpc_port}: {exc}") from None
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
         click.echo(f"serving the dex dashboard at {url_of(sock)}" + (" (token required)" if token else ""))
+        if grpc_server is not None:
+            click.echo(f"serving the remote workers' gRPC API at {host}:{grpc_server.port}")
         progress("press Ctrl-C to stop")
         try:
             server.run(sockets=[sock])
         finally:
             sock.close()
+            if grpc_server is not None:
+                grpc_server.stop(grace=1)

@@ -23,7 +23,8 @@ from starlette.staticfiles import StaticFiles
 from dex.app.engine import Engine
 from dex.app.ports import QueueInfo, RunRecord, Store
 from dex.domain.errors import NotFoundError, RunNotFoundError
-from dex.web import api, pages
+from dex.remote.service import ActivityTaskService
+from dex.web import activity_tasks, api, pages
 from dex.web.errors import ApiError, error_response
 from dex.web.insights import Insights, PortInsights
 from dex.web.openapi import document
@@ -75,6 +76,7 @@ def create_app(
     *,
     extra_operations: Iterable[Operation] = (),
     allowed_hosts: Iterable[str] | None = None,
+    activity_task_service: ActivityTaskService | None = None,
 ) -> Starlette:
     """The dashboard and the JSON API over ``adapter_or_engine``, as a Starlette (ASGI) app.
 
@@ -82,13 +84,16 @@ def create_app(
     the sign-in form). Without a token, the app answers only requests whose ``Host`` is a
     loopback name (or one of ``allowed_hosts``): serve it on 127.0.0.1, or give it a token.
     ``extra_operations`` are further ``/v1`` routes, served and documented like the app's own.
+    The remote workers' ``/v1/activity-tasks`` (SPEC §13) are served by ``activity_task_service``
+    (by default one over the engine: its long polls wake when that engine makes activity work).
     """
     if token is not None:
         if not isinstance(token, str) or not token or token != token.strip() or not token.isprintable():
             raise ValueError("token must be a non-empty printable string without surrounding spaces")
     engine = adapter_or_engine if isinstance(adapter_or_engine, Engine) else Engine(adapter_or_engine)
     web = Web(engine)
-    operations = [*api.operations(), *extra_operations]
+    service = activity_task_service if activity_task_service is not None else ActivityTaskService(engine)
+    operations = [*api.operations(), *activity_tasks.operations(service), *extra_operations]
     openapi = document(operations, _version())
 
     async def openapi_json(request: Request) -> Response:

@@ -249,6 +249,14 @@ class MemoryTasks(MemoryState):
                 claimed.append(task.claimed())
             return claimed
 
+    def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
+        with self._lock:
+            rows = [self._activity_tasks.get(task_id) for task_id in task_ids]
+            return [
+                row.claimed() if row is not None and row.state == QUEUED and row.lease.owner is not None else None
+                for row in rows
+            ]
+
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
         storable.heartbeats(tasks)
         with self._lock:

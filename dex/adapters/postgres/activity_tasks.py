@@ -205,3 +205,19 @@ def complete_activity_tasks(
                 messages.append(inbox_row(outcome.task.run_id, message, now))
         insert_inbox(conn, q, messages)
     return applied
+
+
+def find_activity_tasks(conn: psycopg.Connection, q: Statements, task_ids: Sequence[int]) -> list[ActivityTask | None]:
+    if not task_ids:
+        return []
+    # by task id alone (a remote worker knows no queue, the primary key's first column): the
+    # partitions' live rows are scanned; an index on task_id would make it a lookup
+    rows = conn.execute(
+        q(
+            "SELECT " + ACTIVITY_TASK_COLUMNS + " FROM {s}.activity_tasks"
+            " WHERE task_id = ANY(%b::bigint[]) AND state = 'QUEUED' AND locked_by IS NOT NULL"
+        ),
+        [list(task_ids)],
+    ).fetchall()
+    found = {row[0]: activity_task(row) for row in rows}
+    return [found.get(task_id) for task_id in task_ids]

@@ -1,9 +1,8 @@
 """PostgresAdapter: every port of :mod:`dex.app.ports` over a PostgreSQL schema.
 
-Each method is one short transaction on a pooled connection: a single statement in the
-pool's autocommit mode, or a ``conn.transaction()`` block (commits when the block ends, rolls
-back on an exception). The SQL lives in one module per
-concern; this class owns the pool, the clock and the cache of queues known to exist.
+Each method is one short transaction on a pooled connection: a single statement in the pool's autocommit
+mode, or a ``conn.transaction()`` block (commits when the block ends, rolls back on an exception). The SQL
+lives in one module per concern; this class owns the pool, the clock and the cache of queues known to exist.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from dex.adapters.postgres.connection import (
     session_settings,
 )
 from dex.adapters.postgres.refusals import refusals
+from dex.adapters.postgres.remote_tasks import PostgresRemoteTasks
 from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS, Statements, migrate
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.app.clock import SystemClock
@@ -54,7 +54,7 @@ from dex.domain.values import FailureInfo
 from dex.serialization.history import decode_block
 
 
-class PostgresAdapter(forks.PostgresForks, PostgresTransactionSteps):
+class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransactionSteps):
     """A store in PostgreSQL; several adapters (in one or many processes) may share a schema.
 
     ``dsn`` is a libpq connection string or URL. The schema is created or upgraded on

@@ -1,0 +1,114 @@
+"""The remote workers' API (SPEC §13) as operations of the dashboard's app.
+
+:mod:`dex.remote.http_routes` serves ``/v1/activity-tasks`` over one
+:class:`~dex.remote.service.ActivityTaskService`; here its handlers become
+:class:`~dex.web.operations.Operation` values, so ``create_app`` serves them behind the same
+token and origin checks as the rest of ``/v1`` and documents them in ``/v1/openapi.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from dex.remote.http_routes import activity_task_routes
+from dex.remote.service import ActivityTaskService
+from dex.web.operations import Handler, Operation, Param
+
+STRING = {"type": "string"}
+TASK_ID = Param(name="task_id", where="path", schema={"type": "integer"}, description="The task's id, as polled")
+LEASE = {"lease_version": {"type": "integer"}}
+TASK = {
+    "type": "object",
+    "properties": {
+        "task_id": {"type": "integer"},
+        "run_id": STRING,
+        "name": STRING,
+        "attempt": {"type": "integer"},
+        "args": {"type": "array", "description": "the arguments' JSON forms"},
+        "lease_version": {"type": "integer"},
+        "lease_until": {"type": "string", "format": "date-time"},
+        "heartbeat_timeout": {"type": "number", "description": "seconds"},
+    },
+}
+
+
+def operations(service: ActivityTaskService) -> list[Operation]:
+    """Poll, complete, fail and heartbeat, served by ``service``."""
+    endpoints = {route.path: route.endpoint for route in activity_task_routes(service)}
+
+    def handler(path: str) -> Handler:
+        endpoint: Any = endpoints[path]
+
+        async def handle(request: Request, _web: Any) -> Response:
+            response: Response = await endpoint(request)  # answers its own errors (http_routes)
+            return response
+
+        return handle
+
+    def operation(path: str, summary: str, body: dict[str, Any], response: dict[str, Any], **more: Any) -> Operation:
+        return Operation(
+            method="POST",
+            path=path,
+            handler=handler(path),
+            summary=summary,
+            body={"type": "object", **body},
+            response=response,
+            tag="activity-tasks",
+            errors=(400, 401, 404, 409, 422),
+            **more,
+        )
+
+    return [
+        operation(
+            "/v1/activity-tasks/poll",
+            "Claim up to max activity tasks of these names, waiting up to wait_seconds (SPEC §13)",
+            {
+                "required": ["worker_id", "names"],
+                "properties": {
+                    "worker_id": STRING,
+                    "names": {"type": "array", "items": STRING},
+                    "max": {"type": "integer"},
+                    "wait_seconds": {"type": "number"},
+                },
+            },
+            {"type": "array", "items": TASK},
+        ),
+        operation(
+            "/v1/activity-tasks/{task_id}/complete",
+            "Complete a claimed task with its result (JSON); 409 when its lease is no longer held",
+            {"required": ["lease_version", "result"], "properties": {**LEASE, "result": {}}},
+            {"type": "object"},
+            params=(TASK_ID,),
+        ),
+        operation(
+            "/v1/activity-tasks/{task_id}/fail",
+            "Fail a claimed task's attempt (retried under its policy unless terminal)",
+            {
+                "required": ["lease_version", "error"],
+                "properties": {
+                    **LEASE,
+                    "error": {
+                        "type": "object",
+                        "properties": {
+                            "type": STRING,
+                            "message": STRING,
+                            "terminal": {"type": "boolean"},
+                            "retry_after_seconds": {"type": "number"},
+                        },
+                    },
+                },
+            },
+            {"type": "object"},
+            params=(TASK_ID,),
+        ),
+        operation(
+            "/v1/activity-tasks/{task_id}/heartbeat",
+            "Renew a claimed task's lease; says whether its run was cancelled or ended",
+            {"required": ["lease_version"], "properties": LEASE},
+            {"type": "object", "properties": {"cancel_requested": {"type": "boolean"}}},
+            params=(TASK_ID,),
+        ),
+    ]
