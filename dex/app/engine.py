@@ -1,8 +1,6 @@
 """The engine facade (SPEC §5): start, signal, inspect and wait for runs; run the workers.
-
 ``Engine.drain()`` runs every step inline, in the caller's thread; the threads of a started
-engine and the rounds they run are :mod:`dex.app.background`.
-"""
+engine and the rounds they run are :mod:`dex.app.background`."""
 
 from __future__ import annotations
 
