@@ -97,20 +97,7 @@ class InlineActivities:
     def run(self, spec: NewActivityTask, now: datetime) -> Answer:
         """Run the attempt in this thread: the message its outcome gives the run, or the task
         that retries it."""
-        task = ActivityTask(
-            task_id=0,
-            run_id=spec.run_id,
-            created_seq=spec.created_seq,
-            name=spec.name,
-            input=spec.input,
-            queue=spec.queue,
-            priority=spec.priority,
-            attempt=spec.attempt,
-            retry_policy=spec.retry_policy,
-            lock_timeout=spec.lock_timeout,
-            lease=Lease(owner=self.owner, until=now + spec.lock_timeout, version=0),
-            trace_context=spec.trace_context,
-        )
+        task = first_attempt(spec, self.owner, now)
         started = time.perf_counter()
         outcome = self.worker.execute(task, heartbeat=_no_lease)  # never raises: any exception is a failure
         try:
@@ -160,6 +147,24 @@ class InlineActivities:
             if not outcomes:
                 break
         return result
+
+
+def first_attempt(spec: NewActivityTask, owner: str, now: datetime) -> ActivityTask:
+    """The task of an attempt run inside its workflow task: no lease of its own (version 0)."""
+    return ActivityTask(
+        task_id=0,
+        run_id=spec.run_id,
+        created_seq=spec.created_seq,
+        name=spec.name,
+        input=spec.input,
+        queue=spec.queue,
+        priority=spec.priority,
+        attempt=spec.attempt,
+        retry_policy=spec.retry_policy,
+        lock_timeout=spec.lock_timeout,
+        lease=Lease(owner=owner, until=now + spec.lock_timeout, version=0),
+        trace_context=spec.trace_context,
+    )
 
 
 def _no_lease() -> bool:

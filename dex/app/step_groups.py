@@ -40,8 +40,8 @@ from typing import Any
 import attrs
 
 from dex.app.activity_worker import ActivityWorker
-from dex.app.inline import InlineActivities
-from dex.app.ports import ActivityOutcome, ActivityTask, Clock, Lease, WorkflowTask
+from dex.app.inline import InlineActivities, first_attempt
+from dex.app.ports import ActivityOutcome, ActivityTask, Clock, WorkflowTask
 from dex.app.registry import Registry
 from dex.app.transaction_ports import Checkpointed, CheckpointOutcome, StepCheckpoint, TransactionSteps
 from dex.domain import events as ev
@@ -113,7 +113,7 @@ class StepGroups:
             if spec is None:  # stopping, or its queue filled meanwhile: the step becomes a task
                 went_on[id(item)] = item.result
             else:
-                attempt = _attempt(spec, self.inline.owner, now)
+                attempt = first_attempt(spec, self.inline.owner, now)
                 steps.append(_Step(item, spec, attempt, self.worker.transaction_work(attempt)))
         grouped = [step for step in steps if not isinstance(step.work, ActivityOutcome)]
         started = time.perf_counter()
@@ -228,24 +228,6 @@ class _Step:
     spec: NewActivityTask
     attempt: ActivityTask
     work: Callable[[Any], Payload] | ActivityOutcome
-
-
-def _attempt(spec: NewActivityTask, owner: str, now: datetime) -> ActivityTask:
-    """The step's first attempt, as an inline attempt's task (no lease of its own: version 0)."""
-    return ActivityTask(
-        task_id=0,
-        run_id=spec.run_id,
-        created_seq=spec.created_seq,
-        name=spec.name,
-        input=spec.input,
-        queue=spec.queue,
-        priority=spec.priority,
-        attempt=spec.attempt,
-        retry_policy=spec.retry_policy,
-        lock_timeout=spec.lock_timeout,
-        lease=Lease(owner=owner, until=now + spec.lock_timeout, version=0),
-        trace_context=spec.trace_context,
-    )
 
 
 def _retry_of(spec: NewActivityTask, outcome: ActivityOutcome) -> NewActivityTask:

@@ -29,7 +29,7 @@ from datetime import datetime
 import attrs
 
 from dex.domain import events as ev
-from dex.domain.task import NewActivityTask, NewRun, OutgoingMessage, WorkflowTaskResult
+from dex.domain.task import NewActivityTask, NewRun, OutgoingMessage, WorkflowTaskResult, activity_task, child_created
 
 
 @attrs.frozen(kw_only=True)
@@ -182,22 +182,9 @@ def plan_fork(
         assert isinstance(started, ev.ChildRunCreated)
         new_id = child_run_id(run_id, created.generation, item.sequence_number)
         kept[index] = attrs.evolve(item, event=attrs.evolve(started, child_run_id=new_id))
-        child_runs.append(NewRun(run_id=new_id, created=_child_created(run_id, new_id, created, started)))
-    tasks = tuple(
-        NewActivityTask(
-            run_id=run_id,
-            created_seq=seq,
-            name=event.name,
-            input=event.input,
-            queue=event.queue,
-            priority=event.priority,
-            retry_policy=event.retry_policy,
-            lock_timeout=event.lock_timeout,
-            visible_from=now,
-            trace_context=created.trace_context,
-        )
-        for seq, event in activities.items()
-    )
+        restarted = attrs.evolve(started, child_run_id=new_id)
+        child_runs.append(NewRun(run_id=new_id, created=child_created(run_id, restarted, created)))
+    tasks = tuple(activity_task(run_id, seq, event, created, now) for seq, event in activities.items())
     fired = [
         OutgoingMessage(run_id=run_id, event=ev.TimerElapsed(created_seq=seq), visible_from=event.fire_at)
         for seq, event in timers.items()
@@ -214,21 +201,4 @@ def plan_fork(
         activity_tasks=tasks,
         messages=(*fired, *again),
         child_runs=tuple(child_runs),
-    )
-
-
-def _child_created(parent: str, child: str, created: ev.RunCreated, event: ev.ChildRunCreated) -> ev.RunCreated:
-    # as a workflow task's result creates a child (dex.domain.task): its seed comes from its id
-    return ev.RunCreated(
-        workflow_name=event.workflow_name,
-        input=event.input,
-        queue=event.queue,
-        instance_id=event.instance_id,
-        priority=event.priority,
-        concurrency_key=event.concurrency_key,
-        labels=event.labels,
-        parent_run_id=parent,
-        random_seed=uuid.UUID(child).int >> 64,
-        trace_context=created.trace_context,
-        code_version=created.code_version,
     )

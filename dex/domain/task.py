@@ -4,8 +4,7 @@
 result says which history events to append (after ``expected_last_seq``, so that a racing
 duplicate task loses on the unique (run, sequence) key), which inbox messages were consumed,
 and what the new events cause elsewhere: activity tasks, timers, child runs, messages to the
-parent and children. Adapters carry out a result; they do not interpret workflow semantics.
-"""
+parent and children. Adapters carry out a result; they do not interpret workflow semantics."""
 
 from __future__ import annotations
 
@@ -166,8 +165,7 @@ def select_messages(suspended: bool, inbox: Sequence[InboxMessage]) -> list[Inbo
 
     While the run is suspended (``suspended`` says whether its history ends so), only control
     messages (resume, cancel) are taken; the others stay in the inbox and follow a resume in
-    their original order.
-    """
+    their original order."""
     taken: list[InboxMessage] = []
     held: list[InboxMessage] = []
     # a generation's start precedes everything else: a request that arrived while the run was
@@ -213,8 +211,7 @@ def advance(
     executor: WorkflowExecutor, last_seq: int, inbox: Sequence[InboxMessage], now: datetime
 ) -> WorkflowTaskResult:
     """Decide the next workflow task with an executor that has replayed the history up to
-    ``last_seq`` (freshly, or kept from the run's previous task); the executor moves on with it.
-    """
+    ``last_seq`` (freshly, or kept from the run's previous task); the executor moves on with it."""
     run_id = executor.run_id
     if executor.completed_in_history:
         # a finished run: whatever still arrives is dropped
@@ -244,20 +241,7 @@ def advance(
         new_events.append(ev.HistoryEvent(sequence_number=command_seq, timestamp=now, event=event))
         match event:
             case ev.ActivityTaskCreated():
-                activity_tasks.append(
-                    NewActivityTask(
-                        run_id=run_id,
-                        created_seq=command_seq,
-                        name=event.name,
-                        input=event.input,
-                        queue=event.queue,
-                        priority=event.priority,
-                        retry_policy=event.retry_policy,
-                        lock_timeout=event.lock_timeout,
-                        visible_from=now,
-                        trace_context=created.trace_context,
-                    )
-                )
+                activity_tasks.append(activity_task(run_id, command_seq, event, created, now))
             case ev.TimerCreated():
                 messages.append(
                     OutgoingMessage(
@@ -265,24 +249,7 @@ def advance(
                     )
                 )
             case ev.ChildRunCreated():
-                child_runs.append(
-                    NewRun(
-                        run_id=event.child_run_id,
-                        created=ev.RunCreated(
-                            workflow_name=event.workflow_name,
-                            input=event.input,
-                            queue=event.queue,
-                            instance_id=event.instance_id,
-                            priority=event.priority,
-                            concurrency_key=event.concurrency_key,
-                            labels=event.labels,
-                            parent_run_id=run_id,
-                            random_seed=uuid.UUID(event.child_run_id).int >> 64,
-                            trace_context=created.trace_context,
-                            code_version=created.code_version,
-                        ),
-                    )
-                )
+                child_runs.append(NewRun(run_id=event.child_run_id, created=child_created(run_id, event, created)))
             case ev.RunCompleted():
                 completion = event
     next_seq = new_events[-1].sequence_number + 1
@@ -307,6 +274,41 @@ def advance(
         messages=tuple(messages),
         child_runs=tuple(child_runs),
         new_history=new_history,
+    )
+
+
+def activity_task(
+    run_id: str, seq: int, event: ev.ActivityTaskCreated, created: ev.RunCreated, now: datetime
+) -> NewActivityTask:
+    """The task a run's ``ActivityTaskCreated`` (at ``seq``) makes, due ``now``."""
+    return NewActivityTask(
+        run_id=run_id,
+        created_seq=seq,
+        name=event.name,
+        input=event.input,
+        queue=event.queue,
+        priority=event.priority,
+        retry_policy=event.retry_policy,
+        lock_timeout=event.lock_timeout,
+        visible_from=now,
+        trace_context=created.trace_context,
+    )
+
+
+def child_created(parent: str, event: ev.ChildRunCreated, created: ev.RunCreated) -> ev.RunCreated:
+    """The creation event of the child ``event`` starts (its seed comes from its id)."""
+    return ev.RunCreated(
+        workflow_name=event.workflow_name,
+        input=event.input,
+        queue=event.queue,
+        instance_id=event.instance_id,
+        priority=event.priority,
+        concurrency_key=event.concurrency_key,
+        labels=event.labels,
+        parent_run_id=parent,
+        random_seed=uuid.UUID(event.child_run_id).int >> 64,
+        trace_context=created.trace_context,
+        code_version=created.code_version,
     )
 
 
