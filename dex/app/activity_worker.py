@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import statistics
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from datetime import timedelta
@@ -23,6 +21,7 @@ from typing import Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.async_activities import AsyncRunner
+from dex.app.attempts import Durations, described_failure, undescribed_failure
 from dex.app.buffer import ResultBuffer
 from dex.app.leases import ActivityLeases
 from dex.app.ports import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask, Store
@@ -35,29 +34,6 @@ from dex.domain.errors import NotRegisteredError, SerializationError
 from dex.domain.values import ApplicationError, FailureInfo, Payload
 
 log = logging.getLogger("dex.worker")
-
-
-class Durations:
-    """How long the last few attempts of each activity took (seconds), for inline execution."""
-
-    def __init__(self, keep: int = 8) -> None:
-        self._keep = keep
-        self._seen: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
-
-    def record(self, name: str, seconds: float) -> None:
-        with self._lock:
-            seen = self._seen.get(name)
-            if seen is None:
-                seen = self._seen[name] = deque(maxlen=self._keep)
-            seen.append(seconds)
-
-    def typical(self, name: str) -> float | None:
-        """The median of the last attempts of ``name`` (wall time, so an attempt that waited for
-        the GIL counts long: the median sees past those); None before its first one ended."""
-        with self._lock:
-            seen = self._seen.get(name)
-            return statistics.median(seen) if seen else None
 
 
 class ActivityWorker:
@@ -401,23 +377,3 @@ class ActivityWorker:
         if retry_after is not None:
             delay = retry_after
         return ActivityOutcome(task=task, failure=failure, retry_at=now + delay)
-
-
-def described_failure(exc: BaseException, *, terminal: bool | None = None) -> FailureInfo:
-    """``FailureInfo.from_exception(exc)``, or, if describing ``exc`` raised, :func:`undescribed_failure`."""
-    try:
-        return FailureInfo.from_exception(exc, terminal=terminal)
-    except BaseException:  # noqa: BLE001 - a hostile __str__/__repr__ must not lose the failure
-        return undescribed_failure(exc, terminal=bool(terminal))
-
-
-def undescribed_failure(exc: BaseException, *, terminal: bool = False) -> FailureInfo:
-    """A failure for an exception that could not be described (its ``__str__`` or ``__repr__``
-    raised, or describing it failed otherwise): its type name only, never ``str(exc)``."""
-    try:
-        name = type(exc).__name__
-        if not isinstance(name, str):
-            raise TypeError(name)
-    except BaseException:  # noqa: BLE001 - a type whose name cannot be read: still a failure
-        name = "BaseException"
-    return FailureInfo(type=name, message=f"<{name}: the exception could not be described>", terminal=terminal)
