@@ -42,6 +42,23 @@ def test_pending_activities_show_their_attempt_and_next_retry(make_engine: Any) 
         assert 'id="timeline"' in page and "pending" in page
 
 
+@dex.workflow(name="web-remote")
+async def remote(ctx: dex.WorkflowContext, image: str) -> Any:
+    return await ctx.activity("resize-image", image)  # no Python process registers it (SPEC §13)
+
+
+def test_a_task_for_a_remote_worker_shows_as_pending_on_the_run_page(make_engine: Any) -> None:
+    engine = make_engine([*WORKFLOWS, remote], ACTIVITIES)
+    run_id = engine.start_workflow(remote, "cat.png")
+    engine.drain()  # nothing here runs it: the task waits for a remote worker
+    with client(create_app(engine)) as http:
+        page = http.get(f"/runs/{run_id}").text
+        assert 'id="pending"' in page and "resize-image" in page
+        polled = http.post("/v1/activity-tasks/poll", json={"worker_id": "w", "names": ["resize-image"], "max": 1})
+        (task,) = polled.json()
+        assert task["run_id"] == run_id and task["args"] == ["cat.png"]
+
+
 def test_parent_and_children_link_to_each_other(make_engine: Any) -> None:
     engine = make_engine([*WORKFLOWS, parent], ACTIVITIES)
     run_id = engine.start_workflow(parent)
