@@ -18,11 +18,11 @@ import click
 
 from dex.app.engine import Engine
 from dex.app.ports import RunFilter
-from dex.cli import render
 from dex.cli.database import CommandError, open_engine, settings
 from dex.cli.params import LABEL, LIMIT, MOMENT, TEXT
 from dex.domain.errors import InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus
+from dex.views import render
 
 STATUSES = [status.value.lower() for status in RunStatus]
 LIVE_STATUSES = frozenset(status for status in RunStatus if not status.is_terminal)

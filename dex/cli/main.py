@@ -32,13 +32,13 @@ from dex.cli import database
 from dex.cli.database import DEFAULT_SCHEMA, Settings, connection_options, json_option, progress, settings
 from dex.cli.params import SCHEMA, TEXT
 from dex.cli.queues import queues
-from dex.cli.render import dumps, show_duration
 from dex.cli.replay import replay
 from dex.cli.runs import events, runs
 from dex.cli.schedules import schedules
 from dex.cli.web import web
 from dex.cli.worker import worker
 from dex.domain.errors import DexError, SerializationError
+from dex.views.render import dumps, show_duration
 
 DEMO_SCHEMA = "dex_demo"
 

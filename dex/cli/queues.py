@@ -13,9 +13,9 @@ import click
 
 from dex.app.engine import Engine
 from dex.app.ports import QUEUE_KINDS, QueueInfo
-from dex.cli import render
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
 from dex.cli.params import CAPACITY, QUEUE_NAME
+from dex.views import render
 
 _kind_option = click.option(
     "--kind",

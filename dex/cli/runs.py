@@ -17,7 +17,6 @@ import click
 
 from dex.app.engine import Engine
 from dex.app.ports import RunRecord
-from dex.cli import render, timeline
 from dex.cli.bulk import (
     ALL_STATUSES,
     LIVE_STATUSES,
@@ -31,6 +30,7 @@ from dex.cli.bulk import (
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
 from dex.cli.params import EVENT_ID, JSON_VALUE, QUEUE_NAME, RUN_ID, SEQUENCE, TEXT
 from dex.domain.errors import InvalidStateError, RunNotFoundError
+from dex.views import render, timeline
 
 
 @click.group()

@@ -17,9 +17,9 @@ import click
 
 from dex.app.schedule_api import ScheduleAdmin
 from dex.app.schedule_spec import ScheduleInfo
-from dex.cli import render
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
 from dex.cli.params import MOMENT, SCHEDULE_NAME, TEXT
+from dex.views import render
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from dex.cli.render import jsonable
+from dex.views.render import jsonable
 from dex.web import inputs
 from dex.web.errors import ApiError
 from dex.web.operations import Operation, Param, blocking, json

@@ -11,8 +11,8 @@ from datetime import datetime
 
 import attrs
 
-from dex.cli.render import show_duration, show_time
 from dex.domain import events as ev
+from dex.views.render import show_duration, show_time
 from dex.web.insights import Minute, PendingActivity
 
 CHART_WIDTH, CHART_HEIGHT, CHART_LEFT, CHART_BOTTOM = 720, 160, 36, 20

@@ -15,10 +15,10 @@ import attrs
 
 from dex.app.ports import RunFilter, RunRecord, Store
 from dex.app.reads import run_filter
-from dex.cli.render import jsonable, run_json
 from dex.domain import events as ev
 from dex.domain.context import fire_time
 from dex.domain.status import RunStatus
+from dex.views.render import jsonable, run_json
 from dex.web import inputs
 from dex.web.errors import bad_request
 from dex.web.inputs import Cursor

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from dex.cli.render import show_duration, show_labels, show_time
+from dex.views.render import show_duration, show_labels, show_time
 from dex.web import actions, inputs
 from dex.web.errors import classify
 from dex.web.listing import STATUSES, page_of_runs, query_string, run_query

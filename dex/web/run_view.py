@@ -7,10 +7,10 @@ import json
 from datetime import datetime
 from typing import Any
 
-from dex.cli.render import decode, jsonable, show_payload
-from dex.cli.timeline import stack_trace
 from dex.domain.errors import SerializationError
 from dex.domain.values import Payload
+from dex.views.render import decode, jsonable, show_payload
+from dex.views.timeline import stack_trace
 from dex.web.charts import steps_of, timeline
 from dex.web.listing import children_of, created_event, event_document
 

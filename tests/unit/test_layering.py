@@ -85,6 +85,24 @@ def test_domain_and_app_never_import_an_adapter(path: Path) -> None:
     assert adapter_imports(_imports_of(path)) == []
 
 
+def _under(imports: list[str], packages: tuple[str, ...]) -> list[str]:
+    return [t for t in imports if any(t == p or t.startswith(p + ".") for p in packages)]
+
+
+@pytest.mark.parametrize(
+    "path", modules("views") + modules("web") + modules("remote"), ids=lambda p: f"{p.parent.name}/{p.name}"
+)
+def test_the_outer_layers_share_views_and_never_import_the_command_line(path: Path) -> None:
+    """``dex.cli`` is the outermost layer: the dashboard and the remote workers' API stand beside
+    it, and what both show lives below them in ``dex.views``."""
+    assert _under(_imports_of(path), ("dex.cli",)) == []
+
+
+@pytest.mark.parametrize("path", modules("views"), ids=lambda p: p.name)
+def test_views_import_no_adapter_and_no_outer_layer(path: Path) -> None:
+    assert _under(_imports_of(path), ("dex.adapters", "dex.web", "dex.remote", "dex.cli", "dex.simulation")) == []
+
+
 @pytest.mark.parametrize(
     ("source", "bad"),
     [

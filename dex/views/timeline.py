@@ -14,7 +14,10 @@ from datetime import UTC
 from typing import assert_never
 
 from dex.app.ports import RunRecord
-from dex.cli.render import (
+from dex.domain import events as ev
+from dex.domain.state import fold
+from dex.domain.values import FailureInfo
+from dex.views.render import (
     fields,
     show_args,
     show_duration,
@@ -23,9 +26,6 @@ from dex.cli.render import (
     show_payload,
     show_time,
 )
-from dex.domain import events as ev
-from dex.domain.state import fold
-from dex.domain.values import FailureInfo
 
 # the bookkeeping around each workflow task; shown with --all
 QUIET_KINDS = frozenset({"WorkflowTaskStarted", "WorkflowTaskCompleted"})
