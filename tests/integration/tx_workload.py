@@ -4,7 +4,9 @@ each inserting one row into a table without a unique constraint, and a worker pr
     python -m tests.integration.tx_workload --dsn DSN --schema SCHEMA --node-id NODE
 
 The worker prints ``ready <node id>`` once its engine runs; the test kills it with SIGKILL.
-Each step sleeps a little inside its transaction, so that kills land mid-transaction too.
+Each step sleeps a little inside its transaction, so that kills land mid-transaction too; with
+``--inline-seconds 0.5`` the worker runs the steps in groups (several runs' steps in one
+transaction), so kills land mid-group too.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ def ledger_table(schema: str) -> str:
 
 def create_ledger(dsn: str, schema: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {ledger_table(schema)} (run_id text NOT NULL, step int NOT NULL, pid int)")
+        # tx: the transaction that wrote the row (steps run in a group share one, dex.app.step_groups)
+        conn.execute(
+            f"CREATE TABLE {ledger_table(schema)}"
+            " (run_id text NOT NULL, step int NOT NULL, pid int, tx bigint NOT NULL DEFAULT txid_current())"
+        )
 
 
 @dex.transaction(name="ledger-insert", retry=dex.RetryPolicy(initial_delay=0.05, max_attempts=50))
@@ -55,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--schema", required=True)
     parser.add_argument("--node-id", required=True)
+    # at 0.5 s the steps (which sleep up to 0.3 s) run in groups inside their workflow tasks
+    parser.add_argument("--inline-seconds", type=float, default=0.005)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     LEDGER["table"] = ledger_table(args.schema)
@@ -68,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         workflow_task_lease=timedelta(seconds=2),
         leader_lease=timedelta(seconds=2),
         activity_lease=timedelta(seconds=2),
+        inline_activity_seconds=args.inline_seconds,
     )
     engine.start()
     print(f"ready {args.node_id}", flush=True)
