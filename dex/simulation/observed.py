@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from dex.adapters.memory import InMemoryAdapter
 from dex.app.ports import ActivityOutcome, ActivityTask, Clock, WorkflowTask
+from dex.app.transaction_ports import Checkpointed, CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import WorkflowTaskResult
@@ -37,8 +38,14 @@ class ObservedAdapter(InMemoryAdapter):
     acknowledgement arrives).
     """
 
-    def __init__(self, clock: Clock, referee: Referee, ids: random.Random) -> None:
-        super().__init__(clock=clock)
+    def __init__(
+        self,
+        clock: Clock,
+        referee: Referee,
+        ids: random.Random,
+        transaction_connection: Callable[[], Any] | None = None,
+    ) -> None:
+        super().__init__(clock=clock, transaction_connection=transaction_connection)
         self.referee = referee
         self._run_ids = ids
         self._again = False
@@ -130,6 +137,18 @@ class ObservedAdapter(InMemoryAdapter):
                 raise InvariantViolation(
                     "history-as-decided", f"run {run_id}: the store wrote another history than decided"
                 )
+
+    def checkpoint_steps(self, items: Sequence[StepCheckpoint], now: datetime) -> list[CheckpointOutcome]:
+        outcomes = super().checkpoint_steps(items, now)
+        with self.referee.judging():
+            for item, outcome in zip(items, outcomes, strict=True):
+                if isinstance(outcome, Checkpointed):  # the task's result so far, the task kept
+                    self.referee.checkpoint(item.task, item.result, kept=True)
+                    if self.load_history(item.task.run_id) != self.referee.runs[item.task.run_id].history:
+                        raise InvariantViolation(
+                            "history-as-decided", f"run {item.task.run_id}: a checkpoint wrote another history"
+                        )
+        return outcomes
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
         self._sabotaged("refuse")

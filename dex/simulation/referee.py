@@ -99,8 +99,12 @@ class Referee:
     def workflow_result(self, task: WorkflowTask, result: WorkflowTaskResult, applied: bool, again: bool) -> None:
         self.leases.completed("workflow", task.task_id, task.lease, applied)
         self._delivered(("workflow", (task, result)), applied, again)
-        if not applied:
-            return
+        if applied:
+            self.checkpoint(task, result)
+
+    def checkpoint(self, task: WorkflowTask, result: WorkflowTaskResult, kept: bool = False) -> None:
+        """``result`` was written for ``task``; ``kept``: as a checkpoint, the task's lease goes on."""
+        self.counts["checkpointed"] += kept
         log = self.runs.get(result.run_id)
         if log is None:
             raise InvariantViolation("history-as-decided", f"a result was applied to unknown run {result.run_id}")

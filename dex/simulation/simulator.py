@@ -93,7 +93,9 @@ class Simulator:
         self.world = World(random.Random(f"world:{seed}"))
         self.clock = dex.testing.VirtualClock()
         self.referee = Referee(RETENTION)
-        self.store = adapter_class(self.clock, self.referee, random.Random(f"ids:{seed}"))
+        self.store = adapter_class(
+            self.clock, self.referee, random.Random(f"ids:{seed}"), transaction_connection=self.world.connection
+        )
         self.converter = CONVERTER
         self.trace: list[str] = []
         self.step_no = 0

@@ -38,6 +38,11 @@ class World:
         self.failure_rate = failure_rate
         self.forced: deque[str] = deque()  # "retryable" or "terminal", for the next executions
         self.executions: Counter[tuple[str, str, str]] = Counter()  # (run id, activity, args)
+        self.committed: Counter[str] = Counter()  # what transaction steps' connections committed
+
+    def connection(self) -> LedgerConnection:
+        """A database connection for a transaction step (``InMemoryAdapter(transaction_connection=)``)."""
+        return LedgerConnection(self.committed)
 
     def perform(self, name: str, args: tuple[Any, ...]) -> None:
         """Record one execution of activity ``name``; raise if this one is to fail."""
@@ -49,6 +54,23 @@ class World:
             raise RuntimeError(f"{name} failed on purpose")
         if self.rng.random() < self.failure_rate:
             raise RuntimeError(f"{name} failed by chance")
+
+
+class LedgerConnection:
+    """A transaction step's stand-in connection: ``write(key)`` until ``commit()`` or ``rollback()``."""
+
+    def __init__(self, committed: Counter[str]) -> None:
+        self._committed, self._pending = committed, list[str]()
+
+    def write(self, key: str) -> None:
+        self._pending.append(key)
+
+    def commit(self) -> None:
+        self._committed.update(self._pending)
+        self._pending.clear()
+
+    def rollback(self) -> None:
+        self._pending.clear()
 
 
 _WORLD: ContextVar[World | None] = ContextVar("dex_simulation_world", default=None)

@@ -1,0 +1,51 @@
+"""Transaction steps in the simulation: runs of ``@dex.transaction`` steps among the standard
+workload, on nodes that crash, lose the store and redeliver results, with first attempts run in
+groups inside their workflow tasks (``inline=True``). Besides every invariant of the simulator,
+each step's write is committed exactly once (``ledger_violations``)."""
+
+from __future__ import annotations
+
+from hypothesis import given, note, settings
+
+from dex.domain.status import RunStatus
+from dex.simulation import Fault, Simulator
+from dex.simulation.ledger_workload import TransactionWorkload, ledger_violations
+from tests.simulation.test_simulation import SIMULATION, STEPS, fault_schedules, seeds
+
+WORKLOAD = TransactionWorkload()
+
+
+def run_ledger(seed: int, faults: list[Fault], *, noting: bool = True) -> Simulator:
+    simulator = Simulator(seed, faults, steps=STEPS, workload=WORKLOAD, inline=True)
+    if noting:  # (hypothesis prints it with a failing example)
+        note(f"replay with: {simulator.reproduction()}")
+    simulator.run()
+    # the runs retention has not deleted yet (a deleted run's keys are still checked for doubles)
+    histories = {
+        run_id: simulator.store.load_history(run_id)
+        for run_id in simulator.referee.runs
+        if simulator.store.get_run(run_id) is not None
+    }
+    assert ledger_violations(dict(simulator.world.committed), histories) == []
+    return simulator
+
+
+@settings(SIMULATION, max_examples=60)
+@given(seeds, fault_schedules)
+def test_transaction_steps_commit_exactly_once_under_every_schedule(seed: int, faults: list[Fault]) -> None:
+    run_ledger(seed, faults)
+
+
+def test_the_ledger_runs_complete_and_their_steps_run_in_groups() -> None:
+    """Without faults ledger runs complete (or are cancelled by a client), each completed step's
+    write committed once, and some steps were committed by a checkpoint, in a group."""
+    completed = grouped = 0
+    for seed in range(6):
+        simulator = run_ledger(seed, [], noting=False)
+        for run_id, log in simulator.referee.runs.items():
+            if log.workflow_name == "sim-ledger":
+                status = simulator.referee.statuses.last[run_id].status
+                assert status in (RunStatus.COMPLETED, RunStatus.CANCELLED), status
+                completed += status is RunStatus.COMPLETED
+        grouped += simulator.referee.counts["checkpointed"]
+    assert completed > 0 and grouped > 0
