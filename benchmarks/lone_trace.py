@@ -8,7 +8,8 @@ thread's CPU time, and every activity's sleep. For each sample it splits the wal
 the activities' I/O; the write transactions on the path (the start, each workflow task's
 completion, each activity's completion: they follow one another); claims the workflow worker
 made between an activity's completion and the next workflow task's (on the path too); and
-the rest (thread hand-offs, the workflow code, ``wait`` noticing the end). Prints the medians,
+the rest (thread hand-offs, the workflow code, ``wait`` noticing the end; ``tail`` is the part
+after the last write). Prints the medians,
 and one sample's timeline. PostgreSQL as ``benchmarks.run`` finds it.
 """
 
@@ -71,7 +72,9 @@ def _split(calls: list[Call], t0: float, end: float) -> dict[str, float]:
             if before and after and before[-1][3].startswith("complete_activity") and after[0][0] >= c[1]:
                 claims += c[1] - c[0]
     total = end - t0
+    last = max((c[1] for c in calls if c[3] in WRITES), default=end)
     return {
+        "tail": (end - last) * 1000,
         "total": total * 1000,
         "io": io * 1000,
         "writes": writes * 1000,
@@ -142,7 +145,7 @@ def main() -> None:
         adapter.close()
         pg.drop_schema(dsn, schema)
     print(f"{args.samples} samples, io {args.io * 1000:.0f} ms per activity; medians (ms):")
-    for key in ("total", "io", "writes", "claims", "rest", "write_cpu", "writes_n", "reads_n", "others_n"):
+    for key in ("total", "io", "writes", "claims", "rest", "tail", "write_cpu", "writes_n", "reads_n", "others_n"):
         values = [s[key] for s in splits]
         print(f"  {key:<10} {statistics.median(values):7.1f}   (min {min(values):.1f}, max {max(values):.1f})")
     print("\none sample: start, end, wall ms, thread CPU ms, port call, thread")
