@@ -120,6 +120,7 @@ def main() -> None:
     engine = dex.Engine(adapter, workflows=workloads.WORKFLOWS, activities=workloads.ACTIVITIES, **options)
     engine.start()
     splits: list[dict[str, float]] = []
+    per_call: dict[str, list[tuple[float, float]]] = {}
     timeline: list[str] = []
     try:
         for i in range(5):
@@ -134,6 +135,9 @@ def main() -> None:
             with recorder.lock:
                 calls = list(recorder.calls)
             splits.append(_split(calls, t0, end))
+            for s, e, cpu, name, _th in calls:
+                if s < end and name != "IO":
+                    per_call.setdefault(name, []).append(((e - s) * 1000, cpu))
             if i == args.samples // 2:
                 timeline = [
                     f"{(s - t0) * 1000:7.1f} {(e - t0) * 1000:7.1f} {(e - s) * 1000:5.1f} {cpu:5.1f}  {name:<38} {th}"
@@ -148,6 +152,12 @@ def main() -> None:
     for key in ("total", "io", "writes", "claims", "rest", "tail", "write_cpu", "writes_n", "reads_n", "others_n"):
         values = [s[key] for s in splits]
         print(f"  {key:<10} {statistics.median(values):7.1f}   (min {min(values):.1f}, max {max(values):.1f})")
+    print("\nper port call: calls per sample, median wall ms, median CPU ms of its thread")
+    for name, values in sorted(per_call.items(), key=lambda item: -sum(w for w, _c in item[1])):
+        walls, cpus = [w for w, _c in values], [c for _w, c in values]
+        print(
+            f"  {name:<38} {len(values) / args.samples:5.2f} {statistics.median(walls):6.2f} {statistics.median(cpus):6.2f}"
+        )
     print("\none sample: start, end, wall ms, thread CPU ms, port call, thread")
     print("\n".join(timeline))
 
