@@ -38,7 +38,14 @@ def _latency(start: Any, wait: Any, samples: int) -> float:
 
 
 def dex_run(
-    dsn: str, schema: str, runs: int, concurrency: int, io: float, inline: float | None, samples: int, cpu: float = 0.0
+    dsn: str,
+    schema: str,
+    runs: int,
+    concurrency: int | None,
+    io: float,
+    inline: float | None,
+    samples: int,
+    cpu: float = 0.0,
 ) -> dict[str, Any]:
     import dex
     from benchmarks import workloads
@@ -47,7 +54,7 @@ def dex_run(
 
     workloads.IO_SECONDS, workloads.CPU_SECONDS = io, cpu
     workflow = workloads.io_three if io or cpu else workloads.three
-    options: dict[str, Any] = {"activity_concurrency": concurrency}
+    options: dict[str, Any] = {} if concurrency is None else {"activity_concurrency": concurrency}
     if inline is not None:
         options["inline_activity_seconds"] = inline
     adapter = PostgresAdapter(dsn, schema=schema)
@@ -138,15 +145,16 @@ def part_io(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
 
 
 def part_every(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
-    """Every activity a task of its own (``inline_activity_seconds=0``), DBOS as in ``dbos``."""
+    """Every activity a task of its own (``inline_activity_seconds=0``; dex's default activity
+    threads), DBOS as in ``dbos``."""
     from benchmarks.run import table
 
     runs = cfg["n"]
     measured: dict[str, dict[str, Any]] = {}
     for key, kind, extra in (
-        ("dex_16", "dex", ["--inline-seconds", "0"]),
+        ("dex", "dex", ["--inline-seconds", "0"]),
         ("dbos_64", "dbos", ["--concurrency", "64"]),
-        ("dex_16_after", "dex", ["--inline-seconds", "0"]),
+        ("dex_after", "dex", ["--inline-seconds", "0"]),
     ):
         measured[key] = _child(dsn, cfg, kind, runs, extra)
     results["every"] = measured
@@ -182,7 +190,7 @@ def main() -> None:
     parser.add_argument("kind", choices=("dex", "dbos"))
     parser.add_argument("--schema", required=True)
     parser.add_argument("--runs", type=int, default=500)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=None, help="dex: the engine's default if not given")
     parser.add_argument("--io", type=float, default=0.0, help="seconds each activity waits")
     parser.add_argument("--cpu", type=float, default=0.0, help="seconds of CPU each activity uses (dex only)")
     parser.add_argument("--inline-seconds", type=float, default=None)
@@ -194,7 +202,7 @@ def main() -> None:
             dsn, args.schema, args.runs, args.concurrency, args.io, args.inline_seconds, args.latency_samples, args.cpu
         )
     else:
-        result = dbos_run(dsn, args.schema, args.runs, args.concurrency, args.io, args.latency_samples)
+        result = dbos_run(dsn, args.schema, args.runs, args.concurrency or 64, args.io, args.latency_samples)
     print(json.dumps(result))
     sys.stdout.flush()
 
