@@ -240,14 +240,22 @@ def test_flushes_wake_a_wait_without_making_it_read_the_store(make_engine: Any) 
     live = engine.start_workflow(sleeps)
     engine.drain(advance_time=False)
     reads = counting_reads(engine)
-    waiting = threading.Thread(target=lambda: pytest.raises(TimeoutError, engine.wait, live, timeout=0.3))
+    outcomes: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            engine.wait(live, timeout=0.3)
+        except TimeoutError as exc:
+            outcomes.append(exc)
+
+    waiting = threading.Thread(target=wait)
     waiting.start()
     flushes = 0
     while waiting.is_alive():
         engine._reads.flushed()  # what each flush of a started engine does
         flushes += 1
         time.sleep(0.0005)
-    assert flushes > 100
+    assert flushes > 100 and len(outcomes) == 1  # the run is live: the wait timed out
     assert 1 <= len(reads) <= 15, reads  # the backoff's reads in 0.3 s, whatever the flushes
     healthy = engine.start_workflow(receipt, "after")
     engine.drain(advance_time=False)
