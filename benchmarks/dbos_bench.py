@@ -53,9 +53,10 @@ def sqlalchemy_url(dsn: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
-def dbos_app(dsn: str, schema: str, name: str, workflow_name: str | None = None) -> Any:
+def dbos_app(dsn: str, schema: str, name: str, workflow_name: str | None = None, io: float = 0.0) -> Any:
     """Configure DBOS on ``schema`` and define the benchmark's workflow (three ``@DBOS.step``s:
-    x+1, x*2, x-1) under ``workflow_name``; return the workflow function. Launch is the caller's."""
+    x+1, x*2, x-1, each first sleeping ``io`` seconds if given) under ``workflow_name``; return
+    the workflow function. Launch is the caller's."""
     from dbos import DBOS
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
@@ -70,14 +71,20 @@ def dbos_app(dsn: str, schema: str, name: str, workflow_name: str | None = None)
 
     @DBOS.step()
     def inc(x: int) -> int:
+        if io:
+            time.sleep(io)
         return x + 1
 
     @DBOS.step()
     def double(x: int) -> int:
+        if io:
+            time.sleep(io)
         return x * 2
 
     @DBOS.step()
     def dec(x: int) -> int:
+        if io:
+            time.sleep(io)
         return x - 1
 
     @DBOS.workflow(name=workflow_name)

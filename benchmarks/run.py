@@ -11,6 +11,9 @@ Parts (``--only`` takes a comma-separated list; ``scale`` means waiting,chain,me
   finished runs in the tables, each next to batches on empty tables run just before and after.
 * ``chain``      — one workflow of 10, 100 and 1000 sequential activities.
 * ``memory``     — resident memory of a worker process holding 10k waiting runs.
+* ``io``         — 3 × 20 ms of I/O per workflow: dex at 16 and 64 activity threads, DBOS at 64
+  (``benchmarks.io_bound``).
+* ``every``      — every activity a task of its own (``inline_activity_seconds=0``) vs DBOS.
 * ``transactions`` — 3-step workflows of transaction steps, each inserting a row: dex
   ``@dex.transaction`` vs DBOS's transaction steps, dex before and after DBOS
   (``benchmarks.transactions``).
@@ -33,10 +36,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import pg
+from benchmarks import io_bound, pg
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("throughput", "dbos", "split", "latency", "waiting", "chain", "memory", "transactions")
+PARTS = ("throughput", "dbos", "split", "latency", "waiting", "chain", "memory", "transactions", "io", "every")
 ALIASES = {"scale": ("waiting", "chain", "memory"), "all": PARTS}
 
 
@@ -450,6 +453,8 @@ RUNNERS: dict[str, Callable[[str, dict[str, Any], dict[str, Any]], str]] = {
     "chain": part_chain,
     "memory": part_memory,
     "transactions": lambda dsn, cfg, results: part_transactions(dsn, cfg, results),
+    "io": lambda dsn, cfg, results: io_bound.part_io(dsn, cfg, results),
+    "every": lambda dsn, cfg, results: io_bound.part_every(dsn, cfg, results),
 }
 
 

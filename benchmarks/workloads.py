@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import dex
@@ -47,8 +48,49 @@ async def waiter(ctx: dex.WorkflowContext, x: int) -> int:
     return x
 
 
-WORKFLOWS = [three, chain, waiter]
-ACTIVITIES = [inc, double, dec]
+# I/O-bound activities: each waits IO_SECONDS (as a call to a service would); with CPU_SECONDS,
+# each also computes that long (holding the GIL, as pure-Python work does)
+IO_SECONDS = 0.02
+CPU_SECONDS = 0.0
+
+
+def _work() -> None:
+    if IO_SECONDS:
+        time.sleep(IO_SECONDS)
+    if CPU_SECONDS:
+        until = time.thread_time() + CPU_SECONDS
+        while time.thread_time() < until:
+            pass
+
+
+@dex.activity(name="bench-io-inc")
+def io_inc(x: int) -> int:
+    _work()
+    return x + 1
+
+
+@dex.activity(name="bench-io-double")
+def io_double(x: int) -> int:
+    _work()
+    return x * 2
+
+
+@dex.activity(name="bench-io-dec")
+def io_dec(x: int) -> int:
+    _work()
+    return x - 1
+
+
+@dex.workflow(name="bench-io-three")
+async def io_three(ctx: dex.WorkflowContext, x: int) -> int:
+    """The benchmark workflow with I/O-bound activities: the same result, 3 × IO_SECONDS of waiting."""
+    x = await ctx.activity(io_inc, x)
+    x = await ctx.activity(io_double, x)
+    return await ctx.activity(io_dec, x)
+
+
+WORKFLOWS = [three, chain, waiter, io_three]
+ACTIVITIES = [inc, double, dec, io_inc, io_double, io_dec]
 
 
 def expected_three(x: int) -> int:

@@ -63,7 +63,7 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngine
         node_id: str | None = None,
         converter: PayloadConverter | None = None,
         max_payload_size: int | None = None,
-        activity_concurrency: int = 16,
+        activity_concurrency: int = 64,
         poll_interval: float = 0.05,
         workflow_task_lease: timedelta = timedelta(seconds=10),
         activity_lease: timedelta = DEFAULT_ACTIVITY_LEASE,

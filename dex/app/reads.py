@@ -110,6 +110,7 @@ class RunReads:
         first = True
         failures = ReadFailures(run_id)
         status: RunStatus | None = None
+        read_at = time.monotonic()  # when the store is read next
         while True:
             flushes = self._flushes
             written = self._outcomes.get(run_id)  # a run this engine ended: no need to read it back
@@ -117,29 +118,33 @@ class RunReads:
                 name, outcome = written
                 result = self._decode_result(name, outcome.result)
                 return outcome_of(run_id, outcome.status, result, outcome.failure)
-            try:
-                record = self._read_for_wait(run_id, ahead=first)  # polls read only the run itself
-            except DexError:
-                raise  # an answer (no such run), not a failure of the store
-            except Exception as exc:  # noqa: BLE001 - the store failed (a connection, a timeout): read again
-                failures.failed(exc)
-            else:
-                failures.succeeded()
-                first = False
-                status = record.status
-                if record.status.is_terminal:
-                    self._seen(run_id)
-                    info = self._info(record)
-                    return outcome_of(run_id, info.status, info.result, info.failure)
+            if time.monotonic() >= read_at:
+                # A flush of ours that ended the run put it in the outcomes above, so a wake by
+                # a flush reads nothing; the store is read on the backoff's clock alone, for the
+                # runs that other processes (or this one, on paths that bypass the outcomes) end.
+                try:
+                    record = self._read_for_wait(run_id, ahead=first)  # polls read only the run itself
+                except DexError:
+                    raise  # an answer (no such run), not a failure of the store
+                except Exception as exc:  # noqa: BLE001 - the store failed (a connection, a timeout): read again
+                    failures.failed(exc)
+                else:
+                    failures.succeeded()
+                    first = False
+                    status = record.status
+                    if record.status.is_terminal:
+                        self._seen(run_id)
+                        info = self._info(record)
+                        return outcome_of(run_id, info.status, info.result, info.failure)
+                read_at = time.monotonic() + pause
+                pause = min(pause * 1.5, 0.05)
             if deadline is not None and time.monotonic() >= deadline:
                 raise failures.timed_out(timeout, status)
             # woken at once by our own flushes; the timeout covers runs that other processes end
             with self._progress:
                 if self._flushes == flushes:
-                    self._progress.wait(
-                        pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
-                    )
-            pause = min(pause * 1.5, 0.05)
+                    until = read_at if deadline is None else min(read_at, deadline)
+                    self._progress.wait(max(0.0, until - time.monotonic()))
 
     def _read_for_wait(self, run_id: str, ahead: bool) -> RunRecord:
         """The run, read from the store; with ``ahead`` (a wait's first read), the oldest runs

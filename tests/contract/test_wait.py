@@ -231,3 +231,32 @@ def test_wait_for_an_unknown_run_still_raises_at_once(adapter_factory: Any) -> N
     with pytest.raises(ValueError, match="NUL"):
         asyncio.run(client.wait_async("a\x00b", timeout=10))
     assert not store.injected
+
+
+def test_flushes_wake_a_wait_without_making_it_read_the_store(make_engine: Any) -> None:
+    """A flush of this engine's that did not end the run is answered from memory: the store is
+    read on the wait's backoff clock (2 ms growing to 50 ms), not once per flush."""
+    engine = make_engine([sleeps, receipt])
+    live = engine.start_workflow(sleeps)
+    engine.drain(advance_time=False)
+    reads = counting_reads(engine)
+    outcomes: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            engine.wait(live, timeout=0.3)
+        except TimeoutError as exc:
+            outcomes.append(exc)
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    flushes = 0
+    while waiting.is_alive():
+        engine._reads.flushed()  # what each flush of a started engine does
+        flushes += 1
+        time.sleep(0.0005)
+    assert flushes > 100 and len(outcomes) == 1  # the run is live: the wait timed out
+    assert 1 <= len(reads) <= 15, reads  # the backoff's reads in 0.3 s, whatever the flushes
+    healthy = engine.start_workflow(receipt, "after")
+    engine.drain(advance_time=False)
+    assert engine.wait(healthy, timeout=1) == Receipt(order="after", total=5)

@@ -1,0 +1,211 @@
+"""I/O-bound activities and every activity a task of its own, dex and DBOS side by side.
+
+``python -m benchmarks.io_bound dex --schema S --runs N [--concurrency C] [--io SECONDS]
+[--inline-seconds X]`` runs, in this process, N three-activity workflows on a started engine
+(``activity_concurrency=C``, ``inline_activity_seconds=X``); with ``--io`` each activity first
+waits that long (``time.sleep``, as a call to a service would), otherwise the activities are
+the headline benchmark's ``x+1``, ``x*2``, ``x-1``. ``dbos`` runs the same on DBOS Transact
+(three ``@DBOS.step``s on a queue with ``worker_concurrency=C``, 10 ms polling). The DSN comes
+from ``DEX_BENCH_DSN``; prints one JSON line: rate, CPU, the lone workflow's latency.
+
+Each run is a process of its own (DBOS keeps process-global state), and ``part_io`` /
+``part_every`` (``benchmarks.run --only io,every``) alternate dex and DBOS so that DBOS is set
+against dex's runs just before and after it: the host drifts by tens of percent in minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+POLL = 0.01
+IO_CONCURRENCIES = (16, 64)
+
+
+def _latency(start: Any, wait: Any, samples: int) -> float:
+    observed = []
+    for i in range(samples):
+        time.sleep(0.3)  # every poller idle again
+        started = time.perf_counter()
+        wait(start(i))
+        observed.append(time.perf_counter() - started)
+    return statistics.median(observed)
+
+
+def dex_run(
+    dsn: str,
+    schema: str,
+    runs: int,
+    concurrency: int | None,
+    io: float,
+    inline: float | None,
+    samples: int,
+    cpu: float = 0.0,
+) -> dict[str, Any]:
+    import dex
+    from benchmarks import workloads
+    from benchmarks.dex_bench import CpuMeter, Deadline, batch_result
+    from dex.adapters.postgres import PostgresAdapter
+
+    workloads.IO_SECONDS, workloads.CPU_SECONDS = io, cpu
+    workflow = workloads.io_three if io or cpu else workloads.three
+    options: dict[str, Any] = {} if concurrency is None else {"activity_concurrency": concurrency}
+    if inline is not None:
+        options["inline_activity_seconds"] = inline
+    adapter = PostgresAdapter(dsn, schema=schema)
+    engine = dex.Engine(adapter, workflows=workloads.WORKFLOWS, activities=workloads.ACTIVITIES, **options)
+    engine.start()
+    try:
+        for i in range(20):  # warm-up: connections, prepared statements, activity durations
+            engine.wait(engine.start_workflow(workflow, 10_000_000 + i), timeout=60)
+        latency = _latency(lambda i: engine.start_workflow(workflow, i), lambda r: engine.wait(r, timeout=60), samples)
+        deadline = Deadline(300)
+        cpu = CpuMeter(dsn)
+        started = time.perf_counter()
+        run_ids = [engine.start_workflow(workflow, i) for i in range(runs)]
+        start_seconds = time.perf_counter() - started
+        done = 0
+        for i, run_id in enumerate(run_ids):
+            if engine.wait(run_id, timeout=deadline.left()) != workloads.expected_three(i):
+                raise AssertionError(f"run {run_id}: wrong result")
+            done += 1
+        result = batch_result(runs, done, time.perf_counter() - started, start_seconds)
+        result.update(cpu.stop(), latency_median=latency)
+    finally:
+        engine.stop()
+        adapter.close()
+    return result
+
+
+def dbos_run(dsn: str, schema: str, runs: int, concurrency: int, io: float, samples: int) -> dict[str, Any]:
+    try:
+        from dbos import DBOS
+    except ImportError:
+        return {"skipped": True}
+    from benchmarks.dbos_bench import dbos_app
+    from benchmarks.dex_bench import CpuMeter, batch_result
+
+    three = dbos_app(dsn, schema, "dex-bench-io", io=io)
+    DBOS.launch()
+    queue = DBOS.register_queue("bench", worker_concurrency=concurrency, polling_interval_sec=POLL)
+    try:
+        for i in range(5):
+            queue.enqueue(three, i).get_result(polling_interval_sec=POLL)
+        latency = _latency(
+            lambda i: queue.enqueue(three, i), lambda h: h.get_result(polling_interval_sec=POLL), samples
+        )
+        cpu = CpuMeter(dsn)
+        started = time.perf_counter()
+        handles = [queue.enqueue(three, i) for i in range(runs)]
+        start_seconds = time.perf_counter() - started
+        done = 0
+        for i, handle in enumerate(handles):
+            assert handle.get_result(polling_interval_sec=POLL) == (i + 1) * 2 - 1
+            done += 1
+        result = batch_result(runs, done, time.perf_counter() - started, start_seconds)
+        result.update(cpu.stop(), latency_median=latency)
+    finally:
+        DBOS.destroy()
+    return result
+
+
+# -- the parts of benchmarks.run ------------------------------------------------------------------
+def _child(dsn: str, cfg: dict[str, Any], kind: str, runs: int, extra: list[str]) -> dict[str, Any]:
+    from benchmarks import dex_bench
+    from benchmarks.run import run_child, settle
+
+    settle(cfg)
+    with dex_bench.fresh_schema(dsn, f"bench_io_{kind}") as schema:
+        args = [kind, "--schema", schema, "--runs", str(runs), *extra]
+        return run_child("benchmarks.io_bound", args, dsn, timeout=cfg["timeout"] + 180)
+
+
+def part_io(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    """3 × 20 ms of I/O per workflow: dex at 16 and 64 activity threads, DBOS at 64, dex again."""
+    from benchmarks.run import table
+
+    runs = max(200, cfg["n"] // 4)
+    io = ["--io", "0.02"]
+    measured: dict[str, dict[str, Any]] = {}
+    for key, kind, concurrency in (
+        ("dex_16", "dex", 16),
+        ("dex_64", "dex", 64),
+        ("dbos_64", "dbos", 64),
+        ("dex_16_after", "dex", 16),
+        ("dex_64_after", "dex", 64),
+    ):
+        measured[key] = _child(dsn, cfg, kind, runs, [*io, "--concurrency", str(concurrency)])
+    results["io"] = measured
+    return _table(table, measured, "3 × 20 ms of I/O per workflow (time.sleep in each activity)", runs)
+
+
+def part_every(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
+    """Every activity a task of its own (``inline_activity_seconds=0``; dex's default activity
+    threads), DBOS as in ``dbos``."""
+    from benchmarks.run import table
+
+    runs = cfg["n"]
+    measured: dict[str, dict[str, Any]] = {}
+    for key, kind, extra in (
+        ("dex", "dex", ["--inline-seconds", "0"]),
+        ("dbos_64", "dbos", ["--concurrency", "64"]),
+        ("dex_after", "dex", ["--inline-seconds", "0"]),
+    ):
+        measured[key] = _child(dsn, cfg, kind, runs, extra)
+    results["every"] = measured
+    return _table(table, measured, "every activity a task of its own (inline_activity_seconds=0)", runs)
+
+
+def _table(table: Any, measured: dict[str, dict[str, Any]], title: str, runs: int) -> str:
+    dbos = measured["dbos_64"]
+    rows: list[list[Any]] = []
+    for key, r in measured.items():
+        if r.get("skipped"):
+            rows.append([key, "skipped", None, None, None, None])
+            continue
+        cpu = (r["client_cpu_seconds"] + (r["server_cpu_seconds"] or 0.0)) * 1000 / max(r["done"], 1)
+        ratio = r["rate"] / dbos["rate"] if not dbos.get("skipped") and key != "dbos_64" else None
+        rows.append([key, r["rate"], ratio, cpu, r["latency_median"] * 1000, f"{r.get('other_cpu_share') or 0:.0%}"])
+    return table(
+        f"{title}, {runs} workflows",
+        [
+            "run (in order)",
+            "workflows/s",
+            "× DBOS",
+            "CPU ms/workflow (process + PostgreSQL)",
+            "lone, ms",
+            "others' CPU",
+        ],
+        rows,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.io_bound")
+    parser.add_argument("kind", choices=("dex", "dbos"))
+    parser.add_argument("--schema", required=True)
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=None, help="dex: the engine's default if not given")
+    parser.add_argument("--io", type=float, default=0.0, help="seconds each activity waits")
+    parser.add_argument("--cpu", type=float, default=0.0, help="seconds of CPU each activity uses (dex only)")
+    parser.add_argument("--inline-seconds", type=float, default=None)
+    parser.add_argument("--latency-samples", type=int, default=9)
+    args = parser.parse_args()
+    dsn = os.environ["DEX_BENCH_DSN"]
+    if args.kind == "dex":
+        result = dex_run(
+            dsn, args.schema, args.runs, args.concurrency, args.io, args.inline_seconds, args.latency_samples, args.cpu
+        )
+    else:
+        result = dbos_run(dsn, args.schema, args.runs, args.concurrency or 64, args.io, args.latency_samples)
+    print(json.dumps(result))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
