@@ -36,9 +36,10 @@ from dex.app.workflow_worker import WorkflowWorker
 
 log = logging.getLogger("dex.engine")
 
-# threads where transaction steps' groups run (dex.app.step_groups): a few groups under way at
-# once keep the database busy while the workflow round decides; each holds a pooled connection
-GROUP_THREADS = 3
+# threads where transaction steps' groups run (dex.app.step_groups): two groups under way at
+# once keep the database busy while the workflow round decides (each holds a pooled connection);
+# measured, 2 beat 3 and 1 in three alternated pairs each (BENCHMARKS.md, transaction steps)
+GROUP_THREADS = 2
 
 __all__ = ["ACTIVITIES", "SCHEDULER", "WORKFLOWS", "Background", "timing"]
 
