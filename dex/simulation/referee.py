@@ -77,6 +77,9 @@ class Referee:
         # violations found inside store calls: the engine may catch what a store raises (a
         # failed leadership renewal is logged and ignored), so the simulator looks here too
         self.violations: list[InvariantViolation] = []
+        # when each claim that wrote checkpoints began (its first block): the blocks after a
+        # checkpoint go on from what the task loaded then, as inline blocks do
+        self._claims_began: dict[tuple[int, int], datetime | None] = {}
 
     @contextmanager
     def judging(self) -> Iterator[None]:
@@ -105,6 +108,7 @@ class Referee:
     def checkpoint(self, task: WorkflowTask, result: WorkflowTaskResult, kept: bool = False) -> None:
         """``result`` was written for ``task``; ``kept``: as a checkpoint, the task's lease goes on."""
         self.counts["checkpointed"] += kept
+        claim = (task.task_id, task.lease.version)
         log = self.runs.get(result.run_id)
         if log is None:
             raise InvariantViolation("history-as-decided", f"a result was applied to unknown run {result.run_id}")
@@ -117,7 +121,11 @@ class Referee:
         written = [*log.history, *result.new_events]
         check_history(log.run_id, written)
         if result.new_events:
-            log.last_task_at = result.new_events[0].timestamp
+            log.last_task_at = self._claims_began.get(claim, result.new_events[0].timestamp)
+        if kept:
+            self._claims_began.setdefault(claim, log.last_task_at)
+        else:
+            self._claims_began.pop(claim, None)
         if result.new_history is not None:
             log.generations.append(written)
             log.history = list(result.new_history)
