@@ -69,8 +69,9 @@ def _flushing(rounds: Rounds, lane: str) -> Callable[[], float]:
     return lambda: rounds.flush(lane)
 
 
-def _waiting(buffer: ResultBuffer, lane: str) -> Callable[[float], object]:
-    return lambda seconds: buffer.wait_for_work(seconds, lane)
+def _waiting(buffer: ResultBuffer, lane: str, stopping: threading.Event) -> Callable[[float], object]:
+    # stop() sets ``stopping`` before it wakes the buffer: a flusher about to wait sees one or the other
+    return lambda seconds: buffer.wait_for_work(seconds, lane, stopping)
 
 
 class Background:
@@ -215,7 +216,12 @@ class Background:
             # a flusher sleeps on the buffer's own condition: it flushes as soon as there is work
             self._thread(
                 PollingThread(
-                    name, _flushing(rounds, lane), _waiting(self.buffer, lane), None, self._stopping, backoff=backoff
+                    name,
+                    _flushing(rounds, lane),
+                    _waiting(self.buffer, lane, self._stopping),
+                    None,
+                    self._stopping,
+                    backoff=backoff,
                 )
             )
         tick = max(0.01, min(0.25, watchdog.stall / 4))
@@ -287,7 +293,8 @@ class Background:
         stuck = [thread for thread in self.threads if thread.alive and not thread.retired]
         try:
             if stuck:  # the workflow worker may still be in its round: leave its tasks alone
-                log.warning("stop: %d engine thread(s) did not end within %g s", len(stuck), timeout)
+                names = ", ".join(thread.name for thread in stuck)
+                log.warning("stop: %d engine thread(s) did not end within %g s: %s", len(stuck), timeout, names)
             else:
                 # tasks a last completion claimed for us after the workflow thread left
                 while self.workflow_worker.poll_once(claim=False):

@@ -196,14 +196,16 @@ class ResultBuffer:
         with self._lock:
             self._wanted.notify_all()
 
-    def wait_for_work(self, timeout: float, lane: str | None = None) -> None:
-        """Block until something is buffered (in ``lane``, if given), or ``timeout`` seconds passed.
+    def wait_for_work(self, timeout: float, lane: str | None = None, unless: threading.Event | None = None) -> None:
+        """Block until something is buffered (in ``lane``, if given), or ``timeout`` seconds passed;
+        not at all once ``unless`` is set (checked under the lock ``wake`` takes, so a stop that
+        sets it and then wakes cannot slip in between the check and the wait).
 
         A flusher writes whatever is there as soon as it is free: what arrives while a flush
         is under way waits for the next one, so batches grow with the load by themselves (a
         group commit) and a lone workflow waits for no batch to fill."""
         with self._lock:
-            if not self._pending(lane):
+            if not self._pending(lane) and not (unless is not None and unless.is_set()):
                 self._wanted.wait(timeout)
 
     def _pending(self, lane: str | None) -> int:

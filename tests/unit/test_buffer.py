@@ -128,3 +128,22 @@ def test_results_decided_before_a_failure_in_the_round_still_reach_the_buffer() 
     store.broken_run = None
     engine.drain()
     assert [engine.wait(run_id, timeout=1) for run_id in (first, second)] == ["done", "done"]
+
+
+def test_a_flusher_about_to_wait_for_work_does_not_miss_the_stop() -> None:
+    """``stop()`` sets the stopping event, then wakes the buffer. A flusher that checked for work
+    just before the wake must not then sleep its whole interval (it once slept 60 s, and stop
+    gave up on it after 30): with ``unless`` set it does not wait at all."""
+    import threading
+    import time
+
+    engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[short])
+    stopping = threading.Event()
+    engine.buffer.wake()  # a wake that no one was waiting for is gone
+    stopping.set()
+    began = time.monotonic()
+    engine.buffer.wait_for_work(60, unless=stopping)
+    assert time.monotonic() - began < 5
+    waited = time.monotonic()
+    engine.buffer.wait_for_work(0.05)  # without it, the wait runs to its timeout
+    assert time.monotonic() - waited >= 0.04
