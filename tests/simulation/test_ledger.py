@@ -5,6 +5,7 @@ each step's write is committed exactly once (``ledger_violations``)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, note, settings
 
 from dex.domain.status import RunStatus
@@ -30,17 +31,33 @@ def run_ledger(seed: int, faults: list[Fault], *, noting: bool = True) -> Simula
     return simulator
 
 
-@settings(SIMULATION, max_examples=60)
+@pytest.mark.slow  # 3 s alone, but minutes after tests/contract in one process (not understood yet)
+@settings(SIMULATION, max_examples=300)
 @given(seeds, fault_schedules)
 def test_transaction_steps_commit_exactly_once_under_every_schedule(seed: int, faults: list[Fault]) -> None:
     run_ledger(seed, faults)
+
+
+@pytest.mark.parametrize(
+    "seed, faults",
+    [
+        (39, [Fault(1, "crash-after-execute", 7), Fault(19, "write-ack-lost", 5), Fault(31, "hang", 6),
+              Fault(149, "store-errors", 1), Fault(180, "crash-after-execute", 6), Fault(323, "store-flaky", 4)]),
+        (7, [Fault(40, "crash", 1), Fault(90, "store-errors", 3), Fault(200, "lease-expiry", 2)]),
+        (11, [Fault(25, "write-ack-lost", 2), Fault(60, "crash-after-execute", 0), Fault(120, "hang", 3)]),
+    ],
+)  # fmt: skip
+def test_transaction_steps_commit_exactly_once_under_these_schedules(seed: int, faults: list[Fault]) -> None:
+    """A few fixed schedules in the default suite (the first one once caught the referee misreading
+    a checkpointed task's later blocks); the property test above explores many under ``-m slow``."""
+    run_ledger(seed, faults, noting=False)
 
 
 def test_the_ledger_runs_complete_and_their_steps_run_in_groups() -> None:
     """Without faults ledger runs complete (or are cancelled by a client), each completed step's
     write committed once, and some steps were committed by a checkpoint, in a group."""
     completed = grouped = 0
-    for seed in range(6):
+    for seed in range(3):
         simulator = run_ledger(seed, [], noting=False)
         for run_id, log in simulator.referee.runs.items():
             if log.workflow_name == "sim-ledger":
