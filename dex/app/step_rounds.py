@@ -75,7 +75,8 @@ class GroupedSteps:
         with self._handed_lock:
             apart.parked, round_.parked = round_.parked, []
         if not groups.submit(lambda: self._run_apart(apart)):
-            round_.done.extend(apart.take())  # written as they are: their steps become tasks
+            with self._handed_lock:  # written as they are: their steps become tasks
+                round_.done.extend(apart.take())
         return None
 
     def _run_apart(self, round_: Round) -> None:
@@ -95,7 +96,8 @@ class GroupedSteps:
                 batch, round_.parked = round_.parked, []
             entries = [(task, result, self._unwritten.get(task)) for task, result in batch]
             parked = [Parked(task=t, executor=e.executor, result=r) for t, r, e in entries if e is not None]
-            round_.done.extend((t, r) for t, r, e in entries if e is None)  # (none): written as they are
+            with self._handed_lock:  # (none): written as they are
+                round_.done.extend((t, r) for t, r, e in entries if e is None)
             for item, result in self.steps.run(parked, self._watched):
                 task, executor = item.task, item.executor
                 if result is None or (self.watchdog is not None and self.watchdog.abandoned(task)):
