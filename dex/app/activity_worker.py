@@ -23,6 +23,7 @@ from dex.app.activity_context import ActivityContext, reset_activity_context, se
 from dex.app.async_activities import AsyncRunner
 from dex.app.attempts import Durations, described_failure, undescribed_failure
 from dex.app.buffer import ResultBuffer
+from dex.app.held import TASK_RETRY
 from dex.app.leases import ActivityLeases
 from dex.app.ports import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask, Store
 from dex.app.registry import Registry
@@ -63,7 +64,7 @@ class ActivityWorker:
         self._rng_lock = threading.Lock()
         self.durations = Durations()
         self._transactions = TransactionAttempts(
-            store, converter, async_runner.run, self._failed, self.durations.record
+            store, converter, async_runner.run, self._failed, self.durations.record, self.given_back
         )
         # called after a transaction step wrote its completion itself: a workflow task became due
         self.completed_directly: Callable[[], None] | None = None
@@ -354,6 +355,14 @@ class ActivityWorker:
         seconds = task.lock_timeout.total_seconds()
         self._telemetry.task_finished("activity", task.name, "failed" if retry_at is None else "retried", seconds)
         return ActivityOutcome(task=task, failure=failure, retry_at=retry_at)
+
+    def given_back(self, task: ActivityTask) -> ActivityOutcome:
+        """A retry of ``task`` as the same attempt (the store failed its transaction step, not
+        its code), after ``TASK_RETRY``'s backoff for the claims that did not count."""
+        uncounted = max(1, task.lease.version - task.attempt + 1)  # claims of this task less its attempts
+        with self._rng_lock:
+            delay = TASK_RETRY.next_delay(uncounted, self._rng) or TASK_RETRY.max_delay
+        return ActivityOutcome(task=task, retry_at=self._store.clock.now() + delay, counts=False)
 
     def _failed(self, task: ActivityTask, exc: BaseException) -> ActivityOutcome:
         try:

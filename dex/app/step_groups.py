@@ -22,7 +22,8 @@ claimed for the first time, while the activity queue has room. A failed attempt 
 group (which the store runs again without it: the others' functions may so run twice, and only
 the run that commits counts, as with any retried transaction) and is answered as an inline
 attempt's (a retry as an ordinary task, or a failure the run receives); a task whose lease or
-history moved on is dropped. One step's
+history moved on is dropped; when the store fails the group, each step becomes a task of its
+own at its first attempt (the store's failure spends none of the step's attempts). One step's
 function slowing down holds the group's transaction: that is why only short steps qualify.
 """
 
@@ -119,14 +120,20 @@ class StepGroups:
         started = time.perf_counter()
         answers = self._checkpoint(grouped, now)
         seconds = (time.perf_counter() - started) / max(1, len(grouped))
-        for step, answer in zip(grouped, answers, strict=True):
-            went_on[id(step.item)] = self._go_on(step, answer, seconds, watched)
+        if answers is None:  # the store failed: each step becomes a task, still its first attempt
+            went_on.update((id(step.item), step.item.result) for step in grouped)
+        else:
+            for step, answer in zip(grouped, answers, strict=True):
+                went_on[id(step.item)] = self._go_on(step, answer, seconds, watched)
         for step in steps:
             if isinstance(step.work, ActivityOutcome):  # its input could not be decoded
                 went_on[id(step.item)] = self._go_on(step, step.work, 0.0, watched)
         return [(item, went_on[id(item)]) for item in parked]
 
-    def _checkpoint(self, steps: Sequence[_Step], now: datetime) -> list[CheckpointOutcome]:
+    def _checkpoint(self, steps: Sequence[_Step], now: datetime) -> list[CheckpointOutcome] | None:
+        """Each step's answer from the store; None when the store failed (nothing was written,
+        or, if it failed after its commit, the tasks' histories moved on and what they write next
+        is refused)."""
         if not steps:
             return []
         items = [
@@ -149,9 +156,12 @@ class StepGroups:
             return self.store.checkpoint_steps(items, now)
         except Exception as exc:
             log.warning(
-                "a group of %d transaction steps failed in the store; each is retried", len(items), exc_info=True
+                "a group of %d transaction steps failed in the store; each becomes a task of its own (its"
+                " first attempt still)",
+                len(items),
+                exc_info=not isinstance(exc, ConnectionError),
             )
-            return [exc] * len(items)
+            return None
 
     def _go_on(
         self, step: _Step, answer: CheckpointOutcome | ActivityOutcome, seconds: float, watched: Watched

@@ -48,12 +48,17 @@ class ActivityTask:
 
 @attrs.frozen(kw_only=True)
 class ActivityOutcome:
-    """How an activity attempt ended: a result, a final failure, or a retry at ``retry_at``."""
+    """How an activity attempt ended: a result, a final failure, or a retry at ``retry_at``.
+
+    A retry with ``counts`` False is the same attempt again: the machinery failed it (the store,
+    during a transaction step's own transaction), not the activity, so it does not use up one of
+    the retry policy's attempts (SPEC §8)."""
 
     task: ActivityTask
     result: Payload | None = None
     failure: FailureInfo | None = None
     retry_at: datetime | None = None
+    counts: bool = True
 
     @property
     def message(self) -> ev.Message | None:

@@ -89,7 +89,9 @@ class TransactionSteps(Protocol):
         lease still holds, run the step's work with that transaction's connection, write its
         completion as ``complete_activity_tasks`` does (history message, task removed, the
         run's workflow task made due), and commit. False: the lease was lost; nothing ran and
-        nothing was written. An exception (``StepFailed``, a store error) rolls it all back."""
+        nothing was written. An exception rolls it all back: ``StepFailed`` when the step
+        failed (its function raised, or its transaction met a serialization failure or a
+        deadlock, SQLSTATE 40001 / 40P01), any other for a failure of the store's own."""
         ...
 
     def checkpoint_steps(self, items: Sequence[StepCheckpoint], now: datetime) -> list[CheckpointOutcome]:

@@ -9,10 +9,14 @@ attempt ends in one of three ways:
 * written: the function's writes and the step's result committed together (:class:`Written`);
 * lost: the task's lease had been taken over, nothing ran (:class:`Written` with ``committed``
   False; the new holder runs it);
-* failed: the function raised, or the store failed: everything rolled back, and the attempt's
-  failure (retried under the step's policy, ``TerminalError`` at once) goes through the buffer
-  like any activity's. A serialization failure or deadlock (SQLSTATE 40001, 40P01) is an
-  ordinary, retryable failure.
+* failed: the function raised: everything rolled back, and the attempt's failure (retried
+  under the step's policy, ``TerminalError`` at once) goes through the buffer like any
+  activity's. A serialization failure or deadlock (SQLSTATE 40001, 40P01) is the step's own,
+  an ordinary, retryable failure, wherever in its transaction it came;
+* given back: the store failed otherwise (a connection lost, a full pool, a bug of dex's):
+  everything rolled back, and the task is given back to run again *as the same attempt*
+  (a retry that does not count, ``ActivityOutcome.counts``), after a backoff that grows with
+  such give-backs. A store outage never uses up a step's attempts (SPEC §8).
 
 The function gets a guarded connection (:mod:`dex.app.transactions`): committing, rolling back
 or closing it is a terminal failure naming the step, even when the function swallows the error.
@@ -67,8 +71,10 @@ class TransactionAttempts:
         run_async: Callable[[Any], Any],
         failed: Callable[[ActivityTask, BaseException], ActivityOutcome],
         took: Callable[[str, float], None],
+        given_back: Callable[[ActivityTask], ActivityOutcome],
     ) -> None:
         self._store, self._converter, self._run_async, self._failed = store, converter, run_async, failed
+        self._given_back = given_back
         # how long the step's function ran (not its transaction's own statements): what decides
         # whether its first attempts may run in a group (dex.app.step_groups)
         self._took = took
@@ -105,18 +111,19 @@ class TransactionAttempts:
             return self.failed(task, failed.cause)
         except BaseException as exc:
             log.warning(
-                "transaction step %s of run %s, attempt %d: the store failed; the attempt is rolled back",
+                "transaction step %s of run %s, attempt %d: the store failed; the attempt is rolled back"
+                " and runs again (it does not count)",
                 task.name,
                 task.run_id,
                 task.attempt,
-                exc_info=True,
+                exc_info=not isinstance(exc, ConnectionError),
                 extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
             )
-            return self._failed(task, exc)
+            return self._given_back(task)
         return Written(task=task, committed=committed)
 
     def failed(self, task: ActivityTask, cause: BaseException) -> ActivityOutcome:
-        """The outcome of an attempt whose function (or the store) failed with ``cause``."""
+        """The outcome of an attempt whose function failed with ``cause``."""
         if isinstance(cause, SerializationError):  # its result cannot be stored: retrying will not help
             return ActivityOutcome(task=task, failure=FailureInfo.from_exception(cause, terminal=True))
         return self._failed(task, cause)

@@ -35,6 +35,7 @@ class Ledger:
     mark: str = "?"
     attempts: dict[str, int] = attrs.Factory(dict)  # attempts per (run, step) key
     plan: dict[str, list[str]] = attrs.Factory(dict)  # per step: how its attempts end, in turn
+    seen: dict[str, list[int]] = attrs.Factory(dict)  # per step of record-once: its attempts' numbers
 
 
 LEDGER = Ledger()
@@ -98,6 +99,20 @@ def misuse(conn: Any, run_id: str, how: str) -> None:
     getattr(conn, how)()
 
 
+@dex.transaction(name="record-once", retry=ONCE)
+def record_once(conn: Any, run_id: str, step: str) -> str:
+    """``record`` with a single attempt allowed; its attempt numbers are kept in ``LEDGER.seen``."""
+    LEDGER.seen.setdefault(step, []).append(dex.activity_context().attempt)
+    _insert(conn, run_id, step)
+    _then(step)
+    return f"{step} recorded"
+
+
+@dex.workflow(name="three-once")
+async def three_once(ctx: dex.WorkflowContext, label: str) -> list[str]:
+    return [await ctx.activity(record_once, ctx.run_id, f"{label}-{n}") for n in range(3)]
+
+
 @dex.workflow(name="three-steps")
 async def three_steps(ctx: dex.WorkflowContext, label: str) -> list[str]:
     return [await ctx.activity(record, ctx.run_id, f"{label}-{n}") for n in range(3)]
@@ -113,8 +128,8 @@ async def misusing(ctx: dex.WorkflowContext, how: str) -> None:
     await ctx.activity(misuse, ctx.run_id, how)
 
 
-WORKFLOWS = [three_steps, async_steps, misusing]
-ACTIVITIES = [record, record_async, misuse]
+WORKFLOWS = [three_steps, async_steps, misusing, three_once]
+ACTIVITIES = [record, record_async, misuse, record_once]
 
 
 @attrs.frozen
@@ -128,6 +143,7 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
     clock = VirtualClock()
     LEDGER.attempts.clear()
     LEDGER.plan.clear()
+    LEDGER.seen.clear()
     if request.param == "memory":
         db = sqlite3.connect(":memory:", check_same_thread=False)
         db.execute("CREATE TABLE ledger (run_id TEXT, step TEXT)")

@@ -50,6 +50,29 @@ def cut_off(conn: Any, note: str) -> str:
     return note
 
 
+@dex.transaction(name="skew", retry=FAST, isolation="serializable")
+def skew(conn: Any, note: str) -> str:
+    """Reads row 1 and writes row 2 while (first attempt) another serializable transaction reads
+    row 2, writes row 1 and commits first: a write skew, SQLSTATE 40001 in the completion's
+    statements or the commit (after the function returned)."""
+    table = STATE["table"]
+    STATE.setdefault("attempts_seen", []).append(dex.activity_context().attempt)
+    conn.execute(f"SELECT balance FROM {table} WHERE id = 1").fetchone()
+    conn.execute(f"UPDATE {table} SET balance = balance + 1, note = %s WHERE id = 2", [note])
+    if len(STATE["attempts_seen"]) == 1:
+        with psycopg.connect(STATE["dsn"]) as other:
+            other.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+            other.execute(f"SELECT balance FROM {table} WHERE id = 2").fetchone()
+            other.execute(f"UPDATE {table} SET balance = balance + 100 WHERE id = 1")
+    return note
+
+
+@dex.workflow(name="skewer")
+async def skewer(ctx: dex.WorkflowContext, note: str) -> str:
+    result: str = await ctx.activity(skew, note)
+    return result
+
+
 @dex.workflow(name="bumper")
 async def bumper(ctx: dex.WorkflowContext, amount: int) -> int:
     result: int = await ctx.activity(bump, amount)
@@ -74,7 +97,7 @@ def table(pg_dsn: str, pg_schema: str) -> str:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {sql.Identifier(pg_schema).as_string(None)}")
         conn.execute(f"CREATE TABLE {name} (id serial PRIMARY KEY, balance int NOT NULL DEFAULT 0, note text)")
-        conn.execute(f"INSERT INTO {name} (balance) VALUES (0)")
+        conn.execute(f"INSERT INTO {name} (balance) VALUES (0), (0)")
     STATE.clear()
     STATE.update(dsn=pg_dsn, table=name)
     return name
@@ -90,6 +113,23 @@ def test_a_serialization_failure_is_retried_and_the_step_commits_once(
     assert STATE["attempts"] == 2
     with psycopg.connect(STATE["dsn"]) as conn:
         assert conn.execute(f"SELECT balance FROM {table} WHERE id = 1").fetchone() == (1005,)
+
+
+def test_a_serialization_failure_after_the_function_is_the_steps_own_and_counts_as_an_attempt(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [skewer, cutter], [skew, cut_off])
+    run_id = engine.start_workflow(skewer, "skewed")
+    engine.drain()
+    assert engine.wait(run_id, timeout=5) == "skewed"
+    assert STATE["attempts_seen"] == [1, 2]  # the 40001 failed attempt 1 (a store failure would not count)
+    with psycopg.connect(STATE["dsn"]) as conn:
+        assert conn.execute(f"SELECT balance, note FROM {table} WHERE id = 2").fetchone() == (1, "skewed")
+        assert conn.execute(f"SELECT balance FROM {table} WHERE id = 1").fetchone() == (100,)
+    STATE["attempts"] = 1
+    healthy = engine.start_workflow(cutter, "healthy")
+    engine.drain()
+    assert engine.wait(healthy, timeout=5) == "healthy"
 
 
 def test_the_steps_connection_lost_mid_call_rolls_back_and_the_retry_commits_once(

@@ -279,7 +279,8 @@ class MemoryTasks(MemoryState):
         if row is None or not row.lease.is_(outcome.task.lease):
             return False
         if outcome.retry_at is not None:
-            row.state, row.visible_from, row.attempt = CREATED, outcome.retry_at, row.attempt + 1
+            row.state, row.visible_from = CREATED, outcome.retry_at
+            row.attempt += 1 if outcome.counts else 0  # a retry the machinery caused is the same attempt
             row.lease.clear()
             return True
         del self._activity_tasks[row.task_id]

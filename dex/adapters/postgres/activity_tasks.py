@@ -182,12 +182,18 @@ def complete_activity_tasks(
         conn.execute(
             q(
                 "UPDATE {s}.activity_tasks t"
-                " SET state = 'CREATED', visible_from = r.retry_at, attempt = t.attempt + 1,"
+                " SET state = 'CREATED', visible_from = r.retry_at, attempt = t.attempt + r.counts,"
                 "     locked_by = NULL, locked_until = NULL"
-                " FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[]) AS r(queue, task_id, retry_at)"
+                " FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[], %b::int[])"
+                "   AS r(queue, task_id, retry_at, counts)"
                 " WHERE t.queue = r.queue AND t.task_id = r.task_id"
             ),
-            [[o.task.queue for o in retries], [o.task.task_id for o in retries], [o.retry_at for o in retries]],
+            [
+                [o.task.queue for o in retries],
+                [o.task.task_id for o in retries],
+                [o.retry_at for o in retries],
+                [int(o.counts) for o in retries],  # a retry the machinery caused is the same attempt
+            ],
         )
     if finished:
         conn.execute(

@@ -10,10 +10,12 @@ import threading
 from collections.abc import Sequence
 from datetime import datetime
 
+import psycopg
+
 from dex.adapters.postgres import checkpoints, runs, transactions
 from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.app.ports import ACTIVITY, WORKFLOW, Clock, TransactionStep
-from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint
+from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint, StepFailed
 from dex.domain import events as ev
 
 
@@ -26,11 +28,16 @@ class PostgresTransactionSteps(PostgresSchedules):
     _step_slots: threading.BoundedSemaphore
 
     def complete_in_transaction(self, step: TransactionStep) -> bool:
-        with self._step_slots:
-            if step.async_work is not None:
-                return transactions.complete_async(self._conninfo, self._q, self._clock, step, self._step_settings)
-            with self._statement() as conn:
-                return transactions.complete_sync(conn, self._q, self._clock, step)
+        try:
+            with self._step_slots:
+                if step.async_work is not None:
+                    return transactions.complete_async(self._conninfo, self._q, self._clock, step, self._step_settings)
+                with self._statement() as conn:
+                    return transactions.complete_sync(conn, self._q, self._clock, step)
+        except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
+            # 40001 / 40P01 wherever they came (the commit of a SERIALIZABLE step, say): the
+            # step's own conflict with other transactions, a failed attempt retried by its policy
+            raise StepFailed(exc) from None
 
     def checkpoint_steps(self, items: Sequence[StepCheckpoint], now: datetime) -> list[CheckpointOutcome]:
         if not items:

@@ -199,6 +199,23 @@ class ActivityTaskQueueContract(PortContract):
         (again,) = activity(store, clock, owner="a2")
         assert (again.task_id, again.attempt) == (task.task_id, 2)
 
+    def test_a_retry_that_does_not_count_brings_the_same_attempt_back(self, store: Store, clock: VirtualClock) -> None:
+        self._one_task(store, clock)
+        (task,) = activity(store, clock)
+        given_back = ActivityOutcome(task=task, retry_at=clock.now() + timedelta(seconds=2), counts=False)
+        mixed = [given_back, ActivityOutcome(task=task, failure=failure(), retry_at=clock.now())]
+        assert store.complete_activity_tasks(mixed, clock.now()) == [True, False]  # the lease is used up once
+        assert inbox_of(store, clock, "r1") == []
+        clock.advance(2)
+        (again,) = activity(store, clock, owner="a2")
+        assert (again.task_id, again.attempt, again.lease.owner) == (task.task_id, 1, "a2")  # not its next attempt
+        assert again.lease.version > task.lease.version  # a claim all the same: the old lease is dead
+        assert store.complete_activity_tasks([done(task)], clock.now()) == [False]
+        counted = ActivityOutcome(task=again, failure=failure(), retry_at=clock.now())
+        assert store.complete_activity_tasks([counted], clock.now()) == [True]
+        (third,) = activity(store, clock, owner="a3")
+        assert third.attempt == 2
+
     def test_an_attempt_of_a_run_that_ended_is_discarded(self, store: Store, clock: VirtualClock) -> None:
         self._one_task(store, clock)
         (task,) = activity(store, clock)
