@@ -150,7 +150,7 @@ ADAPTERS = ["memory", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 def test_thirty_percent_store_faults_fail_no_run(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    drive(kind, runs=500, fault_seconds=8, monkeypatch=monkeypatch, seed=19)
+    drive(kind, runs=200, fault_seconds=8, monkeypatch=monkeypatch, seed=19)
 
 
 @pytest.mark.slow
