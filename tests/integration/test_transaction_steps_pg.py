@@ -17,6 +17,7 @@ from psycopg import sql
 
 import dex
 from dex.adapters.postgres import PostgresAdapter
+from dex.domain.errors import SerializationError
 
 pytestmark = pytest.mark.postgres
 
@@ -300,3 +301,50 @@ def test_two_engines_racing_on_a_step_whose_lease_expires_mid_transaction_commit
         rows = conn.execute(f"SELECT note FROM {table} WHERE note LIKE 'race-%%' ORDER BY note").fetchall()
     assert rows == [("race-0",), ("race-1",), ("race-2",)]
     assert sorted(STATE["ran"]) == ["race-0", "race-1", "race-2"]  # nobody took a locked step over
+
+
+def test_poisoned_transactional_starts_and_events_fail_clearly_and_write_nothing(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [awaits_payment], [])
+    with psycopg.connect(STATE["dsn"]) as conn:
+        with conn.transaction():
+            conn.execute(f"INSERT INTO {table} (note) VALUES ('kept')")
+            with pytest.raises(ValueError, match="instance_id"):
+                engine.start_workflow(awaits_payment, "x", instance_id="a\x00b", connection=conn)
+            with pytest.raises(ValueError, match="instance_id"):
+                engine.start_workflow(awaits_payment, "x", instance_id="s\ud800", connection=conn)
+            with pytest.raises(SerializationError, match="not valid Unicode"):
+                engine.start_workflow(awaits_payment, "half \udc00", connection=conn)
+            run_id = engine.start_workflow(
+                awaits_payment, "nul\x00order", connection=conn
+            )  # a NUL in a payload is data
+            for name in ("pa\x00id", "pa\ud800id"):
+                with pytest.raises(ValueError, match="event"):
+                    engine.send_event(run_id, name, 1, connection=conn)
+            with pytest.raises(SerializationError, match="not valid Unicode"):
+                engine.send_event(run_id, "paid", "\ud800", connection=conn)
+            engine.send_event(run_id, "paid", "in full", connection=conn)  # the caller's transaction still works
+    assert engine.get_run(run_id).status is dex.RunStatus.CREATED
+    with psycopg.connect(STATE["dsn"]) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {table} WHERE note = 'kept'").fetchone() == (1,)
+    engine.drain()
+    assert engine.wait(run_id, timeout=10) == "nul\x00order: in full"
+
+
+def test_the_callers_connection_dropped_mid_start_is_its_error_and_the_next_start_works(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [awaits_payment], [])
+    conn = psycopg.connect(STATE["dsn"])
+    with psycopg.connect(STATE["dsn"], autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+    with pytest.raises(psycopg.OperationalError):
+        engine.start_workflow(awaits_payment, "lost", instance_id="lost", connection=conn)
+    conn.close()
+    # nothing of the lost start exists: the same instance id starts a new run (else its id came back)
+    with psycopg.connect(STATE["dsn"]) as fresh, fresh.transaction():
+        run_id = engine.start_workflow(awaits_payment, "found", instance_id="lost", connection=fresh)
+    engine.send_event(run_id, "paid", 3)
+    engine.drain()
+    assert engine.wait(run_id, timeout=10) == "found: 3"  # not "lost: 3"
