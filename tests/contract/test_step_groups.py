@@ -1,6 +1,7 @@
 """Transaction steps run in groups inside their workflow tasks (dex.app.step_groups), on a
 started engine, on both adapters: the steps' writes commit exactly once, a step that fails in a
-group fails alone (retried as a task of its own), and so does a group the store fails.
+group fails alone (retried as a task of its own). A group the store fails: see
+``test_transaction_store_failures``.
 
 The workflows, steps and ledger are those of ``test_transaction_steps``; each test makes its
 own engine over the fixture's adapter with a generous inline limit, so that a loaded machine
@@ -9,7 +10,6 @@ does not send the steps the ordinary way (what these tests are not about).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -122,28 +122,3 @@ def test_args_with_nul_fail_only_their_own_run_in_a_group(env: Env) -> None:
     rows = env.rows()
     for run_id in healthy:
         assert len([row for row in rows if row[0] == run_id]) == 3
-
-
-def test_the_store_failing_a_group_fails_each_attempt_and_the_retries_commit_once(env: Env) -> None:
-    groups = Groups(env.engine.store)
-    engine = _engine(env)
-    engine.start()
-    try:
-        _warm(engine)
-        groups.failures = 1
-        runs = [engine.start_workflow(three_steps, f"f{n}") for n in range(4)]
-        deadline = time.monotonic() + 30
-        while groups.failures and time.monotonic() < deadline:
-            time.sleep(0.01)
-        healthy = engine.start_workflow(three_steps, "later")
-        assert len(engine.wait(healthy, timeout=30)) == 3
-    finally:
-        engine.stop(timeout=10)
-    engine.drain()
-    assert groups.failures == 0  # a group was failed by the store
-    for n, run_id in enumerate(runs):
-        assert engine.wait(run_id, timeout=30) == [f"f{n}-{k} recorded" for k in range(3)]
-    assert len(engine.wait(healthy, timeout=30)) == 3
-    rows = env.rows()
-    for run_id in [*runs, healthy]:
-        assert len([row for row in rows if row[0] == run_id]) == 3  # each step committed once
