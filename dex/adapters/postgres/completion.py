@@ -29,7 +29,7 @@ from datetime import datetime
 import attrs
 import psycopg
 
-from dex.adapters.postgres import arrays, workflow_tasks
+from dex.adapters.postgres import arrays
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -59,41 +59,46 @@ class LockedRun:
 
 
 def complete_workflow_tasks(
-    conn: psycopg.Connection, q: Statements, results: Sequence[Item], now: datetime
+    conn: psycopg.Connection,
+    q: Statements,
+    results: Sequence[Item],
+    now: datetime,
+    flush: Callable[[WriteRound], None] | None = None,
 ) -> list[bool]:
+    """Apply a batch of results; each round of writes goes to ``flush`` (default: its statements,
+    :meth:`WriteRound.flush`), in order."""
+    flush = flush if flush is not None else WriteRound.flush
     if not results:
         return []
     targets = {task.run_id for task, _ in results}
     targets.update(message.run_id for _, result in results for message in result.messages)
-    runs = {
-        run_id: LockedRun(RunStatus(status), last_seq)
-        for run_id, status, last_seq in conn.execute(
-            q(
-                "SELECT run_id, status, last_seq FROM {s}.runs WHERE run_id = ANY(%b::text[])"
-                " ORDER BY run_id FOR NO KEY UPDATE"
-            ),
-            [arrays.texts(sorted(targets))],
-        ).fetchall()
-    }
+    # both statements are sent before either answer is read (one round trip in a pipeline);
+    # the server runs them in order, so the runs are locked before the tasks, as everywhere
+    locking = conn.execute(
+        q(
+            "SELECT run_id, status, last_seq FROM {s}.runs WHERE run_id = ANY(%b::text[])"
+            " ORDER BY run_id FOR NO KEY UPDATE"
+        ),
+        [arrays.texts(sorted(targets))],
+    )
     # the lease check: only tasks still held by this owner at this lock_version are deleted
-    deleted = {
-        (row[0], row[1])
-        for row in conn.execute(
-            q(
-                "DELETE FROM {s}.workflow_tasks t"
-                " USING unnest(%b::text[], %b::bigint[], %b::text[], %b::integer[]) AS l(queue, task_id, owner, version)"
-                " WHERE t.queue = l.queue AND t.task_id = l.task_id"
-                "   AND t.locked_by = l.owner AND t.lock_version = l.version"
-                " RETURNING t.queue, t.task_id"
-            ),
-            [
-                arrays.texts([task.queue for task, _ in results]),
-                arrays.int8s([task.task_id for task, _ in results]),
-                arrays.texts([task.lease.owner for task, _ in results]),
-                arrays.int4s([task.lease.version for task, _ in results]),
-            ],
-        ).fetchall()
-    }
+    deleting = conn.execute(
+        q(
+            "DELETE FROM {s}.workflow_tasks t"
+            " USING unnest(%b::text[], %b::bigint[], %b::text[], %b::integer[]) AS l(queue, task_id, owner, version)"
+            " WHERE t.queue = l.queue AND t.task_id = l.task_id"
+            "   AND t.locked_by = l.owner AND t.lock_version = l.version"
+            " RETURNING t.queue, t.task_id"
+        ),
+        [
+            arrays.texts([task.queue for task, _ in results]),
+            arrays.int8s([task.task_id for task, _ in results]),
+            arrays.texts([task.lease.owner for task, _ in results]),
+            arrays.int4s([task.lease.version for task, _ in results]),
+        ],
+    )
+    runs = {run_id: LockedRun(RunStatus(status), last_seq) for run_id, status, last_seq in locking.fetchall()}
+    deleted = {(row[0], row[1]) for row in deleting.fetchall()}
     applied: list[bool] = []
     batch = WriteRound(conn, q, runs, now)
     for task, result in results:
@@ -107,11 +112,11 @@ def complete_workflow_tasks(
             applied.append(False)  # a racing duplicate already wrote this part of the history
             continue
         if task.run_id in batch.touched:
-            batch.flush()
+            flush(batch)
             batch = WriteRound(conn, q, runs, now)
         batch.add(task.run_id, run, result)
         applied.append(True)
-    batch.flush()
+    flush(batch)
     return applied
 
 
@@ -208,6 +213,53 @@ class WriteRound:
                 [arrays.texts(finished)],
             )
         insert_inbox(conn, q, self._messages({c.run_id for c in children}))
+
+    @property
+    def empty(self) -> bool:
+        return not self._plans
+
+    def arguments(self) -> list[object]:
+        """The round's writes as the leading arguments of the schema's ``complete_workflow_writes``
+        (migration 9): the same rows :meth:`flush` writes, for a round without child runs and
+        without a history replaced (the function writes neither)."""
+        assert not any(plan.child_runs or plan.replaces_history for _run, plan in self._plans)
+        updates, history = self._updates, self._history
+        specs = [spec for _, plan in self._plans if not plan.status.is_terminal for spec in plan.activity_tasks]
+        messages = self._messages(set())
+        return [
+            self._now,
+            arrays.int8s(self._consumed),
+            arrays.texts(sorted(self.touched)),
+            arrays.texts([u.run_id for u in updates]),
+            arrays.texts([u.status for u in updates]),
+            arrays.bools([u.started for u in updates]),
+            arrays.bools([u.sets_custom_status for u in updates]),
+            arrays.texts([u.custom_status for u in updates]),
+            arrays.int4s([u.last_seq for u in updates]),
+            arrays.bools([u.finished for u in updates]),
+            arrays.byteas([u.result for u in updates]),
+            arrays.byteas([u.failure for u in updates]),
+            arrays.texts([row[0] for row in history]),
+            arrays.int4s([row[1] for row in history]),
+            arrays.int4s([row[2] for row in history]),
+            arrays.byteas([row[3] for row in history]),
+            [s.queue for s in specs],
+            [s.run_id for s in specs],
+            [s.created_seq for s in specs],
+            [s.name for s in specs],
+            [encode_payloads(s.input) for s in specs],
+            [s.priority for s in specs],
+            [encode_retry_policy(s.retry_policy) for s in specs],
+            [s.lock_timeout for s in specs],
+            [s.visible_from for s in specs],
+            [json.dumps(dict(s.trace_context)) if s.trace_context else None for s in specs],
+            [s.attempt for s in specs],
+            arrays.texts([run_id for run_id, plan in self._plans if plan.ends_run]),
+            [row[0] for row in messages],
+            [row[1] for row in messages],
+            [row[2] for row in messages],
+            [row[3] for row in messages],
+        ]
 
     def _update_runs(self) -> None:
         updates = self._updates
@@ -341,29 +393,3 @@ class WriteRound:
 
 def _first_event(child: NewRun, now: datetime) -> ev.HistoryEvent:
     return ev.HistoryEvent(sequence_number=1, timestamp=now, event=child.created)
-
-
-# -- dispatch in the completion's transaction ------------------------------------------------------
-DISPATCH_BATCH = 256
-
-Schedule = Callable[[psycopg.Connection, Statements, datetime, int], int]
-
-
-def dispatch_now(conn: psycopg.Connection, q: Statements, schedule: Schedule, lock: int, now: datetime) -> None:
-    """Run a scheduler inside a completion's transaction, if no scheduler is running now.
-
-    A completion that makes work due (activity tasks, messages to runs) schedules it at
-    once instead of leaving it to the leader's next round: one transaction and one thread
-    hand-off fewer per step. The scheduler's own rules (capacity, pause, concurrency keys)
-    apply unchanged, under the same advisory lock; the lock is only *tried*, so a
-    completion never waits for a scheduler (the leader's round picks the work up then), and
-    the scheduler's statements skip locked rows, so no lock order is broken.
-    """
-    got = conn.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", [lock, q.schema]).fetchone()
-    if got is not None and got[0]:
-        schedule(conn, q, now, DISPATCH_BATCH)
-
-
-def of_runs(run_ids: list[str]) -> Schedule:
-    """A completion's workflow-task dispatch: the scheduler's choice among the runs it told."""
-    return lambda conn, q, now, _limit: workflow_tasks.schedule_workflow_tasks_of(conn, q, now, run_ids)

@@ -24,6 +24,7 @@ from dex.adapters.postgres.migrations import (
     m6_schedules,
     m7_code_versions,
     m8_forks,
+    m9_completions,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -37,6 +38,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m6_schedules,
         m7_code_versions,
         m8_forks,
+        m9_completions,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
