@@ -30,6 +30,7 @@ import psycopg
 import pytest
 
 from dex.adapters.postgres import PostgresAdapter, activity_outcomes, workflow_writes
+from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS
 from dex.app.ports import Claim, Store, StoreRejectedError, WorkflowInput
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
@@ -236,3 +237,48 @@ def test_text_the_functions_cannot_send_is_refused_and_nothing_is_written(pg_dsn
         for run_id in ("r1", "r2"):
             record = store.get_run(run_id)
             assert record is not None and record.status is RunStatus.COMPLETED
+
+
+@pytest.mark.parametrize("path", ["functions", "statements"])
+def test_a_dispatch_waits_for_no_scheduler_and_leaves_the_work_to_it(
+    monkeypatch: pytest.MonkeyPatch, pg_dsn: str, path: str
+) -> None:
+    """While another transaction holds a scheduler's lock, a completion dispatches nothing and
+    so claims nothing (the scheduler's round makes the work claimable later); once the lock is
+    free, the next completion dispatches and claims again."""
+    if path == "statements":
+        monkeypatch.setattr(activity_outcomes, "all_finished", lambda _outcomes: False)
+        monkeypatch.setattr(workflow_writes, "by_function", lambda _results: False)
+    clock = VirtualClock()
+    wf_claim = Claim(names=frozenset({WF}), owner="w9", limit=10, lease=LEASE, after_seqs={})
+    act_claim = Claim(names=frozenset({ACT}), owner="a9", limit=10, lease=LEASE)
+    with store_on(pg_dsn, clock) as store, psycopg.connect(pg_dsn, autocommit=True) as holder:
+
+        def hold(lock: int) -> None:
+            holder.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", [lock, store.schema])
+
+        def release(lock: int) -> None:
+            holder.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [lock, store.schema])
+
+        for run_id in ("r1", "r2"):
+            start(store, clock, run_id)
+            step(store, clock, run_id, activities=[ACT])
+        first, second = sorted(activity(store, clock), key=lambda t: t.task_id)
+        hold(LOCK_SCHEDULE_WORKFLOWS)
+        applied, claimed, _loaded = store.complete_activity_tasks_then_claim([done(first)], clock.now(), wf_claim)
+        assert (applied, claimed) == ([True], [])  # written, nothing dispatched
+        assert store.claim_workflow_tasks(frozenset({WF}), "x", clock.now(), LEASE, 10) == []
+        release(LOCK_SCHEDULE_WORKFLOWS)
+        assert store.schedule_workflow_tasks(clock.now(), 10) == 1  # the scheduler makes r1's task
+        applied, claimed, _loaded = store.complete_activity_tasks_then_claim([done(second)], clock.now(), wf_claim)
+        assert applied == [True] and [t.run_id for t in claimed] == ["r1", "r2"]  # dispatched again
+
+        one, two = claimed
+        hold(LOCK_SCHEDULE_ACTIVITIES)
+        result = decide(store, one, clock.now(), activities=[ACT])
+        assert store.complete_workflow_tasks_then_claim([(one, result)], clock.now(), act_claim) == ([True], [])
+        assert store.claim_activity_tasks(frozenset({ACT}), "x", clock.now(), LEASE, 10) == []  # it waits
+        release(LOCK_SCHEDULE_ACTIVITIES)
+        result = decide(store, two, clock.now(), activities=[ACT])
+        applied_w, tasks = store.complete_workflow_tasks_then_claim([(two, result)], clock.now(), act_claim)
+        assert applied_w == [True] and sorted(t.run_id for t in tasks) == ["r1", "r2"]  # both tasks, at once
