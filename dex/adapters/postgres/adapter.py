@@ -164,7 +164,7 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
-        """A pooled connection, for a transaction (:func:`_begin`) and what is read after it."""
+        """A pooled connection, for a transaction (:func:`.dispatch.begin`) and what is read after it."""
         try:
             with self._pool.connection() as conn:
                 yield conn
