@@ -1,21 +1,23 @@
-"""The completions' functions (migration 9) against the statements they stand in for.
+"""The activity completion's function (migration 9) against the statements it stands in for,
+and the pipelined workflow completion.
 
-A batch of finished activity attempts is written by one call of ``complete_activities``, a
-workflow completion's writes, dispatch and claim by calls of ``complete_workflow_writes``
-(``dex/adapters/postgres/activity_outcomes.py``, ``workflow_writes.py``); the statements stay
-for the batches the functions do not take (a retry; child runs; continue-as-new). The port
-contracts (tests/contract/ports) run through whichever path a batch takes. Here:
+A batch of finished activity attempts is written by one call of ``complete_activities``
+(``dex/adapters/postgres/activity_outcomes.py``); a batch with a retry keeps the statements.
+A workflow completion is one pipelined transaction of two round trips
+(``dex/adapters/postgres/dispatch.py``). The port contracts (tests/contract/ports) run
+through whichever path a batch takes. Here:
 
 - one scripted sequence of completions (duplicates in a batch, a stale lease, an outcome for
   a run that ended, a claim with its load, a message to another run) goes once through the
-  functions and once through the statements, and every answer and every row read back after
+  function and once through the statements, and every answer and every row read back after
   each step is the same, ids included;
-- a call cut off by the server mid-way (its backend terminated while it waits for a lock)
+- a write cut off by the server mid-way (its backend terminated while it waits for a lock)
   writes nothing, fails as an unavailable store (not as refused data), and the same batch
   applies afterwards;
 - a NUL or a lone surrogate in a text the function is sent fails the batch as refused data
   and writes nothing; the healthy outcome applies after it, and a run started afterwards
-  completes.
+  completes;
+- a dispatch while another transaction holds a scheduler's lock dispatches nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import attrs
 import psycopg
 import pytest
 
-from dex.adapters.postgres import PostgresAdapter, activity_outcomes, workflow_writes
+from dex.adapters.postgres import PostgresAdapter, activity_outcomes
 from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS
 from dex.app.ports import Claim, Store, StoreRejectedError, WorkflowInput
 from dex.domain import events as ev
@@ -104,46 +106,45 @@ def scripted(store: Store, clock: VirtualClock) -> list[object]:
     return seen
 
 
-def test_the_functions_write_what_the_statements_write(monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> None:
+def test_the_function_writes_what_the_statements_write(monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> None:
     calls: list[str] = []
-    for module, name in ((activity_outcomes, "complete_finished"), (workflow_writes, "send")):
-        monkeypatch.setattr(module, name, _counted(calls, name, getattr(module, name)))
+    monkeypatch.setattr(activity_outcomes, "complete_finished", _counted(calls, activity_outcomes.complete_finished))
     clock = VirtualClock()
     with store_on(pg_dsn, clock) as store:
-        by_functions = scripted(store, clock)
-    assert {"complete_finished", "send"} <= set(calls)  # the functions were called
+        by_function = scripted(store, clock)
+    assert calls  # the function was called
     calls.clear()
     monkeypatch.setattr(activity_outcomes, "all_finished", lambda _outcomes: False)
-    monkeypatch.setattr(workflow_writes, "by_function", lambda _results: False)
     clock = VirtualClock()
     with store_on(pg_dsn, clock) as store:
         by_statements = scripted(store, clock)
     assert calls == []  # and here they were not
-    assert by_functions == by_statements
-    assert by_functions[0][0] == [True, False, True, False, False]  # (the script's own check)
+    assert by_function == by_statements
+    assert by_function[0][0] == [True, False, True, False, False]  # (the script's own check)
 
 
-def _counted(calls: list[str], name: str, function: Callable[..., object]) -> Callable[..., object]:
+def _counted(calls: list[str], function: Callable[..., object]) -> Callable[..., object]:
     def counted(*args: object) -> object:
-        calls.append(name)
+        calls.append(function.__name__)
         return function(*args)
 
     return counted
 
 
-def _terminate_waiting(dsn: str, schema: str, function: str, deadline: float) -> int:
-    """Terminate the backend that waits for a lock inside the schema's function; its pid."""
+def _terminate_waiting(dsn: str, schema: str, statement: str, deadline: float) -> int:
+    """Terminate the backend whose statement (on the schema's ``statement``, e.g. a function's
+    name and its parenthesis) waits for a lock; its pid."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         while time.monotonic() < deadline:
             row = conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                [f'%"{schema}".{function}(%'],
+                [f'%"{schema}".{statement}%'],
             ).fetchone()
             if row is not None:
                 conn.execute("SELECT pg_terminate_backend(%s)", [row[0]])
                 return int(row[0])
             time.sleep(0.02)
-    raise AssertionError(f"no call of {function} came to wait")
+    raise AssertionError(f"no statement on {statement} came to wait")
 
 
 def _in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
@@ -169,7 +170,7 @@ def test_a_call_cut_off_mid_way_writes_nothing_and_the_batch_applies_later(pg_ds
         with psycopg.connect(pg_dsn) as holder:  # holds r1's row: the call waits at its FOR SHARE
             holder.execute(f'SELECT 1 FROM "{store.schema}".runs WHERE run_id = %s FOR UPDATE', ["r1"])
             thread, out = _in_thread(lambda: store.complete_activity_tasks([done(task)], clock.now()))
-            _terminate_waiting(pg_dsn, store.schema, "complete_activities", time.monotonic() + 10)
+            _terminate_waiting(pg_dsn, store.schema, "complete_activities(", time.monotonic() + 10)
             thread.join(10)
             holder.rollback()
         (error,) = out
@@ -179,7 +180,7 @@ def test_a_call_cut_off_mid_way_writes_nothing_and_the_batch_applies_later(pg_ds
         assert inbox_of(store, clock, "r1") == ["ActivityTaskCompleted"]
 
         # a workflow completion cut off inside its writes: the run ends, and its remaining
-        # activity task (locked here) must be deleted by the call
+        # activity task (locked here) must be deleted by the pipelined transaction
         step(store, clock, "r1", activities=[ACT])
         store.send_message("r1", event("end"), clock.now())
         wf_task = next_task(store, clock, "r1")
@@ -187,7 +188,9 @@ def test_a_call_cut_off_mid_way_writes_nothing_and_the_batch_applies_later(pg_ds
         with psycopg.connect(pg_dsn) as holder:
             holder.execute(f'SELECT 1 FROM "{store.schema}".activity_tasks WHERE run_id = %s FOR UPDATE', ["r1"])
             thread, out = _in_thread(lambda: store.complete_workflow_tasks([(wf_task, ending)], clock.now()))
-            _terminate_waiting(pg_dsn, store.schema, "complete_workflow_writes", time.monotonic() + 10)
+            _terminate_waiting(
+                pg_dsn, store.schema, "activity_tasks t WHERE (t.queue, t.task_id) IN", time.monotonic() + 10
+            )
             thread.join(10)
             holder.rollback()
         (error,) = out
@@ -201,7 +204,7 @@ def test_a_call_cut_off_mid_way_writes_nothing_and_the_batch_applies_later(pg_ds
 
 
 @pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b"], ids=["NUL", "lone surrogate"])
-def test_text_the_functions_cannot_send_is_refused_and_nothing_is_written(pg_dsn: str, bad: str) -> None:
+def test_text_the_function_cannot_send_is_refused_and_nothing_is_written(pg_dsn: str, bad: str) -> None:
     clock = VirtualClock()
     with store_on(pg_dsn, clock) as store:
         start(store, clock, "r1")
@@ -239,7 +242,7 @@ def test_text_the_functions_cannot_send_is_refused_and_nothing_is_written(pg_dsn
             assert record is not None and record.status is RunStatus.COMPLETED
 
 
-@pytest.mark.parametrize("path", ["functions", "statements"])
+@pytest.mark.parametrize("path", ["function", "statements"])
 def test_a_dispatch_waits_for_no_scheduler_and_leaves_the_work_to_it(
     monkeypatch: pytest.MonkeyPatch, pg_dsn: str, path: str
 ) -> None:
@@ -248,7 +251,6 @@ def test_a_dispatch_waits_for_no_scheduler_and_leaves_the_work_to_it(
     free, the next completion dispatches and claims again."""
     if path == "statements":
         monkeypatch.setattr(activity_outcomes, "all_finished", lambda _outcomes: False)
-        monkeypatch.setattr(workflow_writes, "by_function", lambda _results: False)
     clock = VirtualClock()
     wf_claim = Claim(names=frozenset({WF}), owner="w9", limit=10, lease=LEASE, after_seqs={})
     act_claim = Claim(names=frozenset({ACT}), owner="a9", limit=10, lease=LEASE)

@@ -23,7 +23,7 @@ How the batch stays cheap and safe:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 import attrs
@@ -59,15 +59,8 @@ class LockedRun:
 
 
 def complete_workflow_tasks(
-    conn: psycopg.Connection,
-    q: Statements,
-    results: Sequence[Item],
-    now: datetime,
-    flush: Callable[[WriteRound], None] | None = None,
+    conn: psycopg.Connection, q: Statements, results: Sequence[Item], now: datetime
 ) -> list[bool]:
-    """Apply a batch of results; each round of writes goes to ``flush`` (default: its statements,
-    :meth:`WriteRound.flush`), in order."""
-    flush = flush if flush is not None else WriteRound.flush
     if not results:
         return []
     targets = {task.run_id for task, _ in results}
@@ -112,11 +105,11 @@ def complete_workflow_tasks(
             applied.append(False)  # a racing duplicate already wrote this part of the history
             continue
         if task.run_id in batch.touched:
-            flush(batch)
+            batch.flush()
             batch = WriteRound(conn, q, runs, now)
         batch.add(task.run_id, run, result)
         applied.append(True)
-    flush(batch)
+    batch.flush()
     return applied
 
 
@@ -213,53 +206,6 @@ class WriteRound:
                 [arrays.texts(finished)],
             )
         insert_inbox(conn, q, self._messages({c.run_id for c in children}))
-
-    @property
-    def empty(self) -> bool:
-        return not self._plans
-
-    def arguments(self) -> list[object]:
-        """The round's writes as the leading arguments of the schema's ``complete_workflow_writes``
-        (migration 9): the same rows :meth:`flush` writes, for a round without child runs and
-        without a history replaced (the function writes neither)."""
-        assert not any(plan.child_runs or plan.replaces_history for _run, plan in self._plans)
-        updates, history = self._updates, self._history
-        specs = [spec for _, plan in self._plans if not plan.status.is_terminal for spec in plan.activity_tasks]
-        messages = self._messages(set())
-        return [
-            self._now,
-            arrays.int8s(self._consumed),
-            arrays.texts(sorted(self.touched)),
-            arrays.texts([u.run_id for u in updates]),
-            arrays.texts([u.status for u in updates]),
-            arrays.bools([u.started for u in updates]),
-            arrays.bools([u.sets_custom_status for u in updates]),
-            arrays.texts([u.custom_status for u in updates]),
-            arrays.int4s([u.last_seq for u in updates]),
-            arrays.bools([u.finished for u in updates]),
-            arrays.byteas([u.result for u in updates]),
-            arrays.byteas([u.failure for u in updates]),
-            arrays.texts([row[0] for row in history]),
-            arrays.int4s([row[1] for row in history]),
-            arrays.int4s([row[2] for row in history]),
-            arrays.byteas([row[3] for row in history]),
-            [s.queue for s in specs],
-            [s.run_id for s in specs],
-            [s.created_seq for s in specs],
-            [s.name for s in specs],
-            [encode_payloads(s.input) for s in specs],
-            [s.priority for s in specs],
-            [encode_retry_policy(s.retry_policy) for s in specs],
-            [s.lock_timeout for s in specs],
-            [s.visible_from for s in specs],
-            [json.dumps(dict(s.trace_context)) if s.trace_context else None for s in specs],
-            [s.attempt for s in specs],
-            arrays.texts([run_id for run_id, plan in self._plans if plan.ends_run]),
-            [row[0] for row in messages],
-            [row[1] for row in messages],
-            [row[2] for row in messages],
-            [row[3] for row in messages],
-        ]
 
     def _update_runs(self) -> None:
         updates = self._updates

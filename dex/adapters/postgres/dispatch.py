@@ -7,10 +7,11 @@ round and a worker's next poll, the completion's transaction schedules the work 
 scheduler's rules (:func:`dispatch_now`) and claims it for this engine (``Claim``).
 
 Each is one pipelined transaction: what is sent before the first answer is read goes out
-together. A workflow completion reads twice (the locks and the lease check, then the claim's
-rows with the commit); an activity completion with a retry in its batch reads its locks, then
-its claim and its load. (A batch of finished activity attempts does not come here: one call
-of a function, :mod:`.activity_outcomes`.)
+together. A workflow completion reads twice (the run locks with the lease-checking delete;
+then the claim's rows, which come with the commit: the writes and the dispatch read nothing);
+an activity completion with a retry in its batch reads its locks, then its claim and its
+load. (A batch of finished activity attempts does not come here: one call of a function,
+:mod:`.activity_outcomes`.)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from datetime import datetime
 
 import psycopg
 
-from dex.adapters.postgres import activity_tasks, completion, workflow_tasks, workflow_writes
+from dex.adapters.postgres import activity_tasks, completion, workflow_tasks
 from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS, Statements
 from dex.app.ports import ActivityOutcome, ActivityTask, Claim, Loaded, WorkflowTask
 from dex.domain.task import WorkflowTaskResult
@@ -82,8 +83,6 @@ def complete_workflow_tasks_then_claim(
 ) -> tuple[list[bool], list[ActivityTask]]:
     """Write a batch of workflow task results; dispatch what they made due; with ``claim``,
     claim activity tasks. The claim's rows are read after the commit, which they come with."""
-    if workflow_writes.by_function(results):
-        return _complete_by_function(conn, q, results, now, claim)
     with begin(conn, pipeline=True):
         applied = completion.complete_workflow_tasks(conn, q, results, now)
         written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
@@ -98,31 +97,6 @@ def complete_workflow_tasks_then_claim(
             claim_sent = activity_tasks.send_activity_claim(
                 conn, q, claim.names, claim.owner, now, claim.lease, claim.limit
             )
-    return applied, activity_tasks.claimed_activity_tasks(claim_sent)
-
-
-def _complete_by_function(
-    conn: psycopg.Connection,
-    q: Statements,
-    results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]],
-    now: datetime,
-    claim: Claim | None,
-) -> tuple[list[bool], list[ActivityTask]]:
-    """The same, the writes, the dispatch and the claim as calls (:mod:`.workflow_writes`)."""
-    with begin(conn, pipeline=True):
-        rounds: list[completion.WriteRound] = []
-        applied = completion.complete_workflow_tasks(conn, q, results, now, flush=rounds.append)
-        written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
-        made_activities = any(result.activity_tasks for result in written)
-        claims = claim is not None and made_activities and bool(claim.names) and claim.limit > 0
-        after = workflow_writes.After(
-            activities=made_activities,
-            told=tuple(_told(written)),
-            claim=claim if claims else None,
-            limit=DISPATCH_BATCH,
-        )
-        with_writes = [batch for batch in rounds if not batch.empty]
-        claim_sent = workflow_writes.send(conn, q, with_writes, after) if with_writes else None
     return applied, activity_tasks.claimed_activity_tasks(claim_sent)
 
 
