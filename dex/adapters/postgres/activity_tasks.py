@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
 
@@ -33,42 +34,53 @@ def _lease_arrays(tasks: Sequence[ActivityTask]) -> list[list[object]]:
     ]
 
 
+# Per active queue, the best visible CREATED tasks up to its free slots (an index scan of
+# activity_tasks_waiting in each partition), then the best of those overall. SKIP LOCKED
+# passes over tasks being deleted by a run's completion. GATE is where a dispatch adds its
+# condition (dispatch.dispatch_now).
+_SCHEDULE = """
+    WITH free AS (
+        SELECT q.name AS queue,
+               q.capacity - (SELECT count(*) FROM {s}.activity_tasks t
+                             WHERE t.queue = q.name AND t.state = 'QUEUED') AS slots
+        FROM {s}.queues q WHERE q.kind = 'activity' AND NOT q.paused GATE
+    ),
+    chosen AS (
+        SELECT w.queue, w.task_id FROM free f
+        CROSS JOIN LATERAL (
+            SELECT t.queue, t.task_id, t.priority FROM {s}.activity_tasks t
+            WHERE t.queue = f.queue AND t.state = 'CREATED' AND t.visible_from <= %(now)s
+            ORDER BY t.priority DESC, t.task_id
+            LIMIT greatest(least(f.slots, %(limit)s), 0)
+            FOR UPDATE OF t SKIP LOCKED
+        ) w
+        ORDER BY w.priority DESC, w.task_id
+        LIMIT %(limit)s
+    )
+    UPDATE {s}.activity_tasks t SET state = 'QUEUED'
+    FROM chosen c WHERE t.queue = c.queue AND t.task_id = c.task_id
+"""
+_SCHEDULE_UNDER_LOCK = _SCHEDULE.replace("GATE", "")
+_SCHEDULE_IF_LOCKED = _SCHEDULE.replace("GATE", "AND current_setting(%(gate)s, true) = 'true'")
+
+
 def schedule_activity_tasks(conn: psycopg.Connection, q: Statements, now: datetime, limit: int) -> int:
     if limit <= 0:
         return 0
     # serialises schedulers, so two of them cannot both fill the same free slots
     conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [LOCK_SCHEDULE_ACTIVITIES, q.schema])
-    # Per active queue, the best visible CREATED tasks up to its free slots (an index scan of
-    # activity_tasks_waiting in each partition), then the best of those overall. SKIP LOCKED
-    # passes over tasks being deleted by a run's completion.
-    moved = conn.execute(
-        q(
-            """
-            WITH free AS (
-                SELECT q.name AS queue,
-                       q.capacity - (SELECT count(*) FROM {s}.activity_tasks t
-                                     WHERE t.queue = q.name AND t.state = 'QUEUED') AS slots
-                FROM {s}.queues q WHERE q.kind = 'activity' AND NOT q.paused
-            ),
-            chosen AS (
-                SELECT w.queue, w.task_id FROM free f
-                CROSS JOIN LATERAL (
-                    SELECT t.queue, t.task_id, t.priority FROM {s}.activity_tasks t
-                    WHERE t.queue = f.queue AND t.state = 'CREATED' AND t.visible_from <= %(now)s
-                    ORDER BY t.priority DESC, t.task_id
-                    LIMIT greatest(least(f.slots, %(limit)s), 0)
-                    FOR UPDATE OF t SKIP LOCKED
-                ) w
-                ORDER BY w.priority DESC, w.task_id
-                LIMIT %(limit)s
-            )
-            UPDATE {s}.activity_tasks t SET state = 'QUEUED'
-            FROM chosen c WHERE t.queue = c.queue AND t.task_id = c.task_id
-            """
-        ),
-        {"now": now, "limit": limit},
-    )
+    moved = conn.execute(q(_SCHEDULE_UNDER_LOCK), {"now": now, "limit": limit})
     return moved.rowcount
+
+
+def dispatch_activity_tasks(conn: psycopg.Connection, q: Statements, now: datetime, limit: int, gate: str) -> None:
+    """The scheduler's statement, made only if this transaction took the scheduler's lock:
+    ``gate`` names the transaction's setting that says so (see dispatch.dispatch_now). The
+    row count is not read, so in a pipeline the statement costs no round trip."""
+    conn.execute(
+        q(_SCHEDULE_IF_LOCKED),
+        {"now": now, "limit": limit, "gate": gate},
+    )
 
 
 def claim_activity_tasks(
@@ -80,12 +92,35 @@ def claim_activity_tasks(
     lease: timedelta,
     limit: int,
 ) -> list[ActivityTask]:
-    if not names or limit <= 0:
+    return claimed_activity_tasks(send_activity_claim(conn, q, names, owner, now, lease, limit))
+
+
+def claimed_activity_tasks(sent: psycopg.Cursor[Any] | None) -> list[ActivityTask]:
+    """The tasks a claim sent by :func:`send_activity_claim` took, best first."""
+    if sent is None:
         return []
+    rows = sent.fetchall()
+    rows.sort(key=lambda row: (-row[6], row[0]))
+    return [activity_task(row) for row in rows]
+
+
+def send_activity_claim(
+    conn: psycopg.Connection,
+    q: Statements,
+    names: Collection[str],
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    limit: int,
+) -> psycopg.Cursor[Any] | None:
+    """Send a claim; its rows are read by :func:`claimed_activity_tasks` (in a pipeline, after
+    the commit: the claim then costs no round trip of its own). None if nothing can be claimed."""
+    if not names or limit <= 0:
+        return None
     # as for workflow tasks: SKIP LOCKED, a lease until now + the short lease (at most the
     # task's lock_timeout; the engine extends it while the attempt runs), and a new
     # lock_version; a task taken over from an expired lease counts as a new attempt
-    rows = conn.execute(
+    return conn.execute(
         q(
             """
             WITH claimable AS (
@@ -106,9 +141,7 @@ def claim_activity_tasks(
             + ", ".join(f"t.{column.strip()}" for column in ACTIVITY_TASK_COLUMNS.split(","))
         ),
         {"names": sorted(names), "now": now, "lease": lease, "limit": limit, "owner": owner},
-    ).fetchall()
-    rows.sort(key=lambda row: (-row[6], row[0]))
-    return [activity_task(row) for row in rows]
+    )
 
 
 def extend_activity_leases(

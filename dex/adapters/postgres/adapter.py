@@ -7,7 +7,6 @@ lives in one module per concern; this class owns the pool, the clock and the cac
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +15,16 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from dex.adapters.postgres import activity_tasks, completion, forks, queues, runs, transactions, workflow_tasks
+from dex.adapters.postgres import (
+    activity_outcomes,
+    activity_tasks,
+    dispatch,
+    forks,
+    queues,
+    runs,
+    transactions,
+    workflow_tasks,
+)
 from dex.adapters.postgres.connection import (
     IDLE_IN_TRANSACTION_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -30,7 +38,7 @@ from dex.adapters.postgres.connection import (
 )
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.remote_tasks import PostgresRemoteTasks
-from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS, Statements, migrate
+from dex.adapters.postgres.schema import Statements, migrate
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.app.clock import SystemClock
 from dex.app.ports import (
@@ -151,15 +159,15 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
     def _transaction(self, pipeline: bool = False) -> Iterator[psycopg.Connection]:
         """A transaction; with ``pipeline``, statements whose results are not read are sent
         without waiting for each answer (psycopg's pipeline mode: fewer network round trips)."""
+        with self._connection() as conn, dispatch.begin(conn, pipeline):
+            yield conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection, for a transaction (:func:`.dispatch.begin`) and what is read after it."""
         try:
             with self._pool.connection() as conn:
-                with conn.pipeline() if pipeline else contextlib.nullcontext(), conn.transaction():
-                    if pipeline:
-                        # a completion's statements find rows by key (unnest of ids joined on
-                        # primary keys), so a cached generic plan is as good as a fresh one and
-                        # saves planning each of them every time; see session_settings
-                        conn.execute("SET LOCAL plan_cache_mode = auto")
-                    yield conn
+                yield conn
         except PoolTimeout as exc:
             # no connection came free, or none could be made: the server is down or overloaded
             raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
@@ -261,23 +269,8 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
     def _complete_workflow_tasks_in_one(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim | None
     ) -> tuple[list[bool], list[ActivityTask]]:
-        with self._transaction(pipeline=True) as conn:
-            applied = completion.complete_workflow_tasks(conn, self._q, results, now)
-            written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
-            # dispatch what this batch made due in the same transaction (see completion.dispatch_now)
-            made_activities = any(result.activity_tasks for result in written)
-            if made_activities:
-                schedule = activity_tasks.schedule_activity_tasks
-                completion.dispatch_now(conn, self._q, schedule, LOCK_SCHEDULE_ACTIVITIES, now)
-            told = [m.run_id for r in written for m in r.messages] + [c.run_id for r in written for c in r.child_runs]
-            if told:
-                completion.dispatch_now(conn, self._q, completion.of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
-            claimed: list[ActivityTask] = []
-            if claim is not None and made_activities:
-                claimed = activity_tasks.claim_activity_tasks(
-                    conn, self._q, claim.names, claim.owner, now, claim.lease, claim.limit
-                )
-            return applied, claimed
+        with self._connection() as conn:
+            return dispatch.complete_workflow_tasks_then_claim(conn, self._q, results, now, claim)
 
     # -- activity tasks ------------------------------------------------------------------------
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
@@ -305,22 +298,11 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
     def _complete_activity_tasks(
         self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim | None
     ) -> tuple[list[bool], list[WorkflowTask], list[Loaded]]:
-        with refusals(), self._transaction(pipeline=True) as conn:  # see refusals.py
-            applied = activity_tasks.complete_activity_tasks(conn, self._q, outcomes, now)
-            told = [o.task.run_id for o, ok in zip(outcomes, applied, strict=True) if ok and o.retry_at is None]
-            if told:
-                completion.dispatch_now(conn, self._q, completion.of_runs(told), LOCK_SCHEDULE_WORKFLOWS, now)
-            claimed: list[WorkflowTask] = []
-            loaded: list[Loaded] = []
-            if claim is not None and told:
-                claimed = workflow_tasks.claim_workflow_tasks(
-                    conn, self._q, claim.names, claim.owner, now, claim.lease, claim.limit
-                )
-                if claim.after_seqs is not None and claimed:
-                    after = claim.after_seqs
-                    requests = [(task, after.get(task.run_id, 0)) for task in claimed]
-                    loaded = workflow_tasks.load_workflow_tasks(conn, self._q, requests, now)
-            return applied, claimed, loaded
+        if activity_outcomes.all_finished(outcomes):  # one call of the schema's function
+            with refusals(), self._statement() as conn:
+                return activity_outcomes.complete_finished(conn, self._q, outcomes, now, claim)
+        with refusals(), self._connection() as conn:  # see refusals.py
+            return dispatch.complete_activity_tasks_then_claim(conn, self._q, outcomes, now, claim)
 
     # -- queues ------------------------------------------------------------------------------
     def _ensure_queues(self, wanted: Iterable[tuple[str, str]]) -> None:

@@ -23,13 +23,13 @@ How the batch stays cheap and safe:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 import attrs
 import psycopg
 
-from dex.adapters.postgres import arrays, workflow_tasks
+from dex.adapters.postgres import arrays
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -65,35 +65,33 @@ def complete_workflow_tasks(
         return []
     targets = {task.run_id for task, _ in results}
     targets.update(message.run_id for _, result in results for message in result.messages)
-    runs = {
-        run_id: LockedRun(RunStatus(status), last_seq)
-        for run_id, status, last_seq in conn.execute(
-            q(
-                "SELECT run_id, status, last_seq FROM {s}.runs WHERE run_id = ANY(%b::text[])"
-                " ORDER BY run_id FOR NO KEY UPDATE"
-            ),
-            [arrays.texts(sorted(targets))],
-        ).fetchall()
-    }
+    # both statements are sent before either answer is read (one round trip in a pipeline);
+    # the server runs them in order, so the runs are locked before the tasks, as everywhere
+    locking = conn.execute(
+        q(
+            "SELECT run_id, status, last_seq FROM {s}.runs WHERE run_id = ANY(%b::text[])"
+            " ORDER BY run_id FOR NO KEY UPDATE"
+        ),
+        [arrays.texts(sorted(targets))],
+    )
     # the lease check: only tasks still held by this owner at this lock_version are deleted
-    deleted = {
-        (row[0], row[1])
-        for row in conn.execute(
-            q(
-                "DELETE FROM {s}.workflow_tasks t"
-                " USING unnest(%b::text[], %b::bigint[], %b::text[], %b::integer[]) AS l(queue, task_id, owner, version)"
-                " WHERE t.queue = l.queue AND t.task_id = l.task_id"
-                "   AND t.locked_by = l.owner AND t.lock_version = l.version"
-                " RETURNING t.queue, t.task_id"
-            ),
-            [
-                arrays.texts([task.queue for task, _ in results]),
-                arrays.int8s([task.task_id for task, _ in results]),
-                arrays.texts([task.lease.owner for task, _ in results]),
-                arrays.int4s([task.lease.version for task, _ in results]),
-            ],
-        ).fetchall()
-    }
+    deleting = conn.execute(
+        q(
+            "DELETE FROM {s}.workflow_tasks t"
+            " USING unnest(%b::text[], %b::bigint[], %b::text[], %b::integer[]) AS l(queue, task_id, owner, version)"
+            " WHERE t.queue = l.queue AND t.task_id = l.task_id"
+            "   AND t.locked_by = l.owner AND t.lock_version = l.version"
+            " RETURNING t.queue, t.task_id"
+        ),
+        [
+            arrays.texts([task.queue for task, _ in results]),
+            arrays.int8s([task.task_id for task, _ in results]),
+            arrays.texts([task.lease.owner for task, _ in results]),
+            arrays.int4s([task.lease.version for task, _ in results]),
+        ],
+    )
+    runs = {run_id: LockedRun(RunStatus(status), last_seq) for run_id, status, last_seq in locking.fetchall()}
+    deleted = {(row[0], row[1]) for row in deleting.fetchall()}
     applied: list[bool] = []
     batch = WriteRound(conn, q, runs, now)
     for task, result in results:
@@ -341,29 +339,3 @@ class WriteRound:
 
 def _first_event(child: NewRun, now: datetime) -> ev.HistoryEvent:
     return ev.HistoryEvent(sequence_number=1, timestamp=now, event=child.created)
-
-
-# -- dispatch in the completion's transaction ------------------------------------------------------
-DISPATCH_BATCH = 256
-
-Schedule = Callable[[psycopg.Connection, Statements, datetime, int], int]
-
-
-def dispatch_now(conn: psycopg.Connection, q: Statements, schedule: Schedule, lock: int, now: datetime) -> None:
-    """Run a scheduler inside a completion's transaction, if no scheduler is running now.
-
-    A completion that makes work due (activity tasks, messages to runs) schedules it at
-    once instead of leaving it to the leader's next round: one transaction and one thread
-    hand-off fewer per step. The scheduler's own rules (capacity, pause, concurrency keys)
-    apply unchanged, under the same advisory lock; the lock is only *tried*, so a
-    completion never waits for a scheduler (the leader's round picks the work up then), and
-    the scheduler's statements skip locked rows, so no lock order is broken.
-    """
-    got = conn.execute("SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", [lock, q.schema]).fetchone()
-    if got is not None and got[0]:
-        schedule(conn, q, now, DISPATCH_BATCH)
-
-
-def of_runs(run_ids: list[str]) -> Schedule:
-    """A completion's workflow-task dispatch: the scheduler's choice among the runs it told."""
-    return lambda conn, q, now, _limit: workflow_tasks.schedule_workflow_tasks_of(conn, q, now, run_ids)

@@ -91,6 +91,21 @@ _CHOOSE_OF_RUNS = _CHOOSE.replace(
 )
 assert _CHOOSE_OF_RUNS != _CHOOSE
 
+# a completion's dispatch as one statement, made only if its transaction took the scheduler's
+# lock (the setting named %(gate)s says so: dispatch.dispatch_now); tasks are inserted in
+# the choice's order, so their ids follow it as the scheduler's do
+_LAST_SELECT = "SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.needs_key\n    FROM ranked r"
+_DISPATCH_OF_RUNS = (
+    "INSERT INTO {s}.workflow_tasks (queue, run_id, workflow_name, priority)"
+    " SELECT c.queue, c.run_id, c.workflow_name, c.priority FROM ("
+    + _CHOOSE_OF_RUNS.replace(
+        _LAST_SELECT, _LAST_SELECT.replace("r.needs_key", "r.needs_key, r.created_at, r.position")
+    )
+    + ") c WHERE NOT c.needs_key AND current_setting(%(gate)s, true) = 'true'"
+    " ORDER BY c.priority DESC, c.created_at, c.position"
+)
+assert "r.created_at, r.position\n    FROM ranked r" in _DISPATCH_OF_RUNS
+
 
 def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: datetime, limit: int) -> int:
     if limit <= 0:
@@ -125,22 +140,22 @@ def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: dateti
     return len(tasks)
 
 
-def schedule_workflow_tasks_of(conn: psycopg.Connection, q: Statements, now: datetime, run_ids: Sequence[str]) -> int:
+def dispatch_workflow_tasks_of(
+    conn: psycopg.Connection, q: Statements, now: datetime, run_ids: Sequence[str], gate: str
+) -> None:
     """The scheduler's choice made among the given runs only (the runs a completion just sent
-    messages to), for a completion's dispatch: the caller holds the scheduler's lock. Capacity,
-    pause and suspension rules are the scheduler's own; concurrency keys are never granted here
-    (a run that needs one waits for the scheduler, which compares it with every other run that
-    wants the key), so only the key's holder, or a run without a key, is scheduled at once."""
+    messages to), for a completion's dispatch, and their tasks inserted: made only if the
+    setting ``gate`` says that this transaction holds the scheduler's lock. Capacity, pause and
+    suspension rules are the scheduler's own; concurrency keys are never granted here (a run
+    that needs one waits for the scheduler, which compares it with every other run that wants
+    the key), so only the key's holder, or a run without a key, is scheduled at once. One
+    statement whose result is not read: in a pipeline it costs no round trip."""
     if not run_ids:
-        return 0
-    chosen = conn.execute(
-        q(_CHOOSE_OF_RUNS), {"now": now, "limit": len(run_ids), "runs": sorted(set(run_ids)), "wakes": _WAKES}
-    ).fetchall()
-    tasks = [row for row in chosen if not row[4]]
-    if not tasks:
-        return 0
-    _insert_tasks(conn, q, tasks)
-    return len(tasks)
+        return
+    conn.execute(
+        q(_DISPATCH_OF_RUNS),
+        {"now": now, "limit": len(run_ids), "runs": sorted(set(run_ids)), "wakes": _WAKES, "gate": gate},
+    )
 
 
 def _insert_tasks(conn: psycopg.Connection, q: Statements, tasks: Sequence[Sequence[Any]]) -> None:
@@ -306,9 +321,21 @@ def load_workflow_tasks(
         # packed (arrays.py): one array of each per task of a claimed round
         {"runs": arrays.texts(run_ids), "after": arrays.int4s([after for _task, after in requests]), "now": now},
     ).fetchall()
+    return assemble_loaded(conn, q, requests, [(part, run_id, n, data) for part, run_id, _due, n, data in rows])
+
+
+def assemble_loaded(
+    conn: psycopg.Connection,
+    q: Statements,
+    requests: Sequence[tuple[WorkflowTask, int]],
+    rows: Sequence[tuple[int, str, int, bytes]],
+) -> list[Loaded]:
+    """The inputs of a claimed batch from its load's rows (``part`` 0: a history block, ``n``
+    its last sequence number; 1: a message, ``n`` its id), in the order of the load's
+    ``ORDER BY``: per run, the blocks oldest first, then the messages in the inbox's order."""
     blocks: dict[str, list[tuple[int, bytes]]] = {}
     messages: dict[str, list[tuple[int, bytes]]] = {}
-    for part, run_id, _due, n, data in rows:
+    for part, run_id, n, data in rows:
         (blocks if part == 0 else messages).setdefault(run_id, []).append((n, data))
     gone = _gone(conn, q, [(task, after) for task, after in requests if task.run_id not in blocks])
     loaded: list[Loaded] = []

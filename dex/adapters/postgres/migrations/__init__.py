@@ -24,6 +24,7 @@ from dex.adapters.postgres.migrations import (
     m6_schedules,
     m7_code_versions,
     m8_forks,
+    m9_complete_activities,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -37,6 +38,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m6_schedules,
         m7_code_versions,
         m8_forks,
+        m9_complete_activities,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
