@@ -117,7 +117,7 @@ def dbos_run(dsn: str, schema: str, runs: int, concurrency: int, io: float, samp
 # -- the parts of benchmarks.run ------------------------------------------------------------------
 def _child(dsn: str, cfg: dict[str, Any], kind: str, runs: int, extra: list[str]) -> dict[str, Any]:
     from benchmarks import dex_bench
-    from benchmarks.run import run_child, settle
+    from benchmarks.common import run_child, settle
 
     settle(cfg)
     with dex_bench.fresh_schema(dsn, f"bench_io_{kind}") as schema:
@@ -127,7 +127,7 @@ def _child(dsn: str, cfg: dict[str, Any], kind: str, runs: int, extra: list[str]
 
 def part_io(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
     """3 × 20 ms of I/O per workflow: dex at 16 and 64 activity threads, DBOS at 64, dex again."""
-    from benchmarks.run import table
+    from benchmarks.common import table
 
     runs = max(200, cfg["n"] // 4)
     io = ["--io", "0.02"]
@@ -147,7 +147,7 @@ def part_io(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
 def part_every(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
     """Every activity a task of its own (``inline_activity_seconds=0``; dex's default activity
     threads), DBOS as in ``dbos``."""
-    from benchmarks.run import table
+    from benchmarks.common import table
 
     runs = cfg["n"]
     measured: dict[str, dict[str, Any]] = {}

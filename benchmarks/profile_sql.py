@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 
 from benchmarks import pg
-from benchmarks.run import table
+from benchmarks.common import table
 
 _lock = threading.Lock()
 _calls: dict[str, int] = defaultdict(int)

@@ -25,8 +25,8 @@ from pathlib import Path
 import psycopg
 
 from benchmarks import pg
+from benchmarks.common import table
 from benchmarks.profile_sql import statement_label
-from benchmarks.run import table
 
 # one log entry: "<date> <time> UTC [pid] LOG:  EXECUTE MESSAGE STATISTICS", then its DETAIL
 # and STATEMENT lines (which carry a timestamp of their own)
