@@ -101,9 +101,18 @@ def console_errors(driver: Any) -> list[str]:
 
 
 def wait_for(condition: Any, timeout: float = 10) -> Any:
+    """``condition()`` once it is true, or its last value at the deadline. An element of the page
+    being left (a form's submit navigates) goes stale meanwhile: that is "not yet", not a failure."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while True:
-        value = condition()
+        try:
+            value = condition()
+        except (StaleElementReferenceException, NoSuchElementException):
+            if time.monotonic() > deadline:
+                raise
+            value = None
         if value or time.monotonic() > deadline:
             return value
         time.sleep(0.05)
@@ -159,10 +168,10 @@ def test_cancel_from_the_run_page_cancels(served: tuple[str, dex.Engine], browse
     assert alert is not None and "Cancel this run?" in alert.text
     alert.accept()
     wait_for(lambda: "done=" in browser.current_url)
-    assert "cancel requested" in browser.find_element("css selector", ".note").text
+    assert wait_for(lambda: "cancel requested" in browser.find_element("css selector", ".note").text)
     assert wait_for(lambda: engine.get_run(run_id).status is dex.RunStatus.CANCELLED)
     browser.get(f"{base}/runs/{run_id}")
-    assert browser.find_element("id", "run-status").text == "CANCELLED"
+    assert wait_for(lambda: browser.find_element("id", "run-status").text == "CANCELLED")
 
 
 def test_dismissing_the_confirmation_does_nothing(served: tuple[str, dex.Engine], browser: Any) -> None:
@@ -222,11 +231,12 @@ def test_signing_in_with_the_token_opens_the_pages(browser: Any) -> None:
         assert "/signin" in browser.current_url
         browser.find_element("name", "token").send_keys("wrong")
         browser.find_element("css selector", "form.signin button").click()
-        assert "not the one" in browser.find_element("tag name", "main").text
+        # the submit navigates: the sign-in page comes again, saying why (the old page's elements go stale)
+        assert wait_for(lambda: "not the one" in browser.find_element("tag name", "main").text)
         browser.find_element("name", "token").send_keys("browser-token")
         browser.find_element("css selector", "form.signin button").click()
         wait_for(lambda: browser.current_url.endswith(f"/runs/{run_id}"))
-        assert browser.find_element("id", "run-status").text == "CREATED"
+        assert wait_for(lambda: browser.find_element("id", "run-status").text == "CREATED")
         cookies = browser.get_cookies()
         assert all(c["value"] != "browser-token" for c in cookies)
         assert any(c["name"] == "dex_session" and c["httpOnly"] for c in cookies)
