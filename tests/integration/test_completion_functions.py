@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import cast
 
 import attrs
 import psycopg
@@ -41,6 +42,7 @@ from tests.contract.ports.support import (
     ACT,
     LEASE,
     WF,
+    PostgresBackend,
     activity,
     decide,
     done,
@@ -51,19 +53,13 @@ from tests.contract.ports.support import (
     start,
     step,
 )
-from tests.pg import fresh_schema
 
 pytestmark = pytest.mark.postgres
 
 
-@contextmanager
-def store_on(dsn: str, clock: VirtualClock) -> Iterator[PostgresAdapter]:
-    with fresh_schema(dsn) as schema:
-        store = PostgresAdapter(dsn, schema=schema, clock=clock, max_connections=2)
-        try:
-            yield store
-        finally:
-            store.close()
+def store_on(clock: VirtualClock) -> AbstractContextManager[PostgresAdapter]:
+    """An adapter over a fresh schema of the session's server (the port contracts' backend)."""
+    return cast("AbstractContextManager[PostgresAdapter]", PostgresBackend().open_store(clock))
 
 
 def scripted(store: Store, clock: VirtualClock) -> list[object]:
@@ -110,13 +106,13 @@ def test_the_function_writes_what_the_statements_write(monkeypatch: pytest.Monke
     calls: list[str] = []
     monkeypatch.setattr(activity_outcomes, "complete_finished", _counted(calls, activity_outcomes.complete_finished))
     clock = VirtualClock()
-    with store_on(pg_dsn, clock) as store:
+    with store_on(clock) as store:
         by_function = scripted(store, clock)
     assert calls  # the function was called
     calls.clear()
     monkeypatch.setattr(activity_outcomes, "all_finished", lambda _outcomes: False)
     clock = VirtualClock()
-    with store_on(pg_dsn, clock) as store:
+    with store_on(clock) as store:
         by_statements = scripted(store, clock)
     assert calls == []  # and here they were not
     assert by_function == by_statements
@@ -163,7 +159,7 @@ def _in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[objec
 
 def test_a_call_cut_off_mid_way_writes_nothing_and_the_batch_applies_later(pg_dsn: str) -> None:
     clock = VirtualClock()
-    with store_on(pg_dsn, clock) as store:
+    with store_on(clock) as store:
         start(store, clock, "r1")
         step(store, clock, "r1", activities=[ACT])
         (task,) = activity(store, clock)
@@ -206,7 +202,7 @@ def test_a_call_cut_off_mid_way_writes_nothing_and_the_batch_applies_later(pg_ds
 @pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b"], ids=["NUL", "lone surrogate"])
 def test_text_the_function_cannot_send_is_refused_and_nothing_is_written(pg_dsn: str, bad: str) -> None:
     clock = VirtualClock()
-    with store_on(pg_dsn, clock) as store:
+    with store_on(clock) as store:
         start(store, clock, "r1")
         step(store, clock, "r1", activities=[ACT, ACT])
         good, other = activity(store, clock)
@@ -254,7 +250,7 @@ def test_a_dispatch_waits_for_no_scheduler_and_leaves_the_work_to_it(
     clock = VirtualClock()
     wf_claim = Claim(names=frozenset({WF}), owner="w9", limit=10, lease=LEASE, after_seqs={})
     act_claim = Claim(names=frozenset({ACT}), owner="a9", limit=10, lease=LEASE)
-    with store_on(pg_dsn, clock) as store, psycopg.connect(pg_dsn, autocommit=True) as holder:
+    with store_on(clock) as store, psycopg.connect(pg_dsn, autocommit=True) as holder:
 
         def hold(lock: int) -> None:
             holder.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", [lock, store.schema])
