@@ -154,7 +154,7 @@ class StepGroups:
         ]
         try:
             return self.store.checkpoint_steps(items, now)
-        except Exception as exc:
+        except BaseException as exc:
             log.warning(
                 "a group of %d transaction steps failed in the store; each becomes a task of its own (its"
                 " first attempt still)",

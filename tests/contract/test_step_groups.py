@@ -27,16 +27,17 @@ env = steps.env  # the fixture: both adapters, and the ledger the steps write to
 class Groups:
     """Spies on the store's ``checkpoint_steps``: the size of every group; ``failures`` calls fail."""
 
-    def __init__(self, store: Any, failures: int = 0) -> None:
+    def __init__(self, store: Any, failures: int = 0, raising: BaseException | None = None) -> None:
         self.sizes: list[int] = []
         self.failures = failures
+        self.raising = raising if raising is not None else ConnectionError("the store went away mid-group")
         real = store.checkpoint_steps
 
         def spy(items: Sequence[StepCheckpoint], now: datetime) -> list[CheckpointOutcome]:
             self.sizes.append(len(items))
             if self.failures:
                 self.failures -= 1
-                raise ConnectionError("the store went away mid-group")
+                raise self.raising
             return real(items, now)  # type: ignore[no-any-return]
 
         store.checkpoint_steps = spy

@@ -99,8 +99,13 @@ def _warm_once(engine: dex.Engine) -> None:
     assert len(engine.wait(run_id, timeout=30)) == 3
 
 
-def test_the_store_failing_a_group_gives_each_step_back_at_its_first_attempt(env: Env) -> None:
-    groups = Groups(env.engine.store)
+@pytest.mark.parametrize(
+    "raising",
+    [ConnectionError("the store went away mid-group"), KeyboardInterrupt("in the store"), Unprintable()],
+    ids=["connection", "interrupt", "unprintable"],
+)
+def test_the_store_failing_a_group_gives_each_step_back_at_its_first_attempt(env: Env, raising: BaseException) -> None:
+    groups = Groups(env.engine.store, raising=raising)
     engine = _grouping(env)
     engine.start()
     try:
