@@ -24,7 +24,7 @@ from dex.app.async_activities import AsyncRunner
 from dex.app.buffer import ACTIVITY_LANE, WORKFLOW_LANE, ResultBuffer
 from dex.app.coordinator import ACTIVITIES, SCHEDULER, WORKFLOWS
 from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import ActivityTask, Store
+from dex.app.ports import ActivityOutcome, ActivityTask, Store
 from dex.app.rounds import LocalDispatch, Rounds
 from dex.app.runner import Nudge, PollingThread, activity_pool
 from dex.app.schedules import ScheduleRunner
@@ -185,11 +185,19 @@ class Background:
             idle_after=self.coordinator.settings.window,
         )
         self.buffer.background = True
+        self.activity_worker.answered = self._answer  # one write per activity (dex.app.answers)
         if self._inline_seconds > 0:
             inline = InlineActivities(
                 self.activity_worker, self._queue_view, self.node_id, self._inline_seconds, self._stopping
             )
             self.workflow_worker.run_inline(inline, self._groups)
+
+    def _answer(self, outcome: ActivityOutcome) -> bool:
+        """Hand an attempt's outcome to the workflow worker holding its run (False: it does not)."""
+        if self._stopping.is_set() or not self.workflow_worker.answer(outcome):
+            return False
+        self._wake_workflows.set()
+        return True
 
     def start(self) -> None:
         """Start the threads (the engine checked that none run)."""
@@ -288,6 +296,7 @@ class Background:
             self._groups.close(deadline)
             self._groups = None
         self.buffer.background = False
+        self.activity_worker.answered = None
         self.workflow_worker.run_inline(None)
         self.workflow_worker.watchdog = None
         stuck = [thread for thread in self.threads if thread.alive and not thread.retired]
@@ -300,6 +309,8 @@ class Background:
                 while self.workflow_worker.poll_once(claim=False):
                     pass
             self.buffer.flush()
+            if len(self.buffer):  # outcomes of answered steps the store declined (dex.app.answers)
+                self.buffer.flush()
         except Exception:  # the store is down: what is unwritten comes back when its leases expire
             log.exception("the final flush failed; unwritten results will be redone after their leases expire")
         finally:

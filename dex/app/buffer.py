@@ -22,8 +22,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
-import attrs
-
 from dex.app.ports import (
     ACTIVITY,
     DEFAULT_ACTIVITY_LEASE,
@@ -36,7 +34,14 @@ from dex.app.ports import (
     StoreRejectedError,
     WorkflowTask,
 )
-from dex.app.refusals import GiveBack, bisect, write_activity_outcomes, write_workflow_results
+from dex.app.refusals import (
+    GiveBack,
+    PendingMessage,
+    bisect,
+    write_activity_outcomes,
+    write_messages,
+    write_workflow_results,
+)
 from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
 from dex.domain.task import WorkflowTaskResult
@@ -70,14 +75,6 @@ class Dispatch(Protocol):
     ) -> None: ...
 
 
-@attrs.define
-class _PendingMessage:
-    run_id: str
-    message: ev.Message
-    written: threading.Event = attrs.Factory(threading.Event)
-    error: BaseException | None = None
-
-
 class ResultBuffer:
     """Writes waiting to go to the store.
 
@@ -105,7 +102,7 @@ class ResultBuffer:
         self._wanted = threading.Condition(self._lock)
         self._workflow_results: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
         self._activity_outcomes: list[ActivityOutcome] = []
-        self._messages: list[_PendingMessage] = []
+        self._messages: list[PendingMessage] = []
         # keyed by task and lease version: a task this engine claims again (its earlier attempt
         # lost the lease and still runs) is another lease
         self._heartbeats: dict[tuple[int, int], ActivityTask] = {}
@@ -157,7 +154,7 @@ class ResultBuffer:
 
         Raises what the store reports for this message (RunNotFoundError, InvalidStateError).
         """
-        pending = _PendingMessage(run_id, message)
+        pending = PendingMessage(run_id, message)
         with self._lock:
             self._messages.append(pending)
             self._wanted.notify_all()  # someone waits: do not hold the batch back
@@ -233,7 +230,7 @@ class ResultBuffer:
             cap = self._max_batch
             workflow_results: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
             activity_outcomes: list[ActivityOutcome] = []
-            messages: list[_PendingMessage] = []
+            messages: list[PendingMessage] = []
             heartbeats: list[ActivityTask] = []
             if workflows:
                 workflow_results, self._workflow_results = self._workflow_results[:cap], self._workflow_results[cap:]
@@ -253,7 +250,7 @@ class ResultBuffer:
         left: set[str] = {SCHEDULING} if messages else set()
         try:
             if messages:
-                self._write_messages(messages, now)
+                write_messages(self._store, messages, now)
                 messages = []
             if heartbeats:
                 # a heartbeat the store refuses is dropped (its lease may lapse: a retry)
@@ -270,17 +267,15 @@ class ResultBuffer:
                 self._count_discarded("activity", [o.task.task_id for o in activity_outcomes], applied)
                 activity_outcomes = []
             if workflow_results:
-                written = self._complete_workflows(workflow_results, now, left)
+                written = self._complete_workflows(workflow_results, now, left)  # tells on_written
                 applied = [ok for _result, ok in written]
                 self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
-                if self._on_written is not None:
-                    for (task, _result), (result, ok) in zip(workflow_results, written, strict=True):
-                        self._on_written(task, result, ok)
-        except Exception as exc:
-            # The store may be restarting. Keep what was not written and send it again with
-            # the next flush: if a write did land after all, its lease check discards the
-            # repeat. Senders of events are told now; they decide whether to retry. (Data the
-            # store refuses never gets here: refusals.bisect settles it item by item.)
+        except BaseException as exc:
+            # The store may be restarting (or raised worse: a BaseException of a driver or a
+            # hook is kept from losing the batch too). Keep what was not written and send it
+            # again with the next flush: if a write did land after all, its lease check
+            # discards the repeat. Senders of events are told now; they decide whether to
+            # retry. (Data the store refuses never gets here: refusals.bisect settles it.)
             with self._lock:
                 self._workflow_results[:0] = workflow_results
                 self._activity_outcomes[:0] = activity_outcomes
@@ -288,9 +283,9 @@ class ResultBuffer:
                     self._heartbeats.setdefault(_lease_key(beat), beat)
             for pending in messages:
                 if not pending.written.is_set():
-                    pending.error = exc
+                    pending.error = exc if isinstance(exc, Exception) else ConnectionError(f"the store failed: {exc!r}")
                     pending.written.set()
-            log.warning("flushing %d buffered writes failed (%s); they will be sent again", count, exc)
+            log.warning("flushing %d buffered writes failed (%s); they will be sent again", count, type(exc).__name__)
             raise
         self._telemetry.flushed(count, time.perf_counter() - started)
         if self._on_flush is not None:
@@ -331,19 +326,31 @@ class ResultBuffer:
         claim = dispatch.activity_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
             left.update(EVERYTHING)
-            return write_workflow_results(self._store, results, now, self._on_written, self.give_back)
+            return self._told(
+                results, write_workflow_results(self._store, results, now, self._on_written, self.give_back)
+            )
         claimed: list[ActivityTask] = []
         try:
             applied, claimed = self._store.complete_workflow_tasks_then_claim(results, now, claim)
         except StoreRejectedError:
             refused = True
+        except BaseException:
+            dispatch.activities_claimed(claim, claimed)  # frees the reservation
+            raise
         else:
             refused = False
-        finally:
-            dispatch.activities_claimed(claim, claimed)  # runs them, or frees the reservation
         if refused:
+            dispatch.activities_claimed(claim, claimed)
             left.update(EVERYTHING)  # the pollers claim what the split writes make due
-            return write_workflow_results(self._store, results, now, self._on_written, self.give_back)
+            return self._told(
+                results, write_workflow_results(self._store, results, now, self._on_written, self.give_back)
+            )
+        # the workers learn what was written before the claimed attempts run: an attempt that
+        # ends at once then finds its run's executor cached (dex.app.answers)
+        try:
+            self._told(results, [(result, ok) for (_task, result), ok in zip(results, applied, strict=True)])
+        finally:
+            dispatch.activities_claimed(claim, claimed)  # runs them
         written = [result for (_task, result), ok in zip(results, applied, strict=True) if ok]
         if len(claimed) < sum(len(r.activity_tasks) for r in written):
             left.add(ACTIVITY)  # activity tasks we had no room for
@@ -357,24 +364,15 @@ class ResultBuffer:
             self._telemetry.tasks_claimed("activity", len(claimed))
         return [(result, ok) for (_task, result), ok in zip(results, applied, strict=True)]
 
-    def _write_messages(self, messages: list[_PendingMessage], now: datetime) -> None:
-        """Write events and tell each sender how it went; the sender of an event the store
-        refuses gets the StoreRejectedError, the others' events are written."""
-        try:
-            errors: Sequence[BaseException | None] = self._store.send_messages(
-                [(p.run_id, p.message) for p in messages], now
-            )
-        except StoreRejectedError as exc:
-            if len(messages) == 1:
-                errors = [exc]
-            else:
-                half = len(messages) // 2
-                self._write_messages(messages[:half], now)
-                self._write_messages(messages[half:], now)
-                return
-        for pending, error in zip(messages, errors, strict=True):
-            pending.error = error
-            pending.written.set()
+    def _told(
+        self, results: list[tuple[WorkflowTask, WorkflowTaskResult]], written: list[tuple[WorkflowTaskResult, bool]]
+    ) -> list[tuple[WorkflowTaskResult, bool]]:
+        """Tell ``on_written`` what was written for each task (itself, or what replaced it) and
+        whether it applied; ``written`` comes back."""
+        if self._on_written is not None:
+            for (task, _result), (result, ok) in zip(results, written, strict=True):
+                self._on_written(task, result, ok)
+        return written
 
     def _count_discarded(self, kind: str, task_ids: list[int], applied: list[bool]) -> None:
         lost = 0

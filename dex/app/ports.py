@@ -19,6 +19,7 @@ from dex.app.schedule_ports import ScheduleStore
 from dex.app.task_records import DEFAULT_ACTIVITY_LEASE as DEFAULT_ACTIVITY_LEASE
 from dex.app.task_records import ActivityOutcome as ActivityOutcome
 from dex.app.task_records import ActivityTask as ActivityTask
+from dex.app.task_records import AnsweredStep as AnsweredStep
 from dex.app.task_records import Lease as Lease
 from dex.app.task_records import WorkflowTask as WorkflowTask
 from dex.app.transaction_ports import StepFailed as StepFailed
@@ -243,7 +244,12 @@ class WorkflowTaskQueue(Protocol):
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
     ) -> list[bool]:
-        """Apply each result while its lease holds and its history is unchanged; False: discarded."""
+        """Apply each result while its lease holds and its history is unchanged; False: discarded.
+
+        A result whose task is an :class:`AnsweredStep` (an activity's outcome applied by the
+        engine holding the run's executor) applies only under the conditions that class names,
+        and then deletes the activity task; when they do not hold, nothing of it is written
+        (False) and its activity task stays as it was."""
         ...
 
     def complete_workflow_tasks_then_claim(

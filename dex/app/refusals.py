@@ -22,6 +22,7 @@ keeps the whole batch for its next flush.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TypeVar
@@ -29,6 +30,7 @@ from typing import TypeVar
 import attrs
 
 from dex.app.ports import ActivityOutcome, Store, StoreRejectedError, WorkflowTask
+from dex.app.task_records import is_answer
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import OutgoingMessage, WorkflowTaskResult
@@ -90,6 +92,34 @@ def write_activity_outcomes(store: Store, outcomes: list[ActivityOutcome], now: 
     return bisect(outcomes, lambda part: store.complete_activity_tasks(part, now), refused)
 
 
+@attrs.define
+class PendingMessage:
+    """An event on its way to a run's inbox; its sender waits for ``written``."""
+
+    run_id: str
+    message: ev.Message
+    written: threading.Event = attrs.Factory(threading.Event)
+    error: BaseException | None = None
+
+
+def write_messages(store: Store, messages: list[PendingMessage], now: datetime) -> None:
+    """Write events and tell each sender how it went; the sender of an event the store
+    refuses gets the StoreRejectedError, the others' events are written."""
+    try:
+        errors: Sequence[BaseException | None] = store.send_messages([(p.run_id, p.message) for p in messages], now)
+    except StoreRejectedError as exc:
+        if len(messages) == 1:
+            errors = [exc]
+        else:
+            half = len(messages) // 2
+            write_messages(store, messages[:half], now)
+            write_messages(store, messages[half:], now)
+            return
+    for pending, error in zip(messages, errors, strict=True):
+        pending.error = error
+        pending.written.set()
+
+
 def write_workflow_results(
     store: Store,
     results: list[tuple[WorkflowTask, WorkflowTaskResult]],
@@ -106,6 +136,11 @@ def write_workflow_results(
         # reason instead; if even that is refused, the task is given back for later
         task, result = item
         reason = refusal_reason(exc)
+        if is_answer(task):
+            # no run fails of it here: the step's outcome goes the ordinary way (on_written), and
+            # the run's workflow task meets the refusal, if it recurs, with a task of its own
+            log.warning("the store refused an answered step of run %s (%s)", task.run_id, reason)
+            return False
         log.error(
             "the store refused the result of workflow task %s of run %s: %s; the run fails",
             task.task_id,

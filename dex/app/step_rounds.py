@@ -23,6 +23,7 @@ from dex.app.inline import InlineActivities
 from dex.app.ports import Store, WorkflowTask
 from dex.app.registry import Registry
 from dex.app.step_groups import GroupThreads, Parked, StepGroups
+from dex.app.task_records import is_answer
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.task import WorkflowTaskResult
 
@@ -62,7 +63,14 @@ class GroupedSteps:
     def _decided(self, round_: Round, task: WorkflowTask, result: WorkflowTaskResult) -> None:
         """A result of the round: done, or parked at a step its next group runs."""
         entry = self._unwritten.get(task)
-        parks = self.steps is not None and entry is not None and self.steps.waits(task, entry.executor, result)
+        # an answered step is written as it is (its write is what ends the activity's claim):
+        # a transaction step it schedules becomes a task of its own
+        parks = (
+            self.steps is not None
+            and entry is not None
+            and not is_answer(task)
+            and self.steps.waits(task, entry.executor, result)
+        )
         with self._handed_lock:
             (round_.parked if parks else round_.done).append((task, result))
 

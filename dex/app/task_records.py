@@ -71,6 +71,32 @@ class ActivityOutcome:
         return ev.ActivityTaskCompleted(created_seq=self.task.created_seq, result=self.result)
 
 
+@attrs.frozen(kw_only=True)
+class AnsweredStep(WorkflowTask):
+    """The workflow task an activity's outcome would make, decided without one: the engine that
+    ran the attempt holds the run's executor, so it applies the outcome to it at once, and one
+    write records outcome and step ("one write per activity", :mod:`dex.app.answers`).
+
+    No store holds this task: ``task_id`` is the activity task's id negated (never a workflow
+    task's), ``lease.version`` the activity claim's, ``last_seq`` where the executor stood. Its
+    result goes through ``complete_workflow_tasks`` like any workflow task's, and applies only
+    if the activity's claim (``outcome.task.lease``) still holds, the run's history ends at
+    ``expected_last_seq``, the run is RUNNING with no workflow task and no visible inbox message
+    (what it was sent comes first), and its workflow queue is active with a free slot (the
+    scheduler would give it a task now). Then the activity task is
+    deleted and the outcome's message is in the result's history, never in the inbox. Otherwise
+    nothing of it is written, the activity task stays as it was, and the engine writes the
+    outcome the ordinary way."""
+
+    outcome: ActivityOutcome
+    last_seq: int
+
+
+def is_answer(task: WorkflowTask) -> bool:
+    """Whether ``task`` is an :class:`AnsweredStep` (no store holds it)."""
+    return isinstance(task, AnsweredStep)
+
+
 # An activity task's lease, kept alive by the engine running its attempt (dex/app/leases.py):
 # the tasks of a process that died are taken over within about this long
 DEFAULT_ACTIVITY_LEASE = timedelta(seconds=30)

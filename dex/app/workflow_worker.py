@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from dex.app.answers import AnsweredSteps, write_ordinarily
 from dex.app.buffer import ResultBuffer
 from dex.app.executors import (
     ExecutorCache,
@@ -32,7 +33,7 @@ from dex.app.executors import (
 )
 from dex.app.held import describe, encoded_ahead, give_back, mismatch, unreadable
 from dex.app.inline import InlineActivities
-from dex.app.ports import Loaded, Store, UnreadableHistoryError, WorkflowTask
+from dex.app.ports import AnsweredStep, Loaded, Store, UnreadableHistoryError, WorkflowTask
 from dex.app.refusals import failed_result
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dex.worker")
 
 
-class WorkflowWorker(GroupedSteps):
+class WorkflowWorker(GroupedSteps, AnsweredSteps):
     """Runs workflow tasks: load history and inbox, decide purely, buffer the result."""
 
     def __init__(
@@ -252,7 +253,13 @@ class WorkflowWorker(GroupedSteps):
         now = preloaded.given.at if preloaded is not None else self._store.clock.now()
         executor: WorkflowExecutor | None = None
         try:
-            executor, last_seq, history, inbox = start_point(self._store, self.cache, task, now, preloaded)
+            if isinstance(task, AnsweredStep):
+                answering = self._answer_start(task, preloaded)
+                if answering is None:
+                    return None
+                executor, last_seq, history, inbox = answering
+            else:
+                executor, last_seq, history, inbox = start_point(self._store, self.cache, task, now, preloaded)
         except RunNotFoundError:
             log.info(
                 "dropping workflow task %s: run %s no longer exists",
@@ -295,12 +302,17 @@ class WorkflowWorker(GroupedSteps):
                         executor.abandon()  # it blocked in replay: nothing of the new block may run
                 with self._watched(task, executor):
                     result = advance(executor, last_seq, inbox, now)
+                if isinstance(task, AnsweredStep):
+                    answered = self._answered(task, executor, last_seq, result)
+                    if answered is None:
+                        return None
+                    result = answered
                 held = mismatch(executor) if self.holds_runs else None
                 if held is not None:  # the history does not match this code: the run waits (SPEC §11)
                     executor.close()
                     self.retry_later(task, f"the run is held: {held.message}", failure=held)
                     return None
-                if self.inline is not None and task.lease.version == 1:
+                if self.inline is not None and (task.lease.version == 1 or isinstance(task, AnsweredStep)):
                     # inline attempts that ran before a failure here run again when the task
                     # is retried: activities run at least once
                     # (while at least half the task's lease is left: the other half is for the
@@ -341,7 +353,11 @@ class WorkflowWorker(GroupedSteps):
         backoff that grows with its claims (``TASK_RETRY``; the lease version counts them).
         Logged with the run id. False when the task could not be given back (the lease was lost,
         or the store is down: the lease then expires on its own, a retry all the same). With
-        ``failure``, the run is held (:mod:`dex.app.held`) and keeps it as its ``task_failure``."""
+        ``failure``, the run is held (:mod:`dex.app.held`) and keeps it as its ``task_failure``.
+        An answered step, which no store holds, has its outcome written the ordinary way instead."""
+        if isinstance(task, AnsweredStep):
+            write_ordinarily(self._buffer, task, reason)
+            return True
         self.holds += failure is not None
         return give_back(self._store, self._telemetry, self._rng, task, reason, exc, failure)
 
@@ -354,6 +370,8 @@ class WorkflowWorker(GroupedSteps):
     def written(self, task: WorkflowTask, applied: bool) -> None:
         """The buffer wrote our result for ``task``: keep its executor if the store applied it."""
         entry = self._unwritten.pop(task)
+        if not applied and isinstance(task, AnsweredStep):
+            write_ordinarily(self._buffer, task, "the store did not apply the step")
         if entry is None:
             return
         if applied:

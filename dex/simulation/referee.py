@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import ActivityOutcome, RunRecord, WorkflowTask
+from dex.app.ports import ActivityOutcome, AnsweredStep, RunRecord, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import InvalidStateError
@@ -100,7 +100,17 @@ class Referee:
         check_history(run_id, history)
 
     def workflow_result(self, task: WorkflowTask, result: WorkflowTaskResult, applied: bool, again: bool) -> None:
-        self.leases.completed("workflow", task.task_id, task.lease, applied)
+        if isinstance(task, AnsweredStep):
+            # an answered step holds the activity's claim; one the store declined wrote nothing
+            # and ended no lease (its outcome goes the ordinary way), so it is no delivery
+            if not applied and not again:
+                self.counts["answers declined"] += 1
+                return
+            if applied:
+                self.counts["answered"] += 1
+                self.leases.completed("activity", task.outcome.task.task_id, task.outcome.task.lease, applied)
+        else:
+            self.leases.completed("workflow", task.task_id, task.lease, applied)
         self._delivered(("workflow", (task, result)), applied, again)
         if applied:
             self.checkpoint(task, result)

@@ -16,7 +16,16 @@ from datetime import datetime, timedelta
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow
-from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, Loaded, WorkflowInput, WorkflowTask
+from dex.app.ports import (
+    ACTIVITY,
+    WORKFLOW,
+    ActivityOutcome,
+    ActivityTask,
+    AnsweredStep,
+    Loaded,
+    WorkflowInput,
+    WorkflowTask,
+)
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus
@@ -152,6 +161,11 @@ class MemoryTasks(MemoryState):
         self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime, keep: bool = False
     ) -> bool:
         """Apply ``result``; with ``keep``, the task stays claimed (a checkpoint of a task that goes on)."""
+        if isinstance(task, AnsweredStep):
+            if keep or not self._answerable(task, result, now):  # (never kept: it holds no task)
+                return False  # nothing written: the engine writes the outcome the ordinary way
+            del self._activity_tasks[task.outcome.task.task_id]
+            return self._apply_result(task, result, now)
         row_task = self._workflow_tasks.get(task.task_id)
         if row_task is None or not row_task.lease.is_(task.lease):
             return False  # the lease was lost: another worker owns (or finished) this task
@@ -163,6 +177,26 @@ class MemoryTasks(MemoryState):
             return False
         if run.history[-1].sequence_number != result.expected_last_seq:
             return False  # a racing duplicate already wrote this part of the history
+        return self._apply_result(task, result, now)
+
+    def _answerable(self, task: AnsweredStep, result: WorkflowTaskResult, now: datetime) -> bool:
+        """Whether an answered step's result may apply (see :class:`AnsweredStep`)."""
+        outcome = task.outcome
+        activity = self._activity_tasks.get(outcome.task.task_id)
+        run = self._runs.get(task.run_id)
+        if activity is None or not activity.lease.is_(outcome.task.lease) or outcome.retry_at is not None:
+            return False  # the claim was lost, or the outcome is a retry (no message for the run)
+        if run is None or run.status is not RunStatus.RUNNING or task.run_id in self._workflow_task_of_run:
+            return False
+        if run.history[-1].sequence_number != result.expected_last_seq:
+            return False
+        if any(m.visible_from <= now for m in self._inbox.get(task.run_id, [])):
+            return False  # what the run was sent comes first: its workflow task takes it all in order
+        queue = self._queue(run.created.queue, WORKFLOW)
+        return not queue.paused and self._active_workflow_tasks(queue.name) < queue.capacity
+
+    def _apply_result(self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime) -> bool:
+        run = self._runs[task.run_id]
         plan = plan_write(result, run.status)
         consumed = set(plan.consumed)
         inbox = [m for m in self._inbox[run.run_id] if m.message_id not in consumed]

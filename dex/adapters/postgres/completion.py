@@ -29,6 +29,7 @@ from datetime import datetime
 import attrs
 import psycopg
 
+from dex.adapters.postgres import answers as answers_sql
 from dex.adapters.postgres import arrays
 from dex.adapters.postgres.rows import (
     HistoryRow,
@@ -40,7 +41,7 @@ from dex.adapters.postgres.rows import (
     labels_json,
 )
 from dex.adapters.postgres.schema import Statements
-from dex.app.ports import WorkflowTask
+from dex.app.ports import AnsweredStep, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import NewRun, WorkflowTaskResult
@@ -74,41 +75,75 @@ def complete_workflow_tasks(
         ),
         [arrays.texts(sorted(targets))],
     )
+    tasks = [task for task, _ in results if not isinstance(task, AnsweredStep)]
+    answers = [task for task, _ in results if isinstance(task, AnsweredStep)]
     # the lease check: only tasks still held by this owner at this lock_version are deleted
-    deleting = conn.execute(
-        q(
-            "DELETE FROM {s}.workflow_tasks t"
-            " USING unnest(%b::text[], %b::bigint[], %b::text[], %b::integer[]) AS l(queue, task_id, owner, version)"
-            " WHERE t.queue = l.queue AND t.task_id = l.task_id"
-            "   AND t.locked_by = l.owner AND t.lock_version = l.version"
-            " RETURNING t.queue, t.task_id"
-        ),
-        [
-            arrays.texts([task.queue for task, _ in results]),
-            arrays.int8s([task.task_id for task, _ in results]),
-            arrays.texts([task.lease.owner for task, _ in results]),
-            arrays.int4s([task.lease.version for task, _ in results]),
-        ],
+    deleting = (
+        conn.execute(
+            q(
+                "DELETE FROM {s}.workflow_tasks t"
+                " USING unnest(%b::text[], %b::bigint[], %b::text[], %b::integer[])"
+                "  AS l(queue, task_id, owner, version)"
+                " WHERE t.queue = l.queue AND t.task_id = l.task_id"
+                "   AND t.locked_by = l.owner AND t.lock_version = l.version"
+                " RETURNING t.queue, t.task_id"
+            ),
+            [
+                arrays.texts([task.queue for task in tasks]),
+                arrays.int8s([task.task_id for task in tasks]),
+                arrays.texts([task.lease.owner for task in tasks]),
+                arrays.int4s([task.lease.version for task in tasks]),
+            ],
+        )
+        if tasks
+        else None
     )
+    answering = answers_sql.send_checks(conn, q, answers, now) if answers else None
     runs = {run_id: LockedRun(RunStatus(status), last_seq) for run_id, status, last_seq in locking.fetchall()}
-    deleted = {(row[0], row[1]) for row in deleting.fetchall()}
+    deleted = {(row[0], row[1]) for row in deleting.fetchall()} if deleting is not None else set()
+    held, open_runs = answers_sql.checks(answering)
+    answered: list[tuple[str, int]] = []
     applied: list[bool] = []
     batch = WriteRound(conn, q, runs, now)
     for task, result in results:
-        key = (task.queue, task.task_id)
-        if key not in deleted:
-            applied.append(False)  # the lease was lost: another worker owns (or finished) this task
-            continue
-        deleted.discard(key)  # a second result for the same claim finds the task gone
         run = runs.get(task.run_id)
-        if run is None or run.last_seq != result.expected_last_seq:
-            applied.append(False)  # a racing duplicate already wrote this part of the history
-            continue
+        if isinstance(task, AnsweredStep):
+            activity = task.outcome.task
+            key = (activity.queue, activity.task_id)
+            if (
+                held.get(key) != (activity.lease.owner, activity.lease.version)
+                or task.outcome.retry_at is not None
+                or task.run_id not in open_runs
+                or run is None
+                or run.status is not RunStatus.RUNNING
+                or run.last_seq != result.expected_last_seq
+            ):
+                applied.append(False)  # nothing written: the engine writes the outcome the ordinary way
+                continue
+            del held[key]  # the claim is used up
+            answered.append(key)
+        else:
+            key = (task.queue, task.task_id)
+            if key not in deleted:
+                applied.append(False)  # the lease was lost: another worker owns (or finished) this task
+                continue
+            deleted.discard(key)  # a second result for the same claim finds the task gone
+            if run is None or run.last_seq != result.expected_last_seq:
+                applied.append(False)  # a racing duplicate already wrote this part of the history
+                continue
         if task.run_id in batch.touched:
             batch.flush()
             batch = WriteRound(conn, q, runs, now)
         batch.add(task.run_id, run, result)
         applied.append(True)
+    if answered:  # the answered activities' tasks go: their outcomes are in the runs' histories
+        conn.execute(
+            q(
+                "DELETE FROM {s}.activity_tasks t USING unnest(%b::text[], %b::bigint[]) AS d(queue, task_id)"
+                " WHERE t.queue = d.queue AND t.task_id = d.task_id"
+            ),
+            [arrays.texts([queue for queue, _ in answered]), arrays.int8s([task_id for _, task_id in answered])],
+        )
     batch.flush()
     return applied
 

@@ -1,0 +1,226 @@
+"""One write per activity (:mod:`dex.app.answers`) on a started engine, on every adapter.
+
+An attempt whose run's executor this engine holds is written together with the step it
+answers. These tests check that it happens, that the history is the one the ordinary path
+writes (it replays), and that every way it can go wrong leaves the run to the ordinary path
+and nothing else: the store failing the write (a lost connection, an exception that cannot be
+printed, a ``BaseException``, a refusal), a run suspended while its activity ran, workflow
+code that raises what cannot be printed, values with NUL and lone surrogates. Each ends with
+a healthy run that completes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import dex
+from dex.app.ports import AnsweredStep, StoreRejectedError
+from dex.domain import events as ev
+
+attempts: list[int] = []
+gate = threading.Event()
+at_gate = threading.Event()
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+
+@dex.activity
+def inc(x: int) -> int:
+    attempts.append(x)
+    return x + 1
+
+
+@dex.activity
+def echo(text: str) -> str:
+    return text
+
+
+@dex.activity
+def wait_at_gate() -> str:
+    at_gate.set()
+    gate.wait(10)
+    return "through"
+
+
+@dex.workflow
+async def steps(ctx: dex.WorkflowContext, n: int) -> int:
+    x = 0
+    for _ in range(n):
+        x = await ctx.activity(inc, x)
+    return x
+
+
+@dex.workflow
+async def echoes(ctx: dex.WorkflowContext, text: str) -> str:
+    try:
+        return await ctx.activity(echo, text)  # type: ignore[no-any-return]
+    except dex.ActivityFailedError as exc:
+        return f"failed: {exc.failure.type}"
+
+
+@dex.workflow
+async def gated(ctx: dex.WorkflowContext) -> str:
+    passed = await ctx.activity(wait_at_gate)
+    return f"{passed} {await ctx.activity(inc, 1)}"
+
+
+@dex.workflow
+async def raises_after(ctx: dex.WorkflowContext, kind: str) -> None:
+    await ctx.activity(inc, 1)
+    if kind == "unprintable":
+        raise Unprintable()
+    raise KeyboardInterrupt("raised by the workflow after its activity")
+
+
+WORKFLOWS = [steps, echoes, gated, raises_after]
+ACTIVITIES = [inc, echo, wait_at_gate]
+
+
+class Answers:
+    """Counts the answered steps the store applied and declined, and the ordinary outcome
+    writes; with ``fail``, the first ``failures`` writes that carry an answered step raise."""
+
+    def __init__(self, store: Any, fail: Callable[[], BaseException] | None = None, failures: int = 0) -> None:
+        self.applied = self.declined = self.ordinary = self.failed = 0
+        self._fail, self._failures = fail, failures
+        self._inside = threading.local()
+        for name in ("complete_workflow_tasks", "complete_workflow_tasks_then_claim"):
+            setattr(store, name, self._counting(getattr(store, name)))
+        for name in ("complete_activity_tasks", "complete_activity_tasks_then_claim"):
+            setattr(store, name, self._outcomes(getattr(store, name)))
+
+    def _counting(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def write(results: Any, *args: Any) -> Any:
+            if getattr(self._inside, "writing", False):  # an adapter's method calling another
+                return real(results, *args)
+            answers = [isinstance(task, AnsweredStep) for task, _result in results]
+            if any(answers) and self._fail is not None and self.failed < self._failures:
+                self.failed += 1
+                raise self._fail()
+            self._inside.writing = True
+            try:
+                got = real(results, *args)
+            finally:
+                self._inside.writing = False
+            applied = got[0] if isinstance(got, tuple) else got
+            for answer, ok in zip(answers, applied, strict=True):
+                if answer:
+                    self.applied += ok
+                    self.declined += not ok
+            return got
+
+        return write
+
+    def _outcomes(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def write(outcomes: Any, *args: Any) -> Any:
+            if getattr(self._inside, "writing", False):
+                return real(outcomes, *args)
+            self.ordinary += sum(1 for o in outcomes if o.retry_at is None)
+            self._inside.writing = True
+            try:
+                return real(outcomes, *args)
+            finally:
+                self._inside.writing = False
+
+        return write
+
+
+def _started(make_engine: Any, **fail: Any) -> tuple[dex.Engine, Answers]:
+    attempts.clear()
+    engine: dex.Engine = make_engine(WORKFLOWS, ACTIVITIES, poll_interval=0.01, inline_activity_seconds=0)
+    answers = Answers(engine.store, **fail)
+    engine.start()
+    return engine, answers
+
+
+def _healthy(engine: dex.Engine) -> None:
+    assert engine.wait(engine.start_workflow(steps, 3), timeout=20) == 3
+    assert all(engine.health().values()), engine.health()
+
+
+def test_each_activity_is_written_with_the_step_it_answers(make_engine: Any) -> None:
+    engine, answers = _started(make_engine)
+    run_ids = [engine.start_workflow(steps, 4) for _ in range(5)]
+    assert [engine.wait(run_id, timeout=20) for run_id in run_ids] == [4] * 5
+    assert sorted(attempts) == sorted([0, 1, 2, 3] * 5)  # every activity ran once
+    # an attempt of this engine finds its run's executor cached (the step that scheduled it
+    # was written before the attempt began): most outcomes go with their steps
+    assert answers.applied >= 10, vars(answers)
+    assert answers.applied + answers.ordinary == 20, vars(answers)
+    for run_id in run_ids:
+        history = engine.history(run_id)
+        dex.testing.replay(steps, history)
+        assert sum(isinstance(e.event, ev.ActivityTaskCompleted) for e in history) == 4
+
+
+@pytest.mark.parametrize("kind", ["connection", "unprintable", "interrupt", "refused"])
+def test_a_store_failing_answered_writes_leaves_them_to_the_ordinary_path(make_engine: Any, kind: str) -> None:
+    fail: Callable[[], BaseException] = {
+        "connection": lambda: ConnectionError("the store went away"),
+        "unprintable": Unprintable,
+        "interrupt": lambda: KeyboardInterrupt("in the store"),
+        "refused": lambda: StoreRejectedError("the store refuses this"),
+    }[kind]
+    engine, answers = _started(make_engine, fail=fail, failures=3)
+    run_ids = [engine.start_workflow(steps, 3) for _ in range(3)]
+    assert [engine.wait(run_id, timeout=30) for run_id in run_ids] == [3] * 3
+    assert answers.failed == 3
+    assert sorted(attempts) == sorted([0, 1, 2] * 3)  # nothing ran twice for it
+    for run_id in run_ids:
+        dex.testing.replay(steps, engine.history(run_id))
+    _healthy(engine)
+
+
+def test_a_run_suspended_while_its_activity_ran_takes_the_outcome_when_resumed(make_engine: Any) -> None:
+    gate.clear()
+    at_gate.clear()
+    engine, answers = _started(make_engine)
+    run_id = engine.start_workflow(gated)
+    assert at_gate.wait(10)
+    engine.suspend(run_id)
+    gate.set()
+    # the outcome is not written with a step (the run is suspended): it waits in the inbox
+    deadline = threading.Event()
+    for _ in range(100):
+        if answers.declined + answers.ordinary >= 1:
+            break
+        deadline.wait(0.05)
+    assert answers.ordinary >= 1, vars(answers)
+    assert engine.get_run(run_id).status is dex.RunStatus.SUSPENDED
+    engine.resume(run_id)
+    assert engine.wait(run_id, timeout=20) == "through 2"
+    history = engine.history(run_id)
+    kinds = [type(e.event).__name__ for e in history]
+    assert kinds.index("RunSuspended") < kinds.index("ActivityTaskCompleted")  # in the order they came
+    _healthy(engine)
+
+
+@pytest.mark.parametrize("kind", ["unprintable", "interrupt"])
+def test_workflow_code_raising_in_an_answered_step_fails_its_own_run(make_engine: Any, kind: str) -> None:
+    engine, answers = _started(make_engine)
+    run_id = engine.start_workflow(raises_after, kind)
+    with pytest.raises(dex.WorkflowFailedError):
+        engine.wait(run_id, timeout=20)
+    assert answers.applied == 1, vars(answers)  # the failure was recorded with the activity's outcome
+    _healthy(engine)
+
+
+@pytest.mark.parametrize("text", ["nul \x00 inside", "lone \udc80 surrogate"])
+def test_values_with_nul_and_lone_surrogates(make_engine: Any, text: str) -> None:
+    engine, _answers = _started(make_engine)
+    if "\udc80" in text:  # refused at the start, where the caller sees it
+        with pytest.raises(dex.SerializationError):
+            engine.start_workflow(echoes, text)
+    else:
+        assert engine.wait(engine.start_workflow(echoes, text), timeout=20) == text
+    _healthy(engine)
