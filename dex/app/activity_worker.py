@@ -131,6 +131,7 @@ class ActivityWorker:
             log.exception("could not record the end of activity %s of run %s", task.name, task.run_id)
         try:
             if self.answered is not None and self.answered(outcome):
+                self._buffer.attempt_ended(task)
                 return
         except BaseException:
             log.exception("could not answer run %s with its activity's outcome; it is written as usual", task.run_id)

@@ -149,6 +149,13 @@ class ResultBuffer:
             self._lost_leases.discard(_lease_key(outcome.task))
             self._wanted.notify_all()
 
+    def attempt_ended(self, task: ActivityTask) -> None:
+        """An attempt whose outcome goes elsewhere (an answered step, dex.app.answers) ended:
+        its queued heartbeat and lost-lease mark go, as when its outcome is added here."""
+        with self._lock:
+            self._heartbeats.pop(_lease_key(task), None)
+            self._lost_leases.discard(_lease_key(task))
+
     def send_message(self, run_id: str, message: ev.Message) -> None:
         """Write a message to a run's inbox with the next batch, and wait until it is written.
 
