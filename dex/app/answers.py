@@ -3,25 +3,29 @@
 On the ordinary path an activity costs two writes: its outcome (a message in the run's inbox,
 which makes the run's workflow task due), then that workflow task's result. When the engine
 that ran the attempt also holds the run's executor (its cache of the run's last task), it
-skips the first: the outcome goes straight to the workflow worker as an
-:class:`~dex.app.ports.AnsweredStep`, a workflow task no store holds, whose inbox is the
-outcome's message alone. The worker decides it as any task (the watchdog, inline activities,
-held runs and refusals as usual), and its result is written with the round's others
-(``complete_workflow_tasks``): the step's history, with the message in it, and the activity
-task deleted under the attempt's claim — one transaction where there were two.
+skips the first: the attempt's own thread, which has nothing else to do, takes the executor
+out of the cache and decides the step the outcome answers at once, as an
+:class:`~dex.app.ports.AnsweredStep` — a workflow task no store holds, whose inbox is the
+outcome's message alone — with what any task has (the watchdog, inline activities, held
+runs, tracing, refusals). Its result goes to the buffer with the workflow worker's and is
+written with them (``complete_workflow_tasks``): the step's history, with the message in it,
+and the activity task deleted under the attempt's claim — one transaction where there were
+two, and no hand-over to the workflow worker's thread (deciding there made the outcome wait
+for that thread's rounds, which held the activity's room in its queue longer: measured
+slower, BENCHMARKS.md).
 
 The store applies it only while nothing else happened to the run (see ``AnsweredStep``). In
 every other case the outcome is written the ordinary way, and nothing is lost:
 
-- the executor is no longer cached where the step expected it (evicted, or another task
-  moved the run on) when the round starts;
+- no executor of the run is cached here (evicted, never held, or another step of the run is
+  being decided or written);
 - the run does not take the message now (suspended, or ended in its history);
-- deciding failed (the store, a bug of dex, code that blocked: ``retry_later``), or the run is
-  held (its history does not match the code);
-- the store did not apply the result (the claim was lost, the history moved on, a workflow
-  task of the run is due, its queue is paused or full) or refused it.
+- deciding failed (the store, a bug of dex, code that blocked past the deadline: the watchdog
+  gives the step back, ``retry_later``), or the run is held (its history does not match);
+- the store did not apply the result (the claim was lost, the history moved on, a message or
+  workflow task of the run is due, its queue is paused or full) or refused it.
 
-A crash between the hand-over and the write loses the outcome with the process, as a crash
+A crash between the decision and the write loses the outcome with the process, as a crash
 before an ordinary outcome's flush does: the activity's lease lapses and the attempt runs
 again (activities run at least once).
 """
@@ -29,17 +33,22 @@ again (activities run at least once).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import attrs
 
 from dex.app.buffer import ResultBuffer
-from dex.app.executors import Cached, ExecutorCache, Preloaded
-from dex.app.ports import ActivityOutcome, AnsweredStep, Lease, Loaded, Store, WorkflowInput, WorkflowTask
+from dex.app.executors import Cached, ExecutorCache, Given, Preloaded
+from dex.app.ports import ActivityOutcome, AnsweredStep, Lease, Store, WorkflowInput, WorkflowTask
+from dex.app.telemetry import Telemetry
 from dex.domain import events as ev
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.task import InboxMessage, WorkflowTaskResult
+
+if TYPE_CHECKING:
+    from dex.app.watchdog import Watchdog
 
 log = logging.getLogger("dex.worker")
 
@@ -119,23 +128,47 @@ class AnsweredSteps:
     _lease: timedelta
     cache: ExecutorCache
 
-    def hand(
-        self, tasks: Sequence[WorkflowTask], loaded: Sequence[Loaded] | None = None, now: datetime | None = None
-    ) -> None:
+    watchdog: Watchdog | None
+    _telemetry: Telemetry
+
+    def _decide(self, task: WorkflowTask, preloaded: Preloaded | None = None) -> WorkflowTaskResult | None:
+        raise NotImplementedError  # the worker's
+
+    def _drop(self, task: WorkflowTask) -> None:
         raise NotImplementedError  # the worker's
 
     def answer(self, outcome: ActivityOutcome) -> bool:
-        """An attempt of this engine ended: when this worker holds the run's executor, take the
-        outcome as the step it answers, decided by the next round and written with it, so that
-        one write records both. False: write it the ordinary way."""
+        """An attempt of this engine ended: when this worker holds the run's executor, decide
+        the step the outcome answers at once, in the calling thread (the attempt's, which has
+        nothing else to do), and buffer its result, so that one write records both. False:
+        write the outcome the ordinary way. Raises only what deciding raised past its own
+        handling (a bug of dex): the caller then writes the outcome the ordinary way."""
         if not self._names:
             return False
         now = self._store.clock.now()
-        taken = answered_step(outcome, self.cache.peek(outcome.task.run_id), self._node_id, now, self._lease)
+        cached = self.cache.take(outcome.task.run_id)  # the executor is this step's alone now
+        taken = answered_step(outcome, cached, self._node_id, now, self._lease)
         if taken is None:
+            if cached is not None:
+                self.cache.put(outcome.task.run_id, cached.executor, cached.last_seq)
             return False
         step, given = taken
-        self.hand([step], [given], now)
+        started, watchdog = time.perf_counter(), self.watchdog
+        try:
+            result = self._decide(step, Preloaded(cached=cached, given=Given(loaded=given, at=now)))
+        except BaseException:
+            if watchdog is not None and watchdog.abandoned(step):  # its interrupt: see below
+                self._drop(step)
+                return True
+            raise
+        if watchdog is not None and watchdog.abandoned(step):
+            # given back while its code blocked: its outcome went the ordinary way (retry_later)
+            self._drop(step)
+            return True
+        if result is not None:
+            self._buffer.add_workflow_results([(step, result)])
+            outcome_kind = "progressed" if result.completion is None else result.completion.status.value.lower()
+            self._telemetry.task_finished("workflow", step.workflow_name, outcome_kind, time.perf_counter() - started)
         return True
 
     def _answer_start(
