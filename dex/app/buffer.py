@@ -276,7 +276,11 @@ class ResultBuffer:
             if workflow_results:
                 written = self._complete_workflows(workflow_results, now, left)  # tells on_written
                 applied = [ok for _result, ok in written]
-                self._count_discarded("workflow", [t.task_id for t, _ in workflow_results], applied)
+                # an answered step the store declined lost no lease: its outcome goes the ordinary way
+                ordinary = [
+                    (t.task_id, ok) for (t, _r), ok in zip(workflow_results, applied, strict=True) if t.task_id > 0
+                ]
+                self._count_discarded("workflow", [i for i, _ in ordinary], [ok for _, ok in ordinary])
         except BaseException as exc:
             # The store may be restarting (or raised worse: a BaseException of a driver or a
             # hook is kept from losing the batch too). Keep what was not written and send it

@@ -86,13 +86,16 @@ class InlineActivities:
     typical: float  # seconds: an activity runs inline while its recent attempts typically took at most this
     stopping: threading.Event
 
-    def eligible(self, spec: NewActivityTask) -> bool:
+    def eligible(self, spec: NewActivityTask, room_in: str | None = None) -> bool:
+        """Whether ``spec``'s first attempt may run inline; ``room_in`` names a queue where the
+        step has room of its own, whatever the queue's depth (an answered step's activity,
+        whose task its write deletes: one attempt after the other takes its place)."""
         if spec.attempt != 1 or self.stopping.is_set() or spec.name not in self.worker.names:
             return False
         if self.worker.is_transaction(spec.name):  # its attempt is a task of its own (transaction_steps.py)
             return False
         took = self.worker.durations.typical(spec.name)
-        return took is not None and took <= self.typical and self.queues.open(spec.queue)
+        return took is not None and took <= self.typical and (spec.queue == room_in or self.queues.open(spec.queue))
 
     def run(self, spec: NewActivityTask, now: datetime) -> Answer:
         """Run the attempt in this thread: the message its outcome gives the run, or the task
@@ -119,6 +122,7 @@ class InlineActivities:
         until: datetime,
         clock: Clock,
         watched: Callable[[], AbstractContextManager[None]],
+        room_in: str | None = None,
     ) -> WorkflowTaskResult:
         """Go on with the first attempts of the activities the task scheduled that may run here,
         step after step, until ``until`` (each step's workflow code runs in ``watched()``)."""
@@ -132,7 +136,7 @@ class InlineActivities:
             outcomes: list[ev.ActivityTaskCompleted | ev.ActivityTaskFailed] = []
             retries: list[NewActivityTask] = []
             for spec in result.activity_tasks:
-                if spec.created_seq in tried or not self.eligible(spec):
+                if spec.created_seq in tried or not self.eligible(spec, room_in):
                     continue
                 tried.add(spec.created_seq)
                 message, retry = self.run(spec, clock.now())

@@ -82,9 +82,8 @@ class AnsweredStep(WorkflowTask):
     result goes through ``complete_workflow_tasks`` like any workflow task's, and applies only
     if the activity's claim (``outcome.task.lease``) still holds, the run's history ends at
     ``expected_last_seq``, the run is RUNNING with no workflow task and no visible inbox message
-    (what it was sent comes first), and its workflow queue is active with a free slot (the
-    scheduler would give it a task now). Then the activity task is
-    deleted and the outcome's message is in the result's history, never in the inbox. Otherwise
+    (what it was sent comes first), and its workflow queue is not paused. (Its room does not
+    count: the step takes no slot of the queue.) Then the activity task is deleted and the outcome's message is in the result's history, never in the inbox. Otherwise
     nothing of it is written, the activity task stays as it was, and the engine writes the
     outcome the ordinary way."""
 

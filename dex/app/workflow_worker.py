@@ -323,6 +323,7 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
                         until=task.lease.until - self._lease / 2,
                         clock=self._store.clock,
                         watched=lambda: self._watched(task, executor),
+                        room_in=task.outcome.task.queue if isinstance(task, AnsweredStep) else None,
                     )
         except Exception as exc:  # noqa: BLE001 - not the workflow's code (see above): the task fails
             if executor is not None:

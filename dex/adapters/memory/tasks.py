@@ -192,8 +192,7 @@ class MemoryTasks(MemoryState):
             return False
         if any(m.visible_from <= now for m in self._inbox.get(task.run_id, [])):
             return False  # what the run was sent comes first: its workflow task takes it all in order
-        queue = self._queue(run.created.queue, WORKFLOW)
-        return not queue.paused and self._active_workflow_tasks(queue.name) < queue.capacity
+        return not self._queue(run.created.queue, WORKFLOW).paused
 
     def _apply_result(self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime) -> bool:
         run = self._runs[task.run_id]

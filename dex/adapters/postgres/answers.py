@@ -3,8 +3,9 @@ that decide whether one applies, sent in the completion's pipeline with its othe
 
 A step applies while the activity's claim holds, and its run is RUNNING (locked by the
 completion already), has no workflow task and no visible message (what it was sent comes
-first: its workflow task takes it all, in order), and its workflow queue is active with a free
-slot: the scheduler would give the run its task now. :mod:`.completion` reads both answers
+first: its workflow task takes it all, in order), and its workflow queue is not paused. (Not
+whether the queue has room: a step answered in the attempt's thread takes no slot of it.)
+:mod:`.completion` reads both answers
 with the run locks and deletes the answered activities' tasks with the rest of its writes.
 """
 
@@ -20,15 +21,13 @@ from dex.adapters.postgres import arrays
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports import AnsweredStep
 
-# Of the runs answered steps are for, those the scheduler would give a workflow task now:
-# RUNNING (locked already by the batch), no task of theirs, their workflow queue active with a
-# free slot
+# Of the runs answered steps are for, those that may take one: RUNNING (locked already by the
+# batch), no task and no visible message of theirs, their workflow queue not paused
 _OPEN_RUNS = (
     "SELECT r.run_id FROM {s}.runs r JOIN {s}.queues qu ON qu.name = r.queue AND qu.kind = 'workflow'"
     " WHERE r.run_id = ANY(%b::text[]) AND r.status = 'RUNNING' AND NOT qu.paused"
     "   AND NOT EXISTS (SELECT 1 FROM {s}.workflow_tasks t WHERE t.run_id = r.run_id AND t.queue = r.queue)"
     "   AND NOT EXISTS (SELECT 1 FROM {s}.inbox i WHERE i.run_id = r.run_id AND i.visible_from <= %s)"
-    "   AND qu.capacity > (SELECT count(*) FROM {s}.workflow_tasks t WHERE t.queue = qu.name)"
 )
 
 

@@ -3,7 +3,8 @@ outcome and the workflow step it answers, written in one transaction ("one write
 
 A step applies only while nothing else happened to the run: the activity's claim holds, the
 history ends where the step's executor stood, the run is RUNNING with no workflow task and no
-visible message, and its workflow queue is active with room. Then the outcome's message is in
+visible message, and its workflow queue is not paused (its room does not count: the step takes
+no slot). Then the outcome's message is in
 the step's history, the activity task is gone, and the step's effects are carried out. In
 every other case nothing of it is written and the activity task stays as it was, so that the
 ordinary outcome write that follows applies.
@@ -148,7 +149,6 @@ SPOILERS: dict[str, Callable[[Store, VirtualClock, ActivityTask], None]] = {
     "a message waits": _message_waiting,
     "suspended": _suspended,
     "queue paused": _queue_paused,
-    "queue full": _queue_full,
 }
 
 
@@ -204,6 +204,14 @@ class AnsweredStepContract(PortContract):
         assert applied == [spoiler != "lease lost"]
         if applied[0]:
             assert "ActivityTaskCompleted" in inbox_of(store, clock, "r1")
+
+    def test_a_full_workflow_queue_does_not_hold_an_answered_step_back(self, store: Store, clock: VirtualClock) -> None:
+        # the step takes no slot of its queue: the runs waiting for one lose nothing to it
+        task = _running(store, clock)
+        _queue_full(store, clock, task)
+        assert store.complete_workflow_tasks([_answer(store, clock, done(task))], clock.now()) == [True]
+        assert store.schedule_workflow_tasks(clock.now(), 10) == 0  # still full: the other run's task holds it
+        assert [t.run_id for t in store.claim_workflow_tasks({WF}, "w1", clock.now(), LEASE, 10)] == ["other"]
 
     def test_a_retry_is_not_a_step(self, store: Store, clock: VirtualClock) -> None:
         task = _running(store, clock)
