@@ -275,12 +275,10 @@ class ResultBuffer:
                 activity_outcomes = []
             if workflow_results:
                 written = self._complete_workflows(workflow_results, now, left)  # tells on_written
-                applied = [ok for _result, ok in written]
-                # an answered step the store declined lost no lease: its outcome goes the ordinary way
-                ordinary = [
-                    (t.task_id, ok) for (t, _r), ok in zip(workflow_results, applied, strict=True) if t.task_id > 0
-                ]
-                self._count_discarded("workflow", [i for i, _ in ordinary], [ok for _, ok in ordinary])
+                # (an answered step the store declined lost no lease: its outcome goes the ordinary way)
+                ids = [t.task_id for t, _ in workflow_results]
+                kept = [(i, ok) for i, (_r, ok) in zip(ids, written, strict=True) if i > 0]
+                self._count_discarded("workflow", [i for i, _ in kept], [ok for _, ok in kept])
         except BaseException as exc:
             # The store may be restarting (or raised worse: a BaseException of a driver or a
             # hook is kept from losing the batch too). Keep what was not written and send it
