@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 
 from dex.adapters.postgres import arrays
-from dex.adapters.postgres.completion import LockedRun, WriteRound
+from dex.adapters.postgres.completion import LockedRun, WriteRound, claims
 from dex.adapters.postgres.schema import Statements
 from dex.adapters.postgres.transactions import failed_transaction
 from dex.app.transaction_ports import Checkpointed, CheckpointOutcome, StepCheckpoint, StepFailed
@@ -143,12 +143,7 @@ def _lock_tasks(conn: psycopg.Connection, q: Statements, items: Sequence[StepChe
             " WHERE t.locked_by = l.owner AND t.lock_version = l.version"
             " ORDER BY t.queue, t.task_id FOR UPDATE OF t"
         ),
-        [
-            arrays.texts([t.queue for t in tasks]),
-            arrays.int8s([t.task_id for t in tasks]),
-            arrays.texts([t.lease.owner for t in tasks]),
-            arrays.int4s([t.lease.version for t in tasks]),
-        ],
+        claims(tasks),
     )
 
 

@@ -88,12 +88,7 @@ def complete_workflow_tasks(
                 "   AND t.locked_by = l.owner AND t.lock_version = l.version"
                 " RETURNING t.queue, t.task_id"
             ),
-            [
-                arrays.texts([task.queue for task in tasks]),
-                arrays.int8s([task.task_id for task in tasks]),
-                arrays.texts([task.lease.owner for task in tasks]),
-                arrays.int4s([task.lease.version for task in tasks]),
-            ],
+            claims(tasks),
         )
         if tasks
         else None
@@ -146,6 +141,16 @@ def complete_workflow_tasks(
         )
     batch.flush()
     return applied
+
+
+def claims(tasks: Sequence[WorkflowTask]) -> list[object]:
+    """The (queue, task_id, owner, version) arrays of workflow tasks' claims, for an ``unnest``."""
+    return [
+        arrays.texts([task.queue for task in tasks]),
+        arrays.int8s([task.task_id for task in tasks]),
+        arrays.texts([task.lease.owner for task in tasks]),
+        arrays.int4s([task.lease.version for task in tasks]),
+    ]
 
 
 @attrs.frozen(kw_only=True)
