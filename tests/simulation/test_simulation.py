@@ -130,6 +130,9 @@ def test_the_simulations_reach_every_outcome_and_lose_work_to_faults() -> None:
     text = "\n".join(trace)
     for what in ("joins", "takes over", "hangs", "-> retry", "client suspend", "client resume", "leads"):
         assert what in text, what
+    # answered steps (dex.app.answers), under faults: written with their outcome, and declined
+    # (the run moved on, a message came first, the claim was lost) so the outcome went the ordinary way
+    assert counts["answered"] > 0 and counts["answers declined"] > 0, counts
 
 
 def test_the_inline_simulations_run_activities_inside_workflow_tasks() -> None:
