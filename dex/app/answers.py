@@ -23,7 +23,7 @@ every other case the outcome is written the ordinary way, and nothing is lost:
 - deciding failed (the store, a bug of dex, code that blocked past the deadline: the watchdog
   gives the step back, ``retry_later``), or the run is held (its history does not match);
 - the store did not apply the result (the claim was lost, the history moved on, a message or
-  workflow task of the run is due, its queue is paused or full) or refused it.
+  workflow task of the run is due, its workflow queue is paused) or refused it.
 
 A crash between the decision and the write loses the outcome with the process, as a crash
 before an ordinary outcome's flush does: the activity's lease lapses and the attempt runs
@@ -77,25 +77,6 @@ def answered_step(
     )
     # a message that never was in the inbox: a negative id, left out of what the step consumed
     return step, WorkflowInput(events=[], inbox=[InboxMessage(message_id=-1, event=message)])
-
-
-def answer_start(
-    step: AnsweredStep, preloaded: Preloaded | None, cache: ExecutorCache
-) -> tuple[Cached, list[InboxMessage]] | None:
-    """What ``step`` is decided from: the executor its round took from the cache, if it still
-    stands where the step expects it, and the step's one message. None otherwise (an executor
-    that moved on goes back to the cache: it is valid for the run's next task)."""
-    cached = preloaded.cached if preloaded is not None else None
-    if preloaded is None or cached is None or cached.last_seq != step.last_seq:
-        if cached is not None:
-            cache.put(step.run_id, cached.executor, cached.last_seq)
-        return None
-    loaded = preloaded.given.loaded
-    inbox = loaded.inbox if isinstance(loaded, WorkflowInput) else []
-    if len(inbox) != 1 or not isinstance(inbox[0].event, ev.ActivityTaskCompleted | ev.ActivityTaskFailed):
-        cache.put(step.run_id, cached.executor, cached.last_seq)
-        return None
-    return cached, inbox
 
 
 def write_ordinarily(buffer: ResultBuffer, step: AnsweredStep, why: str) -> None:
@@ -189,13 +170,15 @@ class AnsweredSteps:
     def _answer_start(
         self, step: AnsweredStep, preloaded: Preloaded | None
     ) -> tuple[WorkflowExecutor, int, list[ev.HistoryEvent], list[InboxMessage]] | None:
-        """What ``step`` starts from (as ``start_point`` says for a task); None: the executor
-        moved on, and the outcome went the ordinary way."""
-        answering = answer_start(step, preloaded, self.cache)
-        if answering is None:
-            write_ordinarily(self._buffer, step, "the run's executor moved on")
+        """What ``step`` starts from (as ``start_point`` says for a task): the executor
+        ``answer`` took from the cache, and the step's one message. None (the outcome then goes
+        the ordinary way) only if something other than ``answer`` asked."""
+        cached = preloaded.cached if preloaded is not None else None
+        loaded = preloaded.given.loaded if preloaded is not None else None
+        if cached is None or not isinstance(loaded, WorkflowInput):
+            write_ordinarily(self._buffer, step, "no executor of the run was at hand")
             return None
-        return answering[0].executor, step.last_seq, [], answering[1]
+        return cached.executor, step.last_seq, [], loaded.inbox
 
     def _answered(
         self, step: AnsweredStep, executor: WorkflowExecutor, last_seq: int, result: WorkflowTaskResult

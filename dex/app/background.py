@@ -193,11 +193,9 @@ class Background:
             self.workflow_worker.run_inline(inline, self._groups)
 
     def _answer(self, outcome: ActivityOutcome) -> bool:
-        """Hand an attempt's outcome to the workflow worker holding its run (False: it does not)."""
-        if self._stopping.is_set() or not self.workflow_worker.answer(outcome):
-            return False
-        self._wake_workflows.set()
-        return True
+        """Answer the step an attempt's outcome is for, where this engine holds its run
+        (``WorkflowWorker.answer``; False: it does not, or the engine stops)."""
+        return not self._stopping.is_set() and self.workflow_worker.answer(outcome)
 
     def start(self) -> None:
         """Start the threads (the engine checked that none run)."""

@@ -28,6 +28,7 @@ from dex.app.ports import (
     WORKFLOW,
     ActivityOutcome,
     ActivityTask,
+    AnsweredStep,
     Claim,
     Loaded,
     Store,
@@ -271,14 +272,11 @@ class ResultBuffer:
                 heartbeats = []
             if activity_outcomes:
                 applied = self._complete_activities(activity_outcomes, now, left)
-                self._count_discarded("activity", [o.task.task_id for o in activity_outcomes], applied)
+                self._count_discarded("activity", [o.task for o in activity_outcomes], applied)
                 activity_outcomes = []
             if workflow_results:
                 written = self._complete_workflows(workflow_results, now, left)  # tells on_written
-                # (an answered step the store declined lost no lease: its outcome goes the ordinary way)
-                ids = [t.task_id for t, _ in workflow_results]
-                kept = [(i, ok) for i, (_r, ok) in zip(ids, written, strict=True) if i > 0]
-                self._count_discarded("workflow", [i for i, _ in kept], [ok for _, ok in kept])
+                self._count_discarded("workflow", [t for t, _ in workflow_results], [ok for _r, ok in written])
         except BaseException as exc:
             # The store may be restarting (or raised worse: a BaseException of a driver or a
             # hook is kept from losing the batch too). Keep what was not written and send it
@@ -383,12 +381,15 @@ class ResultBuffer:
                 self._on_written(task, result, ok)
         return written
 
-    def _count_discarded(self, kind: str, task_ids: list[int], applied: list[bool]) -> None:
+    def _count_discarded(
+        self, kind: str, tasks: Sequence[WorkflowTask | ActivityTask], applied: Sequence[bool]
+    ) -> None:
         lost = 0
-        for task_id, ok in zip(task_ids, applied, strict=True):
-            if not ok:
+        for task, ok in zip(tasks, applied, strict=True):
+            # an answered step the store declined lost no lease: its outcome goes the ordinary way
+            if not ok and not isinstance(task, AnsweredStep):
                 lost += 1
-                log.warning("discarded the result of %s task %s: its lease was lost", kind, task_id)
+                log.warning("discarded the result of %s task %s: its lease was lost", kind, task.task_id)
         if lost:
             self.discarded += lost
             self._telemetry.leases_lost(kind, lost)

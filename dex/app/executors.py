@@ -123,11 +123,6 @@ class ExecutorCache:
         with self._lock:
             return self._entries.pop(run_id, None)
 
-    def peek(self, run_id: str) -> Cached | None:
-        """The executor cached for ``run_id``, left in the cache."""
-        with self._lock:
-            return self._entries.get(run_id)
-
     def put(self, run_id: str, executor: WorkflowExecutor, last_seq: int) -> None:
         evicted = []
         with self._lock:

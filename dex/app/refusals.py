@@ -29,8 +29,7 @@ from typing import TypeVar
 
 import attrs
 
-from dex.app.ports import ActivityOutcome, Store, StoreRejectedError, WorkflowTask
-from dex.app.task_records import is_answer
+from dex.app.ports import ActivityOutcome, AnsweredStep, Store, StoreRejectedError, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import OutgoingMessage, WorkflowTaskResult
@@ -136,7 +135,7 @@ def write_workflow_results(
         # reason instead; if even that is refused, the task is given back for later
         task, result = item
         reason = refusal_reason(exc)
-        if is_answer(task):
+        if isinstance(task, AnsweredStep):
             # no run fails of it here: the step's outcome goes the ordinary way (on_written), and
             # the run's workflow task meets the refusal, if it recurs, with a task of its own
             log.warning("the store refused an answered step of run %s (%s)", task.run_id, reason)

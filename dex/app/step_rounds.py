@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING
 from dex.app.buffer import ResultBuffer
 from dex.app.executors import Round, Unwritten
 from dex.app.inline import InlineActivities
-from dex.app.ports import Store, WorkflowTask
+from dex.app.ports import AnsweredStep, Store, WorkflowTask
 from dex.app.registry import Registry
 from dex.app.step_groups import GroupThreads, Parked, StepGroups
-from dex.app.task_records import is_answer
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.task import WorkflowTaskResult
 
@@ -68,7 +67,7 @@ class GroupedSteps:
         parks = (
             self.steps is not None
             and entry is not None
-            and not is_answer(task)
+            and not isinstance(task, AnsweredStep)
             and self.steps.waits(task, entry.executor, result)
         )
         with self._handed_lock:

@@ -83,17 +83,13 @@ class AnsweredStep(WorkflowTask):
     if the activity's claim (``outcome.task.lease``) still holds, the run's history ends at
     ``expected_last_seq``, the run is RUNNING with no workflow task and no visible inbox message
     (what it was sent comes first), and its workflow queue is not paused. (Its room does not
-    count: the step takes no slot of the queue.) Then the activity task is deleted and the outcome's message is in the result's history, never in the inbox. Otherwise
-    nothing of it is written, the activity task stays as it was, and the engine writes the
-    outcome the ordinary way."""
+    count: the step takes no slot of the queue.) Then the activity task is deleted and the
+    outcome's message is in the result's history, never in the inbox. Otherwise nothing of it
+    is written, the activity task stays as it was, and the engine writes the outcome the
+    ordinary way."""
 
     outcome: ActivityOutcome
     last_seq: int
-
-
-def is_answer(task: WorkflowTask) -> bool:
-    """Whether ``task`` is an :class:`AnsweredStep` (no store holds it)."""
-    return isinstance(task, AnsweredStep)
 
 
 # An activity task's lease, kept alive by the engine running its attempt (dex/app/leases.py):

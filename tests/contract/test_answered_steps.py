@@ -47,6 +47,11 @@ def echo(text: str) -> str:
 
 
 @dex.activity
+def poisoned(text: str) -> str:
+    return text + " \udc80"  # a result that cannot be stored: the attempt's own failure
+
+
+@dex.activity
 def wait_at_gate() -> str:
     at_gate.set()
     gate.wait(10)
@@ -65,6 +70,14 @@ async def steps(ctx: dex.WorkflowContext, n: int) -> int:
 async def echoes(ctx: dex.WorkflowContext, text: str) -> str:
     try:
         return await ctx.activity(echo, text)  # type: ignore[no-any-return]
+    except dex.ActivityFailedError as exc:
+        return f"failed: {exc.failure.type}"
+
+
+@dex.workflow
+async def poisons(ctx: dex.WorkflowContext, text: str) -> str:
+    try:
+        return await ctx.activity(poisoned, text)  # type: ignore[no-any-return]
     except dex.ActivityFailedError as exc:
         return f"failed: {exc.failure.type}"
 
@@ -96,8 +109,8 @@ async def blocks_once(ctx: dex.WorkflowContext) -> int:
     return await ctx.activity(inc, x)  # type: ignore[no-any-return]
 
 
-WORKFLOWS = [steps, echoes, gated, raises_after, blocks_once]
-ACTIVITIES = [inc, echo, wait_at_gate]
+WORKFLOWS = [steps, echoes, poisons, gated, raises_after, blocks_once]
+ACTIVITIES = [inc, echo, poisoned, wait_at_gate]
 
 
 class Answers:
@@ -242,6 +255,17 @@ def test_values_with_nul_and_lone_surrogates(make_engine: Any, text: str) -> Non
             engine.start_workflow(echoes, text)
     else:
         assert engine.wait(engine.start_workflow(echoes, text), timeout=20) == text
+    _healthy(engine)
+
+
+def test_an_activity_result_with_a_lone_surrogate_fails_that_attempt_in_its_answered_step(make_engine: Any) -> None:
+    engine, answers = _started(make_engine)
+    run_id = engine.start_workflow(poisons, "nul \x00 and")
+    assert engine.wait(run_id, timeout=20) == "failed: SerializationError"  # the run's own, caught by its code
+    settled = time.monotonic() + 5  # (wait() may see the commit before the writer counts it)
+    while answers.applied < 1 and time.monotonic() < settled:
+        time.sleep(0.01)
+    assert answers.applied == 1, vars(answers)  # the failure went with the step it answered
     _healthy(engine)
 
 

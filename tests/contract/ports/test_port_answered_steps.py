@@ -20,7 +20,7 @@ from dex.app.ports import ActivityOutcome, ActivityTask, AnsweredStep, Claim, Le
 from dex.domain import events as ev
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
-from dex.domain.task import NewActivityTask, WorkflowTaskResult
+from dex.domain.task import NewActivityTask, WorkflowTaskResult, activity_task
 from dex.testing import VirtualClock
 from tests.contract.ports.support import (
     ACT,
@@ -55,36 +55,24 @@ def _answer(
     """The step ``outcome`` answers, as the engine holding the run's executor decides it: the
     outcome's message, then another activity (``then="activity"``) or the run's end."""
     run_id, now = outcome.task.run_id, clock.now()
-    last = store.load_history(run_id)[-1].sequence_number
+    history = store.load_history(run_id)
+    last = history[-1].sequence_number
     message = outcome.message
-    assert message is not None
+    assert message is not None and isinstance(history[0].event, ev.RunCreated)
     events: list[ev.Event] = [ev.WorkflowTaskStarted(), message]
     specs: list[NewActivityTask] = []
     completion = None
     if then == "activity":
-        events.append(
-            ev.ActivityTaskCreated(
-                name=ACT,
-                input=(payload(2),),
-                queue=QUEUE,
-                priority=0,
-                retry_policy=RetryPolicy(),
-                lock_timeout=LOCK_TIMEOUT,
-            )
+        created = ev.ActivityTaskCreated(
+            name=ACT,
+            input=(payload(2),),
+            queue=QUEUE,
+            priority=0,
+            retry_policy=RetryPolicy(),
+            lock_timeout=LOCK_TIMEOUT,
         )
-        specs.append(
-            NewActivityTask(
-                run_id=run_id,
-                created_seq=last + 3,
-                name=ACT,
-                input=(payload(2),),
-                queue=QUEUE,
-                priority=0,
-                retry_policy=RetryPolicy(),
-                lock_timeout=LOCK_TIMEOUT,
-                visible_from=now,
-            )
-        )
+        events.append(created)
+        specs.append(activity_task(run_id, last + 3, created, history[0].event, now))  # as the core makes it
     else:
         completion = ev.RunCompleted(status=RunStatus.COMPLETED, result=payload("done"))
         events.append(completion)
