@@ -17,7 +17,7 @@ load. (A batch of finished activity attempts does not come here: one call of a f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from datetime import datetime
 
 import psycopg
@@ -64,14 +64,38 @@ def of_runs(run_ids: list[str]) -> Dispatch:
 @contextmanager
 def begin(conn: psycopg.Connection, pipeline: bool) -> Iterator[None]:
     """A transaction on ``conn``; with ``pipeline``, in psycopg's pipeline mode, which ends
-    with the transaction: the answers not yet read arrive with its commit."""
-    with conn.pipeline() if pipeline else nullcontext(), conn.transaction():
-        if pipeline:
-            # a completion's statements find rows by key (unnest of ids joined on
-            # primary keys), so a cached generic plan is as good as a fresh one and
-            # saves planning each of them every time; see session_settings
+    with the transaction: the answers not yet read arrive with its commit.
+
+    In a pipeline, ``BEGIN`` and ``COMMIT`` are sent as statements of the pipeline: psycopg's
+    ``transaction()`` inside a pipeline waits for its ``BEGIN`` to be answered before the
+    block runs, one round trip more per write (and, under load, one more wait for the GIL
+    when the answer comes back). Whatever ends the block early rolls the transaction back;
+    a connection that cannot be rolled back is closed, so the pool replaces it."""
+    if not pipeline:
+        with conn.transaction():
+            yield
+        return
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            # a completion's statements find rows by key (unnest of ids joined on primary
+            # keys), so a cached generic plan is as good as a fresh one and saves planning
+            # each of them every time; see session_settings
             conn.execute("SET LOCAL plan_cache_mode = auto")
-        yield
+            yield
+            conn.execute("COMMIT")
+    except BaseException:
+        _roll_back(conn)
+        raise
+
+
+def _roll_back(conn: psycopg.Connection) -> None:
+    """End a failed pipelined transaction; close the connection if even that fails."""
+    try:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+    except BaseException:  # noqa: BLE001 - the connection is unusable: the pool discards a closed one
+        conn.close()
 
 
 def complete_workflow_tasks_then_claim(
