@@ -65,7 +65,7 @@ def dex_run(
             engine.wait(engine.start_workflow(workflow, 10_000_000 + i), timeout=60)
         latency = _latency(lambda i: engine.start_workflow(workflow, i), lambda r: engine.wait(r, timeout=60), samples)
         deadline = Deadline(300)
-        cpu = CpuMeter(dsn)
+        meter = CpuMeter(dsn)
         started = time.perf_counter()
         run_ids = [engine.start_workflow(workflow, i) for i in range(runs)]
         start_seconds = time.perf_counter() - started
@@ -75,7 +75,7 @@ def dex_run(
                 raise AssertionError(f"run {run_id}: wrong result")
             done += 1
         result = batch_result(runs, done, time.perf_counter() - started, start_seconds)
-        result.update(cpu.stop(), latency_median=latency)
+        result.update(meter.stop(), latency_median=latency)
     finally:
         engine.stop()
         adapter.close()

@@ -153,10 +153,10 @@ def main() -> None:
         values = [s[key] for s in splits]
         print(f"  {key:<10} {statistics.median(values):7.1f}   (min {min(values):.1f}, max {max(values):.1f})")
     print("\nper port call: calls per sample, median wall ms, median CPU ms of its thread")
-    for name, values in sorted(per_call.items(), key=lambda item: -sum(w for w, _c in item[1])):
-        walls, cpus = [w for w, _c in values], [c for _w, c in values]
+    for name, pairs in sorted(per_call.items(), key=lambda item: -sum(w for w, _c in item[1])):
+        walls, cpus = [w for w, _c in pairs], [c for _w, c in pairs]
         print(
-            f"  {name:<38} {len(values) / args.samples:5.2f} {statistics.median(walls):6.2f} {statistics.median(cpus):6.2f}"
+            f"  {name:<38} {len(pairs) / args.samples:5.2f} {statistics.median(walls):6.2f} {statistics.median(cpus):6.2f}"
         )
     print("\none sample: start, end, wall ms, thread CPU ms, port call, thread")
     print("\n".join(timeline))

@@ -38,7 +38,7 @@ def _compute(name: str, x: int) -> int:
 # -- the worker process --------------------------------------------------------------------------
 def _http_worker(url: str, stop: threading.Event) -> None:
     where = urlparse(url)
-    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+    conn = http.client.HTTPConnection(where.hostname or "localhost", where.port, timeout=30)
 
     def post(path: str, body: dict[str, Any]) -> Any:
         conn.request("POST", path, json.dumps(body), {"content-type": "application/json"})

@@ -135,7 +135,7 @@ def dbos_client(dsn: str, schema: str, runs: int, timeout: float) -> dict[str, A
         deadline = time.monotonic() + timeout
         cpu, worker_cpu = CpuMeter(dsn), _cpu_seconds(worker.pid)
         started = time.perf_counter()
-        handles = [client.enqueue(options, i) for i in range(runs)]
+        handles: list[Any] = [client.enqueue(options, i) for i in range(runs)]
         start_seconds = time.perf_counter() - started
         done = 0
         for i, handle in enumerate(handles):
