@@ -10,9 +10,8 @@ already keeps, so the overview answers as fast over a million runs as over a hun
   retrying activities from ``activity_tasks`` (live tasks only);
 - a run's pending activities: ``activity_tasks_run``.
 
-The statements run on a connection of the adapter's own pool (``PostgresAdapter._statement``,
-this project's own adapter; the pool's sessions are in autocommit and each read here is one
-statement).
+The statements run on a connection of the adapter's own pool (``PostgresAdapter.reading``;
+the pool's sessions are in autocommit and each read here is one statement).
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ class PostgresInsights:
         self._adapter, self._q, self._sample = adapter, Statements(adapter.schema), sample
 
     def status_counts(self) -> StatusCounts:
-        with self._adapter._statement() as conn:
+        with self._adapter.reading() as conn:
             rows = conn.execute(
                 self._q(
                     "SELECT status, count(*) FROM (SELECT status FROM {s}.runs"
@@ -64,8 +63,8 @@ class PostgresInsights:
     def per_minute(self, now: datetime) -> list[Minute]:
         starts = minutes_of(now)
         first = starts[0]
-        with self._adapter._statement() as conn:
-            started = dict(
+        with self._adapter.reading() as conn:
+            started: dict[datetime, int] = dict(
                 conn.execute(
                     self._q(
                         "SELECT date_trunc('minute', created_at), count(*) FROM {s}.runs"
@@ -74,7 +73,7 @@ class PostgresInsights:
                     [first],
                 ).fetchall()
             )
-            ended = dict(
+            ended: dict[datetime, int] = dict(
                 conn.execute(
                     self._q(
                         "SELECT date_trunc('minute', completed_at), count(*) FROM {s}.runs"
@@ -87,7 +86,7 @@ class PostgresInsights:
 
     def failing(self, limit: int) -> list[FailingWork]:
         since = self._adapter.clock.now() - timedelta(days=1)
-        with self._adapter._statement() as conn:
+        with self._adapter.reading() as conn:
             held = conn.execute(
                 # LATERAL: each live task's run by its primary key; a join the planner may turn
                 # into a scan of the whole runs table (its estimate of held runs is near zero);
@@ -137,7 +136,7 @@ class PostgresInsights:
         return found[:limit]
 
     def pending_activities(self, run_id: str, history: Sequence[ev.HistoryEvent]) -> list[PendingActivity]:
-        with self._adapter._statement() as conn:
+        with self._adapter.reading() as conn:
             rows = conn.execute(
                 self._q(
                     "SELECT created_seq, name, attempt, state, visible_from, locked_until FROM {s}.activity_tasks"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 
 import psycopg
@@ -154,6 +154,12 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
                 yield conn
         except PoolTimeout as exc:
             raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
+
+    def reading(self) -> AbstractContextManager[psycopg.Connection]:
+        """A connection of the pool (autocommit: each statement a transaction of its own) for
+        reads of dex's own modules that have no port, such as the dashboard's insights
+        (``dex.web.pg_insights``). ``DatabaseConnectionError`` if none comes free."""
+        return self._statement()
 
     @contextmanager
     def _transaction(self, pipeline: bool = False) -> Iterator[psycopg.Connection]:
