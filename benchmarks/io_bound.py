@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--io", type=float, default=0.0, help="seconds each activity waits")
     parser.add_argument("--cpu", type=float, default=0.0, help="seconds of CPU each activity uses (dex only)")
     parser.add_argument("--inline-seconds", type=float, default=None)
-    parser.add_argument("--latency-samples", type=int, default=9)
+    parser.add_argument("--latency-samples", type=int, default=21)
     args = parser.parse_args()
     dsn = os.environ["DEX_BENCH_DSN"]
     if args.kind == "dex":
