@@ -67,10 +67,11 @@ def begin(conn: psycopg.Connection, pipeline: bool) -> Iterator[None]:
     with the transaction: the answers not yet read arrive with its commit.
 
     In a pipeline, ``BEGIN`` and ``COMMIT`` are sent as statements of the pipeline: psycopg's
-    ``transaction()`` inside a pipeline waits for its ``BEGIN`` to be answered before the
-    block runs, one round trip more per write (and, under load, one more wait for the GIL
-    when the answer comes back). Whatever ends the block early rolls the transaction back;
-    a connection that cannot be rolled back is closed, so the pool replaces it."""
+    ``transaction()`` inside a pipeline waits for the server when it begins and again around
+    its commit, which made a block that reads once five exchanges instead of two (and, under
+    load, each exchange is one more wait for the GIL when the answer comes back). Whatever
+    ends the block early rolls the transaction back; a connection that cannot be rolled back
+    is closed, so the pool replaces it."""
     if not pipeline:
         with conn.transaction():
             yield
