@@ -67,17 +67,10 @@ async def steps(ctx: dex.WorkflowContext, n: int) -> int:
 
 
 @dex.workflow
-async def echoes(ctx: dex.WorkflowContext, text: str) -> str:
+async def calls(ctx: dex.WorkflowContext, activity: str, text: str) -> str:
+    """Runs activity ``activity`` (``echo`` or ``poisoned``) on ``text``; its failure's type if it fails."""
     try:
-        return await ctx.activity(echo, text)  # type: ignore[no-any-return]
-    except dex.ActivityFailedError as exc:
-        return f"failed: {exc.failure.type}"
-
-
-@dex.workflow
-async def poisons(ctx: dex.WorkflowContext, text: str) -> str:
-    try:
-        return await ctx.activity(poisoned, text)  # type: ignore[no-any-return]
+        return await ctx.activity(activity, text)  # type: ignore[no-any-return]
     except dex.ActivityFailedError as exc:
         return f"failed: {exc.failure.type}"
 
@@ -109,7 +102,7 @@ async def blocks_once(ctx: dex.WorkflowContext) -> int:
     return await ctx.activity(inc, x)  # type: ignore[no-any-return]
 
 
-WORKFLOWS = [steps, echoes, poisons, gated, raises_after, blocks_once]
+WORKFLOWS = [steps, calls, gated, raises_after, blocks_once]
 ACTIVITIES = [inc, echo, poisoned, wait_at_gate]
 
 
@@ -252,15 +245,15 @@ def test_values_with_nul_and_lone_surrogates(make_engine: Any, text: str) -> Non
     engine, _answers = _started(make_engine)
     if "\udc80" in text:  # refused at the start, where the caller sees it
         with pytest.raises(dex.SerializationError):
-            engine.start_workflow(echoes, text)
+            engine.start_workflow(calls, "echo", text)
     else:
-        assert engine.wait(engine.start_workflow(echoes, text), timeout=20) == text
+        assert engine.wait(engine.start_workflow(calls, "echo", text), timeout=20) == text
     _healthy(engine)
 
 
 def test_an_activity_result_with_a_lone_surrogate_fails_that_attempt_in_its_answered_step(make_engine: Any) -> None:
     engine, answers = _started(make_engine)
-    run_id = engine.start_workflow(poisons, "nul \x00 and")
+    run_id = engine.start_workflow(calls, "poisoned", "nul \x00 and")
     assert engine.wait(run_id, timeout=20) == "failed: SerializationError"  # the run's own, caught by its code
     settled = time.monotonic() + 5  # (wait() may see the commit before the writer counts it)
     while answers.applied < 1 and time.monotonic() < settled:
