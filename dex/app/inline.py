@@ -60,8 +60,9 @@ class QueueView:
         with self._lock:
             self._read_at = float("-inf")
 
-    def open(self, queue: str) -> bool:
-        """Whether the activity queue is active and below its capacity (as last read)."""
+    def open(self, queue: str, own_room: bool = False) -> bool:
+        """Whether the activity queue is active and below its capacity (as last read); with
+        ``own_room`` (the caller has a place in it already), only whether it is active."""
         with self._lock:
             if time.monotonic() - self._read_at >= self._ttl:
                 try:
@@ -73,7 +74,7 @@ class QueueView:
                     log.info("could not read the queues; activities run inline again once they are read", exc_info=True)
                 self._read_at = time.monotonic()
             info = self._queues.get(queue)
-        return info is not None and info.status == "ACTIVE" and info.depth < info.capacity
+        return info is not None and info.status == "ACTIVE" and (own_room or info.depth < info.capacity)
 
 
 @attrs.frozen
@@ -89,13 +90,16 @@ class InlineActivities:
     def eligible(self, spec: NewActivityTask, room_in: str | None = None) -> bool:
         """Whether ``spec``'s first attempt may run inline; ``room_in`` names a queue where the
         step has room of its own, whatever the queue's depth (an answered step's activity,
-        whose task its write deletes: one attempt after the other takes its place)."""
+        whose task its write deletes: one attempt after the other takes its place). A paused
+        queue runs nothing inline, room or not."""
         if spec.attempt != 1 or self.stopping.is_set() or spec.name not in self.worker.names:
             return False
         if self.worker.is_transaction(spec.name):  # its attempt is a task of its own (transaction_steps.py)
             return False
         took = self.worker.durations.typical(spec.name)
-        return took is not None and took <= self.typical and (spec.queue == room_in or self.queues.open(spec.queue))
+        return (
+            took is not None and took <= self.typical and self.queues.open(spec.queue, own_room=spec.queue == room_in)
+        )
 
     def run(self, spec: NewActivityTask, now: datetime) -> Answer:
         """Run the attempt in this thread: the message its outcome gives the run, or the task

@@ -16,7 +16,7 @@ import pytest
 
 import dex
 from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import ActivityTask
+from dex.app.ports import ActivityTask, QueueInfo
 
 attempts: list[tuple[str, int]] = []
 heartbeats: list[bool] = []
@@ -252,3 +252,15 @@ def test_a_started_engine_runs_known_quick_activities_inline(adapter_factory: An
         assert [engine.wait(run_id, timeout=20) for run_id in later] == [i + 2 for i in range(5)]
     assert [t.run_id for t in claimed] == [first]  # nothing of the later runs was queued
     assert engine.buffer.discarded == 0
+
+
+def test_room_of_its_own_skips_only_the_capacity_check_never_the_pause() -> None:
+    """An answered step's next activity may run inline in its own, full queue (its task is
+    the room), but never in a paused one."""
+    queues = [QueueInfo(name="q", kind="activity", status="ACTIVE", capacity=1, depth=1)]
+    view = QueueView(lambda: list(queues), ttl=0)
+    assert not view.open("q")  # full
+    assert view.open("q", own_room=True)
+    queues[0] = QueueInfo(name="q", kind="activity", status="PAUSED", capacity=1, depth=0)
+    assert not view.open("q")
+    assert not view.open("q", own_room=True)
