@@ -161,7 +161,8 @@ class Background:
         self.coordinator.handle(co.Flushed(left))
 
     def task_written(self) -> None:
-        """The store applied a workflow task's result."""
+        """The store applied the result of a workflow task of a queue (room for the next one
+        there; an answered step took no slot, so its write is not one of these)."""
         self.coordinator.handle(co.TaskWritten(self.rounds.monotonic()))
 
     def arm(

@@ -30,6 +30,7 @@ from dex.app.registry import Registry
 from dex.app.runner import Foreground
 from dex.app.schedule_api import ScheduleEngineMixin
 from dex.app.schedule_spec import Schedule
+from dex.app.task_records import AnsweredStep
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
@@ -175,7 +176,7 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngine
         self._reads.flushed()  # wakes wait(): a run of ours may have just ended
 
     def _workflow_written(self, task: WorkflowTask, result: WorkflowTaskResult, applied: bool) -> None:
-        if applied:
+        if applied and not isinstance(task, AnsweredStep):
             self._background.task_written()
         if applied and result.completion is not None:
             self._reads.written(task.run_id, task.workflow_name, result.completion)

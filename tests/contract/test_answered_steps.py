@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import dex
+from dex.app import coordination as co
 from dex.app.ports import AnsweredStep, StoreRejectedError
 from dex.domain import events as ev
 
@@ -111,7 +112,7 @@ class Answers:
     writes; with ``fail``, the first ``failures`` writes that carry an answered step raise."""
 
     def __init__(self, store: Any, fail: Callable[[], BaseException] | None = None, failures: int = 0) -> None:
-        self.applied = self.declined = self.ordinary = self.failed = 0
+        self.applied = self.declined = self.ordinary = self.failed = self.tasks = 0
         self._fail, self._failures = fail, failures
         self._inside = threading.local()
         for name in ("complete_workflow_tasks", "complete_workflow_tasks_then_claim"):
@@ -137,6 +138,8 @@ class Answers:
                 if answer:
                     self.applied += ok
                     self.declined += not ok
+                else:
+                    self.tasks += ok  # a workflow task of a queue, written
             return got
 
         return write
@@ -185,6 +188,25 @@ def test_each_activity_is_written_with_the_step_it_answers(make_engine: Any) -> 
         history = engine.history(run_id)
         dex.testing.replay(steps, history)
         assert sum(isinstance(e.event, ev.ActivityTaskCompleted) for e in history) == 4
+
+
+def test_an_answered_step_frees_no_room_in_a_workflow_queue(make_engine: Any) -> None:
+    """Only a workflow task of a queue, written, is room for the next one there: under load it
+    ends the scheduler's batch window early. An answered step took no slot, so its write ends no
+    window (it did for each one, and the scheduler's rounds came per flush instead of per window)."""
+    engine, answers = _started(make_engine)
+    room: list[object] = []
+    engine._background.coordinator.observe = lambda event, _commands: (
+        room.append(event) if isinstance(event, co.TaskWritten) else None
+    )
+    run_ids = [engine.start_workflow(steps, 4) for _ in range(5)]
+    assert [engine.wait(run_id, timeout=20) for run_id in run_ids] == [4] * 5
+    settled = time.monotonic() + 5
+    while (answers.applied + answers.ordinary < 20 or len(room) < answers.tasks) and time.monotonic() < settled:
+        time.sleep(0.01)
+    assert answers.applied >= 10, vars(answers)
+    assert len(room) == answers.tasks, (len(room), vars(answers))
+    _healthy(engine)
 
 
 @pytest.mark.parametrize("kind", ["connection", "unprintable", "interrupt", "refused"])
