@@ -23,14 +23,13 @@ from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
 from dex.app.inline import QueueView
 from dex.app.leases import validate_activity_lease
-from dex.app.ports import DEFAULT_ACTIVITY_LEASE, Store, WorkflowTask
+from dex.app.ports import DEFAULT_ACTIVITY_LEASE, AnsweredStep, Store, WorkflowTask
 from dex.app.queue_api import QueueEngineMixin
 from dex.app.reads import RunReads, run_filter, run_id_of
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
 from dex.app.schedule_api import ScheduleEngineMixin
 from dex.app.schedule_spec import Schedule
-from dex.app.task_records import AnsweredStep
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
