@@ -150,7 +150,7 @@ class Background:
 
     def nudge(self, *topics: str) -> None:
         """This process made work for the threads of these topics (all of them, without any)."""
-        self.coordinator.handle(co.Nudged(frozenset(topics)))
+        self.coordinator.handle(co.Nudged(frozenset(topics), self.rounds.monotonic()))
 
     def queues_changed(self) -> None:
         """A queue takes work again (resumed, or more capacity): schedule activities, wake all."""

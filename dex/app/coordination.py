@@ -16,9 +16,11 @@ AttemptKey: TypeAlias = tuple[int, int]  # (task id, lease version): one claim o
 # -- events --------------------------------------------------------------------------------------
 @attrs.frozen
 class Nudged:
-    """This process made work for ``topics`` (all topics when empty): a start, an event sent."""
+    """This process made work for ``topics`` (all topics when empty) at ``now``: a start, an
+    event sent."""
 
-    topics: frozenset[str] = frozenset()
+    topics: frozenset[str]
+    now: float
 
 
 @attrs.frozen

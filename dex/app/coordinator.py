@@ -1,21 +1,18 @@
 """The coordinator of a started engine: one owner of its scheduling state, advanced by a pure
 transition function.
 
-Everything a started engine decides about *when* to do work lives in one value,
-:class:`State`: which queues may hold work for this process, when each poller last claimed,
-the batch windows, the activity pool's reserved slots and the attempts running there, whether
-the engine stops. :func:`transition` takes that state and an event — a nudge, a flush done, a
-scheduler or worker turn, an attempt finished, a stop requested — and returns the next state and
-the commands to carry out: wake these threads, run this claimed attempt, claim this many tasks,
-wait this long. It does no I/O, reads no clock (the time comes in the events) and holds no lock,
-so a test or the simulator can drive it step by step, and every decision of the run-time layer
-can be read in this one module.
+Everything a started engine decides about *when* to do work lives in one value, :class:`State`:
+which queues may hold work for this process, when each poller last claimed, the batch windows,
+the activity pool's reserved slots and the attempts running there, whether the engine stops.
+:func:`transition` takes that state and an event (a nudge, a flush done, a scheduler or worker
+turn, an attempt finished, a stop requested) and returns the next state and the commands to
+carry out: wake these threads, run this attempt, claim this many tasks, wait this long. No I/O,
+no clock (the time comes in the events), no lock: tests and the simulator drive it step by step.
 
-:class:`Coordinator` is the only mutable part: it holds the current state behind a lock,
-applies events, and carries out the commands that are its own (waking threads, handing an
-attempt to the pool); the commands that are I/O the caller asked about (a claim, a scheduling
-round, a pause) go back to the caller, which is a round of :mod:`dex.app.rounds` run by an
-engine thread or by the simulator.
+:class:`Coordinator` is the only mutable part: it holds the state behind a lock, applies events,
+and carries out the commands that are its own (waking threads, handing an attempt to the pool);
+the others (a claim, a scheduling round, a pause) go back to the caller, a round of
+:mod:`dex.app.rounds` run by an engine thread or by the simulator.
 """
 
 from __future__ import annotations
@@ -181,7 +178,10 @@ def _kinds_of(topics: frozenset[str]) -> frozenset[str]:
 
 # -- the transitions -----------------------------------------------------------------------------
 def _nudged(settings: Settings, state: State, event: Nudged) -> Step:
-    return _want(state, _kinds_of(event.topics)), (Wake(event.topics),)
+    state, topics = _want(state, _kinds_of(event.topics)), event.topics
+    if SCHEDULER in topics and window_left(settings, state, SCHEDULER, event.now) > 0:
+        topics = topics - {SCHEDULER}  # it runs when its window ends anyway: a wake only puts it back to sleep
+    return state, ((Wake(topics),) if topics or not event.topics else _NOTHING)  # (no topics: every thread)
 
 
 def _queues_changed(settings: Settings, state: State, event: QueuesChanged) -> Step:

@@ -87,12 +87,27 @@ def test_a_written_task_hurries_a_scheduler_inside_its_window() -> None:
     assert same is state and commands == ()
 
 
+def test_a_nudge_leaves_a_scheduler_inside_its_window_asleep() -> None:
+    """It runs at the window's end anyway, and takes what the start made then."""
+    state = co._worked(co.State(), co.SCHEDULER, 100.0)
+    same, commands = step(state, co.Nudged(frozenset({co.SCHEDULER}), 100.01))
+    assert same is state and commands == ()  # no wake, and not a wake of every thread
+    _state, commands = step(state, co.Nudged(frozenset({co.SCHEDULER, co.WORKFLOWS}), 100.01))
+    assert commands == (co.Wake(frozenset({co.WORKFLOWS})),)  # the others are woken as before
+    _state, commands = step(state, co.SchedulerTurn(100.02))
+    assert commands == (co.Pause(pytest.approx(0.03)),)  # it sleeps until the window's end ...
+    _state, commands = step(state, co.Nudged(frozenset({co.SCHEDULER}), 100.05))
+    assert commands == (co.Wake(frozenset({co.SCHEDULER})),)  # ... after which a nudge wakes it
+    _state, commands = step(state, co.Nudged(frozenset(), 100.01))
+    assert commands == (co.Wake(frozenset()),)  # a nudge of every thread wakes every thread
+
+
 def test_a_claim_comes_when_nudged_or_once_per_poll_interval() -> None:
     state, commands = step(co.State(), co.ClaimTurn("workflow", 100.0))
     assert commands == (co.Claim("workflow"),)  # never claimed: the interval has passed
     state, commands = step(state, co.ClaimTurn("workflow", 100.5))
     assert commands == ()  # within the interval, not nudged: only handed tasks run
-    state, commands = step(state, co.Nudged(frozenset({co.WORKFLOWS})))
+    state, commands = step(state, co.Nudged(frozenset({co.WORKFLOWS}), 100.55))
     assert commands == (co.Wake(frozenset({co.WORKFLOWS})),)
     state, commands = step(state, co.ClaimTurn("workflow", 100.6))
     assert commands == (co.Claim("workflow"),)
@@ -192,8 +207,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     @rule(topics=st.frozensets(st.sampled_from([co.SCHEDULER, co.WORKFLOWS, co.ACTIVITIES])))
     def nudged(self, topics: frozenset[str]) -> None:
-        self.feed(co.Nudged(topics))
-        assert self.commands == (co.Wake(topics),)
+        waiting = co.window_left(SETTINGS, self.state, co.SCHEDULER, self.now) > 0
+        self.feed(co.Nudged(topics, self.now))
+        woken = topics - {co.SCHEDULER} if waiting else topics
+        assert self.commands == ((co.Wake(woken),) if woken or not topics else ())
 
     @rule(left=st.frozensets(st.sampled_from(["workflow", "activity", "scheduling"])))
     def flushed(self, left: frozenset[str]) -> None:
