@@ -100,7 +100,8 @@ class ResultBuffer:
         self._on_flush = on_flush
         self._lock = threading.Lock()
         self._flush_locks = {ACTIVITY_LANE: threading.Lock(), WORKFLOW_LANE: threading.Lock()}
-        self._wanted = threading.Condition(self._lock)
+        # per lane (None: any): an add wakes its lane's flusher only, not both (ARCHITECTURE.md)
+        self._wanted = {lane: threading.Condition(self._lock) for lane in (ACTIVITY_LANE, WORKFLOW_LANE, None)}
         self._workflow_results: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
         self._activity_outcomes: list[ActivityOutcome] = []
         self._messages: list[PendingMessage] = []
@@ -124,13 +125,13 @@ class ResultBuffer:
     def add_workflow_result(self, task: WorkflowTask, result: WorkflowTaskResult) -> None:
         with self._lock:
             self._workflow_results.append((task, result))
-            self._wanted.notify_all()
+            self._added(WORKFLOW_LANE)
 
     def add_workflow_results(self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]]) -> None:
         """Buffer a worker round's results at once, so that one flush writes them together."""
         with self._lock:
             self._workflow_results.extend(results)
-            self._wanted.notify_all()
+            self._added(WORKFLOW_LANE)
 
     def add_activity_outcome(self, outcome: ActivityOutcome) -> None:
         with self._lock:
@@ -148,7 +149,7 @@ class ResultBuffer:
             self._activity_outcomes.append(outcome)
             self._heartbeats.pop(_lease_key(outcome.task), None)
             self._lost_leases.discard(_lease_key(outcome.task))
-            self._wanted.notify_all()
+            self._added(ACTIVITY_LANE)
 
     def attempt_ended(self, task: ActivityTask) -> None:
         """An attempt whose outcome goes elsewhere (an answered step, dex.app.answers) ended:
@@ -165,7 +166,7 @@ class ResultBuffer:
         pending = PendingMessage(run_id, message)
         with self._lock:
             self._messages.append(pending)
-            self._wanted.notify_all()  # someone waits: do not hold the batch back
+            self._added(WORKFLOW_LANE)  # someone waits: do not hold the batch back
         if not self.background:
             self.flush()
         pending.written.wait()
@@ -178,7 +179,7 @@ class ResultBuffer:
             if _lease_key(task) in self._lost_leases or _lease_key(task) in self._abandoned:
                 return False
             self._heartbeats[_lease_key(task)] = task
-            self._wanted.notify_all()
+            self._added(ACTIVITY_LANE)
         if not self.background:
             try:
                 self.flush()
@@ -199,7 +200,12 @@ class ResultBuffer:
     def wake(self) -> None:
         """End a ``wait_for_work`` early (the engine stops)."""
         with self._lock:
-            self._wanted.notify_all()
+            for wanted in self._wanted.values():
+                wanted.notify_all()
+
+    def _added(self, lane: str) -> None:  # under the lock
+        self._wanted[lane].notify_all()
+        self._wanted[None].notify_all()
 
     def wait_for_work(self, timeout: float, lane: str | None = None, unless: threading.Event | None = None) -> None:
         """Block until something is buffered (in ``lane``, if given), or ``timeout`` seconds passed;
@@ -211,7 +217,7 @@ class ResultBuffer:
         group commit) and a lone workflow waits for no batch to fill."""
         with self._lock:
             if not self._pending(lane) and not (unless is not None and unless.is_set()):
-                self._wanted.wait(timeout)
+                self._wanted[lane].wait(timeout)
 
     def _pending(self, lane: str | None) -> int:
         if lane == ACTIVITY_LANE:
@@ -336,18 +342,12 @@ class ResultBuffer:
             return self._told(
                 results, write_workflow_results(self._store, results, now, self._on_written, self.give_back)
             )
-        claimed: list[ActivityTask] = []
         try:
             applied, claimed = self._store.complete_workflow_tasks_then_claim(results, now, claim)
-        except StoreRejectedError:
-            refused = True
-        except BaseException:
-            dispatch.activities_claimed(claim, claimed)  # frees the reservation
-            raise
-        else:
-            refused = False
-        if refused:
-            dispatch.activities_claimed(claim, claimed)
+        except BaseException as exc:
+            dispatch.activities_claimed(claim, [])  # frees the reservation
+            if not isinstance(exc, StoreRejectedError):
+                raise
             left.update(EVERYTHING)  # the pollers claim what the split writes make due
             return self._told(
                 results, write_workflow_results(self._store, results, now, self._on_written, self.give_back)

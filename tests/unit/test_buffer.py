@@ -147,3 +147,46 @@ def test_a_flusher_about_to_wait_for_work_does_not_miss_the_stop() -> None:
     waited = time.monotonic()
     engine.buffer.wait_for_work(0.05)  # without it, the wait runs to its timeout
     assert time.monotonic() - waited >= 0.04
+
+
+def test_work_wakes_the_flusher_of_its_own_lane_only() -> None:
+    """A heartbeat is the activity lane's work: its flusher wakes (and a wait for any lane), the
+    workflow lane's goes on sleeping (one shared condition woke both on every add, and the other
+    went straight back to sleep: some three wake-ups per workflow of an I/O-bound batch)."""
+    import threading
+    import time
+    from datetime import timedelta
+
+    from dex.app.buffer import ACTIVITY_LANE, WORKFLOW_LANE
+    from dex.app.ports import ActivityTask, Lease
+    from dex.domain.retry import RetryPolicy
+
+    store = InMemoryAdapter(clock=VirtualClock())
+    engine = dex.Engine(store, workflows=[short])
+    engine.buffer.background = True  # adders leave the writing to the flushers
+    woke: dict[str | None, float] = {}
+    began = time.monotonic()
+
+    def flusher(lane: str | None) -> None:
+        engine.buffer.wait_for_work(10, lane)
+        woke[lane] = time.monotonic() - began
+
+    threads = [threading.Thread(target=flusher, args=(lane,)) for lane in (ACTIVITY_LANE, WORKFLOW_LANE, None)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)  # all three wait
+    now = store.clock.now()
+    task = ActivityTask(
+        task_id=1, run_id="r", created_seq=1, name="a", input=(), queue="default", priority=0, attempt=1,
+        retry_policy=RetryPolicy(), lock_timeout=timedelta(minutes=5),
+        lease=Lease(owner="node", until=now + timedelta(seconds=30), version=1),
+    )  # fmt: skip
+    assert engine.buffer.heartbeat(task)
+    threads[0].join(5)
+    threads[2].join(5)
+    time.sleep(0.2)
+    assert set(woke) == {ACTIVITY_LANE, None}  # the workflow lane's flusher still sleeps
+    engine.buffer.wake()  # the engine stops: every flusher wakes
+    threads[1].join(5)
+    assert set(woke) == {ACTIVITY_LANE, WORKFLOW_LANE, None}
+    assert woke[WORKFLOW_LANE] < 5
