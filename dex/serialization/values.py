@@ -19,6 +19,8 @@ from dex.v1 import failure_pb2, payload_pb2, retry_pb2
 
 _M = TypeVar("_M", bound=ProtoMessage)
 _T = TypeVar("_T")
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -55,14 +57,40 @@ def decode_failure(data: bytes) -> FailureInfo:
     return decoding("a failure", data, lambda: failure_from_proto(parse_message(failure_pb2.FailureInfo, data)))
 
 
+# An activity's retry policy is the same for every call of it, and each activity task carries
+# it: written with each task a flush inserts and read with each task a claim returns. So both
+# directions keep the few distinct policies they met (a bounded map, emptied when full).
+_POLICY_CACHE_SIZE = 256
+# A policy's key holds its numbers' types too: 6 and 6.0 are equal, but only one is an int32.
+_encoded_policies: dict[tuple[object, ...], bytes] = {}
+_decoded_policies: dict[bytes, RetryPolicy] = {}
+
+
 def encode_retry_policy(policy: RetryPolicy) -> bytes:
     """Serialise a retry policy as a ``dex.v1.RetryPolicy``."""
-    return retry_policy_to_proto(policy).SerializeToString()
+    key = (policy, type(policy.multiplier), type(policy.randomization_factor), type(policy.max_attempts))
+    data = _encoded_policies.get(key)
+    if data is None:
+        data = retry_policy_to_proto(policy).SerializeToString()
+        _remember(_encoded_policies, key, data)
+    return data
 
 
 def decode_retry_policy(data: bytes) -> RetryPolicy:
     """Read a ``dex.v1.RetryPolicy``; ``ValueError`` if unreadable or invalid."""
-    return decoding("a retry policy", data, lambda: retry_policy_from_proto(parse_message(retry_pb2.RetryPolicy, data)))
+    policy = _decoded_policies.get(data)
+    if policy is None:
+        policy = decoding(
+            "a retry policy", data, lambda: retry_policy_from_proto(parse_message(retry_pb2.RetryPolicy, data))
+        )
+        _remember(_decoded_policies, bytes(data), policy)
+    return policy
+
+
+def _remember(cache: dict[_K, _V], key: _K, value: _V) -> None:
+    if len(cache) >= _POLICY_CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
 
 
 # --- value messages -----------------------------------------------------------------------

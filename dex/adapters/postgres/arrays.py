@@ -5,9 +5,10 @@ The adapter's one rule for array parameters:
 - every array goes in binary, as ``%b::type[]`` (the type named, so that an empty list or one
   of NULLs needs no guessing);
 - it is packed here when a statement sends it for each task or result of a round (the flush's
-  lease check, run updates, history blocks and inbox consumption; the load of a claimed
-  round's inputs): those are the arrays whose element-by-element dumping measured half the
-  flusher's CPU (below);
+  lease check, run updates, history blocks, inbox consumption and activity tasks; the load of
+  a claimed round's inputs): those are the arrays whose element-by-element dumping measured
+  half the flusher's CPU (below; psycopg's ``timestamptz`` and ``interval`` dumpers were the
+  slowest of all);
 - any other array (a statement per child, activity or request, the readers' filters) is a
   Python list, which psycopg's own list dumpers send in binary;
 - the one exception is the start's statement through libpq (:mod:`.direct`), which sends
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from psycopg.adapt import Dumper
@@ -42,7 +44,9 @@ from psycopg.pq import Format
 _HEADER = struct.Struct("!iiIii")
 _EMPTY = struct.Struct("!iiI")
 _NULL = b"\xff\xff\xff\xff"
-_TEXT, _INT4, _INT8, _BOOL, _BYTEA = 25, 23, 20, 16, 17
+_TEXT, _INT4, _INT8, _BOOL, _BYTEA, _TIMESTAMPTZ, _INTERVAL = 25, 23, 20, 16, 17, 1184, 1186
+_POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # a binary timestamptz counts microseconds from it
+_MICROSECOND = timedelta(microseconds=1)
 _TRUE, _FALSE = b"\x00\x00\x00\x01\x01", b"\x00\x00\x00\x01\x00"
 
 
@@ -64,6 +68,14 @@ class BoolArray(bytes):
 
 class ByteaArray(bytes):
     """A ``bytea[]`` in binary form (from :func:`byteas`)."""
+
+
+class TimestamptzArray(bytes):
+    """A ``timestamptz[]`` in binary form (from :func:`timestamptzs`)."""
+
+
+class IntervalArray(bytes):
+    """An ``interval[]`` in binary form (from :func:`intervals`)."""
 
 
 def _header(count: int, has_null: bool, oid: int) -> bytes:
@@ -114,6 +126,28 @@ def int8s(values: Sequence[int]) -> Int8Array:
     return Int8Array(_fixed(values, "q", 8, _INT8))
 
 
+def timestamptzs(values: Sequence[datetime]) -> TimestamptzArray:
+    """Aware datetimes (a naive one raises ``ValueError``: its instant is unknown), no NULLs;
+    each as PostgreSQL's eight bytes of microseconds since 2000-01-01 UTC."""
+    micros = []
+    for value in values:
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value.isoformat()} cannot be stored: dex stores aware UTC times")
+        micros.append((value - _POSTGRES_EPOCH) // _MICROSECOND)
+    return TimestamptzArray(_fixed(micros, "q", 8, _TIMESTAMPTZ))
+
+
+_INTERVAL_ELEMENT = struct.Struct("!iqii")  # length 16, microseconds, days, months
+
+
+def intervals(values: Sequence[timedelta]) -> IntervalArray:
+    """No NULLs; each as psycopg sends a timedelta: its days, and the rest in microseconds."""
+    body = b"".join(
+        _INTERVAL_ELEMENT.pack(16, value.seconds * 1_000_000 + value.microseconds, value.days, 0) for value in values
+    )
+    return IntervalArray(_header(len(values), False, _INTERVAL) + body)
+
+
 def bools(values: Sequence[bool]) -> BoolArray:
     return BoolArray(_header(len(values), False, _BOOL) + b"".join(_TRUE if v else _FALSE for v in values))
 
@@ -142,7 +176,18 @@ def _integer(data: bytes) -> int:
     return int.from_bytes(data, "big", signed=True)
 
 
+def _timestamptz(data: bytes) -> datetime:
+    return _POSTGRES_EPOCH + _integer(data) * _MICROSECOND
+
+
+def _interval(data: bytes) -> timedelta:
+    micros, days, _months = struct.unpack("!qii", data)
+    return timedelta(days=days, microseconds=micros)
+
+
 _READERS: dict[int, Callable[[bytes], object]] = {
+    _TIMESTAMPTZ: _timestamptz,
+    _INTERVAL: _interval,
     _TEXT: lambda data: data.decode(),
     _INT4: _integer,
     _INT8: _integer,
@@ -151,7 +196,15 @@ _READERS: dict[int, Callable[[bytes], object]] = {
 }
 
 
-_TYPE_NAMES = {_TEXT: "text", _INT4: "integer", _INT8: "bigint", _BOOL: "boolean", _BYTEA: "bytea"}
+_TYPE_NAMES = {
+    _TEXT: "text",
+    _INT4: "integer",
+    _INT8: "bigint",
+    _BOOL: "boolean",
+    _BYTEA: "bytea",
+    _TIMESTAMPTZ: "timestamptz",
+    _INTERVAL: "interval",
+}
 
 
 def text_literal(items: Iterable[str | None]) -> str:
@@ -170,6 +223,10 @@ def text_form(packed: bytes) -> str:
             return None
         if oid == _BOOL:
             return "t" if item else "f"
+        if isinstance(item, datetime):
+            return item.isoformat()
+        if isinstance(item, timedelta):
+            return f"{item.days} days {item.seconds * 1_000_000 + item.microseconds} microseconds"
         return "\\x" + item.hex() if isinstance(item, bytes) else str(item)
 
     return text_literal(text(item) for item in values(packed))
@@ -211,6 +268,8 @@ _DUMPERS: list[tuple[type[bytes], tuple[type[Dumper], type[Dumper]]]] = [
     (Int8Array, _dumpers(1016, _INT8)),
     (BoolArray, _dumpers(1000, _BOOL)),
     (ByteaArray, _dumpers(1001, _BYTEA)),
+    (TimestamptzArray, _dumpers(1185, _TIMESTAMPTZ)),
+    (IntervalArray, _dumpers(1187, _INTERVAL)),
 ]
 
 

@@ -338,17 +338,17 @@ class WriteRound:
                 " ORDER BY a.ord"
             ),
             [
-                [s.queue for s in specs],
-                [s.run_id for s in specs],
-                [s.created_seq for s in specs],
-                [s.name for s in specs],
-                [encode_payloads(s.input) for s in specs],
-                [s.priority for s in specs],
-                [encode_retry_policy(s.retry_policy) for s in specs],
-                [s.lock_timeout for s in specs],
-                [s.visible_from for s in specs],
-                [json.dumps(dict(s.trace_context)) if s.trace_context else None for s in specs],
-                [s.attempt for s in specs],
+                arrays.texts([s.queue for s in specs]),
+                arrays.texts([s.run_id for s in specs]),
+                arrays.int4s([s.created_seq for s in specs]),
+                arrays.texts([s.name for s in specs]),
+                arrays.byteas([encode_payloads(s.input) for s in specs]),
+                arrays.int4s([s.priority for s in specs]),
+                arrays.byteas([encode_retry_policy(s.retry_policy) for s in specs]),
+                arrays.intervals([s.lock_timeout for s in specs]),
+                arrays.timestamptzs([s.visible_from for s in specs]),
+                arrays.texts([json.dumps(dict(s.trace_context)) if s.trace_context else None for s in specs]),
+                arrays.int4s([s.attempt for s in specs]),
             ],
         )
 
