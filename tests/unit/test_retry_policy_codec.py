@@ -48,6 +48,8 @@ def test_bytes_that_are_no_policy_are_refused_each_time() -> None:
 
 def test_the_caches_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(values, "_POLICY_CACHE_SIZE", 4)
+    monkeypatch.setattr(values, "_encoded_policies", {})
+    monkeypatch.setattr(values, "_decoded_policies", {})
     for attempts in range(1, 20):
         decode_retry_policy(encode_retry_policy(RetryPolicy(max_attempts=attempts)))
         assert len(values._encoded_policies) <= 4 and len(values._decoded_policies) <= 4
