@@ -26,7 +26,7 @@ from dex.app.coordinator import ACTIVITIES, SCHEDULER, WORKFLOWS
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import ActivityOutcome, ActivityTask, Store
 from dex.app.rounds import LocalDispatch, Rounds
-from dex.app.runner import Nudge, PollingThread, activity_pool
+from dex.app.runner import ActivityPool, Nudge, PollingThread, activity_pool
 from dex.app.schedules import ScheduleRunner
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.step_groups import GroupThreads
@@ -252,10 +252,17 @@ class Background:
         """Run a claimed attempt in the pool (the coordinator's command; its slot is reserved)."""
         key = co.attempt_key(task)
         pool = self._pool
+
+        def ended() -> None:  # its slot is free again
+            self.coordinator.handle(co.AttemptEnded(key))
+
         try:
             if pool is None:
                 raise RuntimeError("the engine stopped")
-            future = pool.submit(self.activity_worker.run, task)
+            if isinstance(pool, ActivityPool):
+                pool.run(self.activity_worker.run, task, then=ended)
+                return
+            future = pool.submit(self.activity_worker.run, task)  # a pool of the simulator's
         except BaseException:  # noqa: BLE001 - the pool is shut down (the engine stops): the lease brings it back
             log.info(
                 "could not run activity %s of run %s; it is retried when its lease expires",
@@ -263,9 +270,9 @@ class Background:
                 task.run_id,
                 extra={"run_id": task.run_id, "activity_name": task.name},
             )
-            self.coordinator.handle(co.AttemptEnded(key))  # its slot is free again
+            ended()
             return
-        future.add_done_callback(lambda _f: self.coordinator.handle(co.AttemptEnded(key)))
+        future.add_done_callback(lambda _f: ended())
 
     def stop(self, timeout: float = 30) -> None:
         """Stop the threads and let in-flight tasks finish, flush, release leadership (``Engine.stop``)."""

@@ -228,7 +228,9 @@ def fine_timer_slack(nanoseconds: int = 1000) -> bool:
 
 ACTIVITY_THREADS = "dex-activity"  # the pool's threads are named dex-activity_0, dex-activity_1, ...
 
-_Job = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+# a call, its arguments, and either the future that carries its outcome or the callback that
+# follows it (``ActivityPool.run``)
+_Job = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], "Future[Any] | None", Callable[[], object] | None]
 
 
 class ActivityPool(Executor):
@@ -263,17 +265,29 @@ class ActivityPool(Executor):
             if self._closed:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             future: Future[T] = Future()
-            self._jobs.put((future, fn, args, kwargs))
-            if not self._idle.acquire(blocking=False) and len(self._workers) < self._size:
-                thread = threading.Thread(
-                    target=_work,
-                    args=(self._jobs, self._idle),
-                    name=f"{self._prefix}_{len(self._workers)}",
-                    daemon=True,
-                )
-                thread.start()
-                self._workers.append(thread)
+            self._put((fn, args, kwargs, future, None))
             return future
+
+    def run(self, fn: Callable[[T], object], arg: T, then: Callable[[], object]) -> None:
+        """Call ``fn(arg)`` on a pool thread, then ``then()`` there, whatever ``fn`` did: a
+        ``submit`` without the future (and its condition and locks) that no caller reads. What
+        either raises is logged; ``RuntimeError`` once the pool is shut down, as ``submit``."""
+        with self._guard:
+            if self._closed:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._put((fn, (arg,), {}, None, then))
+
+    def _put(self, job: _Job) -> None:  # under the guard
+        self._jobs.put(job)
+        if not self._idle.acquire(blocking=False) and len(self._workers) < self._size:
+            thread = threading.Thread(
+                target=_work,
+                args=(self._jobs, self._idle),
+                name=f"{self._prefix}_{len(self._workers)}",
+                daemon=True,
+            )
+            thread.start()
+            self._workers.append(thread)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._guard:
@@ -284,8 +298,8 @@ class ActivityPool(Executor):
                         job = self._jobs.get_nowait()
                     except queue.Empty:
                         break
-                    if job is not None:
-                        job[0].cancel()
+                    if job is not None and job[3] is not None:
+                        job[3].cancel()
             self._jobs.put(None)  # each thread passes it on to the next and leaves
             workers = list(self._workers)
         if wait:
@@ -300,9 +314,11 @@ def _work(jobs: queue.SimpleQueue[_Job | None], idle: threading.Semaphore) -> No
         if job is None:
             jobs.put(None)  # for the next thread
             return
-        future, fn, args, kwargs = job
+        fn, args, kwargs, future, then = job
         del job
-        if future.set_running_or_notify_cancel():
+        if future is None:
+            _call_then(fn, args, then)
+        elif future.set_running_or_notify_cancel():
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - the future carries it, as ThreadPoolExecutor's do
@@ -311,8 +327,22 @@ def _work(jobs: queue.SimpleQueue[_Job | None], idle: threading.Semaphore) -> No
             else:
                 future.set_result(result)
                 del result
-        del future, fn, args, kwargs
+        del future, fn, args, kwargs, then
         idle.release()
+
+
+def _call_then(fn: Callable[..., Any], args: tuple[Any, ...], then: Callable[[], object] | None) -> None:
+    """A job of ``ActivityPool.run``: nothing either call raises ends the pool's thread."""
+    try:
+        fn(*args)
+    except BaseException:
+        log.exception("a call in the activity pool raised (its outcome is left to its lease)")
+    finally:
+        if then is not None:
+            try:
+                then()
+            except BaseException:
+                log.exception("the callback after a call in the activity pool raised")
 
 
 def activity_pool(concurrency: int) -> ActivityPool:
