@@ -1,4 +1,4 @@
-"""Where the server's CPU goes, statement by statement: ``python -m benchmarks.server_cpu [-n N]``.
+"""Where the server's CPU goes, statement by statement: ``python -m benchmarks.server_cpu [-n N] [--inline-seconds S]``.
 
 Runs the dex throughput batch (three-activity workflows) on an embedded PostgreSQL with
 ``log_statement_stats`` on, then reads the server log: PostgreSQL writes, for every message
@@ -70,6 +70,12 @@ def _set_stats(dsn: str, on: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=2000, help="workflows in the batch (default 2000)")
+    parser.add_argument(
+        "--inline-seconds",
+        type=float,
+        default=None,
+        help="the engine's inline_activity_seconds (0: every activity a task of its own; default: the engine's)",
+    )
     args = parser.parse_args()
     if os.environ.get(pg.ENV_VAR):
         sys.exit(f"{pg.ENV_VAR} is set: this tool needs the embedded server, whose log it reads")
@@ -77,7 +83,11 @@ def main() -> None:
 
     dsn, _where = pg.server_dsn()
     log = _log_file(dsn)
-    with dex_bench.fresh_schema(dsn, "bench_cpu") as schema, dex_bench.engine_on(dsn, schema) as (engine, _s):
+    options = {} if args.inline_seconds is None else {"inline_activity_seconds": args.inline_seconds}
+    with (
+        dex_bench.fresh_schema(dsn, "bench_cpu") as schema,
+        dex_bench.engine_on(dsn, schema, **options) as (engine, _s),
+    ):
         dex_bench.run_batch(engine, 20, timeout=60, offset=10_000_000)
         offset = log.stat().st_size
         _set_stats(dsn, True)
