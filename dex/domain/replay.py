@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -112,6 +112,18 @@ class WorkflowExecutor:
             # garbage collector finalizing a dropped coroutine — finds it replaying, issuing nothing
             self._driving = False
             self.is_replaying = True
+
+    def replay(
+        self, blocks: Iterable[tuple[datetime, Sequence[tuple[int, ev.Event]], Sequence[ev.HistoryEvent]]]
+    ) -> None:
+        """Apply recorded blocks (started at, messages, command events); if one raises, the
+        executor is dropped, so it is closed at once, not left to the garbage collector."""
+        try:
+            for started_at, messages, recorded in blocks:
+                self.apply_block(started_at, messages, recorded)
+        except BaseException:
+            self.close()
+            raise
 
     def _apply_block(
         self,

@@ -142,8 +142,7 @@ def replay_history(
         activities=activities,
         workflows=workflows,
     )
-    for block in blocks:
-        executor.apply_block(block.started.timestamp, block.messages, block.commands)
+    executor.replay((block.started.timestamp, block.messages, block.commands) for block in blocks)
     return executor
 
 
@@ -156,8 +155,10 @@ def check_replay(
 ) -> None:
     """Raise NonDeterminismError when the code no longer produces ``history``."""
     executor = replay_history(definition, run_id, history, converter, **lookups)  # type: ignore[arg-type]
-    if executor.nondeterminism is not None:
-        raise NonDeterminismError(executor.nondeterminism)
+    nondeterminism = executor.nondeterminism
+    executor.close()  # its code, where the history leaves it, runs no further
+    if nondeterminism is not None:
+        raise NonDeterminismError(nondeterminism)
 
 
 def select_messages(suspended: bool, inbox: Sequence[InboxMessage]) -> list[InboxMessage]:

@@ -148,6 +148,9 @@ class Simulator:
                 self._sweep()
             except Exception as exc:  # an invariant, or anything the engine raised: both are findings
                 raise SimulationFailure(self.reproduction(), exc, self.trace) from exc
+            finally:  # the nodes' executors closed, as a stopping engine closes its own
+                for node in self.nodes:
+                    node.engine.workflow_worker.forget()
         outcomes = Counter(
             f"{log.workflow_name}:{self.referee.statuses.last[run_id].status.value}"
             for run_id, log in self.referee.runs.items()
@@ -192,6 +195,11 @@ class Simulator:
 
     def _replace(self, index: int) -> str:
         old = self.nodes[index]
+        # a process that dies finalizes nothing; a node dropped here would leave its executors to
+        # the garbage collector, which closes a started workflow coroutine (replay-silent) but
+        # warns that one never started was never awaited (a run suspended in the block that
+        # started it): closed now, the same for the one and without the warning for the other
+        old.engine.workflow_worker.forget()
         self.nodes[index] = self._new_node()
         return f"{old.name} gone ({old.held()} held or buffered), {self.nodes[index].name} joins"
 
