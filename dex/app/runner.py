@@ -290,6 +290,10 @@ class ActivityPool(Executor):
             self._workers.append(thread)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """As an executor's; with ``cancel_futures``, the calls not started are dropped: their
+        futures cancelled, and the callbacks of ``run``'s calls called (outside the pool's lock,
+        since one may hand the pool more work, which it then refuses)."""
+        cancelled: list[_Job] = []
         with self._guard:
             self._closed = True
             if cancel_futures:
@@ -298,10 +302,15 @@ class ActivityPool(Executor):
                         job = self._jobs.get_nowait()
                     except queue.Empty:
                         break
-                    if job is not None and job[3] is not None:
-                        job[3].cancel()
+                    if job is not None:
+                        cancelled.append(job)
             self._jobs.put(None)  # each thread passes it on to the next and leaves
             workers = list(self._workers)
+        for _fn, _args, _kwargs, future, then in cancelled:
+            if future is not None:
+                future.cancel()  # its callbacks run
+            else:
+                _call_then(_nothing, (), then)  # a call never run: its callback runs all the same
         if wait:
             for thread in workers:
                 thread.join()
@@ -329,6 +338,10 @@ def _work(jobs: queue.SimpleQueue[_Job | None], idle: threading.Semaphore) -> No
                 del result
         del future, fn, args, kwargs, then
         idle.release()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _call_then(fn: Callable[..., Any], args: tuple[Any, ...], then: Callable[[], object] | None) -> None:

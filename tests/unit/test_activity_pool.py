@@ -106,3 +106,30 @@ def test_threads_start_only_while_none_is_idle_and_never_beyond_the_size() -> No
     finally:
         release.set()
         pool.shutdown()
+
+
+def test_calls_dropped_by_a_cancelling_shutdown_still_get_their_callbacks() -> None:
+    """A stopping engine cancels the attempts not started; each one's callback frees its slot,
+    so the stop does not wait its whole timeout for slots that nothing will free."""
+    pool = ActivityPool(1)
+    release, started = threading.Event(), threading.Event()
+    ran: list[int] = []
+    ended: list[int] = []
+    pool.run(lambda _x: (started.set(), release.wait(5)), None, then=lambda: ended.append(0))
+    assert started.wait(5)
+    for n in (1, 2):  # queued behind the busy thread: never started
+        pool.run(ran.append, n, then=lambda n=n: ended.append(n))  # type: ignore[misc]
+    future = pool.submit(ran.append, 3)
+
+    def more() -> None:  # a callback that hands the pool more work: refused, no deadlock
+        ended.append(4)
+        with pytest.raises(RuntimeError, match="after shutdown"):
+            pool.run(ran.append, 5, then=lambda: None)
+
+    pool.run(ran.append, 4, then=more)
+    pool.shutdown(wait=False, cancel_futures=True)
+    assert sorted(ended) == [1, 2, 4]  # at once, before the running call ends
+    assert future.cancelled()
+    release.set()
+    pool.shutdown(wait=True)
+    assert ran == [] and sorted(ended) == [0, 1, 2, 4]
