@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
 from datetime import timedelta
 
 from dex.app import coordinator as co
@@ -26,7 +25,7 @@ from dex.app.coordinator import ACTIVITIES, SCHEDULER, WORKFLOWS
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import ActivityOutcome, ActivityTask, Store
 from dex.app.rounds import LocalDispatch, Rounds
-from dex.app.runner import ActivityPool, Nudge, PollingThread, activity_pool
+from dex.app.runner import AttemptPool, Nudge, PollingThread, activity_pool
 from dex.app.schedules import ScheduleRunner
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.step_groups import GroupThreads
@@ -110,7 +109,7 @@ class Background:
         self._nudge = Nudge()
         self._stopping = threading.Event()  # the threads' loops end (the coordinator's state says why)
         self.threads: list[PollingThread] = []
-        self._pool: Executor | None = None
+        self._pool: AttemptPool | None = None
         self._groups: GroupThreads | None = None
         self._wake_workflows = threading.Event()
         self.activity_listeners: list[Callable[[], None]] = []  # told when activity work is due
@@ -166,7 +165,7 @@ class Background:
         self.coordinator.handle(co.TaskWritten(self.rounds.monotonic()))
 
     def arm(
-        self, pool: Executor, *, monotonic: Callable[[], float] = time.monotonic, groups: GroupThreads | None = None
+        self, pool: AttemptPool, *, monotonic: Callable[[], float] = time.monotonic, groups: GroupThreads | None = None
     ) -> None:
         """Get ready to run rounds: a fresh coordinator state, the pool for activity attempts,
         eager dispatch and inline activities on. ``start()`` does it before its threads; the
@@ -259,10 +258,7 @@ class Background:
         try:
             if pool is None:
                 raise RuntimeError("the engine stopped")
-            if isinstance(pool, ActivityPool):
-                pool.run(self.activity_worker.run, task, then=ended)
-                return
-            future = pool.submit(self.activity_worker.run, task)  # a pool of the simulator's
+            pool.call(self.activity_worker.run, task, then=ended)
         except BaseException:  # noqa: BLE001 - the pool is shut down (the engine stops): the lease brings it back
             log.info(
                 "could not run activity %s of run %s; it is retried when its lease expires",
@@ -271,8 +267,6 @@ class Background:
                 extra={"run_id": task.run_id, "activity_name": task.name},
             )
             ended()
-            return
-        future.add_done_callback(lambda _f: ended())
 
     def stop(self, timeout: float = 30) -> None:
         """Stop the threads and let in-flight tasks finish, flush, release leadership (``Engine.stop``)."""

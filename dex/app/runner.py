@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 log = logging.getLogger("dex.runner")
 
@@ -228,8 +228,21 @@ def fine_timer_slack(nanoseconds: int = 1000) -> bool:
 
 ACTIVITY_THREADS = "dex-activity"  # the pool's threads are named dex-activity_0, dex-activity_1, ...
 
+
+class AttemptPool(Protocol):
+    """Where the engine hands activity attempts (:class:`ActivityPool`; a simulated node's
+    pool in :mod:`dex.simulation.pool`)."""
+
+    def call(self, fn: Callable[[T], object], arg: T, then: Callable[[], object]) -> None:
+        """Call ``fn(arg)`` and then ``then()``, whatever ``fn`` did; ``then()`` alone for a call
+        a cancelling ``shutdown`` drops. ``RuntimeError`` once the pool is shut down."""
+        ...
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...
+
+
 # a call, its arguments, and either the future that carries its outcome or the callback that
-# follows it (``ActivityPool.run``)
+# follows it (``ActivityPool.call``)
 _Job = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], "Future[Any] | None", Callable[[], object] | None]
 
 
@@ -268,7 +281,7 @@ class ActivityPool(Executor):
             self._put((fn, args, kwargs, future, None))
             return future
 
-    def run(self, fn: Callable[[T], object], arg: T, then: Callable[[], object]) -> None:
+    def call(self, fn: Callable[[T], object], arg: T, then: Callable[[], object]) -> None:
         """Call ``fn(arg)`` on a pool thread, then ``then()`` there, whatever ``fn`` did: a
         ``submit`` without the future (and its condition and locks) that no caller reads. What
         either raises is logged; ``RuntimeError`` once the pool is shut down, as ``submit``."""
@@ -291,7 +304,7 @@ class ActivityPool(Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """As an executor's; with ``cancel_futures``, the calls not started are dropped: their
-        futures cancelled, and the callbacks of ``run``'s calls called (outside the pool's lock,
+        futures cancelled, and the callbacks of ``call``'s calls called (outside the pool's lock,
         since one may hand the pool more work, which it then refuses)."""
         cancelled: list[_Job] = []
         with self._guard:
@@ -309,8 +322,8 @@ class ActivityPool(Executor):
         for _fn, _args, _kwargs, future, then in cancelled:
             if future is not None:
                 future.cancel()  # its callbacks run
-            else:
-                _call_then(_nothing, (), then)  # a call never run: its callback runs all the same
+            elif then is not None:
+                _logged(then, "the callback after a call in the activity pool raised")  # the call never ran
         if wait:
             for thread in workers:
                 thread.join()
@@ -340,22 +353,19 @@ def _work(jobs: queue.SimpleQueue[_Job | None], idle: threading.Semaphore) -> No
         idle.release()
 
 
-def _nothing() -> None:
-    pass
-
-
 def _call_then(fn: Callable[..., Any], args: tuple[Any, ...], then: Callable[[], object] | None) -> None:
-    """A job of ``ActivityPool.run``: nothing either call raises ends the pool's thread."""
+    """A job of ``ActivityPool.call``: nothing either call raises ends the pool's thread."""
+    _logged(lambda: fn(*args), "a call in the activity pool raised (its outcome is left to its lease)")
+    if then is not None:
+        _logged(then, "the callback after a call in the activity pool raised")
+
+
+def _logged(call: Callable[[], object], failed: str) -> None:
+    """Call ``call``; what it raises, a ``BaseException`` included, is logged as ``failed``."""
     try:
-        fn(*args)
+        call()
     except BaseException:
-        log.exception("a call in the activity pool raised (its outcome is left to its lease)")
-    finally:
-        if then is not None:
-            try:
-                then()
-            except BaseException:
-                log.exception("the callback after a call in the activity pool raised")
+        log.exception("%s", failed)
 
 
 def activity_pool(concurrency: int) -> ActivityPool:

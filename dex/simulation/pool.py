@@ -4,7 +4,8 @@ A started engine hands each claimed attempt to its pool of threads (the coordina
 ``RunAttempt`` command); a simulated node hands it to this pool instead, where it waits, as an
 attempt queued behind busy threads does, until the simulator picks it to run (to its end, in
 one step) or to hang (never to end). Its future completes as a thread pool's would, so the
-callbacks the engine set on it — the coordinator's ``AttemptEnded`` — run as in production.
+callback the engine hands with it (``call``'s ``then``: the coordinator's ``AttemptEnded``)
+runs as in production.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ class SimulatedPool(Executor):
         future: Future[T] = Future()
         self.jobs.append(Job(future, fn, args))
         return future
+
+    def call(self, fn: Callable[[T], object], arg: T, then: Callable[[], object]) -> None:
+        """The engine's hand-over of an attempt (``runner.AttemptPool``): ``then`` follows the
+        job's end, its cancellation by a stop, or never (a hung job)."""
+        self.submit(fn, arg).add_done_callback(lambda _future: then())
 
     def run(self, index: int) -> ActivityTask | None:
         """Run the ``index``-th waiting job to its end; its task."""

@@ -1,4 +1,4 @@
-"""The activity pool's threads (``dex.app.runner.ActivityPool``): ``run`` calls a function and
+"""The activity pool's threads (``dex.app.runner.ActivityPool``): ``call`` calls a function and
 then its callback on a pool thread, and nothing either lets through ends the thread."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class Hostile(BaseException):
 
 
 def run_and_wait(pool: ActivityPool, fn: object, arg: object) -> list[str]:
-    """``pool.run(fn, arg)``; the names of the threads ``then`` ran on, once it has."""
+    """``pool.call(fn, arg)``; the names of the threads ``then`` ran on, once it has."""
     done = threading.Event()
     threads: list[str] = []
 
@@ -27,7 +27,7 @@ def run_and_wait(pool: ActivityPool, fn: object, arg: object) -> list[str]:
         threads.append(threading.current_thread().name)
         done.set()
 
-    pool.run(fn, arg, then=then)  # type: ignore[arg-type]
+    pool.call(fn, arg, then=then)  # type: ignore[arg-type]
     assert done.wait(5), "the callback never ran"
     return threads
 
@@ -73,7 +73,7 @@ def test_what_the_callback_raises_is_logged_and_the_thread_goes_on(caplog: pytes
 
     try:
         with caplog.at_level(logging.ERROR, logger="dex.runner"):
-            pool.run(lambda _x: None, None, then=then)
+            pool.call(lambda _x: None, None, then=then)
             results: list[int] = []
             run_and_wait(pool, results.append, 2)  # one thread: it ran after the hostile callback
         assert results == [2]
@@ -87,7 +87,7 @@ def test_run_after_shutdown_is_refused_and_submit_still_gives_a_future() -> None
     assert pool.submit(lambda: 41 + 1).result(timeout=5) == 42
     pool.shutdown()
     with pytest.raises(RuntimeError, match="after shutdown"):
-        pool.run(lambda _x: None, None, then=lambda: None)
+        pool.call(lambda _x: None, None, then=lambda: None)
 
 
 def test_threads_start_only_while_none_is_idle_and_never_beyond_the_size() -> None:
@@ -96,9 +96,9 @@ def test_threads_start_only_while_none_is_idle_and_never_beyond_the_size() -> No
     started = threading.Barrier(4)
     try:
         for _ in range(3):
-            pool.run(lambda _x: (started.wait(5), release.wait(5)), None, then=lambda: None)
+            pool.call(lambda _x: (started.wait(5), release.wait(5)), None, then=lambda: None)
         started.wait(5)  # three calls run at once, each on a thread of its own
-        pool.run(lambda _x: None, None, then=lambda: None)  # a fourth waits for one of them
+        pool.call(lambda _x: None, None, then=lambda: None)  # a fourth waits for one of them
         assert len(pool._workers) == 3
         release.set()
         assert run_and_wait(pool, lambda _x: None, None)[0].startswith(ACTIVITY_THREADS)
@@ -115,18 +115,18 @@ def test_calls_dropped_by_a_cancelling_shutdown_still_get_their_callbacks() -> N
     release, started = threading.Event(), threading.Event()
     ran: list[int] = []
     ended: list[int] = []
-    pool.run(lambda _x: (started.set(), release.wait(5)), None, then=lambda: ended.append(0))
+    pool.call(lambda _x: (started.set(), release.wait(5)), None, then=lambda: ended.append(0))
     assert started.wait(5)
     for n in (1, 2):  # queued behind the busy thread: never started
-        pool.run(ran.append, n, then=lambda n=n: ended.append(n))  # type: ignore[misc]
+        pool.call(ran.append, n, then=lambda n=n: ended.append(n))  # type: ignore[misc]
     future = pool.submit(ran.append, 3)
 
     def more() -> None:  # a callback that hands the pool more work: refused, no deadlock
         ended.append(4)
         with pytest.raises(RuntimeError, match="after shutdown"):
-            pool.run(ran.append, 5, then=lambda: None)
+            pool.call(ran.append, 5, then=lambda: None)
 
-    pool.run(ran.append, 4, then=more)
+    pool.call(ran.append, 4, then=more)
     pool.shutdown(wait=False, cancel_futures=True)
     assert sorted(ended) == [1, 2, 4]  # at once, before the running call ends
     assert future.cancelled()
