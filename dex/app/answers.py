@@ -126,7 +126,7 @@ class AnsweredSteps:
         nothing else to do), and buffer its result, so that one write records both. False:
         write the outcome the ordinary way. Raises only what deciding raised past its own
         handling (a bug of dex): the caller then writes the outcome the ordinary way."""
-        if not self._names or not self._answers(outcome.task.name):
+        if not self._names or not self._answers(outcome.task.name, outcome.task.queue):
             return False
         now = self._store.clock.now()
         cached = self.cache.take(outcome.task.run_id)  # the executor is this step's alone now
@@ -154,18 +154,27 @@ class AnsweredSteps:
             self._telemetry.task_finished("workflow", step.workflow_name, outcome_kind, time.perf_counter() - started)
         return True
 
-    def _answers(self, name: str) -> bool:
+    def _answers(self, name: str, queue: str) -> bool:
         """Whether outcomes of activity ``name`` are answered here: always without inline
-        activities; with them, only for an activity known to be too slow to run inline. One
-        whose duration is not known yet (its first attempts in this process) takes the ordinary
-        path: its run's next steps are likely to run inline, in the worker's batched tasks,
-        which cost less than a step answered in each attempt's thread (measured: answering
-        them too took the engine-alone batch on a cold engine from ~1,240 to ~980/s)."""
+        activities; with them, for an activity known to be too slow to run inline, and for a
+        quick one while its queue is full (as last read), which is why it ran as a task of its
+        own. One whose duration is not known yet (its first attempts in this process) takes the
+        ordinary path: its run's next steps are likely to run inline, in the worker's batched
+        tasks, which cost less than a step answered in each attempt's thread (measured:
+        answering them too took the engine-alone batch on a cold engine from ~1,240 to ~980/s).
+        So does a quick one whose queue has room, for the same reason. But in a full queue the
+        ordinary path's next step would not run inline either, and every step after it would go
+        the same way; an answered step runs its next ones inline in the room its own task
+        leaves (``eligible(room_in=...)``). Without that, a backlog that filled the queue once
+        kept every run on the ordinary path as long as starts came faster than it drains
+        (the "slow steady state" of issue 26: ~525 workflows/s against ~1,600)."""
         inline = self.inline
         if inline is None:
             return True
         took = inline.worker.durations.typical(name)
-        return took is not None and took > inline.typical
+        if took is None:
+            return False
+        return took > inline.typical or not inline.queues.open(queue)
 
     def _answer_start(
         self, step: AnsweredStep, preloaded: Preloaded | None

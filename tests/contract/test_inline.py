@@ -9,6 +9,7 @@ what runs inline does not depend on timing.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 import dex
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import ActivityTask, QueueInfo
+from dex.domain import events as ev
 
 attempts: list[tuple[str, int]] = []
 heartbeats: list[bool] = []
@@ -43,6 +45,18 @@ def refuse(x: int) -> int:
     raise dex.TerminalError(f"no {x}")
 
 
+@dex.activity(retry=dex.RetryPolicy(initial_delay=timedelta(minutes=5), randomization_factor=0, max_attempts=2))
+def later(x: int) -> int:
+    if dex.activity_context().attempt == 1:
+        raise RuntimeError("first attempt fails; the retry waits five minutes in the queue")
+    return x
+
+
+@dex.workflow
+async def parked(ctx: dex.WorkflowContext, x: int) -> int:
+    return await ctx.activity(later, x)  # type: ignore[no-any-return]
+
+
 @dex.workflow
 async def two_steps(ctx: dex.WorkflowContext, x: int) -> int:
     x = await ctx.activity(inc, x)
@@ -65,8 +79,8 @@ async def recovers(ctx: dex.WorkflowContext, x: int) -> str:
     return "unreachable"
 
 
-WORKFLOWS = [two_steps, retried, recovers]
-ACTIVITIES = [inc, flaky, refuse]
+WORKFLOWS = [two_steps, retried, recovers, parked]
+ACTIVITIES = [inc, flaky, refuse, later]
 
 
 @pytest.fixture(autouse=True)
@@ -118,6 +132,10 @@ def _claimed_activity_tasks(engine: dex.Engine) -> list[ActivityTask]:
     store.claim_activity_tasks = counting  # type: ignore[method-assign]
     store.complete_workflow_tasks_then_claim = counting_then_claim  # type: ignore[method-assign]
     return claimed
+
+
+def _depth(engine: dex.Engine, queue: str) -> int:
+    return next(info.depth for info in engine.list_queues() if info.name == queue and info.kind == "activity")
 
 
 def _kinds(engine: dex.Engine, run_id: str) -> list[str]:
@@ -251,6 +269,38 @@ def test_a_started_engine_runs_known_quick_activities_inline(adapter_factory: An
         later = [engine.start_workflow(two_steps, i) for i in range(5)]
         assert [engine.wait(run_id, timeout=20) for run_id in later] == [i + 2 for i in range(5)]
     assert [t.run_id for t in claimed] == [first]  # nothing of the later runs was queued
+    assert engine.buffer.discarded == 0
+
+
+def test_in_a_full_queue_a_quick_activitys_outcome_is_answered_and_the_next_steps_run_inline(
+    adapter_factory: Any,
+) -> None:
+    """A quick activity that ran as a task because its queue was full: its outcome is answered
+    in its attempt's thread, and the step runs the next activity inline in the room the task
+    leaves. (Written the ordinary way, the next step would find the queue full too, and so on
+    for every step of every run while the backlog lasts: the "slow steady state".)"""
+    engine = dex.Engine(
+        adapter_factory(), workflows=WORKFLOWS, activities=ACTIVITIES, poll_interval=0.01, inline_activity_seconds=1.0
+    )
+    for name in ("inc", "later"):
+        engine.activity_worker.durations.record(name, 0.001)
+    claimed = _claimed_activity_tasks(engine)
+    with engine:
+        engine.set_queue_capacity("default", "activity", 1)
+        engine.start_workflow(parked, 0)  # its retry waits in the queue: depth 1, capacity 1
+        deadline = time.monotonic() + 20
+        while _depth(engine, "default") < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        engine.set_queue_capacity("default", "activity", 1)  # this engine reads its queues afresh
+        run_id = engine.start_workflow(two_steps, 1)
+        assert engine.wait(run_id, timeout=20) == 3
+        # the first inc went through the full queue; the second ran inline in the answered step
+        assert [t.name for t in claimed if t.run_id == run_id] == ["inc"]
+        history = engine.history(run_id)
+        dex.testing.replay(two_steps, history)
+        assert [e.event.name for e in history if isinstance(e.event, ev.ActivityTaskCreated)] == ["inc"] * 2
+        healthy = engine.start_workflow(two_steps, 5)
+        assert engine.wait(healthy, timeout=20) == 7
     assert engine.buffer.discarded == 0
 
 
