@@ -42,7 +42,7 @@ class DecidePath:
         self.worker = self.engine.workflow_worker
         activities = self.engine.activity_worker
         self.worker.inline = InlineActivities(
-            activities, QueueView(adapter.list_queues), self.engine.node_id, 0.005, threading.Event()
+            activities, QueueView(adapter.activity_slots), self.engine.node_id, 0.005, threading.Event()
         )
         for name in self.engine.registry.activities:  # as if each had run once: inline from the start
             activities.durations.record(name, 1e-5)

@@ -143,7 +143,7 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngine
         inline_seconds, window, deadline = timing(
             inline_activity_seconds, batch_window, workflow_task_deadline, workflow_task_lease
         )
-        self._queue_view = QueueView(adapter.list_queues)
+        self._queue_view = QueueView(adapter.activity_slots)
         # the threads of a started engine (Engine.start) and the rounds they run
         self._background = Background(
             adapter,

@@ -1,7 +1,7 @@
 """Inline activities: the first attempt of a short activity runs inside the workflow task.
 
 When a workflow task schedules an activity that this engine runs, whose recent attempts here
-all took at most a few milliseconds, and whose queue is active with room, the worker runs that
+all took at most a few milliseconds, and whose queue is active with a free slot, the worker runs that
 first attempt at once, in its own thread, and applies the outcome as the next block of the
 same task (:func:`dex.domain.task.continue_task`); then the next activity, until the workflow
 waits for something else, ends, or the task's time budget is spent. The task's one write
@@ -32,7 +32,7 @@ from datetime import datetime
 import attrs
 
 from dex.app.activity_worker import ActivityWorker
-from dex.app.ports import ActivityTask, Clock, Lease, QueueInfo
+from dex.app.ports import ActivitySlots, ActivityTask, Clock, Lease
 from dex.domain import events as ev
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.task import NewActivityTask, WorkflowTaskResult, can_continue, continue_task
@@ -47,12 +47,19 @@ Answer = tuple[ev.ActivityTaskCompleted | ev.ActivityTaskFailed | None, NewActiv
 
 
 class QueueView:
-    """The queues as this engine last read them, re-read at most every ``ttl`` seconds (and at
-    once after this engine changed one), to tell whether an activity queue takes work now."""
+    """The activity queues' slots as this engine last read them (``Store.activity_slots``),
+    re-read at most every ``ttl`` seconds (and at once after this engine changed a queue), to
+    tell whether an activity queue takes work now.
 
-    def __init__(self, read: Callable[[], list[QueueInfo]], ttl: float = 1.0) -> None:
+    A queue has room while its tasks hold fewer slots than its capacity, as its scheduler
+    counts them: tasks waiting to be scheduled do not count, nor retries waiting out their
+    delay. (Counting every task in the queue, as ``QueueInfo.depth`` does, let a hundred
+    retries parked behind an outage turn inline attempts off for every other activity of
+    their queue, for as long as they waited.)"""
+
+    def __init__(self, read: Callable[[], list[ActivitySlots]], ttl: float = 1.0) -> None:
         self._read, self._ttl = read, ttl
-        self._queues: dict[str, QueueInfo] = {}
+        self._queues: dict[str, ActivitySlots] = {}
         self._read_at = float("-inf")
         self._lock = threading.Lock()
 
@@ -61,20 +68,20 @@ class QueueView:
             self._read_at = float("-inf")
 
     def open(self, queue: str, own_room: bool = False) -> bool:
-        """Whether the activity queue is active and below its capacity (as last read); with
+        """Whether the activity queue is active and has a free slot (as last read); with
         ``own_room`` (the caller has a place in it already), only whether it is active."""
         with self._lock:
             if time.monotonic() - self._read_at >= self._ttl:
                 try:
-                    self._queues = {info.name: info for info in self._read() if info.kind == "activity"}
+                    self._queues = {slots.queue: slots for slots in self._read()}
                 except Exception:
                     # run nothing inline until the next read: activities take the ordinary path,
                     # which waits for the store anyway (SPEC §8: the machinery never fails a run)
                     self._queues = {}
                     log.info("could not read the queues; activities run inline again once they are read", exc_info=True)
                 self._read_at = time.monotonic()
-            info = self._queues.get(queue)
-        return info is not None and info.status == "ACTIVE" and (own_room or info.depth < info.capacity)
+            slots = self._queues.get(queue)
+        return slots is not None and not slots.paused and (own_room or slots.held < slots.capacity)
 
 
 @attrs.frozen

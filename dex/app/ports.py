@@ -156,6 +156,18 @@ class QueueInfo:
     depth: int
 
 
+@attrs.frozen(kw_only=True)
+class ActivitySlots:
+    """An activity queue's slots as its scheduler counts them: ``held`` is the number of its
+    tasks that hold one (scheduled, claimable or running; not those waiting to be scheduled,
+    nor retries waiting for their delay). Whether an inline attempt may run (:mod:`dex.app.inline`)."""
+
+    queue: str
+    paused: bool
+    capacity: int
+    held: int
+
+
 class RunStore(Protocol):
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         """Create a run (history ``[RunCreated]``, inbox ``[RunStarted]``) and return its id.
@@ -326,6 +338,10 @@ class QueueAdmin(Protocol):
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None: ...
 
     def list_queues(self) -> list[QueueInfo]: ...
+
+    def activity_slots(self) -> list[ActivitySlots]:
+        """Every activity queue's slots: its capacity, and how many of them its tasks hold."""
+        ...
 
 
 class Leadership(Protocol):

@@ -204,7 +204,9 @@ def new_node(
         for activity in engine.registry.activities:
             engine.activity_worker.durations.record(activity, 0.0)
         engine.workflow_worker.run_inline(
-            InlineActivities(engine.activity_worker, QueueView(store.list_queues, ttl=0), name, 1.0, threading.Event())
+            InlineActivities(
+                engine.activity_worker, QueueView(store.activity_slots, ttl=0), name, 1.0, threading.Event()
+            )
         )
     return node
 

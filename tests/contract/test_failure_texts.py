@@ -106,7 +106,7 @@ def test_the_inline_path_records_the_placeholder_too(make_engine: Any) -> None:
     # inline attempts set by hand (as tests/contract/test_inline.py does): deterministic
     engine: dex.Engine = make_engine(WORKFLOWS, ACTIVITIES)
     engine.workflow_worker.inline = InlineActivities(
-        engine.activity_worker, QueueView(engine.store.list_queues, ttl=0), engine.node_id, 60.0, threading.Event()
+        engine.activity_worker, QueueView(engine.store.activity_slots, ttl=0), engine.node_id, 60.0, threading.Event()
     )
     engine.activity_worker.durations.record("hostile", 0.001)
     claimed: list[Any] = []

@@ -9,15 +9,15 @@ what runs inline does not depend on timing.
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 from typing import Any
 
+import attrs
 import pytest
 
 import dex
 from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import ActivityTask, QueueInfo
+from dex.app.ports import ActivitySlots, ActivityTask
 from dex.domain import events as ev
 
 attempts: list[tuple[str, int]] = []
@@ -94,7 +94,7 @@ def _engine(make_engine: Any, *, inline: bool = True, known: bool = True, typica
     if inline:
         engine.workflow_worker.inline = InlineActivities(
             engine.activity_worker,
-            QueueView(engine.store.list_queues, ttl=0),
+            QueueView(engine.store.activity_slots, ttl=0),
             engine.node_id,
             typical,
             threading.Event(),
@@ -136,6 +136,19 @@ def _claimed_activity_tasks(engine: dex.Engine) -> list[ActivityTask]:
 
 def _depth(engine: dex.Engine, queue: str) -> int:
     return next(info.depth for info in engine.list_queues() if info.name == queue and info.kind == "activity")
+
+
+def _hold_a_slot(engine: dex.Engine, clock: Any) -> None:
+    """Another node holds a slot of the default activity queue: the task of ``later`` (whose
+    duration this engine does not know, so its attempt takes the ordinary path), claimed by
+    hand under a lease that outlasts the test."""
+    engine.start_workflow(parked, 0)
+    engine.workflow_scheduler.step()
+    assert engine.workflow_worker.poll_once()
+    engine.buffer.flush()
+    engine.activity_scheduler.step()
+    held = engine.store.claim_activity_tasks(frozenset({"later"}), "other-node", clock.now(), timedelta(hours=1), 1)
+    assert [task.name for task in held] == ["later"]
 
 
 def _kinds(engine: dex.Engine, run_id: str) -> list[str]:
@@ -203,12 +216,10 @@ def test_activities_take_the_ordinary_path_when_they_may_not_run_inline(make_eng
     claimed = _claimed_activity_tasks(engine)
     if why == "paused":
         engine.pause_queue("default", "activity")
-    if why == "full":  # a queue at its capacity (one retry waiting in it) takes nothing inline
+    if why == "full":  # a queue whose one slot is held (by another node's attempt) takes nothing inline
         engine.set_queue_capacity("default", "activity", 1)
-        engine.start_workflow(retried, 0)
-        engine.drain(advance_time=False)
+        _hold_a_slot(engine, clock)
         claimed.clear()
-        attempts.clear()
     run_id = engine.start_workflow(two_steps, 1)
     if why == "taken over":
         # the first claim of the task lapses unfinished; its second claim runs nothing inline
@@ -224,14 +235,32 @@ def test_activities_take_the_ordinary_path_when_they_may_not_run_inline(make_eng
         engine.resume_queue("default", "activity")
         engine.drain(advance_time=False)
     if why == "full":
-        engine.set_queue_capacity("default", "activity", 100)
-        engine.drain()
+        engine.set_queue_capacity("default", "activity", 2)  # room for one: the next step's task
+        engine.drain(advance_time=False)
     assert engine.wait(run_id, timeout=0) == 3
     # the first step took the ordinary path; the second, in a later task, runs inline again once
     # the reason is gone (the queue resumed, a duration is known, a fresh task); the slow one
-    # never does, nor the full queue (the waiting retry keeps it full)
-    ordinary = 2 if why in ("slow", "full") else 1
+    # never does (in the full queue, the first step's task, done, frees the slot it took)
+    ordinary = 2 if why == "slow" else 1
     assert [(t.run_id, t.name) for t in claimed if t.run_id == run_id] == [(run_id, "inc")] * ordinary
+
+
+def test_retries_waiting_out_their_delay_hold_no_slot_and_turn_nothing_inline_off(make_engine: Any) -> None:
+    """A queue is full for inline attempts when its slots are held, as its scheduler counts
+    them; a retry parked behind its delay holds none (it did count, and a hundred of them,
+    parked behind an outage, turned inline attempts off for every activity of their queue)."""
+    engine = _engine(make_engine)
+    claimed = _claimed_activity_tasks(engine)
+    engine.set_queue_capacity("default", "activity", 1)
+    engine.start_workflow(retried, 0)
+    engine.drain(advance_time=False)  # flaky's first attempt failed inline: its retry waits 2 s
+    assert _depth(engine, "default") == 1
+    claimed.clear()
+    run_id = engine.start_workflow(two_steps, 1)
+    engine.drain(advance_time=False)
+    assert engine.wait(run_id, timeout=0) == 3
+    assert claimed == []  # both steps ran inline, beside the waiting retry
+    assert _depth(engine, "default") == 1
 
 
 def test_the_engine_checks_its_inline_setting(make_engine: Any) -> None:
@@ -278,23 +307,20 @@ def test_in_a_full_queue_a_quick_activitys_outcome_is_answered_and_the_next_step
     """A quick activity that ran as a task because its queue was full: its outcome is answered
     in its attempt's thread, and the step runs the next activity inline in the room the task
     leaves. (Written the ordinary way, the next step would find the queue full too, and so on
-    for every step of every run while the backlog lasts: the "slow steady state".)"""
+    for every step of every run while a backlog lasts: the "slow steady state".) The engine
+    reads the queue as a backlog leaves it, every slot held; its scheduler sees the room."""
+    adapter = adapter_factory()
+    real = adapter.activity_slots
+    adapter.activity_slots = lambda: [attrs.evolve(slots, held=slots.capacity) for slots in real()]
     engine = dex.Engine(
-        adapter_factory(), workflows=WORKFLOWS, activities=ACTIVITIES, poll_interval=0.01, inline_activity_seconds=1.0
+        adapter, workflows=WORKFLOWS, activities=ACTIVITIES, poll_interval=0.01, inline_activity_seconds=1.0
     )
-    for name in ("inc", "later"):
-        engine.activity_worker.durations.record(name, 0.001)
+    engine.activity_worker.durations.record("inc", 0.001)
     claimed = _claimed_activity_tasks(engine)
     with engine:
-        engine.set_queue_capacity("default", "activity", 1)
-        engine.start_workflow(parked, 0)  # its retry waits in the queue: depth 1, capacity 1
-        deadline = time.monotonic() + 20
-        while _depth(engine, "default") < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        engine.set_queue_capacity("default", "activity", 1)  # this engine reads its queues afresh
         run_id = engine.start_workflow(two_steps, 1)
         assert engine.wait(run_id, timeout=20) == 3
-        # the first inc went through the full queue; the second ran inline in the answered step
+        # the first inc went through the queue; the second ran inline in the answered step
         assert [t.name for t in claimed if t.run_id == run_id] == ["inc"]
         history = engine.history(run_id)
         dex.testing.replay(two_steps, history)
@@ -307,10 +333,10 @@ def test_in_a_full_queue_a_quick_activitys_outcome_is_answered_and_the_next_step
 def test_room_of_its_own_skips_only_the_capacity_check_never_the_pause() -> None:
     """An answered step's next activity may run inline in its own, full queue (its task is
     the room), but never in a paused one."""
-    queues = [QueueInfo(name="q", kind="activity", status="ACTIVE", capacity=1, depth=1)]
+    queues = [ActivitySlots(queue="q", paused=False, capacity=1, held=1)]
     view = QueueView(lambda: list(queues), ttl=0)
     assert not view.open("q")  # full
     assert view.open("q", own_room=True)
-    queues[0] = QueueInfo(name="q", kind="activity", status="PAUSED", capacity=1, depth=0)
+    queues[0] = ActivitySlots(queue="q", paused=True, capacity=1, held=0)
     assert not view.open("q")
     assert not view.open("q", own_room=True)

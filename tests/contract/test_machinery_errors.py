@@ -17,7 +17,7 @@ import pytest
 import dex
 import dex.app.workflow_worker
 from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import QueueInfo
+from dex.app.ports import ActivitySlots
 from dex.testing import VirtualClock
 
 LEASE = timedelta(seconds=30)
@@ -48,10 +48,10 @@ def test_a_store_error_while_an_inline_activity_looks_at_its_queue_fails_no_run(
     engine = make_engine([bumped_twice], [bump])
     reads = {"fail": True}
 
-    def read_queues() -> list[QueueInfo]:
+    def read_queues() -> list[ActivitySlots]:
         if reads["fail"]:
             raise ConnectionError("connection lost during list_queues")
-        return list(engine.store.list_queues())
+        return list(engine.store.activity_slots())
 
     engine.workflow_worker.inline = InlineActivities(
         engine.activity_worker, QueueView(read_queues, ttl=0), engine.node_id, 60.0, threading.Event()

@@ -1,12 +1,16 @@
 """The benchmark tools that decompose a start and time the engine's Python path still measure
-what they say: the schedstat arithmetic, and a decide path that really completes the run."""
+what they say: the schedstat arithmetic, a decide path that really completes the run, and the
+I/O tool's queues read as full."""
 
 from __future__ import annotations
 
 import pytest
 
 from benchmarks.decide_path import DecidePath
+from benchmarks.io_bound import read_queues_as_full
 from benchmarks.start_loop import SchedStat, parse_schedstat, per_start
+from dex.adapters.memory import InMemoryAdapter
+from dex.app.ports import ActivitySlots
 
 
 def test_schedstat_is_three_numbers() -> None:
@@ -31,3 +35,11 @@ def test_the_decide_path_completes_each_run_inline() -> None:
     path.check()  # raises unless the run ends COMPLETED with its sixteen events
     assert path.run(20) > 0
     assert path.engine.list_runs() == []  # nothing went through a store: the path alone
+
+
+def test_queues_read_full_makes_the_engine_see_every_slot_held_and_changes_nothing_stored() -> None:
+    adapter = InMemoryAdapter()
+    adapter.ensure_queue("default", "activity", 7)
+    read_queues_as_full(adapter)
+    assert adapter.activity_slots() == [ActivitySlots(queue="default", paused=False, capacity=7, held=7)]
+    assert [q.depth for q in adapter.list_queues()] == [0]  # what is stored is as it was

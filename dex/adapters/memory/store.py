@@ -22,8 +22,10 @@ from dex.adapters.memory.schedules import MemorySchedules
 from dex.adapters.memory.state import check_queue
 from dex.adapters.memory.tables import CREATED, ActivityTaskRow, QueueRow, WorkflowTaskRow
 from dex.app.ports import (
+    ACTIVITY,
     WORKFLOW,
     ActivityOutcome,
+    ActivitySlots,
     ActivityTask,
     Claim,
     Loaded,
@@ -193,6 +195,16 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryForks):
                 status = "PAUSED" if queue.paused else "ACTIVE"
                 infos.append(QueueInfo(name=name, kind=kind, status=status, capacity=queue.capacity, depth=depth))
             return infos
+
+    def activity_slots(self) -> list[ActivitySlots]:
+        with self._lock:
+            return [
+                ActivitySlots(
+                    queue=name, paused=queue.paused, capacity=queue.capacity, held=self._queued_activity_tasks(name)
+                )
+                for (name, kind), queue in sorted(self._queues.items())
+                if kind == ACTIVITY
+            ]
 
     # -- leadership and maintenance -------------------------------------------------------------
     def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:

@@ -45,6 +45,7 @@ from dex.app.ports import (
     ACTIVITY,
     WORKFLOW,
     ActivityOutcome,
+    ActivitySlots,
     ActivityTask,
     Claim,
     Clock,
@@ -347,6 +348,10 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
     def list_queues(self) -> list[QueueInfo]:
         with self._statement() as conn:
             return queues.list_queues(conn, self._q)
+
+    def activity_slots(self) -> list[ActivitySlots]:
+        with self._statement() as conn:
+            return queues.activity_slots(conn, self._q)
 
     # -- leadership and maintenance -------------------------------------------------------------
     def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:

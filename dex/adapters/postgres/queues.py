@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import psycopg
 
 from dex.adapters.postgres.schema import Statements, create_partition
-from dex.app.ports import QUEUE_KINDS, QueueInfo
+from dex.app.ports import QUEUE_KINDS, ActivitySlots, QueueInfo
 from dex.domain.definitions import validate_queue
 
 
@@ -75,6 +75,21 @@ def list_queues(conn: psycopg.Connection, q: Statements) -> list[QueueInfo]:
         for name, kind, paused, capacity, depth in rows
     ]
     return sorted(infos, key=lambda info: (info.name, info.kind))
+
+
+def activity_slots(conn: psycopg.Connection, q: Statements) -> list[ActivitySlots]:
+    """Per activity queue, the slots its tasks hold: counted as the scheduler counts them
+    (activity_tasks._SCHEDULE), an index scan of ``activity_tasks_claim`` in the queue's partition."""
+    rows = conn.execute(
+        q(
+            "SELECT q.name, q.paused, q.capacity,"
+            " (SELECT count(*) FROM {s}.activity_tasks t WHERE t.queue = q.name AND t.state = 'QUEUED')"
+            " FROM {s}.queues q WHERE q.kind = 'activity' ORDER BY q.name"
+        )
+    ).fetchall()
+    return [
+        ActivitySlots(queue=name, paused=paused, capacity=capacity, held=held) for name, paused, capacity, held in rows
+    ]
 
 
 def try_lead(conn: psycopg.Connection, q: Statements, node_id: str, now: datetime, ttl: timedelta) -> bool:

@@ -13,7 +13,7 @@ from datetime import timedelta
 import attrs
 import pytest
 
-from dex.app.ports import ActivityOutcome, Claim, QueueInfo, RunFilter, Store, StoreRejectedError
+from dex.app.ports import ActivityOutcome, ActivitySlots, Claim, QueueInfo, RunFilter, Store, StoreRejectedError
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus
@@ -77,6 +77,25 @@ class QueueAdminContract(PortContract):
         step(store, clock, "r1", activities=[ACT, ACT])
         depths = {q.kind: q.depth for q in _queues(store)}
         assert depths == {"activity": 2, "workflow": 1}
+
+    def test_activity_slots_count_the_tasks_that_hold_one_not_those_waiting(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        store.ensure_queue(QUEUE, "activity", 2)
+        assert store.activity_slots() == [ActivitySlots(queue=QUEUE, paused=False, capacity=2, held=0)]
+        start(store, clock, "r1")
+        step(store, clock, "r1", activities=[ACT, ACT, ACT])
+        store.schedule_activity_tasks(clock.now(), 100)  # two of the three get a slot
+        assert store.activity_slots() == [ActivitySlots(queue=QUEUE, paused=False, capacity=2, held=2)]
+        (first,) = store.claim_activity_tasks(frozenset({ACT}), "a1", clock.now(), LEASE, 1)
+        assert [s.held for s in store.activity_slots()] == [2]  # claimed or not, a slot is held
+        retry = attrs.evolve(done(first), result=None, failure=failure(), retry_at=clock.now() + timedelta(hours=1))
+        assert store.complete_activity_tasks([retry], clock.now()) == [True]
+        assert [s.held for s in store.activity_slots()] == [1]  # a retry waiting out its delay holds none
+        assert [q.depth for q in _queues(store) if q.kind == "activity"] == [3]  # the depth counts it
+        store.set_queue_paused(QUEUE, "activity", True)
+        store.ensure_queue("other", "workflow")  # workflow queues are not listed
+        assert store.activity_slots() == [ActivitySlots(queue=QUEUE, paused=True, capacity=2, held=1)]
 
     def test_changing_a_queue_that_does_not_exist_or_is_not_valid_is_refused(
         self, store: Store, clock: VirtualClock
