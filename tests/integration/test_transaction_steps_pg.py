@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -172,6 +173,60 @@ def test_a_run_started_in_a_rolled_back_transaction_never_exists(
             with conn.transaction():
                 engine.send_event(run_id, "paid", 4200, connection=conn)
         assert engine.wait(run_id, timeout=10) == "order 1: 4200"  # the rolled-back event never arrived
+
+
+GATE = threading.Event()
+
+
+@dex.activity(name="gate")
+def gate(x: int) -> int:
+    GATE.wait(30)
+    return x
+
+
+@dex.activity(name="plus-one")
+def plus_one(x: int) -> int:
+    return x + 1
+
+
+@dex.workflow(name="gated")
+async def gated(ctx: dex.WorkflowContext, x: int) -> int:
+    result: int = await ctx.activity(gate, x)
+    return result
+
+
+@dex.workflow(name="quick")
+async def quick(ctx: dex.WorkflowContext, x: int) -> int:
+    result: int = await ctx.activity(plus_one, x)
+    return result
+
+
+@pytest.mark.parametrize("ends", [False, True], ids=["still-running", "ended-before-the-commit"])
+def test_an_open_transaction_that_sent_an_event_holds_no_write_of_the_engine_back(
+    make_adapter: Callable[..., PostgresAdapter], table: str, ends: bool
+) -> None:
+    """``send_event(connection=...)`` in a transaction the application keeps open: the run's
+    own next write, and every other run's, go on meanwhile (its lock was FOR SHARE, which the
+    engine's completion waits for: the whole flush, every run in it, waited for the commit).
+    A run that ends before the commit ends without the event, as without any unread one."""
+    GATE.clear()
+    with dex.Engine(make_adapter(), [gated, quick], [gate, plus_one], poll_interval=0.05) as engine:
+        assert engine.wait(engine.start_workflow(quick, 0), timeout=10) == 1
+        target = engine.start_workflow(gated, 7)
+        deadline = time.monotonic() + 10
+        while engine.get_run(target).status is not dex.RunStatus.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with psycopg.connect(STATE["dsn"]) as conn, conn.transaction():
+            engine.send_event(target, "note", "from the open transaction", connection=conn)
+            GATE.set()  # the target's activity ends: its outcome is written while the lock is held
+            if ends:
+                assert engine.wait(target, timeout=10) == 7
+            other = engine.start_workflow(quick, 5)
+            assert engine.wait(other, timeout=10) == 6  # not held back by the open transaction
+        assert engine.wait(target, timeout=10) == 7
+        assert engine.get_run(target).status is dex.RunStatus.COMPLETED
+        healthy = engine.start_workflow(quick, 10)
+        assert engine.wait(healthy, timeout=10) == 11
 
 
 def raise_rollback(conn: psycopg.Connection) -> None:

@@ -4,7 +4,8 @@ Each function runs inside the caller's transaction (or is one statement of its o
 locks on ``runs`` follow one rule throughout the adapter: whoever changes a run's status or
 history holds its row ``FOR NO KEY UPDATE``; whoever only puts a message in its inbox holds
 it ``FOR SHARE``. The two conflict, so a message can never slip into the inbox of a run that
-is ending in a concurrent transaction (the inserter waits, then sees the run has ended).
+is ending in a concurrent transaction (the inserter waits, then sees the run has ended). The
+one exception is a message sent in the application's own transaction (:func:`send_message`).
 The tables hold no foreign keys (migration 3): these locks are what keep a run's rows with it.
 """
 
@@ -287,9 +288,21 @@ def _live_status(conn: psycopg.Connection, q: Statements, run_id: str, lock: str
     return status
 
 
-def send_message(conn: psycopg.Connection, q: Statements, run_id: str, message: ev.Message, now: datetime) -> None:
-    # FOR SHARE: waits for a completion that is ending the run, then sees it ended
-    _live_status(conn, q, run_id, "FOR SHARE")
+def send_message(
+    conn: psycopg.Connection, q: Statements, run_id: str, message: ev.Message, now: datetime, *, in_caller: bool = False
+) -> None:
+    """Put ``message`` in the inbox of the live run ``run_id``.
+
+    On the adapter's own connection the run is locked ``FOR SHARE`` for the statement's
+    moment: it waits for a completion that is ending the run, then sees it ended. In the
+    application's transaction (``in_caller``: ``send_event(connection=...)``), which may stay
+    open for as long as the application likes, the lock is ``FOR KEY SHARE``: it keeps
+    retention off the run but lets the engine's completions lock it, so an open transaction
+    holds back no write of the engine (``FOR SHARE`` held the whole flush of every run written
+    with this one). A run that ends before that transaction commits then ends without the
+    message, as it ends without any message it has not read; the message row stays with the
+    ended run until retention deletes both, and no scheduler looks at an ended run's inbox."""
+    _live_status(conn, q, run_id, "FOR KEY SHARE" if in_caller else "FOR SHARE")
     insert_inbox(conn, q, [inbox_row(run_id, message, now)])
 
 

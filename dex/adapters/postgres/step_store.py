@@ -55,4 +55,4 @@ class PostgresTransactionSteps(PostgresSchedules):
         return runs.create_run(conn, self._q, self._create_run, run_id, created, now, public=True)[0]
 
     def send_message_in(self, connection: object, run_id: str, message: ev.Message, now: datetime) -> None:
-        runs.send_message(transactions.caller_connection(connection), self._q, run_id, message, now)
+        runs.send_message(transactions.caller_connection(connection), self._q, run_id, message, now, in_caller=True)
