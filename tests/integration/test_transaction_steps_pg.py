@@ -229,6 +229,48 @@ def test_an_open_transaction_that_sent_an_event_holds_no_write_of_the_engine_bac
         assert engine.wait(healthy, timeout=10) == 11
 
 
+@dex.workflow(name="parent-of-shared")
+async def parent_of_shared(ctx: dex.WorkflowContext, x: int) -> str:
+    try:
+        result: int = await ctx.child(quick, x, instance_id="shared-order")
+    except dex.ChildWorkflowFailedError as exc:
+        return f"clash: {exc.failure.message}"
+    return f"child: {result}"
+
+
+@pytest.mark.parametrize("commit", [True, False], ids=["committed", "rolled-back"])
+def test_a_start_in_an_open_transaction_holds_back_only_the_child_that_wants_its_instance_id(
+    make_adapter: Callable[..., PostgresAdapter], table: str, commit: bool
+) -> None:
+    """A child whose instance id a start in the application's open transaction has taken waits
+    for that transaction, alone: its insert used to wait inside the engine's completion, and
+    the whole flush, every run in it and every flush behind it, waited for the commit."""
+    with dex.Engine(
+        make_adapter(), [awaits_payment, parent_of_shared, quick], [plus_one], poll_interval=0.05
+    ) as engine:
+        assert engine.wait(engine.start_workflow(quick, 0), timeout=10) == 1
+        with psycopg.connect(STATE["dsn"]) as conn:
+            with conn.transaction():
+                mine = engine.start_workflow(awaits_payment, "order", instance_id="shared-order", connection=conn)
+                parent = engine.start_workflow(parent_of_shared, 1)
+                other = engine.start_workflow(quick, 5)
+                assert engine.wait(other, timeout=10) == 6  # not held back by the open transaction
+                time.sleep(0.3)  # the parent's first task has been tried meanwhile
+                assert not engine.get_run(parent).status.is_terminal
+                if not commit:
+                    raise_rollback(conn)
+        if commit:  # the application's run holds the instance id: the child clashes
+            assert engine.wait(parent, timeout=20) == "clash: instance id 'shared-order' is in use by a running run"
+            engine.send_event(mine, "paid", 1)
+            assert engine.wait(mine, timeout=10) == "order: 1"
+        else:  # nothing holds it: the child starts
+            assert engine.wait(parent, timeout=20) == "child: 2"
+            with pytest.raises(dex.RunNotFoundError):
+                engine.get_run(mine)
+        healthy = engine.start_workflow(quick, 10)
+        assert engine.wait(healthy, timeout=10) == 11
+
+
 def raise_rollback(conn: psycopg.Connection) -> None:
     """Leave the current ``conn.transaction()`` block by rolling it back."""
     raise psycopg.Rollback()
@@ -243,7 +285,9 @@ def test_the_asyncio_facade_writes_through_an_async_connection(
             async with await psycopg.AsyncConnection.connect(STATE["dsn"]) as conn:
                 async with conn.transaction():
                     await conn.execute(f"INSERT INTO {table} (note) VALUES ('async order')")
-                    run_id = await engine.start_workflow_async(awaits_payment, "async order", connection=conn)
+                    run_id = await engine.start_workflow_async(
+                        awaits_payment, "async order", connection=conn, instance_id="async-order"
+                    )
                 async with conn.transaction():
                     await engine.send_event_async(run_id, "paid", 7, connection=conn)
                     raise psycopg.Rollback()

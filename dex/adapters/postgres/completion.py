@@ -30,7 +30,7 @@ import attrs
 import psycopg
 
 from dex.adapters.postgres import answers as answers_sql
-from dex.adapters.postgres import arrays
+from dex.adapters.postgres import arrays, instances
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -94,14 +94,19 @@ def complete_workflow_tasks(
         else None
     )
     answering = answers_sql.send_checks(conn, q, answers, now) if answers else None
+    child_ids = {c.created.instance_id for _, r in results for c in r.child_runs if c.created.instance_id is not None}
+    trying = instances.send_tries(conn, q, child_ids) if child_ids else None
     runs = {run_id: LockedRun(RunStatus(status), last_seq) for run_id, status, last_seq in locking.fetchall()}
     deleted = {(row[0], row[1]) for row in deleting.fetchall()} if deleting is not None else set()
     held, open_runs = answers_sql.checks(answering)
+    in_flight = instances.held_elsewhere(trying)  # started in a transaction still open
     answered: list[tuple[str, int]] = []
     applied: list[bool] = []
     batch = WriteRound(conn, q, runs, now)
     for task, result in results:
         run = runs.get(task.run_id)
+        # a child's instance id held by a start in a transaction still open: not now (instances.py)
+        waits = bool(in_flight) and any(child.created.instance_id in in_flight for child in result.child_runs)
         if isinstance(task, AnsweredStep):
             activity = task.outcome.task
             key = (activity.queue, activity.task_id)
@@ -111,6 +116,7 @@ def complete_workflow_tasks(
                 or task.run_id not in open_runs
                 or run is None
                 or run.last_seq != result.expected_last_seq  # (a result earlier in the batch moved it)
+                or waits
             ):
                 applied.append(False)  # nothing written: the engine writes the outcome the ordinary way
                 continue
@@ -124,6 +130,9 @@ def complete_workflow_tasks(
             deleted.discard(key)  # a second result for the same claim finds the task gone
             if run is None or run.last_seq != result.expected_last_seq:
                 applied.append(False)  # a racing duplicate already wrote this part of the history
+                continue
+            if waits:
+                applied.append(False)  # its task's messages stay in the inbox: a new task tries again
                 continue
         if task.run_id in batch.touched:
             batch.flush()

@@ -32,6 +32,7 @@ TERMINAL = "('COMPLETED', 'FAILED', 'CANCELLED')"
 LOCK_MIGRATE = 0x0DE1
 LOCK_SCHEDULE_WORKFLOWS = 0x0DE2
 LOCK_SCHEDULE_ACTIVITIES = 0x0DE3
+LOCK_INSTANCE = 0x0DE4  # with a hash of the schema and an instance id (instances.py)
 
 PARTITIONED_TABLES = {"workflow": "workflow_tasks", "activity": "activity_tasks"}
 

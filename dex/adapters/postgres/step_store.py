@@ -12,7 +12,7 @@ from datetime import datetime
 
 import psycopg
 
-from dex.adapters.postgres import checkpoints, runs, transactions
+from dex.adapters.postgres import checkpoints, instances, runs, transactions
 from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.app.ports import ACTIVITY, WORKFLOW, Clock, TransactionStep
 from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint, StepFailed
@@ -52,6 +52,8 @@ class PostgresTransactionSteps(PostgresSchedules):
     def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         conn = transactions.caller_connection(connection)
         self._ensure_queues([(created.queue, WORKFLOW)])
+        if created.instance_id is not None:  # held until the application's transaction ends (instances.py)
+            instances.hold(conn, self._q, created.instance_id)
         return runs.create_run(conn, self._q, self._create_run, run_id, created, now, public=True)[0]
 
     def send_message_in(self, connection: object, run_id: str, message: ev.Message, now: datetime) -> None:
