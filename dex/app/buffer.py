@@ -389,7 +389,7 @@ class ResultBuffer:
             # an answered step the store declined lost no lease: its outcome goes the ordinary way
             if not ok and not isinstance(task, AnsweredStep):
                 lost += 1
-                log.warning("discarded the result of %s task %s: its lease was lost", kind, task.task_id)
+                log.warning("discarded the result of %s task %s: not applied; it is done again", kind, task.task_id)
         if lost:
             self.discarded += lost
             self._telemetry.leases_lost(kind, lost)
