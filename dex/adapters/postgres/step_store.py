@@ -12,7 +12,7 @@ from datetime import datetime
 
 import psycopg
 
-from dex.adapters.postgres import checkpoints, instances, runs, transactions
+from dex.adapters.postgres import checkpoints, instances, overruns, runs, transactions
 from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.app.ports import ACTIVITY, WORKFLOW, Clock, TransactionStep
 from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint, StepFailed
@@ -31,8 +31,17 @@ class PostgresTransactionSteps(PostgresSchedules):
         try:
             with self._step_slots:
                 if step.async_work is not None:
-                    return transactions.complete_async(self._conninfo, self._q, self._clock, step, self._step_settings)
-                with self._statement() as conn:
+                    return transactions.complete_async(
+                        self._conninfo,
+                        self._q,
+                        self._clock,
+                        step,
+                        self._step_settings,
+                        lambda pid: overruns.watched(self._conninfo, step.task, pid),
+                    )
+                # the attempt is bounded by its lock_timeout (overruns.py); the watch ends before
+                # the connection goes back to the pool
+                with self._statement() as conn, overruns.watched(self._conninfo, step.task, conn.info.backend_pid):
                     return transactions.complete_sync(conn, self._q, self._clock, step)
         except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
             # 40001 / 40P01 wherever they came (the commit of a SERIALIZABLE step, say): the

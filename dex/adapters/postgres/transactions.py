@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -130,11 +131,31 @@ def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: T
             conn.autocommit, conn.isolation_level = True, None
 
 
-def complete_async(conninfo: str, q: Statements, clock: Clock, step: TransactionStep, settings: Sequence[str]) -> bool:
-    """The step of an ``async def`` on an asynchronous connection of its own."""
+def complete_async(
+    conninfo: str,
+    q: Statements,
+    clock: Clock,
+    step: TransactionStep,
+    settings: Sequence[str],
+    watch: Callable[[int], AbstractContextManager[object]],
+) -> bool:
+    """The step of an ``async def`` on an asynchronous connection of its own, watched by
+    ``watch`` (given the session's process id) until just before the connection is closed."""
     assert step.async_work is not None and step.run_async is not None
     run = step.run_async
     conn: psycopg.AsyncConnection = run(psycopg.AsyncConnection.connect(conninfo, autocommit=False))
+    try:
+        with watch(conn.info.backend_pid):
+            return _complete_async(conn, q, clock, step, settings)
+    finally:
+        run(conn.close())
+
+
+def _complete_async(
+    conn: psycopg.AsyncConnection, q: Statements, clock: Clock, step: TransactionStep, settings: Sequence[str]
+) -> bool:
+    assert step.async_work is not None and step.run_async is not None
+    run = step.run_async
     bridge = LoopBridge(conn, run)
     try:
         bridge.execute(_ISOLATION[step.isolation])
@@ -157,8 +178,6 @@ def complete_async(conninfo: str, q: Statements, clock: Clock, step: Transaction
             except Exception:  # noqa: BLE001 - the connection is closed next; the server rolls back
                 pass
         raise
-    finally:
-        run(conn.close())
 
 
 def caller_connection(connection: object, parameter: str = "connection") -> Any:

@@ -1,0 +1,152 @@
+"""A transaction step's attempt bounded by its ``lock_timeout`` (SPEC §8: "``lock_timeout``
+bounds one attempt").
+
+An ordinary activity that runs too long loses its lease, and another worker runs the task
+again. A transaction step holds its task's row ``FOR UPDATE`` instead, for as long as its
+transaction is open, so no other worker can take the task over: a step stuck on a lock, in a
+long query or in its own code would keep its task, its connection and its slot for good. So
+each attempt is watched: when it has run for its ``lock_timeout``, its session is ended from
+another connection (``pg_terminate_backend``). The server rolls the transaction back and lets
+the row go; the attempt fails with a ``TimeoutError`` naming the step and its
+``lock_timeout`` (a failed attempt, retried under the step's policy), and the task, its short
+lease long expired, is claimed again.
+
+The session ended is always the step's: the attempt keeps its connection until its watch has
+stopped (a watch holds its lock while it ends a session, and the attempt takes that lock
+before it gives the connection back). One thread of the process (:data:`WATCHER`, started with
+the first watch) keeps every watch; a watch stopped in time is forgotten at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from dex.app.ports import ActivityTask, StepFailed
+
+log = logging.getLogger("dex.worker")
+
+
+class Overrun:
+    """The watch of one attempt: ends the session ``pid`` once the attempt has run for its
+    task's ``lock_timeout``, unless stopped first."""
+
+    def __init__(self, conninfo: str, pid: int, task: ActivityTask) -> None:
+        self._conninfo, self._pid, self.task = conninfo, pid, task
+        self.limit = task.lock_timeout.total_seconds()
+        self.deadline = time.monotonic() + self.limit
+        self._lock = threading.Lock()
+        self._active = True
+        self.fired = False
+
+    def fire(self) -> None:
+        """End the session, unless the watch was stopped (called by the watcher's thread)."""
+        with self._lock:
+            if not self._active:
+                return
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as other:
+                    other.execute("SELECT pg_terminate_backend(%s)", [self._pid])
+                self.fired = True
+                task = self.task
+                log.warning(
+                    "transaction step %s of run %s, attempt %d, ran past its lock_timeout (%s): its transaction"
+                    " was ended",
+                    task.name,
+                    task.run_id,
+                    task.attempt,
+                    task.lock_timeout,
+                    extra={"run_id": task.run_id, "activity_name": task.name},
+                )
+            except Exception:  # the server is out of reach: its own timeouts end the session
+                log.warning("could not end the session of an overrunning transaction step", exc_info=True)
+
+    def stop(self) -> None:
+        """Stop the watch; once this returns, the session will not be ended by it."""
+        WATCHER.remove(self)
+        with self._lock:  # waits for a fire under way
+            self._active = False
+
+    def error(self) -> TimeoutError:
+        task = self.task
+        return TimeoutError(
+            f"transaction step {task.name!r} ran past its lock_timeout ({task.lock_timeout}); its transaction"
+            " was ended and rolled back"
+        )
+
+
+class Watcher:
+    """One thread for every watch of the process. Watches with the same limit end in the order
+    they began, so each limit keeps its watches in that order (a stopped one is removed at
+    once: memory stays with the attempts under way)."""
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition()
+        self._by_limit: dict[float, OrderedDict[int, Overrun]] = {}
+        self._thread: threading.Thread | None = None
+        self._until = float("inf")  # the deadline the thread waits for (it needs no wake-up for a later one)
+
+    def add(self, overrun: Overrun) -> None:
+        with self._wake:
+            self._by_limit.setdefault(overrun.limit, OrderedDict())[id(overrun)] = overrun
+            if self._thread is None or not self._thread.is_alive():  # (a forked child starts its own)
+                self._thread = threading.Thread(target=self._run, name="dex-step-overruns", daemon=True)
+                self._thread.start()
+            if overrun.deadline < self._until:
+                self._until = overrun.deadline
+                self._wake.notify()
+
+    def remove(self, overrun: Overrun) -> None:
+        with self._wake:
+            watches = self._by_limit.get(overrun.limit)
+            if watches is not None:
+                watches.pop(id(overrun), None)
+
+    def _run(self) -> None:
+        while True:
+            due = self._next_due()
+            try:
+                due.fire()
+            except BaseException:  # a bug here must not end the watches of other steps
+                log.exception("the watch of a transaction step failed")
+
+    def _next_due(self) -> Overrun:
+        with self._wake:
+            while True:
+                firsts = [next(iter(watches.values())) for watches in self._by_limit.values() if watches]
+                if not firsts:
+                    self._until = float("inf")
+                    self._wake.wait()
+                    continue
+                first = min(firsts, key=lambda overrun: overrun.deadline)
+                wait = first.deadline - time.monotonic()
+                if wait <= 0:
+                    del self._by_limit[first.limit][id(first)]
+                    return first
+                self._until = first.deadline  # (a watch stopped meanwhile makes it wake early, harmlessly)
+                self._wake.wait(wait)
+
+
+WATCHER = Watcher()
+
+
+@contextmanager
+def watched(conninfo: str, task: ActivityTask, pid: int) -> Iterator[Overrun]:
+    """Watch the attempt on session ``pid`` for ``task.lock_timeout``. Whatever the attempt
+    raised after its session was ended becomes the step's failure: a ``TimeoutError``."""
+    overrun = Overrun(conninfo, pid, task)
+    WATCHER.add(overrun)
+    try:
+        yield overrun
+    except BaseException:
+        overrun.stop()
+        if overrun.fired:
+            raise StepFailed(overrun.error()) from None
+        raise
+    overrun.stop()

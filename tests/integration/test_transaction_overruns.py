@@ -1,0 +1,128 @@
+"""A transaction step's attempt is bounded by its ``lock_timeout`` (SPEC §8), on a real
+PostgreSQL: a step that waits too long (a slow query, a lock another transaction holds) has its
+transaction ended and rolled back, and the attempt fails with a ``TimeoutError`` that names the
+step and the limit; the retries follow its policy, and a healthy run afterwards completes.
+
+``@dex.transaction`` takes no ``lock_timeout`` (its default is five minutes): these tests give
+their steps one second through the definition the decorator made."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+from psycopg import sql
+
+import dex
+from dex.adapters.postgres import PostgresAdapter
+from dex.app.registry import ACTIVITY_ATTRIBUTE
+
+pytestmark = pytest.mark.postgres
+
+TWICE = dex.RetryPolicy(initial_delay=timedelta(milliseconds=10), max_attempts=2, randomization_factor=0)
+STATE: dict[str, Any] = {}
+
+
+def _bounded(fn: Any, seconds: float = 1.0) -> Any:
+    definition = getattr(fn, ACTIVITY_ATTRIBUTE)
+    setattr(fn, ACTIVITY_ATTRIBUTE, attrs.evolve(definition, lock_timeout=timedelta(seconds=seconds)))
+    return fn
+
+
+@_bounded
+@dex.transaction(name="sleeps-in-sql", retry=TWICE)
+def sleeps_in_sql(conn: Any, note: str) -> str:
+    conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    conn.execute("SELECT pg_sleep(30)")
+    return note
+
+
+@_bounded
+@dex.transaction(name="sleeps-async", retry=TWICE)
+async def sleeps_async(conn: Any, note: str) -> str:
+    await conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    await conn.execute("SELECT pg_sleep(30)")
+    return note
+
+
+@_bounded
+@dex.transaction(name="waits-for-a-lock", retry=TWICE)
+def waits_for_a_lock(conn: Any, note: str) -> str:
+    conn.execute(f"UPDATE {STATE['table']} SET note = %s WHERE id = 1", [note])  # row 1 is held by the test
+    return note
+
+
+@_bounded
+@dex.transaction(name="writes", retry=TWICE)
+def writes(conn: Any, note: str) -> str:
+    conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    return note
+
+
+@dex.workflow(name="one-step")
+async def one_step(ctx: dex.WorkflowContext, step: str, note: str) -> str:
+    result: str = await ctx.activity(step, note)
+    return result
+
+
+STEPS = [sleeps_in_sql, sleeps_async, waits_for_a_lock, writes]
+
+
+@pytest.fixture
+def table(pg_dsn: str, pg_schema: str) -> str:
+    name = sql.Identifier(pg_schema, "app").as_string(None)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {sql.Identifier(pg_schema).as_string(None)}")
+        conn.execute(f"CREATE TABLE {name} (id serial PRIMARY KEY, note text)")
+        conn.execute(f"INSERT INTO {name} (note) VALUES ('first')")
+    STATE.clear()
+    STATE.update(dsn=pg_dsn, table=name)
+    return name
+
+
+def _notes(table: str) -> list[str]:
+    with psycopg.connect(STATE["dsn"]) as conn:
+        return [row[0] for row in conn.execute(f"SELECT note FROM {table} ORDER BY id")]
+
+
+@pytest.mark.parametrize("step", ["sleeps-in-sql", "sleeps-async", "waits-for-a-lock"])
+def test_a_step_that_runs_past_its_lock_timeout_fails_rolled_back_and_the_next_run_completes(
+    make_adapter: Callable[..., PostgresAdapter], table: str, step: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [one_step], STEPS)
+    with psycopg.connect(STATE["dsn"]) as holder:  # an application transaction holding row 1 throughout
+        holder.execute(f"SELECT id FROM {table} WHERE id = 1 FOR UPDATE")
+        run_id = engine.start_workflow(one_step, step, "overran")
+        started = time.monotonic()
+        engine.drain()
+        took = time.monotonic() - started
+        with pytest.raises(dex.WorkflowFailedError) as failed:
+            engine.wait(run_id, timeout=5)
+        assert holder.execute("SELECT 1").fetchone() == (1,)  # the application's own transaction is untouched
+    message = str(failed.value.failure)
+    assert "TimeoutError" in message and "lock_timeout" in message and step in message, message
+    assert 2 <= took < 20, took  # two attempts of about a second each, not two of 30 s
+    assert _notes(table) == ["first"]  # nothing either attempt wrote stayed
+    healthy = engine.start_workflow(one_step, "writes", "healthy")
+    engine.drain()
+    assert engine.wait(healthy, timeout=5) == "healthy"
+    assert _notes(table) == ["first", "healthy"]
+
+
+def test_a_step_that_ends_in_time_is_not_touched_by_its_watch(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [one_step], STEPS)
+    run_ids = [engine.start_workflow(one_step, "writes", f"note-{i}") for i in range(5)]
+    engine.drain()
+    assert [engine.wait(run_id, timeout=5) for run_id in run_ids] == [f"note-{i}" for i in range(5)]
+    time.sleep(1.5)  # past every watch's limit: none of them fires at a connection given back
+    healthy = engine.start_workflow(one_step, "writes", "after")
+    engine.drain()
+    assert engine.wait(healthy, timeout=5) == "after"
+    assert _notes(table) == ["first", *(f"note-{i}" for i in range(5)), "after"]
