@@ -64,13 +64,23 @@ def writes(conn: Any, note: str) -> str:
     return note
 
 
+@_bounded
+@dex.transaction(name="hangs-when-told", retry=TWICE)
+def hangs_when_told(conn: Any, note: str) -> str:
+    conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    if STATE.get("hangs", 0) > 0:  # the first so many attempts hang
+        STATE["hangs"] -= 1
+        conn.execute("SELECT pg_sleep(30)")
+    return note
+
+
 @dex.workflow(name="one-step")
 async def one_step(ctx: dex.WorkflowContext, step: str, note: str) -> str:
     result: str = await ctx.activity(step, note)
     return result
 
 
-STEPS = [sleeps_in_sql, sleeps_async, waits_for_a_lock, writes]
+STEPS = [sleeps_in_sql, sleeps_async, waits_for_a_lock, writes, hangs_when_told]
 
 
 @pytest.fixture
@@ -126,3 +136,41 @@ def test_a_step_that_ends_in_time_is_not_touched_by_its_watch(
     engine.drain()
     assert engine.wait(healthy, timeout=5) == "after"
     assert _notes(table) == ["first", *(f"note-{i}" for i in range(5)), "after"]
+
+
+def test_a_group_that_runs_past_the_limit_is_ended_and_its_step_goes_on_as_a_task(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    adapter = make_adapter()
+    groups: list[BaseException | None] = []
+    real = adapter.checkpoint_steps
+
+    def spy(items: Any, now: Any) -> Any:
+        try:
+            outcome = real(items, now)
+        except BaseException as exc:
+            groups.append(exc)
+            raise
+        groups.append(None)
+        return outcome
+
+    adapter.checkpoint_steps = spy  # type: ignore[method-assign]
+    engine = dex.Engine(adapter, [one_step], STEPS, inline_activity_seconds=0.5)  # quick steps may group
+    engine.start()
+    try:
+        assert engine.wait(engine.start_workflow(one_step, "hangs-when-told", "warm"), timeout=30) == "warm"
+        STATE["hangs"] = 1  # its attempt in the group; as a task of its own it goes through
+        run_id = engine.start_workflow(one_step, "hangs-when-told", "hung")
+        started = time.monotonic()
+        assert engine.wait(run_id, timeout=30) == "hung"
+        took = time.monotonic() - started
+        healthy = engine.start_workflow(one_step, "writes", "healthy")
+        assert engine.wait(healthy, timeout=30) == "healthy"
+    finally:
+        engine.stop(timeout=10)
+    failures = [exc for exc in groups if exc is not None]
+    assert len(failures) == 1, groups
+    cause = getattr(failures[0], "cause", None)  # a StepFailed: the group's steps then go on as tasks
+    assert isinstance(cause, TimeoutError) and "lock_timeout" in str(cause) and "hangs-when-told" in str(cause)
+    assert took < 15, took
+    assert _notes(table) == ["first", "warm", "hung", "healthy"]  # the ended group's write rolled back

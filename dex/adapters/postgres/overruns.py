@@ -23,12 +23,14 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 
 import psycopg
 
 from dex.app.ports import ActivityTask, StepFailed
+from dex.domain.task import NewActivityTask
 
 log = logging.getLogger("dex.worker")
 
@@ -37,9 +39,10 @@ class Overrun:
     """The watch of one attempt: ends the session ``pid`` once the attempt has run for its
     task's ``lock_timeout``, unless stopped first."""
 
-    def __init__(self, conninfo: str, pid: int, task: ActivityTask) -> None:
-        self._conninfo, self._pid, self.task = conninfo, pid, task
-        self.limit = task.lock_timeout.total_seconds()
+    def __init__(self, conninfo: str, pid: int, limit: timedelta, what: str, run_id: str | None = None) -> None:
+        self._conninfo, self._pid, self._what, self._run_id = conninfo, pid, what, run_id
+        self._timeout = limit
+        self.limit = limit.total_seconds()
         self.deadline = time.monotonic() + self.limit
         self._lock = threading.Lock()
         self._active = True
@@ -54,16 +57,7 @@ class Overrun:
                 with psycopg.connect(self._conninfo, autocommit=True) as other:
                     other.execute("SELECT pg_terminate_backend(%s)", [self._pid])
                 self.fired = True
-                task = self.task
-                log.warning(
-                    "transaction step %s of run %s, attempt %d, ran past its lock_timeout (%s): its transaction"
-                    " was ended",
-                    task.name,
-                    task.run_id,
-                    task.attempt,
-                    task.lock_timeout,
-                    extra={"run_id": task.run_id, "activity_name": task.name},
-                )
+                log.warning("%s: its transaction was ended", self._said(), extra={"run_id": self._run_id})
             except Exception:  # the server is out of reach: its own timeouts end the session
                 log.warning("could not end the session of an overrunning transaction step", exc_info=True)
 
@@ -73,12 +67,11 @@ class Overrun:
         with self._lock:  # waits for a fire under way
             self._active = False
 
+    def _said(self) -> str:
+        return f"{self._what} ran past its lock_timeout ({self._timeout})"
+
     def error(self) -> TimeoutError:
-        task = self.task
-        return TimeoutError(
-            f"transaction step {task.name!r} ran past its lock_timeout ({task.lock_timeout}); its transaction"
-            " was ended and rolled back"
-        )
+        return TimeoutError(f"{self._said()}; its transaction was ended and rolled back")
 
 
 class Watcher:
@@ -136,11 +129,30 @@ class Watcher:
 WATCHER = Watcher()
 
 
+def of_task(task: ActivityTask) -> tuple[timedelta, str, str]:
+    """What a step run as a task is watched for: its limit, how it is named, its run."""
+    return (
+        task.lock_timeout,
+        f"transaction step {task.name!r} of run {task.run_id}, attempt {task.attempt},",
+        task.run_id,
+    )
+
+
+def of_group(steps: Sequence[NewActivityTask]) -> tuple[timedelta, str, None]:
+    """What a group of first attempts is watched for: the least of its steps' limits."""
+    names = ", ".join(sorted({repr(step.name) for step in steps}))
+    return (
+        min(step.lock_timeout for step in steps),
+        f"a group of {len(steps)} transaction step{'' if len(steps) == 1 else 's'} ({names})",
+        None,
+    )
+
+
 @contextmanager
-def watched(conninfo: str, task: ActivityTask, pid: int) -> Iterator[Overrun]:
-    """Watch the attempt on session ``pid`` for ``task.lock_timeout``. Whatever the attempt
-    raised after its session was ended becomes the step's failure: a ``TimeoutError``."""
-    overrun = Overrun(conninfo, pid, task)
+def watched(conninfo: str, pid: int, limit: timedelta, what: str, run_id: str | None = None) -> Iterator[Overrun]:
+    """Watch the attempt on session ``pid`` for ``limit``. Whatever it raised after its session
+    was ended becomes a :class:`StepFailed` with a ``TimeoutError`` naming ``what``."""
+    overrun = Overrun(conninfo, pid, limit, what, run_id)
     WATCHER.add(overrun)
     try:
         yield overrun

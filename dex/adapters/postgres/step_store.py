@@ -37,11 +37,14 @@ class PostgresTransactionSteps(PostgresSchedules):
                         self._clock,
                         step,
                         self._step_settings,
-                        lambda pid: overruns.watched(self._conninfo, step.task, pid),
+                        lambda pid: overruns.watched(self._conninfo, pid, *overruns.of_task(step.task)),
                     )
                 # the attempt is bounded by its lock_timeout (overruns.py); the watch ends before
                 # the connection goes back to the pool
-                with self._statement() as conn, overruns.watched(self._conninfo, step.task, conn.info.backend_pid):
+                with (
+                    self._statement() as conn,
+                    overruns.watched(self._conninfo, conn.info.backend_pid, *overruns.of_task(step.task)),
+                ):
                     return transactions.complete_sync(conn, self._q, self._clock, step)
         except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
             # 40001 / 40P01 wherever they came (the commit of a SERIALIZABLE step, say): the
@@ -55,7 +58,14 @@ class PostgresTransactionSteps(PostgresSchedules):
         wanted = [(spec.queue, ACTIVITY) for item in items for spec in item.result.activity_tasks]
         wanted += [(child.created.queue, WORKFLOW) for item in items for child in item.result.child_runs]
         self._ensure_queues(wanted)
-        with self._step_slots, self._statement() as conn:
+        # bounded as a step run on its own is (overruns.py): an overrun fails the group, whose
+        # steps then run as tasks of their own, each watched
+        steps = [item.step for item in items]
+        with (
+            self._step_slots,
+            self._statement() as conn,
+            overruns.watched(self._conninfo, conn.info.backend_pid, *overruns.of_group(steps)),
+        ):
             return checkpoints.in_transaction(conn, self._q, items, now)
 
     def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
