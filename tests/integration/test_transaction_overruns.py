@@ -74,13 +74,30 @@ def hangs_when_told(conn: Any, note: str) -> str:
     return note
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot be printed")
+
+
+@_bounded
+@dex.transaction(name="swallows-the-end", retry=TWICE)
+def swallows_the_end(conn: Any, how: str) -> str:
+    conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [how])
+    try:
+        conn.execute("SELECT pg_sleep(30)")
+    except psycopg.Error:  # its session was ended: the function hides it, or raises what cannot be printed
+        if how == "unprintable":
+            raise Unprintable() from None
+    return how
+
+
 @dex.workflow(name="one-step")
 async def one_step(ctx: dex.WorkflowContext, step: str, note: str) -> str:
     result: str = await ctx.activity(step, note)
     return result
 
 
-STEPS = [sleeps_in_sql, sleeps_async, waits_for_a_lock, writes, hangs_when_told]
+STEPS = [sleeps_in_sql, sleeps_async, waits_for_a_lock, writes, hangs_when_told, swallows_the_end]
 
 
 @pytest.fixture
@@ -174,3 +191,45 @@ def test_a_group_that_runs_past_the_limit_is_ended_and_its_step_goes_on_as_a_tas
     assert isinstance(cause, TimeoutError) and "lock_timeout" in str(cause) and "hangs-when-told" in str(cause)
     assert took < 15, took
     assert _notes(table) == ["first", "warm", "hung", "healthy"]  # the ended group's write rolled back
+
+
+@pytest.mark.parametrize("how", ["returns", "unprintable"])
+def test_a_step_that_hides_its_ended_session_still_fails_with_the_timeout(
+    make_adapter: Callable[..., PostgresAdapter], table: str, how: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [one_step], STEPS)
+    run_id = engine.start_workflow(one_step, "swallows-the-end", how)
+    engine.drain()
+    with pytest.raises(dex.WorkflowFailedError) as failed:
+        engine.wait(run_id, timeout=5)
+    message = str(failed.value.failure)
+    assert "TimeoutError" in message and "lock_timeout" in message and "swallows-the-end" in message, message
+    assert _notes(table) == ["first"]
+    healthy = engine.start_workflow(one_step, "writes", "healthy")
+    engine.drain()
+    assert engine.wait(healthy, timeout=5) == "healthy"
+
+
+def test_a_watch_that_cannot_reach_the_server_leaves_the_step_to_its_statement_timeout(
+    make_adapter: Callable[..., PostgresAdapter], table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dex.adapters.postgres import overruns
+
+    made = overruns.Overrun.__init__
+
+    def unreachable(self: overruns.Overrun, *args: Any) -> None:
+        made(self, *args)
+        self._conninfo = "host=/nonexistent-dex-test dbname=none connect_timeout=1"  # the watch's server is gone
+
+    monkeypatch.setattr(overruns.Overrun, "__init__", unreachable)
+    engine = dex.Engine(make_adapter(statement_timeout=timedelta(seconds=2)), [one_step], STEPS)
+    run_id = engine.start_workflow(one_step, "sleeps-in-sql", "unwatched")
+    engine.drain()
+    with pytest.raises(dex.WorkflowFailedError) as failed:
+        engine.wait(run_id, timeout=5)
+    assert "statement timeout" in str(failed.value.failure)  # as before the watch: the server's limit
+    monkeypatch.undo()
+    assert _notes(table) == ["first"]
+    healthy = engine.start_workflow(one_step, "writes", "healthy")
+    engine.drain()
+    assert engine.wait(healthy, timeout=5) == "healthy"
