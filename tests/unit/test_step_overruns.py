@@ -52,3 +52,33 @@ def test_a_watch_stopped_in_time_is_forgotten_at_once() -> None:
     late = Probe("late", 0.05, fired)
     watcher.add(late)  # the thread, waiting for a deadline 300 s away, is woken for an earlier one
     assert late.done.wait(5) and fired == ["late"]
+
+
+def test_a_forked_child_starts_with_no_watches_of_its_parents() -> None:
+    import os
+
+    from dex.adapters.postgres import overruns
+
+    fired: list[str] = []
+    parents = Probe("parent's", 300.0, fired)
+    overruns.WATCHER.add(parents)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a fresh watcher, which still works
+        try:
+            empty = not any(overruns.WATCHER._by_limit.values())
+            mine: list[str] = []
+            probe = Probe("child's", 0.05, mine)
+            overruns.WATCHER.add(probe)
+            ok = empty and probe.done.wait(5) and mine == ["child's"]
+            os.write(write, b"ok" if ok else b"no")
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 2) == b"ok"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+        overruns.WATCHER.remove(parents)
+    assert fired == []

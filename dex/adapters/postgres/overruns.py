@@ -20,6 +20,7 @@ the first watch) keeps every watch; a watch stopped in time is forgotten at once
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -80,6 +81,12 @@ class Watcher:
     once: memory stays with the attempts under way)."""
 
     def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        """Start afresh: in a forked child, the parent's watches (their attempts are the
+        parent's) and its thread are not this process's, and a lock may have been held at the
+        fork."""
         self._wake = threading.Condition()
         self._by_limit: dict[float, OrderedDict[int, Overrun]] = {}
         self._thread: threading.Thread | None = None
@@ -127,6 +134,8 @@ class Watcher:
 
 
 WATCHER = Watcher()
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=WATCHER.forget)
 
 
 def of_task(task: ActivityTask) -> tuple[timedelta, str, str]:
