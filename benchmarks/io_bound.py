@@ -1,7 +1,7 @@
 """I/O-bound activities and every activity a task of its own, dex and DBOS side by side.
 
 ``python -m benchmarks.io_bound dex --schema S --runs N [--concurrency C] [--io SECONDS]
-[--inline-seconds X] [--queues-read-full]`` runs, in this process, N three-activity workflows on a started engine
+[--inline-seconds X] [--queues-read-full] [--starts-keep-the-gil]`` runs, in this process, N three-activity workflows on a started engine
 (``activity_concurrency=C``, ``inline_activity_seconds=X``); with ``--io`` each activity first
 waits that long (``time.sleep``, as a call to a service would), otherwise the activities are
 the headline benchmark's ``x+1``, ``x*2``, ``x-1``. ``dbos`` runs the same on DBOS Transact
@@ -49,6 +49,7 @@ def dex_run(
     samples: int,
     cpu: float = 0.0,
     queues_full: bool = False,
+    starts_keep_the_gil: bool = False,
 ) -> dict[str, Any]:
     import dex
     from benchmarks import workloads
@@ -65,6 +66,8 @@ def dex_run(
         read_queues_as_full(adapter)
     engine = dex.Engine(adapter, workflows=workloads.WORKFLOWS, activities=workloads.ACTIVITIES, **options)
     engine.start()
+    if starts_keep_the_gil:
+        keep_the_gil_while_starting()
     try:
         for i in range(20):  # warm-up: connections, prepared statements, activity durations
             engine.wait(engine.start_workflow(workflow, 10_000_000 + i), timeout=60)
@@ -98,6 +101,53 @@ def read_queues_as_full(adapter: Any) -> None:
     else:  # pragma: no cover - an older tree, for alternated pairs
         queues = adapter.list_queues
         adapter.list_queues = lambda: [attrs.evolve(q, depth=q.capacity) for q in queues()]
+
+
+def keep_the_gil_while_starting() -> None:
+    """A probe, not a proposal: the start's statement (the one ``DirectStatement`` of dex) waits
+    for its answer holding the GIL (libc ``poll`` through ``ctypes.PyDLL``, then libpq's
+    non-blocking calls), so the starting thread never queues for the GIL behind the engine's
+    threads, which meanwhile cannot run at all. What it shows: whether the batch is bound by the
+    start loop's waits or by the process's one core of Python (BENCHMARKS.md, *What bounds the
+    batches*). It blocks the whole process for each start's round trip: never for real use."""
+    import ctypes
+    import select
+
+    from psycopg import pq
+    from psycopg.errors import error_from_result
+
+    from dex.adapters.postgres import direct
+
+    class PollFd(ctypes.Structure):
+        _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+    poll = ctypes.PyDLL(None).poll  # PyDLL: the call keeps the GIL
+    poll.argtypes = [ctypes.POINTER(PollFd), ctypes.c_ulong, ctypes.c_int]
+
+    def execute(self: Any, conn: Any, params: Any) -> Any:
+        self.check(params)
+        pgconn = conn.pgconn
+        with self._lock:
+            ready = conn in self._ready
+        with conn.lock:
+            if not ready:
+                self._prepare(conn)
+            pgconn.send_query_prepared(self.name, params, self.formats)
+            fd = PollFd(pgconn.socket, 1, 0)  # POLLIN
+            poll(ctypes.byref(fd), 1, 2)  # up to 2 ms with the GIL held; then as usual
+            while True:
+                pgconn.consume_input()
+                if not pgconn.is_busy():
+                    break
+                select.select([pgconn.socket], [], [], 1.0)
+            result = pgconn.get_result()
+            while pgconn.get_result() is not None:
+                pass
+        if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+            raise error_from_result(result, encoding=conn.info.encoding)
+        return result
+
+    direct.DirectStatement.execute = execute  # type: ignore[method-assign]
 
 
 def dbos_run(dsn: str, schema: str, runs: int, concurrency: int, io: float, samples: int) -> dict[str, Any]:
@@ -218,6 +268,11 @@ def main() -> None:
         action="store_true",
         help="dex: the engine reads its activity queues as a backlog leaves them",
     )
+    parser.add_argument(
+        "--starts-keep-the-gil",
+        action="store_true",
+        help="dex, a probe: each start waits for its answer holding the GIL (what bounds the batch?)",
+    )
     args = parser.parse_args()
     dsn = os.environ["DEX_BENCH_DSN"]
     if args.kind == "dex":
@@ -231,6 +286,7 @@ def main() -> None:
             args.latency_samples,
             args.cpu,
             args.queues_read_full,
+            args.starts_keep_the_gil,
         )
     else:
         result = dbos_run(dsn, args.schema, args.runs, args.concurrency or 64, args.io, args.latency_samples)
