@@ -9,7 +9,9 @@ each attempt is watched: when it has run for its ``lock_timeout``, its session i
 another connection (``pg_terminate_backend``). The server rolls the transaction back and lets
 the row go; the attempt fails with a ``TimeoutError`` naming the step and its
 ``lock_timeout`` (a failed attempt, retried under the step's policy), and the task, its short
-lease long expired, is claimed again.
+lease long expired, is claimed again. A group of first attempts run inside their workflow task
+(:mod:`.checkpoints`) is watched for the least ``lock_timeout`` of its steps; its overrun fails
+the group in the store, and its steps go on as tasks of their own, each watched.
 
 The session ended is always the step's: the attempt keeps its connection until its watch has
 stopped (a watch holds its lock while it ends a session, and the attempt takes that lock
@@ -37,8 +39,9 @@ log = logging.getLogger("dex.worker")
 
 
 class Overrun:
-    """The watch of one attempt: ends the session ``pid`` once the attempt has run for its
-    task's ``lock_timeout``, unless stopped first."""
+    """The watch of one attempt (a step's, or a group's): ends the session ``pid`` once the
+    attempt has run for ``limit``, unless stopped first. ``what`` names the attempt in the
+    log and in the error."""
 
     def __init__(self, conninfo: str, pid: int, limit: timedelta, what: str, run_id: str | None = None) -> None:
         self._conninfo, self._pid, self._what, self._run_id = conninfo, pid, what, run_id
