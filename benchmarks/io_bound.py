@@ -110,19 +110,13 @@ def keep_the_gil_while_starting() -> None:
     threads, which meanwhile cannot run at all. What it shows: whether the batch is bound by the
     start loop's waits or by the process's one core of Python (BENCHMARKS.md, *What bounds the
     batches*). It blocks the whole process for each start's round trip: never for real use."""
-    import ctypes
     import select
 
     from psycopg import pq
     from psycopg.errors import error_from_result
 
     from dex.adapters.postgres import direct
-
-    class PollFd(ctypes.Structure):
-        _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
-
-    poll = ctypes.PyDLL(None).poll  # PyDLL: the call keeps the GIL
-    poll.argtypes = [ctypes.POINTER(PollFd), ctypes.c_ulong, ctypes.c_int]
+    from dex.adapters.postgres.connection import poll_keeping_the_gil
 
     def execute(self: Any, conn: Any, params: Any) -> Any:
         self.check(params)
@@ -133,8 +127,7 @@ def keep_the_gil_while_starting() -> None:
             if not ready:
                 self._prepare(conn)
             pgconn.send_query_prepared(self.name, params, self.formats)
-            fd = PollFd(pgconn.socket, 1, 0)  # POLLIN
-            poll(ctypes.byref(fd), 1, 2)  # up to 2 ms with the GIL held; then as usual
+            poll_keeping_the_gil(pgconn.socket, 2)  # up to 2 ms with the GIL held; then as usual
             while True:
                 pgconn.consume_input()
                 if not pgconn.is_busy():

@@ -85,9 +85,11 @@ def swallows_the_end(conn: Any, how: str) -> str:
     conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [how])
     try:
         conn.execute("SELECT pg_sleep(30)")
-    except psycopg.Error:  # its session was ended: the function hides it, or raises what cannot be printed
+    except psycopg.Error:  # its session was ended: the function hides it, or raises something else
         if how == "unprintable":
             raise Unprintable() from None
+        if how == "base-exception":
+            raise SystemExit(3) from None
     return how
 
 
@@ -193,7 +195,7 @@ def test_a_group_that_runs_past_the_limit_is_ended_and_its_step_goes_on_as_a_tas
     assert _notes(table) == ["first", "warm", "hung", "healthy"]  # the ended group's write rolled back
 
 
-@pytest.mark.parametrize("how", ["returns", "unprintable"])
+@pytest.mark.parametrize("how", ["returns", "unprintable", "base-exception"])
 def test_a_step_that_hides_its_ended_session_still_fails_with_the_timeout(
     make_adapter: Callable[..., PostgresAdapter], table: str, how: str
 ) -> None:

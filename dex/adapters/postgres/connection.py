@@ -199,9 +199,9 @@ def _readable(fd: int) -> bool:
     every other thread that wants it (a py-spy profile of the I/O batch: ~3 % of each start).
     libc's ``poll`` called through ``ctypes.PyDLL`` keeps the GIL; a timeout of 0 never blocks.
     """
-    if _POLL is not None:
-        ready = _PollFd(fd, _POLL_EVENTS, 0)
-        return _POLL(ctypes.byref(ready), 1, 0) != 0  # -1 (an error): let the full check decide
+    ready = poll_keeping_the_gil(fd, 0)
+    if ready is not None:
+        return ready
     if hasattr(select, "poll"):  # pragma: no cover - a libc without poll
         poller = select.poll()
         poller.register(fd, _POLL_EVENTS)
@@ -231,6 +231,17 @@ def _gil_holding_poll() -> Callable[..., int] | None:
 
 
 _POLL = _gil_holding_poll()
+
+
+def poll_keeping_the_gil(fd: int, timeout_ms: int) -> bool | None:
+    """Whether ``fd`` has something to read (or an error, or a hang-up) within ``timeout_ms``,
+    asked of libc's ``poll`` without letting go of the GIL (so no other thread runs meanwhile:
+    keep the timeout 0 outside probes); None where libc has no ``poll``. An error of ``poll``
+    itself counts as readable: the caller's own read then says what it is."""
+    if _POLL is None:  # pragma: no cover - a libc without poll
+        return None
+    ready = _PollFd(fd, _POLL_EVENTS, 0)
+    return _POLL(ctypes.byref(ready), 1, timeout_ms) != 0
 
 
 def open_pool(

@@ -45,7 +45,6 @@ class Overrun:
 
     def __init__(self, conninfo: str, pid: int, limit: timedelta, what: str, run_id: str | None = None) -> None:
         self._conninfo, self._pid, self._what, self._run_id = conninfo, pid, what, run_id
-        self._timeout = limit
         self.limit = limit.total_seconds()
         self.deadline = time.monotonic() + self.limit
         self._lock = threading.Lock()
@@ -72,7 +71,7 @@ class Overrun:
             self._active = False
 
     def _said(self) -> str:
-        return f"{self._what} ran past its lock_timeout ({self._timeout})"
+        return f"{self._what} ran past its lock_timeout ({timedelta(seconds=self.limit)})"
 
     def error(self) -> TimeoutError:
         return TimeoutError(f"{self._said()}; its transaction was ended and rolled back")
