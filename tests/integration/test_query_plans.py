@@ -30,8 +30,8 @@ from psycopg import sql
 
 import dex
 from dex.adapters.postgres import activity_tasks, completion, queues, runs, workflow_tasks
-from dex.adapters.postgres.connection import session_settings
 from dex.adapters.postgres.schema import Statements
+from dex.adapters.postgres.sessions import session_settings
 from dex.app.ports import ActivityOutcome
 from dex.testing import VirtualClock
 from tests.integration import workload

@@ -26,19 +26,22 @@ from dex.adapters.postgres import (
     workflow_tasks,
 )
 from dex.adapters.postgres.connection import (
-    IDLE_IN_TRANSACTION_TIMEOUT,
-    STATEMENT_TIMEOUT,
     DatabaseConnectionError,
     KeptConnection,
     connect,
     describe_dsn,
     open_pool,
     prepare_conninfo,
-    session_settings,
 )
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.remote_tasks import PostgresRemoteTasks
 from dex.adapters.postgres.schema import Statements, migrate
+from dex.adapters.postgres.sessions import (
+    IDLE_IN_TRANSACTION_TIMEOUT,
+    STATEMENT_TIMEOUT,
+    session_restore,
+    session_settings,
+)
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.app.clock import SystemClock
 from dex.app.ports import (
@@ -124,6 +127,8 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
             name=f"dex-{schema}",
             configure=session_settings(statement_timeout, idle_in_transaction_timeout),
         )
+        # a transaction step's function may change its session: given back before the pool has it
+        self._restore_session = session_restore(statement_timeout, idle_in_transaction_timeout)
         self._kept = KeptConnection(self._pool)  # one session for the application's starts
         # an async transaction step's own connection: the pool's session settings, for its transaction
         self._conninfo, self._step_settings = conninfo, transactions.local_settings(statement_timeout)

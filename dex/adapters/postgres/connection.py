@@ -14,7 +14,7 @@ connection the server closed is noticed when the pool hands it out (:class:`Live
 and replaced, so a restart costs the callers a short wait, not one error per pooled connection;
 a statement that was running when the server went away fails, and the engine's pollers back
 off and try again. Each pooled session also carries server-side time limits
-(:data:`STATEMENT_TIMEOUT`, :data:`IDLE_IN_TRANSACTION_TIMEOUT`) so that a stuck statement or
+(:mod:`.sessions`) so that a stuck statement or
 a client that stalls inside a transaction cannot hold row locks indefinitely.
 """
 
@@ -29,7 +29,6 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any, cast
 
 import psycopg
@@ -37,18 +36,10 @@ from psycopg import conninfo as pg_conninfo
 from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from dex.adapters.postgres import arrays
+from dex.adapters.postgres.sessions import session_settings
 from dex.domain.errors import DexError
 
 DEFAULT_CONNECT_TIMEOUT = 5  # seconds; libpq's own default is to wait forever
-
-# Every statement the adapter issues is a short indexed operation (milliseconds); the longest
-# are a retention batch and a completion waiting for a run row another transaction holds.
-# Thirty seconds leaves those ample room and still ends a runaway statement.
-STATEMENT_TIMEOUT = timedelta(seconds=30)
-# The adapter never waits for anything between the statements of a transaction; a session idle
-# inside one belongs to a process that is stuck (or stopped), and its row locks block others.
-IDLE_IN_TRANSACTION_TIMEOUT = timedelta(seconds=60)
 
 
 class DatabaseConnectionError(DexError, ConnectionError):
@@ -128,41 +119,6 @@ def connect(conninfo: str) -> psycopg.Connection:
     raise DatabaseConnectionError(
         f"cannot connect to PostgreSQL at {describe_dsn(conninfo)}: {scrub(reason, conninfo)}"
     )
-
-
-def _milliseconds(limit: timedelta) -> str:
-    return str(max(0, round(limit.total_seconds() * 1000)))  # 0 turns the limit off
-
-
-def session_settings(
-    statement_timeout: timedelta = STATEMENT_TIMEOUT,
-    idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
-) -> Callable[[psycopg.Connection], None]:
-    """The ``configure`` callback of the pool: session settings of every pooled connection.
-
-    Timestamps are computed from the caller's clock and stored as timestamptz; reading them in
-    UTC, and adding intervals (lease timeouts) in UTC, keeps them exact and free of DST jumps.
-    The time limits are enforced by the server: it cancels the statement (the caller gets an
-    error, its transaction rolls back) or closes the idle session (its locks are released).
-
-    Plans are always made for the actual parameters (``plan_cache_mode``). psycopg prepares a
-    statement after a few executions, and PostgreSQL may then switch it to a generic plan,
-    made without the values: it would guess that ``visible_from <= $1`` matches a third of the
-    inbox and scan the inbox and ``runs`` whole, and a connection keeps that plan. The polling
-    statements are planned in well under a millisecond; a scan of every finished run is not.
-    """
-
-    def configure(conn: psycopg.Connection) -> None:
-        arrays.register(conn)  # the batch statements' arrays, packed ahead (arrays.py)
-        conn.execute("SET TIME ZONE 'UTC'")
-        conn.execute("SET plan_cache_mode = force_custom_plan")
-        conn.execute("SELECT set_config('statement_timeout', %s, false)", [_milliseconds(statement_timeout)])
-        conn.execute(
-            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-            [_milliseconds(idle_in_transaction_timeout)],
-        )
-
-    return configure
 
 
 class LivenessCheck:

@@ -7,7 +7,7 @@ their workflow tasks, a group per transaction)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import psycopg
@@ -26,6 +26,7 @@ class PostgresTransactionSteps(PostgresSchedules):
     _conninfo: str
     _step_settings: tuple[str, ...]
     _step_slots: threading.BoundedSemaphore
+    _restore_session: Callable[[psycopg.Connection], None]  # sessions.session_restore
 
     def complete_in_transaction(self, step: TransactionStep) -> bool:
         try:
@@ -39,13 +40,15 @@ class PostgresTransactionSteps(PostgresSchedules):
                         self._step_settings,
                         lambda pid: overruns.watched(self._conninfo, pid, *overruns.of_task(step.task)),
                     )
-                # the attempt is bounded by its lock_timeout (overruns.py); the watch ends before
-                # the connection goes back to the pool
-                with (
-                    self._statement() as conn,
-                    overruns.watched(self._conninfo, conn.info.backend_pid, *overruns.of_task(step.task)),
-                ):
-                    return transactions.complete_sync(conn, self._q, self._clock, step)
+                # the attempt is bounded by its lock_timeout (overruns.py); the watch ends, and
+                # the session is given back what the function changed (sessions.py), before the
+                # connection goes back to the pool
+                with self._statement() as conn:
+                    try:
+                        with overruns.watched(self._conninfo, conn.info.backend_pid, *overruns.of_task(step.task)):
+                            return transactions.complete_sync(conn, self._q, self._clock, step)
+                    finally:
+                        self._restore_session(conn)
         except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
             # 40001 / 40P01 wherever they came (the commit of a SERIALIZABLE step, say): the
             # step's own conflict with other transactions, a failed attempt retried by its policy
@@ -61,12 +64,12 @@ class PostgresTransactionSteps(PostgresSchedules):
         # bounded as a step run on its own is (overruns.py): an overrun fails the group, whose
         # steps then run as tasks of their own, each watched
         steps = [item.step for item in items]
-        with (
-            self._step_slots,
-            self._statement() as conn,
-            overruns.watched(self._conninfo, conn.info.backend_pid, *overruns.of_group(steps)),
-        ):
-            return checkpoints.in_transaction(conn, self._q, items, now)
+        with self._step_slots, self._statement() as conn:
+            try:
+                with overruns.watched(self._conninfo, conn.info.backend_pid, *overruns.of_group(steps)):
+                    return checkpoints.in_transaction(conn, self._q, items, now)
+            finally:
+                self._restore_session(conn)  # as a step's, above
 
     def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         conn = transactions.caller_connection(connection)

@@ -1,0 +1,121 @@
+"""The state of a pooled session: what the pool sets on each connection it opens, and how a
+session is given that state back after a transaction step's function ran on it.
+
+Every pooled session carries dex's settings (:func:`session_settings`). A ``@dex.transaction``
+step's function runs on a pooled connection, and whatever it does to the *session* outlives its
+transaction: a ``SET`` (not ``SET LOCAL``) that commits, ``SET ROLE``, a session advisory lock,
+``LISTEN``, a temporary table, a cursor ``WITH HOLD``. Left as it is, the connection goes back to
+the pool and serves the engine's own statements for other runs: with a ``statement_timeout`` of
+a millisecond every one of them is cancelled, with ``default_transaction_read_only`` every write
+fails, and the engine's threads back off again and again (measured: 40 healthy three-step runs
+took 25 s instead of 0.3 s after one step set ``default_transaction_read_only = on``). So when
+a step's attempt (or a group of them) is over, :func:`session_restore` undoes all that in one
+round trip before the connection goes back, and a session it cannot restore is closed (the pool
+replaces it).
+
+What ``DISCARD ALL`` undoes, it undoes too, but for the prepared statements: psycopg keeps its
+own in step with the server's, so the engine's statements stay prepared across steps. A function
+that deallocates prepared statements on its connection (``DEALLOCATE``) is the one thing this
+does not repair: the engine's statements that psycopg had prepared there fail on that session
+until the pool retires it (``max_lifetime``), and are retried meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+import psycopg
+
+from dex.adapters.postgres import arrays
+
+log = logging.getLogger(__name__)
+
+# Every statement the adapter issues is a short indexed operation (milliseconds); the longest
+# are a retention batch and a completion waiting for a run row another transaction holds.
+# Thirty seconds leaves those ample room and still ends a runaway statement.
+STATEMENT_TIMEOUT = timedelta(seconds=30)
+# The adapter never waits for anything between the statements of a transaction; a session idle
+# inside one belongs to a process that is stuck (or stopped), and its row locks block others.
+IDLE_IN_TRANSACTION_TIMEOUT = timedelta(seconds=60)
+
+# DISCARD ALL without its DEALLOCATE ALL (and without DISCARD PLANS, which only costs plans)
+_RESET = (
+    "CLOSE ALL",
+    "SET SESSION AUTHORIZATION DEFAULT",
+    "RESET ALL",
+    "UNLISTEN *",
+    "SELECT pg_advisory_unlock_all()",
+    "DISCARD TEMP",
+    "DISCARD SEQUENCES",
+)
+
+
+def _milliseconds(limit: timedelta) -> int:
+    return max(0, round(limit.total_seconds() * 1000))  # 0 turns the limit off
+
+
+def _settings(statement_timeout: timedelta, idle_in_transaction_timeout: timedelta) -> str:
+    """dex's session settings as one simple query (each value dex's own: a zone name, a mode,
+    milliseconds as integers; nothing from a caller is quoted into it)."""
+    return "; ".join(
+        (
+            "SET TIME ZONE 'UTC'",
+            "SET plan_cache_mode = force_custom_plan",
+            f"SET statement_timeout = {_milliseconds(statement_timeout)}",
+            f"SET idle_in_transaction_session_timeout = {_milliseconds(idle_in_transaction_timeout)}",
+        )
+    )
+
+
+def session_settings(
+    statement_timeout: timedelta = STATEMENT_TIMEOUT,
+    idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
+) -> Callable[[psycopg.Connection], None]:
+    """The ``configure`` callback of the pool: session settings of every pooled connection.
+
+    Timestamps are computed from the caller's clock and stored as timestamptz; reading them in
+    UTC, and adding intervals (lease timeouts) in UTC, keeps them exact and free of DST jumps.
+    The time limits are enforced by the server: it cancels the statement (the caller gets an
+    error, its transaction rolls back) or closes the idle session (its locks are released).
+
+    Plans are always made for the actual parameters (``plan_cache_mode``). psycopg prepares a
+    statement after a few executions, and PostgreSQL may then switch it to a generic plan,
+    made without the values: it would guess that ``visible_from <= $1`` matches a third of the
+    inbox and scan the inbox and ``runs`` whole, and a connection keeps that plan. The polling
+    statements are planned in well under a millisecond; a scan of every finished run is not.
+    """
+    query = _settings(statement_timeout, idle_in_transaction_timeout)
+
+    def configure(conn: psycopg.Connection) -> None:
+        arrays.register(conn)  # the batch statements' arrays, packed ahead (arrays.py)
+        conn.execute(query, prepare=False)
+
+    return configure
+
+
+def session_restore(
+    statement_timeout: timedelta = STATEMENT_TIMEOUT,
+    idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
+) -> Callable[[psycopg.Connection], None]:
+    """What gives a pooled session back the state :func:`session_settings` gave it, after a
+    transaction step's function ran on it (the connection idle again, in autocommit): one round
+    trip. A session it cannot restore (the step's overrun ended it, say) is closed, and the pool
+    replaces a closed connection; nothing is raised but a ``BaseException`` that is not an
+    ``Exception`` (the step's outcome was decided before: a restore never changes it)."""
+    query = "; ".join((*_RESET, _settings(statement_timeout, idle_in_transaction_timeout)))
+
+    def restore(conn: psycopg.Connection) -> None:
+        if conn.closed:
+            return
+        try:
+            conn.execute(query, prepare=False)
+        except Exception as exc:  # noqa: BLE001 - not restored: not used again
+            log.info("a transaction step's session could not be restored (%s); it is closed", type(exc).__name__)
+            conn.close()
+        except BaseException:
+            conn.close()
+            raise
+
+    return restore
