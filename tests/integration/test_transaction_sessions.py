@@ -37,6 +37,7 @@ POISONS = {
     "listen": "LISTEN dex_test_channel",
     "temp-table": "CREATE TEMP TABLE scratch (x int)",
     "cursor": "DECLARE held CURSOR WITH HOLD FOR SELECT 1",
+    "deallocate": "DEALLOCATE ALL",  # psycopg's statements gone: the session is closed instead
 }
 
 # what a session of dex's pool holds (sessions.session_settings), and holds nothing else
@@ -171,3 +172,18 @@ def test_the_restore_gives_back_exactly_the_settings_the_pool_gave(pg_dsn: str) 
         session_restore()(conn)
         assert not conn.closed
         assert tuple(conn.execute(_CHECK).fetchone() or ()) == clean
+
+
+def test_a_session_whose_prepared_statements_were_deallocated_is_closed(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DEALLOCATE ALL")  # psycopg has seen this text before it prepares anything
+        for _ in range(6):  # prepared by psycopg after a few executions
+            conn.execute("SELECT %s::int + 1", [1])
+        conn.execute("DEALLOCATE ALL")  # seen before: psycopg does not notice that its statement went
+        session_restore()(conn)
+        assert conn.closed
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # a session nothing was taken from stays open
+        for _ in range(6):
+            conn.execute("SELECT %s::int + 1", [1])
+        session_restore()(conn)
+        assert not conn.closed and conn.execute("SELECT %s::int + 1", [1]).fetchone() == (2,)

@@ -14,16 +14,17 @@ round trip before the connection goes back, and a session it cannot restore is c
 replaces it).
 
 What ``DISCARD ALL`` undoes, it undoes too, but for the prepared statements: psycopg keeps its
-own in step with the server's, so the engine's statements stay prepared across steps. A function
-that deallocates prepared statements on its connection (``DEALLOCATE``) is the one thing this
-does not repair: the engine's statements that psycopg had prepared there fail on that session
-until the pool retires it (``max_lifetime``), and are retried meanwhile.
+own in step with the server's, so the engine's statements stay prepared across steps. The same
+round trip lists the session's prepared statements; should one that psycopg counts on be gone
+(the function ran ``DEALLOCATE``), the engine's statements would fail on that session from then
+on, so it is closed instead (psycopg's list is read from its connection's private state, where
+psycopg keeps it; a psycopg without it skips that check).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 import psycopg
@@ -104,18 +105,40 @@ def session_restore(
     trip. A session it cannot restore (the step's overrun ended it, say) is closed, and the pool
     replaces a closed connection; nothing is raised but a ``BaseException`` that is not an
     ``Exception`` (the step's outcome was decided before: a restore never changes it)."""
-    query = "; ".join((*_RESET, _settings(statement_timeout, idle_in_transaction_timeout)))
+    query = "; ".join((*_RESET, _settings(statement_timeout, idle_in_transaction_timeout), _PREPARED))
 
     def restore(conn: psycopg.Connection) -> None:
         if conn.closed:
             return
         try:
-            conn.execute(query, prepare=False)
+            cursor = conn.execute(query, prepare=False)
+            while cursor.nextset():  # the last result: the session's prepared statements
+                pass
+            row = cursor.fetchone()
+            missing = _ours(conn) - set(row[0] if row is not None else ())
         except Exception as exc:  # noqa: BLE001 - not restored: not used again
             log.info("a transaction step's session could not be restored (%s); it is closed", type(exc).__name__)
             conn.close()
+            return
         except BaseException:
             conn.close()
             raise
+        if missing:
+            log.info(
+                "a transaction step deallocated %d of the session's prepared statements; it is closed", len(missing)
+            )
+            conn.close()
 
     return restore
+
+
+_PREPARED = "SELECT coalesce(array_agg(name::text), '{}') FROM pg_prepared_statements WHERE NOT from_sql"
+
+
+def _ours(conn: psycopg.Connection) -> set[str]:
+    """The names of the statements psycopg has prepared on ``conn`` (empty where its private
+    record is not what this expects)."""
+    names = getattr(getattr(conn, "_prepared", None), "_names", None)
+    if not isinstance(names, Mapping):
+        return set()
+    return {name.decode() for name in names.values() if isinstance(name, bytes)}
