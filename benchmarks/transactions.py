@@ -1,6 +1,6 @@
 """Transaction steps: 3-step workflows whose every step inserts a row, dex vs DBOS Transact.
 
-``python -m benchmarks.transactions dex --schema S --runs N`` (and ``dbos``) with the DSN in
+``python -m benchmarks.transactions dex --schema S --runs N [--async-steps]`` (and ``dbos``) with the DSN in
 ``DEX_BENCH_DSN``; prints one JSON line. Each side runs in a process of its own (DBOS keeps
 process-global state) and writes into a table ``S.bench_rows`` without constraints:
 
@@ -46,7 +46,9 @@ def _rows(dsn: str, schema: str) -> int:
         return int(row[0]) if row else 0
 
 
-def run_dex(dsn: str, schema: str, runs: int, timeout: float, warmup: int = 20) -> dict[str, Any]:
+def run_dex(
+    dsn: str, schema: str, runs: int, timeout: float, warmup: int = 20, async_steps: bool = False
+) -> dict[str, Any]:
     import dex
     from dex.adapters.postgres import PostgresAdapter
 
@@ -56,6 +58,15 @@ def run_dex(dsn: str, schema: str, runs: int, timeout: float, warmup: int = 20) 
     def insert(conn: psycopg.Connection, run: str, step: int) -> int:
         conn.execute(f"INSERT INTO {table} (run, step) VALUES (%s, %s)", [run, step])
         return step
+
+    if async_steps:  # the same step as an ``async def`` on an AsyncConnection
+
+        @dex.transaction(name="bench-insert")
+        async def insert_async(conn: psycopg.AsyncConnection, run: str, step: int) -> int:
+            await conn.execute(f"INSERT INTO {table} (run, step) VALUES (%s, %s)", [run, step])
+            return step
+
+        insert = insert_async  # type: ignore[assignment]
 
     @dex.workflow(name="bench-tx-three")
     async def three(ctx: dex.WorkflowContext, x: int) -> int:
@@ -170,10 +181,14 @@ def main() -> None:
     parser.add_argument("--schema", required=True)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--async-steps", action="store_true", help="dex: the steps as async def functions")
     args = parser.parse_args()
     dsn = os.environ["DEX_BENCH_DSN"]
-    run = run_dex if args.kind == "dex" else run_dbos
-    print(json.dumps(run(dsn, args.schema, args.runs, args.timeout)))
+    if args.kind == "dex":
+        result = run_dex(dsn, args.schema, args.runs, args.timeout, async_steps=args.async_steps)
+    else:
+        result = run_dbos(dsn, args.schema, args.runs, args.timeout)
+    print(json.dumps(result))
     sys.stdout.flush()
 
 

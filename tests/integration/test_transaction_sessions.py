@@ -11,6 +11,7 @@ engine thread failing a round meanwhile."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,8 @@ import pytest
 
 import dex
 from dex.adapters.postgres import PostgresAdapter
-from dex.adapters.postgres.sessions import session_restore, session_settings
+from dex.adapters.postgres.async_sessions import AsyncSessions
+from dex.adapters.postgres.sessions import restore_query, session_restore, session_settings, settings_query
 
 pytestmark = pytest.mark.postgres
 
@@ -47,7 +49,7 @@ SELECT current_setting('statement_timeout'), current_setting('idle_in_transactio
        current_setting('search_path'), current_setting('plan_cache_mode'), current_user = session_user,
        (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()),
        (SELECT count(*) FROM pg_listening_channels()),
-       (SELECT count(*) FROM pg_cursors),
+       (SELECT count(*) FROM pg_cursors WHERE name <> ''),  -- not this query's own portal
        (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema())
 """
 
@@ -187,3 +189,91 @@ def test_a_session_whose_prepared_statements_were_deallocated_is_closed(pg_dsn: 
             conn.execute("SELECT %s::int + 1", [1])
         session_restore()(conn)
         assert not conn.closed and conn.execute("SELECT %s::int + 1", [1]).fetchone() == (2,)
+
+
+# -- async def steps: their own connections, kept between steps (async_sessions.py) -----------
+
+
+@dex.transaction(name="changes-its-session-async")
+async def changes_its_session_async(conn: Any, statement: str) -> int:
+    await conn.execute(statement)
+    row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    return int(row[0])
+
+
+@dex.transaction(name="reports-its-session")
+async def reports_its_session(conn: Any) -> list[Any]:
+    pid = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    row = await (await conn.execute(_CHECK)).fetchone()
+    return [pid[0], *row]
+
+
+@dex.workflow(name="async-poisoner")
+async def async_poisoner(ctx: dex.WorkflowContext, statement: str) -> int:
+    result: int = await ctx.activity(changes_its_session_async, statement)
+    return result
+
+
+@dex.workflow(name="reporter")
+async def reporter(ctx: dex.WorkflowContext) -> list[Any]:
+    result: list[Any] = await ctx.activity(reports_its_session)
+    return result
+
+
+ASYNC_STEPS = [changes_its_session_async, reports_its_session]
+
+
+@pytest.mark.parametrize("poison", sorted(POISONS))
+def test_what_an_async_step_does_to_its_session_stays_with_the_step(
+    make_adapter: Callable[..., PostgresAdapter], pg_dsn: str, caplog: pytest.LogCaptureFixture, poison: str
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dex.runner")
+    clean = list(_clean(pg_dsn))
+    engine = dex.Engine(make_adapter(max_connections=POOL + 6), [async_poisoner, reporter], ASYNC_STEPS)
+    engine.start()
+    try:
+        before = engine.wait(engine.start_workflow(reporter), timeout=30)
+        for _ in range(6):  # psycopg prepares dex's own statements on the session after a few steps
+            assert engine.wait(engine.start_workflow(reporter), timeout=30)[0] == before[0]
+        poisoned = engine.wait(engine.start_workflow(async_poisoner, POISONS[poison]), timeout=30)
+        assert poisoned == before[0]  # the same session all along
+        after = engine.wait(engine.start_workflow(reporter), timeout=30)
+    finally:
+        engine.stop(timeout=10)
+    assert after[1:] == clean
+    # kept and restored (a DEALLOCATE that psycopg saw keeps it too: psycopg forgets its statements
+    # then; one it did not see closes it, as test_a_session_whose_prepared_statements_... shows)
+    assert after[0] == poisoned or poison == "deallocate", (poison, before[0], poisoned, after[0])
+    assert _engine_failures(caplog) == []
+
+
+def test_an_async_sessions_idle_connections_are_closed_after_a_while_and_beyond_the_limit(pg_dsn: str) -> None:
+    now = [0.0]
+    sessions = AsyncSessions(pg_dsn, settings_query(), restore_query(), keep=1, idle_for=60.0, clock=lambda: now[0])
+    level = psycopg.IsolationLevel.READ_COMMITTED
+
+    async def pid(conn: psycopg.AsyncConnection) -> int:
+        row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+        await conn.commit()
+        return int(row[0]) if row is not None else 0
+
+    async def scenario() -> None:
+        first, second = await sessions.take(level), await sessions.take(level)
+        first_pid, second_pid = await pid(first), await pid(second)
+        await sessions.give_back(first)
+        await sessions.give_back(second)  # one is kept at most: this one is closed
+        assert second.closed and not first.closed
+        again = await sessions.take(level)
+        assert again is first and await pid(again) == first_pid != second_pid
+        await sessions.give_back(again)
+        now[0] += 61  # idle too long: closed when the next step asks
+        fresh = await sessions.take(level)
+        assert fresh is not first and first.closed
+        await sessions.give_back(fresh)
+        sessions.close()  # the idle one goes now, and one given back later goes at once
+        assert fresh.closed
+        late = await sessions.take(level)
+        await sessions.give_back(late)
+        assert late.closed
+
+    asyncio.run(scenario())

@@ -25,6 +25,7 @@ from dex.adapters.postgres import (
     transactions,
     workflow_tasks,
 )
+from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.connection import (
     DatabaseConnectionError,
     KeptConnection,
@@ -39,8 +40,10 @@ from dex.adapters.postgres.schema import Statements, migrate
 from dex.adapters.postgres.sessions import (
     IDLE_IN_TRANSACTION_TIMEOUT,
     STATEMENT_TIMEOUT,
+    restore_query,
     session_restore,
     session_settings,
+    settings_query,
 )
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.app.clock import SystemClock
@@ -130,9 +133,15 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
         # a transaction step's function may change its session: given back before the pool has it
         self._restore_session = session_restore(statement_timeout, idle_in_transaction_timeout)
         self._kept = KeptConnection(self._pool)  # one session for the application's starts
-        # an async transaction step's own connection: the pool's session settings, for its transaction
-        self._conninfo, self._step_settings = conninfo, transactions.local_settings(statement_timeout)
+        self._conninfo = conninfo
         self._step_slots = transactions.step_slots(max_connections)  # the engine's threads keep theirs
+        # async transaction steps' own connections, kept between steps (async_sessions.py)
+        self._async_sessions = AsyncSessions(
+            conninfo,
+            settings_query(statement_timeout, idle_in_transaction_timeout),
+            restore_query(statement_timeout, idle_in_transaction_timeout),
+            keep=transactions.step_count(max_connections),
+        )
         self._where = describe_dsn(conninfo)
         self._known_queues: set[tuple[str, str]] = set()
         self._known_lock = threading.Lock()
@@ -148,6 +157,7 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
     def close(self) -> None:
         """Close the pool's connections (idempotent)."""
         self._kept.release()
+        self._async_sessions.close()
         self._pool.close()
 
     @contextmanager

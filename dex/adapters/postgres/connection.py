@@ -272,7 +272,7 @@ class KeptConnection:
             return
         try:
             conn = self._conn
-            if conn is None or not _usable(conn) or self._clock() - self._kept_at > self._keep_for:
+            if conn is None or not usable(conn) or self._clock() - self._kept_at > self._keep_for:
                 self._conn = None
                 if conn is not None:
                     self._pool.putconn(conn)  # the pool discards a bad one, and recycles an old one
@@ -290,7 +290,7 @@ class KeptConnection:
                 self._pool.putconn(conn)
 
 
-def _usable(conn: psycopg.Connection) -> bool:
+def usable(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
     """Open, healthy and idle with nothing to read (statements may bypass psycopg, so libpq's
     own status is asked, not ``conn.broken``)."""
     pgconn = conn.pgconn

@@ -24,8 +24,9 @@ psycopg keeps it; a psycopg without it skips that check).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 
@@ -105,7 +106,7 @@ def session_restore(
     trip. A session it cannot restore (the step's overrun ended it, say) is closed, and the pool
     replaces a closed connection; nothing is raised but a ``BaseException`` that is not an
     ``Exception`` (the step's outcome was decided before: a restore never changes it)."""
-    query = "; ".join((*_RESET, _settings(statement_timeout, idle_in_transaction_timeout), _PREPARED))
+    query = restore_query(statement_timeout, idle_in_transaction_timeout)
 
     def restore(conn: psycopg.Connection) -> None:
         if conn.closed:
@@ -114,8 +115,7 @@ def session_restore(
             cursor = conn.execute(query, prepare=False)
             while cursor.nextset():  # the last result: the session's prepared statements
                 pass
-            row = cursor.fetchone()
-            missing = _ours(conn) - set(row[0] if row is not None else ())
+            missing = missing_prepared(conn, cursor.fetchone())
         except Exception as exc:  # noqa: BLE001 - not restored: not used again
             log.info("a transaction step's session could not be restored (%s); it is closed", type(exc).__name__)
             conn.close()
@@ -124,9 +124,7 @@ def session_restore(
             conn.close()
             raise
         if missing:
-            log.info(
-                "a transaction step deallocated %d of the session's prepared statements; it is closed", len(missing)
-            )
+            log.info("a transaction step deallocated prepared statements of its session; it is closed")
             conn.close()
 
     return restore
@@ -135,10 +133,29 @@ def session_restore(
 _PREPARED = "SELECT coalesce(array_agg(name::text), '{}') FROM pg_prepared_statements WHERE NOT from_sql"
 
 
-def _ours(conn: psycopg.Connection) -> set[str]:
-    """The names of the statements psycopg has prepared on ``conn`` (empty where its private
-    record is not what this expects)."""
+def settings_query(
+    statement_timeout: timedelta = STATEMENT_TIMEOUT,
+    idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
+) -> str:
+    """:func:`session_settings`' statements as one simple query (for a connection of its own)."""
+    return _settings(statement_timeout, idle_in_transaction_timeout)
+
+
+def restore_query(
+    statement_timeout: timedelta = STATEMENT_TIMEOUT,
+    idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
+) -> str:
+    """The restore as one simple query; its last result is one row, the session's prepared
+    statements (for :func:`missing_prepared`)."""
+    return "; ".join((*_RESET, _settings(statement_timeout, idle_in_transaction_timeout), _PREPARED))
+
+
+def missing_prepared(conn: psycopg.Connection | psycopg.AsyncConnection, row: Sequence[Any] | None) -> bool:
+    """Whether a statement psycopg has prepared on ``conn`` is gone from the server's list
+    ``row`` (the restore's last result); never for a psycopg whose private record of them is
+    not what this expects."""
     names = getattr(getattr(conn, "_prepared", None), "_names", None)
     if not isinstance(names, Mapping):
-        return set()
-    return {name.decode() for name in names.values() if isinstance(name, bytes)}
+        return False
+    ours = {name.decode() for name in names.values() if isinstance(name, bytes)}
+    return bool(ours - set(row[0] if row is not None else ()))

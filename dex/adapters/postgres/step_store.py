@@ -13,6 +13,7 @@ from datetime import datetime
 import psycopg
 
 from dex.adapters.postgres import checkpoints, instances, overruns, runs, transactions
+from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.app.ports import ACTIVITY, WORKFLOW, Clock, TransactionStep
 from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint, StepFailed
@@ -24,7 +25,7 @@ class PostgresTransactionSteps(PostgresSchedules):
 
     _clock: Clock
     _conninfo: str
-    _step_settings: tuple[str, ...]
+    _async_sessions: AsyncSessions
     _step_slots: threading.BoundedSemaphore
     _restore_session: Callable[[psycopg.Connection], None]  # sessions.session_restore
 
@@ -33,11 +34,10 @@ class PostgresTransactionSteps(PostgresSchedules):
             with self._step_slots:
                 if step.async_work is not None:
                     return transactions.complete_async(
-                        self._conninfo,
+                        self._async_sessions,
                         self._q,
                         self._clock,
                         step,
-                        self._step_settings,
                         lambda pid: overruns.watched(self._conninfo, pid, *overruns.of_task(step.task)),
                     )
                 # the attempt is bounded by its lock_timeout (overruns.py); the watch ends, and

@@ -11,9 +11,10 @@ A workflow task that ends the run meanwhile locks the run and then waits for the
 that rare cycle is a deadlock PostgreSQL breaks by failing one side (a step's attempt is
 retried; a batch of workflow results is written again by the buffer).
 
-An ``async def`` step gets a ``psycopg.AsyncConnection`` of its own (one connection per
-attempt, not pooled); dex's statements run on it through :class:`LoopBridge`, which sends each
-one on the connection's event loop, so the same SQL serves both. Starts and events through the
+An ``async def`` step gets a ``psycopg.AsyncConnection`` of the adapter's own for async steps
+(:mod:`.async_sessions`: kept from one step to the next, its session restored in between);
+dex's statements run on it through :class:`LoopBridge`, which sends each one on the
+connection's event loop, so the same SQL serves both. Starts and events through the
 application's connection (``connection=``) go the same way, never committing.
 """
 
@@ -21,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -31,15 +32,10 @@ import psycopg
 from psycopg import pq
 
 from dex.adapters.postgres import activity_tasks
+from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports import ActivityOutcome, ActivityTask, Clock, StepFailed, TransactionStep
 from dex.app.transaction_ports import LoopConnection
-
-_ISOLATION = {
-    "read committed": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
-    "repeatable read": "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-    "serializable": "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
-}
 
 _LEVELS = {
     "read committed": psycopg.IsolationLevel.READ_COMMITTED,
@@ -132,35 +128,33 @@ def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: T
 
 
 def complete_async(
-    conninfo: str,
+    sessions: AsyncSessions,
     q: Statements,
     clock: Clock,
     step: TransactionStep,
-    settings: Sequence[str],
     watch: Callable[[int], AbstractContextManager[object]],
 ) -> bool:
-    """The step of an ``async def`` on an asynchronous connection of its own, watched by
-    ``watch`` (given the session's process id) until just before the connection is closed."""
+    """The step of an ``async def`` on an asynchronous connection of ``sessions`` (kept from one
+    step to the next: async_sessions.py), watched by ``watch`` (given the session's process id)
+    until just before the connection is given back."""
     assert step.async_work is not None and step.run_async is not None
     run = step.run_async
-    conn: psycopg.AsyncConnection = run(psycopg.AsyncConnection.connect(conninfo, autocommit=False))
+    conn: psycopg.AsyncConnection = run(sessions.take(_LEVELS[step.isolation]))
     try:
         with watch(conn.info.backend_pid):
-            return _complete_async(conn, q, clock, step, settings)
+            return _complete_async(conn, q, clock, step)
     finally:
-        run(conn.close())
+        try:
+            run(sessions.give_back(conn))
+        except Exception:  # noqa: BLE001 - the loop is gone: the step's outcome stands, the session goes
+            conn.pgconn.finish()
 
 
-def _complete_async(
-    conn: psycopg.AsyncConnection, q: Statements, clock: Clock, step: TransactionStep, settings: Sequence[str]
-) -> bool:
+def _complete_async(conn: psycopg.AsyncConnection, q: Statements, clock: Clock, step: TransactionStep) -> bool:
     assert step.async_work is not None and step.run_async is not None
     run = step.run_async
     bridge = LoopBridge(conn, run)
     try:
-        bridge.execute(_ISOLATION[step.isolation])
-        for setting in settings:
-            bridge.execute(setting)
         if not _lease_held(bridge, q, step.task):
             run(conn.rollback())
             return False
@@ -208,21 +202,17 @@ def _check_usable(conn: psycopg.Connection | psycopg.AsyncConnection, parameter:
         raise ValueError(f"{parameter} is in a failed transaction: roll it back first")
 
 
-def local_settings(statement_timeout: timedelta) -> tuple[str, ...]:
-    """What an async step's own connection sets for its transaction, as the pool's sessions do."""
-    settings = ["SET LOCAL TIME ZONE 'UTC'"]
-    milliseconds = int(statement_timeout.total_seconds() * 1000)
-    if milliseconds > 0:
-        settings.append(f"SET LOCAL statement_timeout = {milliseconds}")  # an int: nothing to quote
-    return tuple(settings)
-
-
 # the pooled connections a started engine's own threads use at once (adapter.py's docstring):
 # transaction steps, which hold a connection while their function runs, leave these to them
 _ENGINE_CONNECTIONS = 6
 
 
-def step_slots(max_connections: int) -> threading.BoundedSemaphore:
+def step_count(max_connections: int) -> int:
     """How many transaction steps may hold a connection at once: what the pool has beyond the
-    engine's own threads (at least one). A step waits for a slot before it starts."""
-    return threading.BoundedSemaphore(max(1, max_connections - _ENGINE_CONNECTIONS))
+    engine's own threads (at least one)."""
+    return max(1, max_connections - _ENGINE_CONNECTIONS)
+
+
+def step_slots(max_connections: int) -> threading.BoundedSemaphore:
+    """:func:`step_count`'s slots; a step waits for one before it starts."""
+    return threading.BoundedSemaphore(step_count(max_connections))

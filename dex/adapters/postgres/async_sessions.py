@@ -1,0 +1,153 @@
+"""The connections of ``async def`` transaction steps, kept from one step to the next.
+
+An ``async def`` step runs on a ``psycopg.AsyncConnection`` on the engine's event loop for async
+activities (:mod:`dex.app.async_activities`), not on a connection of the adapter's pool. Each
+attempt used to open one and close it after: a new server process per step (~1.5 ms) and the
+loop's Python for the connection, the session's settings and the close; three such steps per
+workflow ran at ~55 workflows/s on this machine, where three synchronous ones run at ~850
+(BENCHMARKS.md, *Transaction steps*). Now an attempt takes an idle connection if there is one
+and gives it back after, as the pool does with its own:
+
+* a new connection gets the pool's session settings once (:func:`.sessions.settings_query`), so
+  a step's transaction needs no ``SET LOCAL`` of its own, and its isolation level goes with the
+  ``BEGIN`` psycopg sends;
+* given back, the session is restored as the pool's are after a step (:mod:`.sessions`): what the
+  function did to it is undone, and a session that cannot be restored, or whose prepared
+  statements the function deallocated, is closed;
+* an idle connection is closed when it waited longer than ``idle_for``, when it belongs to
+  another event loop than the one asking (the engine restarted its loop), and when the server
+  closed it meanwhile; at most ``keep`` wait at once (the adapter's step slots bound how many
+  are in use).
+
+Everything here runs on the loop but :meth:`AsyncSessions.close`, which closes the idle
+connections from any thread (libpq's own close, which needs no loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import attrs
+import psycopg
+from psycopg import pq
+
+from dex.adapters.postgres.connection import usable
+from dex.adapters.postgres.sessions import missing_prepared
+
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class _Idle:
+    loop: asyncio.AbstractEventLoop
+    conn: psycopg.AsyncConnection
+    since: float
+
+
+class AsyncSessions:
+    """Idle ``AsyncConnection``s of async transaction steps (see the module's docstring)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        settings: str,
+        restore: str,
+        keep: int,
+        idle_for: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._conninfo, self._settings, self._restore = conninfo, settings, restore
+        self._keep, self._idle_for, self._clock = keep, idle_for, clock
+        self._idle: list[_Idle] = []
+        self._closed = False
+        self._lock = threading.Lock()
+
+    async def take(self, isolation: psycopg.IsolationLevel) -> psycopg.AsyncConnection:
+        """A connection for one step at ``isolation`` (autocommit off, no transaction open)."""
+        loop, now = asyncio.get_running_loop(), self._clock()
+        found: psycopg.AsyncConnection | None = None
+        dropped: list[psycopg.AsyncConnection] = []
+        with self._lock:
+            kept: list[_Idle] = []
+            for idle in reversed(self._idle):  # the most recently used first
+                fresh = idle.loop is loop and now - idle.since < self._idle_for
+                if fresh and found is None:
+                    found = idle.conn
+                elif fresh:
+                    kept.append(idle)
+                else:
+                    dropped.append(idle.conn)
+            self._idle = kept[::-1]
+        for conn in dropped:
+            _finish(conn)
+        if found is not None and not usable(found):
+            _finish(found)  # the server closed it meanwhile, or sent something
+            found = None
+        conn = found if found is not None else await self._connect()
+        try:
+            await conn.set_isolation_level(isolation)
+        except BaseException:
+            _finish(conn)
+            raise
+        return conn
+
+    async def _connect(self) -> psycopg.AsyncConnection:
+        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        try:
+            await conn.execute(self._settings, prepare=False)
+            await conn.set_autocommit(False)
+        except BaseException:
+            _finish(conn)
+            raise
+        return conn
+
+    async def give_back(self, conn: psycopg.AsyncConnection) -> None:
+        """Restore ``conn``'s session and keep it for the next step, or close it. Raises only a
+        ``BaseException`` that is not an ``Exception`` (the step's outcome stands either way)."""
+        if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            _finish(conn)
+            return
+        try:
+            await conn.set_autocommit(True)
+            cursor = await conn.execute(self._restore, prepare=False)
+            while cursor.nextset():  # the last result: the session's prepared statements
+                pass
+            missing = missing_prepared(conn, await cursor.fetchone())
+            await conn.set_autocommit(False)
+        except Exception as exc:  # noqa: BLE001 - not restored: not used again
+            log.info("an async transaction step's session could not be restored (%s); it is closed", type(exc).__name__)
+            _finish(conn)
+            return
+        except BaseException:
+            _finish(conn)
+            raise
+        if missing:
+            log.info("an async transaction step deallocated prepared statements of its session; it is closed")
+            _finish(conn)
+            return
+        idle = _Idle(asyncio.get_running_loop(), conn, self._clock())
+        with self._lock:
+            if not self._closed and len(self._idle) < self._keep:
+                self._idle.append(idle)
+                return
+        _finish(conn)
+
+    def close(self) -> None:
+        """Close the idle connections; those given back later are closed then (idempotent)."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for entry in idle:
+            _finish(entry.conn)
+
+
+def _finish(conn: psycopg.AsyncConnection) -> None:
+    """Close ``conn`` with libpq's own call (no event loop needed; nothing waits on it here)."""
+    try:
+        conn.pgconn.finish()
+    except Exception:  # already gone
+        log.debug("closing an async step's connection failed", exc_info=True)
