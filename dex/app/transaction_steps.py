@@ -56,6 +56,15 @@ def _guarded(conn: Any, step: str) -> GuardedConnection | GuardedAsyncConnection
     return GuardedConnection(conn, step)
 
 
+def _undo(guard: GuardedConnection | GuardedAsyncConnection) -> None:
+    """Set back the connection's attributes the function set (``_Guard.undo``); one that cannot
+    be set back fails the attempt (its transaction rolls back) rather than reach dex's statements."""
+    try:
+        guard.undo()
+    except Exception as exc:  # noqa: BLE001 - the connection is not as dex left it: the attempt fails
+        raise StepFailed(exc) from None
+
+
 def _misuse(guard: GuardedConnection | GuardedAsyncConnection) -> None:
     if guard.misused is not None:  # the function swallowed the error: it is a failure all the same
         raise StepFailed(TerminalError(guard.misused))
@@ -95,6 +104,7 @@ class TransactionAttempts:
                 raise StepFailed(exc) from None
             finally:
                 self._took(name, time.perf_counter() - started)
+                _undo(guard)
             _misuse(guard)
             return self._encode(value)
 
@@ -154,6 +164,7 @@ class TransactionAttempts:
                 self._took(name, time.perf_counter() - started)
                 if token is not None:
                     reset_activity_context(token)
+                _undo(guard)
             _misuse(guard)
             return self._encode(value)
 

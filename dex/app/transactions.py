@@ -76,16 +76,23 @@ def transaction(
     return decorate(fn) if fn is not None else decorate
 
 
-class _Guard:
-    """What the guarded connections share: the step's name and whether the function misused
-    the connection (remembered, so that swallowing the error does not hide it)."""
+_ABSENT = object()
 
-    _OWN = frozenset({"_conn", "_step", "misused"})
+
+class _Guard:
+    """What the guarded connections share: the step's name, whether the function misused the
+    connection (remembered, so that swallowing the error does not hide it), and the attributes
+    it set on the connection (its ``row_factory``, say), each with the value it replaced:
+    :meth:`undo` sets them back when the function is done, before dex's own statements run on
+    the connection (a ``dict_row`` left there had those statements read dicts for tuples)."""
+
+    _OWN = frozenset({"_conn", "_step", "misused", "_changed"})
 
     def __init__(self, conn: Any, step: str) -> None:
         object.__setattr__(self, "_conn", conn)
         object.__setattr__(self, "_step", step)
         object.__setattr__(self, "misused", None)
+        object.__setattr__(self, "_changed", {})
 
     def _refuse(self, what: str) -> TerminalError:
         message = (
@@ -101,7 +108,20 @@ class _Guard:
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "autocommit":
             raise self._refuse("autocommit = ...")
+        changed: dict[str, Any] = self._changed
+        before = getattr(self._conn, name, _ABSENT)
         setattr(self._conn, name, value)
+        changed.setdefault(name, before)
+
+    def undo(self) -> None:
+        """Set back what the function set on the connection (most recent first)."""
+        changed: dict[str, Any] = self._changed
+        for name, before in reversed(list(changed.items())):
+            if before is _ABSENT:
+                delattr(self._conn, name)
+            else:
+                setattr(self._conn, name, before)
+        changed.clear()
 
     def __repr__(self) -> str:
         return f"<transaction connection of step {self._step!r}>"

@@ -96,6 +96,27 @@ def _complete(conn: Any, q: Statements, step: TransactionStep, result: Any, now:
     # steps under way (measured: about 15 % fewer workflows/s with it)
 
 
+def statement_error(conn: psycopg.Connection | psycopg.AsyncConnection, exc: psycopg.Error) -> bool:
+    """Whether ``exc``, raised by dex's statements after the step's function ran in the same
+    transaction (the completion, the commit), is the step's own: an error the server reported
+    for a statement on a session that is still there. What the function did to its transaction
+    causes those: a ``SET LOCAL`` (a statement timeout of a millisecond, ``transaction_read_only``,
+    a role that may not write dex's tables), a deferred constraint its writes break at the commit.
+    So the attempt fails and counts, under the step's retry policy, where the store's failure
+    would have run it again as the same attempt, and again, without end. A lost or ended session
+    (no SQLSTATE, or a connection that is gone) stays the store's failure; serialization
+    failures and deadlocks are the step's anyway (``step_store``)."""
+    if exc.sqlstate is None or exc.sqlstate.startswith(_THE_SERVERS):
+        return False
+    return not conn.closed and not conn.broken
+
+
+# SQLSTATE classes of the connection's or the server's failures, never a statement's: connection
+# exceptions, insufficient resources (a full disk, out of memory), an ended session or a server
+# shutting down (57P: an overrun's end is one), system errors, internal errors
+_THE_SERVERS = ("08", "53", "57P", "58", "XX")
+
+
 def failed_transaction(status: pq.TransactionStatus) -> StepFailed | None:
     if status == pq.TransactionStatus.INERROR:
         return StepFailed(
@@ -109,11 +130,13 @@ def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: T
     duration (psycopg then sends them with its BEGIN), both restored before it goes back."""
     assert step.work is not None
     conn.autocommit, conn.isolation_level = False, _LEVELS[step.isolation]
+    ran = False
     try:
         with conn.transaction():
             if not _lease_held(conn, q, step.task):
                 return False
             result = step.work(conn)
+            ran = True
             failed = failed_transaction(conn.info.transaction_status)
             if failed is not None:
                 raise failed
@@ -121,6 +144,10 @@ def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: T
             with conn.pipeline():
                 _complete(conn, q, step, result, clock.now())
         return True
+    except psycopg.Error as exc:
+        if ran and statement_error(conn, exc):
+            raise StepFailed(exc) from None
+        raise
     finally:
         if not conn.closed:
             conn.rollback()  # nothing is open after the block; this only makes sure
@@ -162,8 +189,13 @@ def _complete_async(conn: psycopg.AsyncConnection, q: Statements, clock: Clock, 
         failed = failed_transaction(conn.info.transaction_status)
         if failed is not None:
             raise failed
-        _complete(bridge, q, step, result, clock.now())
-        run(conn.commit())
+        try:
+            _complete(bridge, q, step, result, clock.now())
+            run(conn.commit())
+        except psycopg.Error as exc:
+            if statement_error(conn, exc):
+                raise StepFailed(exc) from None
+            raise
         return True
     except BaseException:
         if not conn.closed:
