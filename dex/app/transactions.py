@@ -12,6 +12,7 @@ step.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -127,8 +128,30 @@ class _Guard:
         return f"<transaction connection of step {self._step!r}>"
 
 
+# a statement that ends the transaction, as the first of a query's text (after blanks and
+# comments): COMMIT, END, ABORT, ROLLBACK (not ROLLBACK TO a savepoint), PREPARE TRANSACTION
+_ENDS_THE_TRANSACTION = re.compile(
+    r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
+    r"(?:(?:COMMIT|END|ABORT)\b(?!\s+PREPARED\b)|ROLLBACK\b(?!\s+(?:TO|PREPARED)\b)|PREPARE\s+TRANSACTION\b)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def _ends_the_transaction(query: object) -> bool:
+    if isinstance(query, bytes):
+        query = query.decode("utf-8", "replace")
+    return isinstance(query, str) and _ENDS_THE_TRANSACTION.match(query) is not None
+
+
 class GuardedConnection(_Guard):
-    """A transaction step's ``psycopg.Connection``: everything but ending the transaction."""
+    """A transaction step's ``psycopg.Connection``: everything but ending the transaction (its
+    methods, or a ``COMMIT``/``ROLLBACK`` sent through ``execute``; what gets past this, in a
+    cursor or after another statement of the same text, the store finds after the function)."""
+
+    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if _ends_the_transaction(query):
+            raise self._refuse(f"execute({str(query).strip()[:40]!r})")
+        return self._conn.execute(query, *args, **kwargs)
 
     def commit(self) -> None:
         raise self._refuse("commit()")
@@ -148,6 +171,11 @@ class GuardedConnection(_Guard):
 
 class GuardedAsyncConnection(_Guard):
     """A transaction step's ``psycopg.AsyncConnection``, guarded as :class:`GuardedConnection`."""
+
+    async def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if _ends_the_transaction(query):
+            raise self._refuse(f"execute({str(query).strip()[:40]!r})")
+        return await self._conn.execute(query, *args, **kwargs)
 
     async def commit(self) -> None:
         raise self._refuse("commit()")

@@ -77,6 +77,22 @@ def writes(conn: Any, note: str) -> str:
     return note
 
 
+@dex.transaction(name="ends-its-transaction", retry=TWICE)
+def ends_its_transaction(conn: Any, note: str) -> str:
+    conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    how, via = note.split("-")[:2]  # COMMIT or ROLLBACK as SQL (conn.commit() is refused), sent how
+    (conn.cursor() if via == "cursor" else conn).execute(how)
+    return note
+
+
+@dex.transaction(name="ends-its-transaction-async", retry=TWICE)
+async def ends_its_transaction_async(conn: Any, note: str) -> str:
+    await conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    how, via = note.split("-")[:2]
+    await (conn.cursor() if via == "cursor" else conn).execute(how)
+    return note
+
+
 @dex.workflow(name="one-step")
 async def one_step(ctx: dex.WorkflowContext, step: str, note: str) -> str:
     result: str = await ctx.activity(step, note)
@@ -90,6 +106,8 @@ STEPS = [
     read_only_async,
     breaks_a_deferred_constraint,
     breaks_a_deferred_constraint_async,
+    ends_its_transaction,
+    ends_its_transaction_async,
     writes,
 ]
 
@@ -159,3 +177,43 @@ def test_an_error_the_function_causes_in_dex_statements_is_the_steps_failure(
         engine.stop(timeout=10)
     with psycopg.connect(pg_dsn) as conn:  # nothing of the failed attempts stayed
         assert conn.execute(f"SELECT count(*) FROM {table} WHERE note = 'poisoned'").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("step", ["ends-its-transaction", "ends-its-transaction-async"])
+@pytest.mark.parametrize("how", ["COMMIT", "ROLLBACK"])
+@pytest.mark.parametrize("via", ["execute", "cursor"])
+def test_a_function_that_ends_its_transaction_with_sql_fails_its_step_and_nothing_is_recorded_twice(
+    make_adapter: Callable[..., PostgresAdapter], pg_dsn: str, table: str, step: str, how: str, via: str
+) -> None:
+    adapter = make_adapter(clock=SystemClock())
+    grouped: set[str] = set()  # the steps that ran in a group
+    real = adapter.checkpoint_steps
+
+    def counted(items: Any, now: Any) -> Any:
+        grouped.update(item.step.name for item in items)
+        return real(items, now)
+
+    adapter.checkpoint_steps = counted  # type: ignore[method-assign]
+    engine = dex.Engine(adapter, [one_step], STEPS, inline_activity_seconds=0.5)  # quick steps may group
+    engine.start()
+    notes = [f"{how}-{via}-first", f"{how}-{via}-second"]  # as a task of its own; then (a def) in a group
+    try:
+        for note in notes:
+            run_id = engine.start_workflow(one_step, step, note)
+            with pytest.raises(dex.WorkflowFailedError) as failed:
+                engine.wait(run_id, timeout=30)
+            message = str(failed.value.failure)
+            # refused before it is sent; or, from a cursor, found once the function returned
+            expected = "called conn.execute" if via == "execute" else "ended the step's transaction itself"
+            assert expected in message and step in message, message
+        _healthy(engine, table, pg_dsn)
+    finally:
+        engine.stop(timeout=10)
+    assert (step in grouped) is (step == "ends-its-transaction")  # async def steps never run in groups
+    with psycopg.connect(pg_dsn) as conn:
+        rows = [
+            row[0] for row in conn.execute(f"SELECT note FROM {table} WHERE note LIKE %s ORDER BY note", [how + "%"])
+        ]
+    # what a function committed itself stays, once (a terminal failure is not retried); a refused
+    # COMMIT and a ROLLBACK leave nothing, and the run is not recorded as if the step had written
+    assert rows == (sorted(notes) if (how, via) == ("COMMIT", "cursor") else [])

@@ -32,11 +32,12 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import pq
 
 from dex.adapters.postgres import arrays
 from dex.adapters.postgres.completion import LockedRun, WriteRound, claims
 from dex.adapters.postgres.schema import Statements
-from dex.adapters.postgres.transactions import failed_transaction
+from dex.adapters.postgres.transactions import CURRENT_TRANSACTION, ended_by_the_function, failed_transaction
 from dex.app.transaction_ports import Checkpointed, CheckpointOutcome, StepCheckpoint, StepFailed
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
@@ -63,6 +64,10 @@ def in_transaction(
             conn.autocommit, conn.isolation_level = True, None
 
 
+class TransactionEnded(RuntimeError):
+    """A step's function ended the group's transaction and went on in a new one."""
+
+
 class _Again(Exception):
     """A step's function failed: the group's transaction rolls back and runs again without it."""
 
@@ -78,8 +83,10 @@ def checkpoint_steps(
     ``failed`` and ``_Again`` raised (the caller rolls back and calls again)."""
     with conn.pipeline():  # the two locks (and the transaction's BEGIN) in one exchange
         locked_runs, locked_tasks = _lock_runs(conn, q, items), _lock_tasks(conn, q, items)
+        began = conn.execute(CURRENT_TRANSACTION)
         runs = {run_id: LockedRun(RunStatus(status), last_seq) for run_id, status, last_seq in locked_runs.fetchall()}
         held = {(queue, task_id) for queue, task_id in locked_tasks.fetchall()}
+    transaction = began.fetchone()
     outcomes: list[CheckpointOutcome | ev.ActivityTaskCompleted] = []
     written: list[tuple[StepCheckpoint, ev.ActivityTaskCompleted]] = []
     for index, item in enumerate(items):
@@ -99,6 +106,8 @@ def checkpoint_steps(
             aborted = failed_transaction(conn.info.transaction_status)
             if aborted is not None:
                 raise aborted
+            if conn.info.transaction_status == pq.TransactionStatus.IDLE:  # COMMIT or ROLLBACK as SQL
+                raise ended_by_the_function(item.step.name)
         except StepFailed as failed_step:
             failed[index] = failed_step.cause
             raise _Again from None
@@ -108,11 +117,16 @@ def checkpoint_steps(
     if not written:  # (then no outcome is a message)
         return [outcome for outcome in outcomes if not isinstance(outcome, ev.ActivityTaskCompleted)]
     with conn.pipeline():  # the writes go out together: only the inbox ids are waited for
+        current = conn.execute(CURRENT_TRANSACTION)
         writes = WriteRound(conn, q, runs, now)
         for item, _message in written:
             writes.add(item.task.run_id, runs[item.task.run_id], item.result)
         writes.flush()
         ids = _insert_outcomes(conn, q, written, now)
+    if current.fetchone() != transaction:
+        # a function ended the group's transaction and went on in another: the group fails, and
+        # its steps go on as tasks of their own, where the one that did it fails (transactions.py)
+        raise TransactionEnded("a step of the group ended its transaction (COMMIT or ROLLBACK sent as SQL)")
     return [
         Checkpointed(message_id=ids[item.task.run_id], message=outcome, last_seq=runs[item.task.run_id].last_seq)
         if isinstance(outcome, ev.ActivityTaskCompleted)

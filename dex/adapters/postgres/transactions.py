@@ -36,6 +36,7 @@ from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports import ActivityOutcome, ActivityTask, Clock, StepFailed, TransactionStep
 from dex.app.transaction_ports import LoopConnection
+from dex.domain.values import TerminalError
 
 _LEVELS = {
     "read committed": psycopg.IsolationLevel.READ_COMMITTED,
@@ -76,13 +77,34 @@ class LoopBridge:
         return result
 
 
-def _lease_held(conn: Any, q: Statements, task: ActivityTask) -> bool:
-    # FOR UPDATE: held until the commit, so no claim (SKIP LOCKED) can take the task over
+def _lease_held(conn: Any, q: Statements, task: ActivityTask) -> int | None:
+    """The transaction's id if the task's lease is still this attempt's (its row locked until the
+    commit, so no claim, which skips locked rows, can take the task over), else None."""
     row = conn.execute(
-        q("SELECT locked_by, lock_version FROM {s}.activity_tasks WHERE queue = %s AND task_id = %s FOR UPDATE"),
+        q(
+            "SELECT locked_by, lock_version, txid_current() FROM {s}.activity_tasks"
+            " WHERE queue = %s AND task_id = %s FOR UPDATE"
+        ),
         [task.queue, task.task_id],
     ).fetchone()
-    return row is not None and (row[0], row[1]) == (task.lease.owner, task.lease.version)
+    held = row is not None and (row[0], row[1]) == (task.lease.owner, task.lease.version)
+    return int(row[2]) if held else None
+
+
+CURRENT_TRANSACTION = "SELECT txid_current()"
+
+
+def ended_by_the_function(name: str) -> StepFailed:
+    """A step whose function ended dex's transaction (``COMMIT`` or ``ROLLBACK`` sent as SQL, where
+    the guard refuses ``conn.commit()``): what it wrote before is committed or gone outside dex's
+    transaction, so its outcome cannot be recorded with it. A terminal failure: running the
+    function again could write twice what it committed."""
+    return StepFailed(
+        TerminalError(
+            f"transaction step {name!r} ended the step's transaction itself (COMMIT or ROLLBACK sent as SQL):"
+            " its outcome cannot be recorded with its writes; return to commit, raise to roll back"
+        )
+    )
 
 
 def _complete(conn: Any, q: Statements, step: TransactionStep, result: Any, now: datetime) -> None:
@@ -94,6 +116,10 @@ def _complete(conn: Any, q: Statements, step: TransactionStep, result: Any, now:
     # (ActivityWorker.completed_directly): a dispatch here, as a batch completion makes, would
     # add two statements to every step and mostly lose the scheduler's try-lock to the other
     # steps under way (measured: about 15 % fewer workflows/s with it)
+
+
+def _xid(row: Any) -> int | None:
+    return int(row[0]) if row is not None else None
 
 
 def statement_error(conn: psycopg.Connection | psycopg.AsyncConnection, exc: psycopg.Error) -> bool:
@@ -133,7 +159,8 @@ def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: T
     ran = False
     try:
         with conn.transaction():
-            if not _lease_held(conn, q, step.task):
+            began = _lease_held(conn, q, step.task)
+            if began is None:
                 return False
             result = step.work(conn)
             ran = True
@@ -142,7 +169,10 @@ def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: T
                 raise failed
             # the completion's statements whose answers are not read go out without waiting
             with conn.pipeline():
+                current = conn.execute(CURRENT_TRANSACTION)
                 _complete(conn, q, step, result, clock.now())
+            if _xid(current.fetchone()) != began:  # the commit would not be the function's writes'
+                raise ended_by_the_function(step.task.name)
         return True
     except psycopg.Error as exc:
         if ran and statement_error(conn, exc):
@@ -182,13 +212,16 @@ def _complete_async(conn: psycopg.AsyncConnection, q: Statements, clock: Clock, 
     run = step.run_async
     bridge = LoopBridge(conn, run)
     try:
-        if not _lease_held(bridge, q, step.task):
+        began = _lease_held(bridge, q, step.task)
+        if began is None:
             run(conn.rollback())
             return False
         result = run(step.async_work(conn))
         failed = failed_transaction(conn.info.transaction_status)
         if failed is not None:
             raise failed
+        if _xid(bridge.execute(CURRENT_TRANSACTION).fetchone()) != began:
+            raise ended_by_the_function(step.task.name)
         try:
             _complete(bridge, q, step, result, clock.now())
             run(conn.commit())
