@@ -27,7 +27,6 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-import attrs
 import psycopg
 from psycopg import pq
 
@@ -47,10 +46,11 @@ _LEVELS = {
 Run = Callable[[Coroutine[Any, Any, Any]], Any]
 
 
-@attrs.frozen
 class _Result:
-    rows: list[Any]
-    rowcount: int
+    """A statement's answer as the adapter's SQL functions read a cursor's."""
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self.rows, self.rowcount = rows, rowcount
 
     def fetchall(self) -> list[Any]:
         return self.rows
@@ -75,6 +75,59 @@ class LoopBridge:
 
         result: _Result = self._run(go())
         return result
+
+
+class DeferringBridge(LoopBridge):
+    """A :class:`LoopBridge` that holds statements back until an answer is asked for (or
+    :meth:`flush`), then sends all it holds on the loop in one hand-over: the writes of a
+    completion, whose answers nobody reads, go with the commit. A statement's error is raised
+    where its batch is sent, as a pipeline's is; the ones after it are not sent."""
+
+    def __init__(self, conn: psycopg.AsyncConnection, run: Run) -> None:
+        super().__init__(conn, run)
+        self._held: list[tuple[Any, Any, bool | None, _Deferred]] = []
+
+    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None) -> _Result:
+        deferred = _Deferred(self)
+        self._held.append((query, params, prepare, deferred))
+        return deferred
+
+    def flush(self, then: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> None:
+        """Send what is held (and then await ``then()``, the commit say) in one hand-over."""
+        held, self._held = self._held, []
+
+        async def go() -> None:
+            for query, params, prepare, deferred in held:
+                cursor = await self.conn.execute(query, params, prepare=prepare)
+                rows = await cursor.fetchall() if cursor.description is not None else []
+                deferred.answered(rows, cursor.rowcount)
+            if then is not None:
+                await then()
+
+        self._run(go())
+
+
+class _Deferred(_Result):
+    """A held statement's answer, there once its batch was sent (:meth:`answered`)."""
+
+    def __init__(self, bridge: DeferringBridge) -> None:
+        super().__init__([], -1)
+        self._bridge, self._sent = bridge, False
+
+    def answered(self, rows: list[Any], rowcount: int) -> None:
+        self.rows, self.rowcount, self._sent = rows, rowcount, True
+
+    def _wait(self) -> None:
+        if not self._sent:
+            self._bridge.flush()
+
+    def fetchall(self) -> list[Any]:
+        self._wait()
+        return self.rows
+
+    def fetchone(self) -> Any:
+        self._wait()
+        return super().fetchone()
 
 
 def _lease_held(conn: Any, q: Statements, task: ActivityTask) -> int | None:
@@ -210,7 +263,9 @@ def complete_async(
 def _complete_async(conn: psycopg.AsyncConnection, q: Statements, clock: Clock, step: TransactionStep) -> bool:
     assert step.async_work is not None and step.run_async is not None
     run = step.run_async
-    bridge = LoopBridge(conn, run)
+    # each statement's hand-over to the loop and back costs more than the statement: the
+    # completion's writes wait, and go with the commit (its reads go with what is held then)
+    bridge = DeferringBridge(conn, run)
     try:
         began = _lease_held(bridge, q, step.task)
         if began is None:
@@ -220,11 +275,12 @@ def _complete_async(conn: psycopg.AsyncConnection, q: Statements, clock: Clock, 
         failed = failed_transaction(conn.info.transaction_status)
         if failed is not None:
             raise failed
-        if _xid(bridge.execute(CURRENT_TRANSACTION).fetchone()) != began:
-            raise ended_by_the_function(step.task.name)
         try:
+            current = bridge.execute(CURRENT_TRANSACTION)
             _complete(bridge, q, step, result, clock.now())
-            run(conn.commit())
+            if _xid(current.fetchone()) != began:  # (sent with the completion's first read)
+                raise ended_by_the_function(step.task.name)
+            bridge.flush(then=conn.commit)
         except psycopg.Error as exc:
             if statement_error(conn, exc):
                 raise StepFailed(exc) from None
