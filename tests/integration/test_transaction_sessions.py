@@ -277,3 +277,20 @@ def test_an_async_sessions_idle_connections_are_closed_after_a_while_and_beyond_
         assert late.closed
 
     asyncio.run(scenario())
+
+
+def test_an_idle_async_session_the_server_ended_is_replaced_and_the_next_step_completes(
+    make_adapter: Callable[..., PostgresAdapter], pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dex.runner")
+    engine = dex.Engine(make_adapter(), [reporter], ASYNC_STEPS)
+    engine.start()
+    try:
+        first = engine.wait(engine.start_workflow(reporter), timeout=30)
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:  # the store fails between two steps
+            admin.execute("SELECT pg_terminate_backend(%s)", [first[0]])
+        after = engine.wait(engine.start_workflow(reporter), timeout=30)
+    finally:
+        engine.stop(timeout=10)
+    assert after[0] != first[0] and after[1:] == list(_clean(pg_dsn))
+    assert _engine_failures(caplog) == []

@@ -32,6 +32,9 @@ ENDS = [
     "END TRANSACTION",
     "PREPARE TRANSACTION 'x'",
     b"COMMIT",
+    "COMMIT\x00",  # a NUL after it: refused all the same, and named printably
+    "commit -- \ud800",  # a lone surrogate in its comment
+    b"ROLLBACK \xff\xfe",  # bytes that are not UTF-8
 ]
 PASSES = [
     "ROLLBACK TO SAVEPOINT before_insert",
@@ -41,6 +44,9 @@ PASSES = [
     "INSERT INTO ending (committed) VALUES (true)",
     "SELECT 'COMMIT'",
     "COMMITTED",
+    "\ud800 COMMIT",  # not a statement that ends the transaction: psycopg's to refuse
+    "SELECT '\x00'",
+    b"\xff\xfeCOMMIT",
 ]
 
 
@@ -48,13 +54,14 @@ PASSES = [
 def test_a_statement_that_ends_the_transaction_is_refused_before_it_is_sent(query: Any) -> None:
     conn = _Connection()
     guard = GuardedConnection(conn, "record-order")
-    with pytest.raises(TerminalError, match="record-order"):
+    with pytest.raises(TerminalError, match="record-order") as refused:
         guard.execute(query)
     assert conn.sent == [] and guard.misused is not None  # remembered even if the function swallows it
+    assert str(refused.value).isprintable()
 
 
 @pytest.mark.parametrize("query", PASSES)
-def test_savepoints_and_other_statements_pass(query: str) -> None:
+def test_savepoints_and_other_statements_pass(query: Any) -> None:
     conn = _Connection()
     guard = GuardedConnection(conn, "record-order")
     assert guard.execute(query, [1]) == "cursor"

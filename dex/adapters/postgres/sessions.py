@@ -58,9 +58,13 @@ def _milliseconds(limit: timedelta) -> int:
     return max(0, round(limit.total_seconds() * 1000))  # 0 turns the limit off
 
 
-def _settings(statement_timeout: timedelta, idle_in_transaction_timeout: timedelta) -> str:
-    """dex's session settings as one simple query (each value dex's own: a zone name, a mode,
-    milliseconds as integers; nothing from a caller is quoted into it)."""
+def settings_query(
+    statement_timeout: timedelta = STATEMENT_TIMEOUT,
+    idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
+) -> str:
+    """dex's session settings as one simple query, for the pool's connections and any other of
+    dex's own (each value dex's: a zone name, a mode, milliseconds as integers; nothing from a
+    caller is quoted into it)."""
     return "; ".join(
         (
             "SET TIME ZONE 'UTC'",
@@ -88,7 +92,7 @@ def session_settings(
     inbox and scan the inbox and ``runs`` whole, and a connection keeps that plan. The polling
     statements are planned in well under a millisecond; a scan of every finished run is not.
     """
-    query = _settings(statement_timeout, idle_in_transaction_timeout)
+    query = settings_query(statement_timeout, idle_in_transaction_timeout)
 
     def configure(conn: psycopg.Connection) -> None:
         arrays.register(conn)  # the batch statements' arrays, packed ahead (arrays.py)
@@ -133,21 +137,13 @@ def session_restore(
 _PREPARED = "SELECT coalesce(array_agg(name::text), '{}') FROM pg_prepared_statements WHERE NOT from_sql"
 
 
-def settings_query(
-    statement_timeout: timedelta = STATEMENT_TIMEOUT,
-    idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
-) -> str:
-    """:func:`session_settings`' statements as one simple query (for a connection of its own)."""
-    return _settings(statement_timeout, idle_in_transaction_timeout)
-
-
 def restore_query(
     statement_timeout: timedelta = STATEMENT_TIMEOUT,
     idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
 ) -> str:
     """The restore as one simple query; its last result is one row, the session's prepared
     statements (for :func:`missing_prepared`)."""
-    return "; ".join((*_RESET, _settings(statement_timeout, idle_in_transaction_timeout), _PREPARED))
+    return "; ".join((*_RESET, settings_query(statement_timeout, idle_in_transaction_timeout), _PREPARED))
 
 
 def missing_prepared(conn: psycopg.Connection | psycopg.AsyncConnection, row: Sequence[Any] | None) -> bool:

@@ -50,13 +50,23 @@ class _Result:
     """A statement's answer as the adapter's SQL functions read a cursor's."""
 
     def __init__(self, rows: list[Any], rowcount: int) -> None:
-        self.rows, self.rowcount = rows, rowcount
+        self._rows, self._rowcount = rows, rowcount
+
+    def _wait(self) -> None:
+        """Nothing to wait for: the answer is here (a held statement's comes later)."""
+
+    @property
+    def rowcount(self) -> int:
+        self._wait()
+        return self._rowcount
 
     def fetchall(self) -> list[Any]:
-        return self.rows
+        self._wait()
+        return self._rows
 
     def fetchone(self) -> Any:
-        return self.rows[0] if self.rows else None
+        self._wait()
+        return self._rows[0] if self._rows else None
 
 
 class LoopBridge:
@@ -108,26 +118,18 @@ class DeferringBridge(LoopBridge):
 
 
 class _Deferred(_Result):
-    """A held statement's answer, there once its batch was sent (:meth:`answered`)."""
+    """A held statement's answer: asking for it sends what its bridge holds (:meth:`answered`)."""
 
     def __init__(self, bridge: DeferringBridge) -> None:
         super().__init__([], -1)
         self._bridge, self._sent = bridge, False
 
     def answered(self, rows: list[Any], rowcount: int) -> None:
-        self.rows, self.rowcount, self._sent = rows, rowcount, True
+        self._rows, self._rowcount, self._sent = rows, rowcount, True
 
     def _wait(self) -> None:
         if not self._sent:
             self._bridge.flush()
-
-    def fetchall(self) -> list[Any]:
-        self._wait()
-        return self.rows
-
-    def fetchone(self) -> Any:
-        self._wait()
-        return super().fetchone()
 
 
 def _lease_held(conn: Any, q: Statements, task: ActivityTask) -> int | None:
