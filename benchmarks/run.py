@@ -99,6 +99,7 @@ def part_throughput(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> s
         ],
         ["other processes' share of the CPU meanwhile", pct(r.get("other_cpu_share"))],
         ["engine alone: runs created first, start() → last result (workflows/s)", r["engine_alone"]["rate"]],
+        ["starts alone: those runs created, no engine running (starts/s)", r["engine_alone"]["starts_rate"]],
     ]
     out = table("dex throughput (3 sequential activities)", ["", "dex"], rows)
     ports = sorted(r["port_calls"], key=lambda k: -r["port_seconds"][k])
@@ -191,6 +192,13 @@ def part_dbos(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
                     None,
                 ],
                 ["workflows/s", rate, r["rate"], ratio(rate, r["rate"])],
+                # what no in-process batch of sequential starts can pass, whatever its engine does
+                [
+                    "starts alone, no engine running (starts/s)",
+                    tp["engine_alone"]["starts_rate"],
+                    None,
+                    ratio(tp["engine_alone"]["starts_rate"], r["rate"]),
+                ],
                 [
                     "transactions/workflow",
                     tp["xacts_per_workflow"],

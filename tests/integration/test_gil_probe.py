@@ -40,3 +40,16 @@ def test_starts_that_keep_the_gil_still_write_their_runs(
     failing = direct.DirectStatement("dex_probe_fails", b"SELECT 1 / $1", [direct.INT4])
     with adapter.reading() as conn, pytest.raises(psycopg.errors.DivisionByZero):
         failing.execute(conn, [b"0"])
+
+
+def test_the_engine_alone_part_times_its_loop_of_starts_with_no_engine_running() -> None:
+    """``benchmarks.run``'s throughput part reports the starts' own rate (the ceiling of any
+    in-process batch of sequential starts) beside the engine's: both from the runs it made."""
+    from benchmarks.dex_bench import engine_alone
+    from tests.pg import postgres_dsn
+
+    measured = engine_alone(postgres_dsn(), 30, timeout=60)
+    assert measured["done"] == 30
+    assert measured["starts_rate"] > 0
+    # the loop of starts ran before the engine did, so its runs were all there to be done
+    assert measured["seconds"] > 0 and measured["rate"] == pytest.approx(30 / measured["seconds"])
