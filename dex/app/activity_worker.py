@@ -12,18 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.async_activities import AsyncRunner
-from dex.app.attempts import Durations, described_failure, undescribed_failure
+from dex.app.attempts import Durations, Retries, described_failure
 from dex.app.buffer import ResultBuffer
-from dex.app.held import TASK_RETRY
+from dex.app.lease_keeper import LeaseKeeper
 from dex.app.leases import ActivityLeases
 from dex.app.ports import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask, Store
 from dex.app.registry import Registry
@@ -32,9 +32,14 @@ from dex.app.tracing import NoTracing, Tracing
 from dex.app.transaction_steps import TransactionAttempts, Written
 from dex.domain.definitions import ActivityDefinition, PayloadConverter
 from dex.domain.errors import NotRegisteredError, SerializationError
-from dex.domain.values import ApplicationError, FailureInfo, Payload
+from dex.domain.values import FailureInfo, Payload
 
 log = logging.getLogger("dex.worker")
+
+
+def _attributes(task: ActivityTask) -> dict[str, str | int]:
+    """An attempt's tracing attributes."""
+    return {"dex.run_id": task.run_id, "dex.activity": task.name, "dex.attempt": task.attempt}
 
 
 class ActivityWorker:
@@ -59,9 +64,12 @@ class ActivityWorker:
         self.leases = ActivityLeases(lease)  # the attempts this worker runs under a lease
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self._tracing: Tracing = tracing if tracing is not None else NoTracing()
-        self._node_id, self._rng, self._async, self._batch_size = node_id, rng, async_runner, batch_size
+        self._node_id, self._async, self._batch_size = node_id, async_runner, batch_size
         self._names = frozenset(registry.activities)
-        self._rng_lock = threading.Lock()
+        retries = Retries(lambda: self._store.clock.now(), rng, self._telemetry)
+        self._failed, self._retry_or_fail = retries.failed, retries.retry_or_fail
+        self.timed_out, self.given_back = retries.timed_out, retries.given_back
+        self._keeper = LeaseKeeper(store, buffer, self.leases, self.timed_out)
         self.durations = Durations()
         self._transactions = TransactionAttempts(
             store, converter, async_runner.run, self._failed, self.durations.record, self.given_back
@@ -125,8 +133,71 @@ class ActivityWorker:
         if isinstance(outcome, Written):
             self._written(outcome, time.perf_counter() - started)
             return
+        self._deliver(outcome, time.perf_counter() - started)
+
+    def awaits(self, name: str) -> bool:
+        """Whether a started engine's attempts of ``name`` are awaited on the event loop
+        (:meth:`run_awaited`): an ``async def`` activity that is not a transaction step."""
+        definition = self._registry.find_activity(name)
+        return definition is not None and definition.is_async and definition.isolation is None
+
+    def run_awaited(self, task: ActivityTask, then: Callable[[Callable[[], None]], object]) -> None:
+        """Start an attempt of an ``async def`` activity on the event loop, where it holds no
+        thread while it awaits (I/O-bound attempts by the thousand cost a thread each
+        otherwise). When its coroutine has ended, ``then`` is given the rest of the attempt,
+        what :meth:`run` does after the code: to be called on a thread that may block (it may
+        decide the step the outcome answers and run that step's next activities inline), never
+        on the loop's. Raises only when the loop could not take the attempt; the caller then
+        leaves the task to its lease."""
+        started = time.perf_counter()
+        running = ExitStack()
+        running.enter_context(self.leases.running(task, self._store.clock.now()))
+
+        def ended(future: Future[ActivityOutcome]) -> None:
+            try:
+                outcome = future.result()
+            except BaseException as exc:  # noqa: BLE001 - cancelled (its lease lost, the engine stopping) or its loop died
+                outcome = self._failed(task, exc)
+            seconds = time.perf_counter() - started
+            running.close()
+            then(lambda: self._deliver(outcome, seconds))
+
+        coro = self._awaited(task)
         try:
-            self.finished(outcome, time.perf_counter() - started)  # first: the next step may ask its duration
+            future = self._async.start(coro, ended)
+        except BaseException:
+            coro.close()
+            running.close()
+            raise
+        self.leases.on_cancel(task, future.cancel)
+
+    async def _awaited(self, task: ActivityTask) -> ActivityOutcome:
+        """An attempt of an ``async def`` activity on the event loop: what :meth:`attempt` does in
+        a thread. Its context is set in the loop's task, which has a context of its own."""
+        try:
+            ready = self._ready(task, None)
+            if isinstance(ready, ActivityOutcome):
+                return ready
+            set_activity_context(ready)
+            decoded = self._decode(task)
+            if isinstance(decoded, ActivityOutcome):
+                return decoded
+            definition, args = decoded
+            try:
+                with self._tracing.span(f"dex.activity {task.name}", task.trace_context, _attributes(task)):
+                    value = await definition.fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - CancelledError, SystemExit ... of user code are failures too
+                return self._failed(task, exc)
+            return self._outcome_of(task, value)
+        except BaseException as exc:  # noqa: BLE001 - a failure of dex's own handling of the attempt
+            return self._unhandled(task, exc)
+
+    def _deliver(self, outcome: ActivityOutcome, seconds: float) -> None:
+        """Record an attempt that ended and hand its outcome on: as the step it answers, else to
+        the buffer. Never raises (a pool thread's exception would be swallowed by its future)."""
+        task = outcome.task
+        try:
+            self.finished(outcome, seconds)  # first: the next step may ask its duration
         except BaseException:
             log.exception("could not record the end of activity %s of run %s", task.name, task.run_id)
         try:
@@ -205,21 +276,49 @@ class ActivityWorker:
         policy, and so is a failure of dex's own handling of the attempt."""
         try:
             return self._execute(task, heartbeat)
-        except BaseException as exc:
-            log.exception(
-                "activity %s of run %s, attempt %d: its outcome could not be made; the attempt counts as failed",
-                task.name,
-                task.run_id,
-                task.attempt,
-                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
-            )
-            failure = described_failure(exc)
-            try:
-                return self._retry_or_fail(task, failure, None)
-            except BaseException:  # noqa: BLE001 - not even a retry could be computed: a final failure
-                return ActivityOutcome(task=task, failure=failure)
+        except BaseException as exc:  # noqa: BLE001 - a failure of dex's own handling of the attempt
+            return self._unhandled(task, exc)
+
+    def _unhandled(self, task: ActivityTask, exc: BaseException) -> ActivityOutcome:
+        log.exception(
+            "activity %s of run %s, attempt %d: its outcome could not be made; the attempt counts as failed",
+            task.name,
+            task.run_id,
+            task.attempt,
+            extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+        )
+        failure = described_failure(exc)
+        try:
+            return self._retry_or_fail(task, failure, None)
+        except BaseException:  # noqa: BLE001 - not even a retry could be computed: a final failure
+            return ActivityOutcome(task=task, failure=failure)
 
     def _execute(self, task: ActivityTask, heartbeat: Callable[[], bool] | None) -> ActivityOutcome | Written:
+        ready = self._ready(task, heartbeat)
+        if isinstance(ready, ActivityOutcome):
+            return ready
+        token = set_activity_context(ready)
+        try:
+            decoded = self._decode(task)
+            if isinstance(decoded, ActivityOutcome):
+                return decoded
+            definition, args = decoded
+            if definition.isolation is not None:  # a transaction step: the store runs it (never raises)
+                with self._tracing.span(f"dex.transaction {task.name}", task.trace_context, _attributes(task)):
+                    return self._transactions.attempt(task, definition, args)
+            try:
+                with self._tracing.span(f"dex.activity {task.name}", task.trace_context, _attributes(task)):
+                    value = definition.fn(*args)
+                    if definition.is_async or asyncio.iscoroutine(value):
+                        value = self._async.run(value, lambda f: self.leases.on_cancel(task, f.cancel))
+            except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt ... of user code are failures too
+                return self._failed(task, exc)
+            return self._outcome_of(task, value)
+        finally:
+            reset_activity_context(token)
+
+    def _ready(self, task: ActivityTask, heartbeat: Callable[[], bool] | None) -> ActivityOutcome | ActivityContext:
+        """The attempt's context, or its final failure when its policy allows no attempt more."""
         if task.attempt > task.retry_policy.max_attempts:
             # the previous holder's lease expired on the last allowed attempt: that attempt counts
             # as failed (its outcome is unknown), and the policy allows no further one
@@ -229,40 +328,19 @@ class ActivityWorker:
                 f" and the retry policy allows {task.retry_policy.max_attempts} attempt(s)",
             )
             return ActivityOutcome(task=task, failure=failure)
-        context = ActivityContext(
+        return ActivityContext(
             run_id=task.run_id,
             activity_name=task.name,
             attempt=task.attempt,
             heartbeat_fn=heartbeat if heartbeat is not None else self._heartbeat_of(task),
             cancelled_fn=lambda: self.leases.cancelled(task),  # an unleased (inline) attempt: never
         )
-        token = set_activity_context(context)
+
+    def _outcome_of(self, task: ActivityTask, value: object) -> ActivityOutcome:
         try:
-            decoded = self._decode(task)
-            if isinstance(decoded, ActivityOutcome):
-                return decoded
-            definition, args = decoded
-            attributes: dict[str, str | int] = {
-                "dex.run_id": task.run_id,
-                "dex.activity": task.name,
-                "dex.attempt": task.attempt,
-            }
-            if definition.isolation is not None:  # a transaction step: the store runs it (never raises)
-                with self._tracing.span(f"dex.transaction {task.name}", task.trace_context, attributes):
-                    return self._transactions.attempt(task, definition, args)
-            try:
-                with self._tracing.span(f"dex.activity {task.name}", task.trace_context, attributes):
-                    value = definition.fn(*args)
-                    if definition.is_async or asyncio.iscoroutine(value):
-                        value = self._async.run(value, lambda f: self.leases.on_cancel(task, f.cancel))
-            except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt ... of user code are failures too
-                return self._failed(task, exc)
-            try:
-                return ActivityOutcome(task=task, result=self._converter.encode(value))
-            except SerializationError as exc:
-                return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
-        finally:
-            reset_activity_context(token)
+            return ActivityOutcome(task=task, result=self._converter.encode(value))
+        except SerializationError as exc:
+            return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
 
     def _decode(self, task: ActivityTask) -> tuple[ActivityDefinition, list[Any]] | ActivityOutcome:
         """The task's definition and decoded arguments, or its final failure (bad input does not
@@ -296,102 +374,10 @@ class ActivityWorker:
         if self.is_transaction(task.name):
             # its task row stays locked until it commits: an extension would only wait for that
             return lambda: True
-        return lambda: self._heartbeat(task)
-
-    def _heartbeat(self, task: ActivityTask) -> bool:
-        """The attempt's ``heartbeat()``: moves its deadline (``lock_timeout`` from now) and
-        extends its lease at once; False once the lease is lost or given up, or the run was
-        cancelled or ended (``cancel_requested``)."""
-        if self.leases.cancelled(task) or not self.leases.heartbeat(task, self._store.clock.now()):
-            return False
-        if self._buffer.heartbeat(task):
-            return True
-        self._cancel(task)  # the lease is lost: the attempt is told so
-        return False
-
-    def _cancel(self, task: ActivityTask) -> None:
-        # what it returns from now on is discarded by the store's lease check: its lease is lost,
-        # or its task went with its run
-        self.leases.cancel(task)
+        return lambda: self._keeper.heartbeat(task)
 
     def keep_leases(self) -> int:
-        """A step of the engine's activity thread: queue the extensions of the running attempts'
-        leases when due, fail the attempts past their ``lock_timeout`` (leases.py), and, about
-        once a second, tell the attempts whose runs were cancelled or ended (SPEC §13)."""
-        now = self._store.clock.now()
-        decided = self.leases.step(now)
-        for task in decided.extend:
-            if not self._buffer.heartbeat(task):
-                self._cancel(task)
-        self._tell_cancelled(self.leases.due_checks(now))
-        for task in decided.overdue:
-            log.warning(
-                "activity %s of run %s, attempt %d: still running after its lock_timeout (%s); failed,"
-                " and whatever it returns will be discarded",
-                task.name,
-                task.run_id,
-                task.attempt,
-                task.lock_timeout,
-                extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
-            )
-            self._buffer.add_activity_outcome(self.timed_out(task))
-        return len(decided.extend) + len(decided.overdue)
-
-    def _tell_cancelled(self, tasks: tuple[ActivityTask, ...]) -> None:
-        """Cancel the attempts whose runs were cancelled or ended (or are gone)."""
-        if not tasks:
-            return
-        try:
-            runs = self._store.get_runs(sorted({t.run_id for t in tasks}))
-        except Exception:
-            log.info("could not read the runs of the running activities", exc_info=True)
-            return
-        live = {run.run_id for run in runs if not run.status.is_terminal}
-        for task in tasks:
-            if task.run_id not in live:
-                self._cancel(task)
-
-    def timed_out(self, task: ActivityTask) -> ActivityOutcome:
-        """The outcome of an attempt that ran past its deadline: a failure, retried as its policy says."""
-        failure = FailureInfo(
-            type="LockTimeoutError",
-            message=f"attempt {task.attempt} of activity {task.name!r} ran longer than its lock_timeout"
-            f" ({task.lock_timeout}) since it started or last called heartbeat()",
-        )
-        with self._rng_lock:
-            delay = task.retry_policy.next_delay(task.attempt, self._rng)
-        retry_at = None if delay is None else self._store.clock.now() + delay
-        seconds = task.lock_timeout.total_seconds()
-        self._telemetry.task_finished("activity", task.name, "failed" if retry_at is None else "retried", seconds)
-        return ActivityOutcome(task=task, failure=failure, retry_at=retry_at)
-
-    def given_back(self, task: ActivityTask) -> ActivityOutcome:
-        """A retry of ``task`` as the same attempt (the store failed its transaction step, not
-        its code), after ``TASK_RETRY``'s backoff for the claims that did not count."""
-        uncounted = max(1, task.lease.version - task.attempt + 1)  # claims of this task less its attempts
-        with self._rng_lock:
-            delay = TASK_RETRY.next_delay(uncounted, self._rng) or TASK_RETRY.max_delay
-        return ActivityOutcome(task=task, retry_at=self._store.clock.now() + delay, counts=False)
-
-    def _failed(self, task: ActivityTask, exc: BaseException) -> ActivityOutcome:
-        try:
-            failure = FailureInfo.from_exception(exc)
-            retry_after = exc.retry_after if isinstance(exc, ApplicationError) else None
-        except BaseException:  # noqa: BLE001 - describing it raised (a hostile __str__): a failure all the same
-            failure, retry_after = undescribed_failure(exc), None
-        return self._retry_or_fail(task, failure, retry_after)
-
-    def _retry_or_fail(
-        self, task: ActivityTask, failure: FailureInfo, retry_after: timedelta | None
-    ) -> ActivityOutcome:
-        """The outcome of a failed attempt: final when terminal or out of attempts, else a retry."""
-        if failure.terminal:
-            return ActivityOutcome(task=task, failure=failure)
-        now = self._store.clock.now()
-        with self._rng_lock:
-            delay = task.retry_policy.next_delay(task.attempt, self._rng)
-        if delay is None:
-            return ActivityOutcome(task=task, failure=failure)
-        if retry_after is not None:
-            delay = retry_after
-        return ActivityOutcome(task=task, failure=failure, retry_at=now + delay)
+        """A step of the engine's activity thread (:class:`~dex.app.lease_keeper.LeaseKeeper`):
+        the running attempts' leases kept, overdue ones failed, cancelled runs' attempts told;
+        and the attempts a dead event loop left behind failed. How many attempts it acted on."""
+        return self._keeper.keep() + self._async.check()

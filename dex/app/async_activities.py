@@ -24,29 +24,24 @@ class AsyncRunner:
     to the caller as the payload of an ordinary exception and is raised there again, as the
     attempt's failure. Should the thread die anyway, it is logged and the next attempt starts a
     new loop; an attempt waiting on the dead loop fails instead of waiting forever.
+
+    Two ways in: :meth:`run` waits for the coroutine in the calling thread (an inline attempt,
+    ``Engine.drain()``), :meth:`start` returns at once and calls back when it has ended (a
+    started engine's attempts, which so hold no thread while they await).
     """
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._started: set[concurrent.futures.Future[Any]] = set()  # scheduled by start(), not ended
 
     def run(self, coro: Any, on_future: Callable[[concurrent.futures.Future[Any]], object] | None = None) -> Any:
         """Run ``coro`` on the loop and wait for its outcome. ``on_future`` gets the attempt's
         future as soon as it is scheduled: cancelling that future cancels the coroutine at its
         next await (``asyncio.CancelledError`` there), and this call raises
         ``concurrent.futures.CancelledError`` at once, whatever the coroutine does after."""
-        with self._lock:
-            if self._thread is not None and not self._thread.is_alive():
-                log.error("the asyncio activity thread had died; starting a new one")
-                self._loop, self._thread = None, None
-            if self._loop is None or self._thread is None:
-                self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(
-                    target=_run_loop, args=(self._loop,), name="dex-async-activities", daemon=True
-                )
-                self._thread.start()
-            loop, thread = self._loop, self._thread
+        loop, thread = self._running()
         future = asyncio.run_coroutine_threadsafe(_carried(coro), loop)
         if on_future is not None:
             on_future(future)
@@ -59,6 +54,59 @@ class AsyncRunner:
             return future.result()
         except _Carried as carried:
             raise carried.exc from None
+
+    def start(
+        self, coro: Any, done: Callable[[concurrent.futures.Future[Any]], object]
+    ) -> concurrent.futures.Future[Any]:
+        """Schedule ``coro`` on the loop and return its future at once, holding no thread while
+        it runs; ``done(future)`` is called when it has ended: on the loop's thread, or in the
+        thread that cancels the future (at once: what the coroutine does after is not waited
+        for, as with :meth:`run`). Should the loop's thread die meanwhile, :meth:`check`
+        cancels the futures it left."""
+        loop, _thread = self._running()
+        future = asyncio.run_coroutine_threadsafe(_carried(coro), loop)
+        with self._lock:
+            self._started.add(future)
+        future.add_done_callback(self._forget)
+        future.add_done_callback(done)
+        return future
+
+    def check(self) -> int:
+        """If the loop's thread has died, fail the futures of what :meth:`start` scheduled there
+        (their ``done`` callbacks run now, with a ``RuntimeError`` saying so) and let the next
+        attempt start a new loop; how many it failed. The activity worker's thread calls it
+        every round."""
+        with self._lock:
+            thread = self._thread
+            if thread is None or thread.is_alive():
+                return 0
+            log.error("the asyncio activity thread had died; the attempts it ran have failed")
+            self._loop, self._thread = None, None
+            left, self._started = list(self._started), set()
+        for future in left:
+            try:
+                future.set_exception(RuntimeError("the asyncio activity thread died while the attempt ran"))
+            except concurrent.futures.InvalidStateError:  # it ended meanwhile
+                pass
+        return len(left)
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._started.discard(future)
+
+    def _running(self) -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+        """The loop and its thread, started now if there is none or it died."""
+        with self._lock:
+            if self._thread is not None and not self._thread.is_alive():
+                log.error("the asyncio activity thread had died; starting a new one")
+                self._loop, self._thread = None, None
+            if self._loop is None or self._thread is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=_run_loop, args=(self._loop,), name="dex-async-activities", daemon=True
+                )
+                self._thread.start()
+            return self._loop, self._thread
 
     @property
     def alive(self) -> bool:

@@ -110,6 +110,7 @@ class Background:
         self._stopping = threading.Event()  # the threads' loops end (the coordinator's state says why)
         self.threads: list[PollingThread] = []
         self._pool: AttemptPool | None = None
+        self._await_on_loop = False  # see arm()
         self._groups: GroupThreads | None = None
         self._wake_workflows = threading.Event()
         self.activity_listeners: list[Callable[[], None]] = []  # told when activity work is due
@@ -174,6 +175,9 @@ class Background:
         self.coordinator.reset()
         self.rounds.monotonic = monotonic
         self._pool, self._groups = pool, groups
+        # async def attempts wait in the calling pool thread unless ``start()`` says otherwise: a
+        # simulated node's pool runs them when the simulator says, which a real loop would not
+        self._await_on_loop = False
         self._nudge = Nudge()  # this start's threads only (channels of an earlier start are gone)
         self._wake_workflows = self._nudge.channel(WORKFLOWS)
         self.buffer.dispatch = LocalDispatch(
@@ -200,6 +204,7 @@ class Background:
     def start(self) -> None:
         """Start the threads (the engine checked that none run)."""
         self.arm(activity_pool(self._activity_concurrency), groups=GroupThreads(GROUP_THREADS))
+        self._await_on_loop = True
         wake_workflows = self._wake_workflows
         # before the threads start: the first task may be claimed at once
         watchdog = Watchdog(
@@ -258,6 +263,11 @@ class Background:
         try:
             if pool is None:
                 raise RuntimeError("the engine stopped")
+            if self._await_on_loop and self.activity_worker.awaits(task.name):
+                # an async def activity holds no pool thread while it awaits; the rest of the
+                # attempt (its outcome, the step it answers) comes back to the pool
+                self.activity_worker.run_awaited(task, lambda rest: self._after_awaited(rest, ended))
+                return
             pool.call(self.activity_worker.run, task, then=ended)
         except BaseException:  # noqa: BLE001 - the pool is shut down (the engine stops): the lease brings it back
             log.info(
@@ -266,6 +276,22 @@ class Background:
                 task.run_id,
                 extra={"run_id": task.run_id, "activity_name": task.name},
             )
+            ended()
+
+    def _after_awaited(self, rest: Callable[[], None], ended: Callable[[], None]) -> None:
+        """The rest of an awaited attempt, called from the event loop's thread: on a pool thread,
+        then its slot freed. Once the pool is shut down (the engine stops: nothing is answered
+        or run inline any more, so the rest only records and buffers), right here."""
+        pool = self._pool
+        try:
+            if pool is not None:
+                pool.call(lambda _none: rest(), None, then=ended)
+                return
+        except RuntimeError:
+            pass
+        try:
+            rest()
+        finally:
             ended()
 
     def stop(self, timeout: float = 30) -> None:
