@@ -62,7 +62,7 @@ class AsyncRunner:
         it runs; ``done(future)`` is called when it has ended: on the loop's thread, or in the
         thread that cancels the future (at once: what the coroutine does after is not waited
         for, as with :meth:`run`). Should the loop's thread die meanwhile, :meth:`check`
-        cancels the futures it left."""
+        fails the futures it left."""
         loop, _thread = self._running()
         future = asyncio.run_coroutine_threadsafe(_carried(coro), loop)
         with self._lock:
@@ -152,7 +152,7 @@ class _Carried(Exception):
 async def _carried(coro: Any) -> Any:
     try:
         return await coro
-    except Exception:
+    except (Exception, GeneratorExit):  # GeneratorExit: the coroutine is closed (a dead loop's, dropped)
         raise
     except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt/SystemExit would stop the loop
         raise _Carried(exc) from None
