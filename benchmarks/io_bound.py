@@ -1,9 +1,11 @@
 """I/O-bound activities and every activity a task of its own, dex and DBOS side by side.
 
 ``python -m benchmarks.io_bound dex --schema S --runs N [--concurrency C] [--io SECONDS]
-[--inline-seconds X] [--queues-read-full] [--starts-keep-the-gil]`` runs, in this process, N three-activity workflows on a started engine
-(``activity_concurrency=C``, ``inline_activity_seconds=X``); with ``--io`` each activity first
-waits that long (``time.sleep``, as a call to a service would), otherwise the activities are
+[--inline-seconds X] [--queues-read-full] [--starts-keep-the-gil] [--async-activities]`` runs,
+in this process, N three-activity workflows on a started engine (``activity_concurrency=C``,
+``inline_activity_seconds=X``); with ``--io`` each activity first waits that long
+(``time.sleep``, as a call to a service would; with ``--async-activities``, ``async def``
+activities ``await asyncio.sleep``, as an asyncio client would), otherwise the activities are
 the headline benchmark's ``x+1``, ``x*2``, ``x-1``. ``dbos`` runs the same on DBOS Transact
 (three ``@DBOS.step``s on a queue with ``worker_concurrency=C``, 10 ms polling). The DSN comes
 from ``DEX_BENCH_DSN``; prints one JSON line: rate, CPU, the lone workflow's latency.
@@ -50,6 +52,7 @@ def dex_run(
     cpu: float = 0.0,
     queues_full: bool = False,
     starts_keep_the_gil: bool = False,
+    awaited: bool = False,
 ) -> dict[str, Any]:
     import dex
     from benchmarks import workloads
@@ -57,7 +60,7 @@ def dex_run(
     from dex.adapters.postgres import PostgresAdapter
 
     workloads.IO_SECONDS, workloads.CPU_SECONDS = io, cpu
-    workflow = workloads.io_three if io or cpu else workloads.three
+    workflow = workloads.aio_three if awaited else workloads.io_three if io or cpu else workloads.three
     options: dict[str, Any] = {} if concurrency is None else {"activity_concurrency": concurrency}
     if inline is not None:
         options["inline_activity_seconds"] = inline
@@ -266,6 +269,11 @@ def main() -> None:
         action="store_true",
         help="dex, a probe: each start waits for its answer holding the GIL (what bounds the batch?)",
     )
+    parser.add_argument(
+        "--async-activities",
+        action="store_true",
+        help="dex: async def activities that await asyncio.sleep(--io) instead of time.sleep",
+    )
     args = parser.parse_args()
     dsn = os.environ["DEX_BENCH_DSN"]
     if args.kind == "dex":
@@ -280,6 +288,7 @@ def main() -> None:
             args.cpu,
             args.queues_read_full,
             args.starts_keep_the_gil,
+            args.async_activities,
         )
     else:
         result = dbos_run(dsn, args.schema, args.runs, args.concurrency or 64, args.io, args.latency_samples)

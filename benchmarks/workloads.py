@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
@@ -89,8 +90,36 @@ async def io_three(ctx: dex.WorkflowContext, x: int) -> int:
     return await ctx.activity(io_dec, x)
 
 
-WORKFLOWS = [three, chain, waiter, io_three]
-ACTIVITIES = [inc, double, dec, io_inc, io_double, io_dec]
+# the same I/O awaited instead of slept through (``asyncio.sleep``, as an asyncio HTTP client
+# waits): ``async def`` activities, which a started engine awaits on its event loop
+@dex.activity(name="bench-aio-inc")
+async def aio_inc(x: int) -> int:
+    await asyncio.sleep(IO_SECONDS)
+    return x + 1
+
+
+@dex.activity(name="bench-aio-double")
+async def aio_double(x: int) -> int:
+    await asyncio.sleep(IO_SECONDS)
+    return x * 2
+
+
+@dex.activity(name="bench-aio-dec")
+async def aio_dec(x: int) -> int:
+    await asyncio.sleep(IO_SECONDS)
+    return x - 1
+
+
+@dex.workflow(name="bench-aio-three")
+async def aio_three(ctx: dex.WorkflowContext, x: int) -> int:
+    """``io_three`` with ``async def`` activities."""
+    x = await ctx.activity(aio_inc, x)
+    x = await ctx.activity(aio_double, x)
+    return await ctx.activity(aio_dec, x)  # type: ignore[no-any-return]
+
+
+WORKFLOWS = [three, chain, waiter, io_three, aio_three]
+ACTIVITIES = [inc, double, dec, io_inc, io_double, io_dec, aio_inc, aio_double, aio_dec]
 
 
 def expected_three(x: int) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
@@ -162,20 +163,28 @@ class ActivityWorker:
             running.close()
             then(lambda: self._deliver(outcome, seconds))
 
-        coro = self._awaited(task)
+        # told at once, and for good: the future ends (and the attempt with it) as it is
+        # cancelled, while the coroutine may still be reading cancel_requested in its cleanup
+        told = threading.Event()
+        coro = self._awaited(task, told.is_set)
         try:
             future = self._async.start(coro, ended)
         except BaseException:
             coro.close()
             running.close()
             raise
-        self.leases.on_cancel(task, future.cancel)
 
-    async def _awaited(self, task: ActivityTask) -> ActivityOutcome:
+        def cancel() -> None:
+            told.set()
+            future.cancel()
+
+        self.leases.on_cancel(task, cancel)
+
+    async def _awaited(self, task: ActivityTask, told: Callable[[], bool]) -> ActivityOutcome:
         """An attempt of an ``async def`` activity on the event loop: what :meth:`attempt` does in
         a thread. Its context is set in the loop's task, which has a context of its own."""
         try:
-            ready = self._ready(task, None)
+            ready = self._ready(task, None, told)
             if isinstance(ready, ActivityOutcome):
                 return ready
             set_activity_context(ready)
@@ -317,8 +326,11 @@ class ActivityWorker:
         finally:
             reset_activity_context(token)
 
-    def _ready(self, task: ActivityTask, heartbeat: Callable[[], bool] | None) -> ActivityOutcome | ActivityContext:
-        """The attempt's context, or its final failure when its policy allows no attempt more."""
+    def _ready(
+        self, task: ActivityTask, heartbeat: Callable[[], bool] | None, told: Callable[[], bool] = lambda: False
+    ) -> ActivityOutcome | ActivityContext:
+        """The attempt's context, or its final failure when its policy allows no attempt more;
+        ``told``: the attempt was cancelled, whether its lease register still says so or not."""
         if task.attempt > task.retry_policy.max_attempts:
             # the previous holder's lease expired on the last allowed attempt: that attempt counts
             # as failed (its outcome is unknown), and the policy allows no further one
@@ -333,7 +345,7 @@ class ActivityWorker:
             activity_name=task.name,
             attempt=task.attempt,
             heartbeat_fn=heartbeat if heartbeat is not None else self._heartbeat_of(task),
-            cancelled_fn=lambda: self.leases.cancelled(task),  # an unleased (inline) attempt: never
+            cancelled_fn=lambda: told() or self.leases.cancelled(task),  # an unleased (inline) attempt: never
         )
 
     def _outcome_of(self, task: ActivityTask, value: object) -> ActivityOutcome:
