@@ -142,14 +142,15 @@ class ActivityWorker:
         definition = self._registry.find_activity(name)
         return definition is not None and definition.is_async and definition.isolation is None
 
-    def run_awaited(self, task: ActivityTask, then: Callable[[Callable[[], None]], object]) -> None:
+    def run_awaited(self, task: ActivityTask, then: Callable[[Callable[[bool], None]], object]) -> None:
         """Start an attempt of an ``async def`` activity on the event loop, where it holds no
         thread while it awaits (I/O-bound attempts by the thousand cost a thread each
         otherwise). When its coroutine has ended, ``then`` is given the rest of the attempt,
         what :meth:`run` does after the code: to be called on a thread that may block (it may
         decide the step the outcome answers and run that step's next activities inline), never
         on the loop's. Raises only when the loop could not take the attempt; the caller then
-        leaves the task to its lease."""
+        leaves the task to its lease. The rest takes ``answer``: False records and buffers the
+        outcome without deciding anything, which any thread may do."""
         started = time.perf_counter()
         running = ExitStack()
         running.enter_context(self.leases.running(task, self._store.clock.now()))
@@ -161,7 +162,12 @@ class ActivityWorker:
                 outcome = self._failed(task, exc)
             seconds = time.perf_counter() - started
             running.close()
-            then(lambda: self._deliver(outcome, seconds))
+            try:
+                then(lambda answer: self._deliver(outcome, seconds, answer))
+            except BaseException:  # a future's callback that raises is only logged by asyncio
+                log.exception(
+                    "the end of activity %s of run %s was lost; its lease brings it back", task.name, task.run_id
+                )
 
         # told at once, and for good: the future ends (and the attempt with it) as it is
         # cancelled, while the coroutine may still be reading cancel_requested in its cleanup
@@ -201,16 +207,17 @@ class ActivityWorker:
         except BaseException as exc:  # noqa: BLE001 - a failure of dex's own handling of the attempt
             return self._unhandled(task, exc)
 
-    def _deliver(self, outcome: ActivityOutcome, seconds: float) -> None:
-        """Record an attempt that ended and hand its outcome on: as the step it answers, else to
-        the buffer. Never raises (a pool thread's exception would be swallowed by its future)."""
+    def _deliver(self, outcome: ActivityOutcome, seconds: float, answer: bool = True) -> None:
+        """Record an attempt that ended and hand its outcome on: as the step it answers (unless
+        not ``answer``), else to the buffer. Never raises (a pool thread's exception would be
+        swallowed by its future)."""
         task = outcome.task
         try:
             self.finished(outcome, seconds)  # first: the next step may ask its duration
         except BaseException:
             log.exception("could not record the end of activity %s of run %s", task.name, task.run_id)
         try:
-            if self.answered is not None and self.answered(outcome):
+            if answer and self.answered is not None and self.answered(outcome):
                 self._buffer.attempt_ended(task)
                 return
         except BaseException:

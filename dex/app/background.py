@@ -278,19 +278,21 @@ class Background:
             )
             ended()
 
-    def _after_awaited(self, rest: Callable[[], None], ended: Callable[[], None]) -> None:
+    def _after_awaited(self, rest: Callable[[bool], None], ended: Callable[[], None]) -> None:
         """The rest of an awaited attempt, called from the event loop's thread: on a pool thread,
-        then its slot freed. Once the pool is shut down (the engine stops: nothing is answered
-        or run inline any more, so the rest only records and buffers), right here."""
+        then its slot freed. Never on the loop's own thread with answering (the answer may run
+        the run's next activities inline, an ``async def`` one waiting for this very loop):
+        should the pool not take it (the engine stops, no thread could be started), the outcome
+        is recorded and buffered here without answering, and written the ordinary way."""
         pool = self._pool
         try:
             if pool is not None:
-                pool.call(lambda _none: rest(), None, then=ended)
+                pool.call(rest, True, then=ended)
                 return
-        except RuntimeError:
-            pass
+        except BaseException:  # shut down meanwhile, or no thread could be started
+            log.info("the pool did not take the end of an awaited activity attempt", exc_info=True)
         try:
-            rest()
+            rest(False)
         finally:
             ended()
 

@@ -15,6 +15,7 @@ import pytest
 
 import dex
 from dex.app.async_activities import AsyncRunner
+from dex.app.runner import ActivityPool
 
 ONCE = dex.RetryPolicy(max_attempts=1)  # the clock of these tests stands still: no retry would come due
 GATE = threading.Event()
@@ -163,3 +164,25 @@ def test_stop_returns_in_time_while_attempts_await(make_engine: Any) -> None:
     again = _started(make_engine)  # the same store: the stopped engine's attempts are left to their leases
     _assert_healthy(again)
     again.stop()
+
+
+def test_an_attempt_whose_rest_the_pool_refuses_is_written_and_frees_its_slot(
+    make_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused: list[object] = []
+    call = ActivityPool.call
+
+    def refusing(pool: ActivityPool, fn: Any, arg: Any, then: Any) -> None:
+        if arg is True and not refused:  # the rest of an awaited attempt, to answer its run's next step
+            refused.append(fn)
+            raise RuntimeError("can't start new thread")
+        call(pool, fn, arg, then)
+
+    monkeypatch.setattr(ActivityPool, "call", refusing)
+    engine = _started(make_engine, activity_concurrency=1)
+    first = engine.start_workflow(healthy, 1)
+    # its outcome is written the ordinary way, nothing lost
+    assert engine.wait(first, timeout=10) == 2
+    assert refused
+    # one slot in all: the next attempts run only if the refused one's slot was freed
+    _assert_healthy(engine)
