@@ -22,7 +22,7 @@ from typing import Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.async_activities import AsyncRunner
-from dex.app.attempts import Durations, Retries, described_failure
+from dex.app.attempts import Durations, Retries, described_failure, span_attributes
 from dex.app.buffer import ResultBuffer
 from dex.app.lease_keeper import LeaseKeeper
 from dex.app.leases import ActivityLeases
@@ -36,11 +36,6 @@ from dex.domain.errors import NotRegisteredError, SerializationError
 from dex.domain.values import FailureInfo, Payload
 
 log = logging.getLogger("dex.worker")
-
-
-def _attributes(task: ActivityTask) -> dict[str, str | int]:
-    """An attempt's tracing attributes."""
-    return {"dex.run_id": task.run_id, "dex.activity": task.name, "dex.attempt": task.attempt}
 
 
 class ActivityWorker:
@@ -199,7 +194,7 @@ class ActivityWorker:
                 return decoded
             definition, args = decoded
             try:
-                with self._tracing.span(f"dex.activity {task.name}", task.trace_context, _attributes(task)):
+                with self._tracing.span(f"dex.activity {task.name}", task.trace_context, span_attributes(task)):
                     value = await definition.fn(*args)
             except BaseException as exc:  # noqa: BLE001 - CancelledError, SystemExit ... of user code are failures too
                 return self._failed(task, exc)
@@ -320,10 +315,10 @@ class ActivityWorker:
                 return decoded
             definition, args = decoded
             if definition.isolation is not None:  # a transaction step: the store runs it (never raises)
-                with self._tracing.span(f"dex.transaction {task.name}", task.trace_context, _attributes(task)):
+                with self._tracing.span(f"dex.transaction {task.name}", task.trace_context, span_attributes(task)):
                     return self._transactions.attempt(task, definition, args)
             try:
-                with self._tracing.span(f"dex.activity {task.name}", task.trace_context, _attributes(task)):
+                with self._tracing.span(f"dex.activity {task.name}", task.trace_context, span_attributes(task)):
                     value = definition.fn(*args)
                     if definition.is_async or asyncio.iscoroutine(value):
                         value = self._async.run(value, lambda f: self.leases.on_cancel(task, f.cancel))

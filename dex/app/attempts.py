@@ -42,6 +42,11 @@ class Durations:
             return statistics.median(seen) if seen else None
 
 
+def span_attributes(task: ActivityTask) -> dict[str, str | int]:
+    """An attempt's tracing attributes."""
+    return {"dex.run_id": task.run_id, "dex.activity": task.name, "dex.attempt": task.attempt}
+
+
 def described_failure(exc: BaseException, *, terminal: bool | None = None) -> FailureInfo:
     """``FailureInfo.from_exception(exc)``, or, if describing ``exc`` raised, :func:`undescribed_failure`."""
     try:
