@@ -85,15 +85,21 @@ class _Guard:
     connection (remembered, so that swallowing the error does not hide it), and the attributes
     it set on the connection (its ``row_factory``, say), each with the value it replaced:
     :meth:`undo` sets them back when the function is done, before dex's own statements run on
-    the connection (a ``dict_row`` left there had those statements read dicts for tuples)."""
+    the connection (a ``dict_row`` left there had those statements read dicts for tuples).
 
-    _OWN = frozenset({"_conn", "_step", "misused", "_changed"})
+    The connection's adapters too: for the step it gets a map of its own, made from its own
+    (psycopg's ``AdaptersMap(template)``), so a dumper or loader the function registers on
+    ``conn.adapters`` serves the function's statements and goes with the step, instead of
+    staying on a pooled connection that dex's statements and other runs' steps use next."""
+
+    _OWN = frozenset({"_conn", "_step", "misused", "_changed", "_adapters"})
 
     def __init__(self, conn: Any, step: str) -> None:
         object.__setattr__(self, "_conn", conn)
         object.__setattr__(self, "_step", step)
         object.__setattr__(self, "misused", None)
         object.__setattr__(self, "_changed", {})
+        object.__setattr__(self, "_adapters", _own_adapters(conn))
 
     def _refuse(self, what: str) -> TerminalError:
         message = (
@@ -115,7 +121,8 @@ class _Guard:
         changed.setdefault(name, before)
 
     def undo(self) -> None:
-        """Set back what the function set on the connection (most recent first)."""
+        """Set back what the function set on the connection (most recent first), and its
+        adapters."""
         changed: dict[str, Any] = self._changed
         for name, before in reversed(list(changed.items())):
             if before is _ABSENT:
@@ -123,9 +130,23 @@ class _Guard:
             else:
                 setattr(self._conn, name, before)
         changed.clear()
+        if self._adapters is not _ABSENT:
+            self._conn._adapters = self._adapters
+            object.__setattr__(self, "_adapters", _ABSENT)
 
     def __repr__(self) -> str:
         return f"<transaction connection of step {self._step!r}>"
+
+
+def _own_adapters(conn: Any) -> Any:
+    """Give ``conn`` (a psycopg connection) a map of adapters of its own, made from the one it
+    has, and return that one; ``_ABSENT`` for a connection that keeps no map where psycopg's
+    connections keep theirs (then nothing is swapped)."""
+    adapters = getattr(conn, "adapters", None)  # psycopg makes the map on first use
+    if adapters is None or not hasattr(conn, "_adapters"):
+        return _ABSENT
+    conn._adapters = type(adapters)(adapters)
+    return adapters
 
 
 # a statement that ends the transaction, as the first of a query's text (after blanks and
