@@ -22,7 +22,7 @@ from typing import Any
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.async_activities import AsyncRunner
-from dex.app.attempts import Durations, Retries, described_failure, span_attributes
+from dex.app.attempts import Durations, Retries, described_failure, lease_expired, span_attributes
 from dex.app.buffer import ResultBuffer
 from dex.app.lease_keeper import LeaseKeeper
 from dex.app.leases import ActivityLeases
@@ -333,15 +333,9 @@ class ActivityWorker:
     ) -> ActivityOutcome | ActivityContext:
         """The attempt's context, or its final failure when its policy allows no attempt more;
         ``told``: the attempt was cancelled, whether its lease register still says so or not."""
-        if task.attempt > task.retry_policy.max_attempts:
-            # the previous holder's lease expired on the last allowed attempt: that attempt counts
-            # as failed (its outcome is unknown), and the policy allows no further one
-            failure = FailureInfo(
-                type="LeaseExpiredError",
-                message=f"attempt {task.attempt - 1} of activity {task.name!r} lost its lease (its worker died or hung)"
-                f" and the retry policy allows {task.retry_policy.max_attempts} attempt(s)",
-            )
-            return ActivityOutcome(task=task, failure=failure)
+        expired = lease_expired(task)
+        if expired is not None:
+            return expired
         return ActivityContext(
             run_id=task.run_id,
             activity_name=task.name,

@@ -42,6 +42,20 @@ class Durations:
             return statistics.median(seen) if seen else None
 
 
+def lease_expired(task: ActivityTask) -> ActivityOutcome | None:
+    """The final failure of a claimed task whose earlier holder lost its lease on the last
+    attempt its policy allows (that attempt counts as failed, its outcome unknown); None while
+    the policy allows this attempt."""
+    if task.attempt <= task.retry_policy.max_attempts:
+        return None
+    failure = FailureInfo(
+        type="LeaseExpiredError",
+        message=f"attempt {task.attempt - 1} of activity {task.name!r} lost its lease (its worker died or hung)"
+        f" and the retry policy allows {task.retry_policy.max_attempts} attempt(s)",
+    )
+    return ActivityOutcome(task=task, failure=failure)
+
+
 def span_attributes(task: ActivityTask) -> dict[str, str | int]:
     """An attempt's tracing attributes."""
     return {"dex.run_id": task.run_id, "dex.activity": task.name, "dex.attempt": task.attempt}

@@ -28,8 +28,10 @@ from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
+from dex.app.attempts import Retries, lease_expired
 from dex.app.engine import Engine
 from dex.app.ports import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask, Store, StoreRejectedError
+from dex.app.telemetry import TelemetryHub
 from dex.domain.errors import SerializationError
 from dex.domain.values import FailureInfo
 from dex.remote import values
@@ -68,7 +70,8 @@ class ActivityTaskService:
             raise ValueError(f"lease must be positive, got {lease!r}")
         self.store: Store = target.store if isinstance(target, Engine) else target
         self.poll_interval, self.lease, self.max_payload_size = poll_interval, lease, max_payload_size
-        self._rng = rng if rng is not None else random.Random()
+        # the jitter of retries' delays (its telemetry is unused: a remote attempt never times out here)
+        self._retries = Retries(lambda: self.store.clock.now(), rng or random.Random(), TelemetryHub())
         self._lock = threading.Lock()
         self._work = threading.Condition(threading.Lock())
         self._signals = 0  # counts the wake-ups, so a poll misses none between its claim and its wait
@@ -122,7 +125,7 @@ class ActivityTaskService:
         task = self._held(tid, version)
         info = FailureInfo(type=error.type, message=error.message, terminal=error.terminal)
         after = None if error.retry_after_seconds is None else timedelta(seconds=error.retry_after_seconds)
-        self._write(self._retry_or_fail(task, info, after), tid, version)
+        self._write(self._retries.retry_or_fail(task, info, after), tid, version)
 
     def heartbeat(self, task_id: object, lease_version: object) -> bool:
         """Renew the lease; True when the attempt should stop (``cancel_requested``): its run
@@ -170,13 +173,9 @@ class ActivityTaskService:
         """The final failure of a claimed task that cannot be handed out: out of attempts after a
         lost lease (as :class:`~dex.app.activity_worker.ActivityWorker` does), or arguments with
         no JSON form. None for a task to hand out."""
-        if task.attempt > task.retry_policy.max_attempts:
-            failure = FailureInfo(
-                type="LeaseExpiredError",
-                message=f"attempt {task.attempt - 1} of activity {task.name!r} lost its lease (its worker died or"
-                f" hung) and the retry policy allows {task.retry_policy.max_attempts} attempt(s)",
-            )
-            return ActivityOutcome(task=task, failure=failure)
+        expired = lease_expired(task)
+        if expired is not None:
+            return expired
         try:
             json_values(task.input)
         except NoJsonFormError as exc:
@@ -240,17 +239,6 @@ class ActivityTaskService:
             raise _lost(tid, version)
         with self._lock:
             self._handed.pop(tid, None)
-
-    def _retry_or_fail(self, task: ActivityTask, failure: FailureInfo, after: timedelta | None) -> ActivityOutcome:
-        if failure.terminal:
-            return ActivityOutcome(task=task, failure=failure)
-        with self._lock:
-            delay = task.retry_policy.next_delay(task.attempt, self._rng)
-        if delay is None:
-            return ActivityOutcome(task=task, failure=failure)
-        return ActivityOutcome(
-            task=task, failure=failure, retry_at=self.store.clock.now() + (after if after is not None else delay)
-        )
 
 
 def _lost(tid: int, version: int) -> LeaseLostError:

@@ -19,6 +19,7 @@ from psycopg.adapt import Dumper, Loader
 
 import dex
 from dex.adapters.postgres import PostgresAdapter
+from tests.integration.step_groups import count_groups
 
 pytestmark = pytest.mark.postgres
 
@@ -105,14 +106,7 @@ def test_adapters_a_step_registers_go_with_the_step(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dex.runner")
     adapter = make_adapter(max_connections=POOL)
-    groups: list[int] = []
-    real = adapter.checkpoint_steps
-
-    def counted(items: Any, now: Any) -> Any:
-        groups.append(len(items))
-        return real(items, now)
-
-    adapter.checkpoint_steps = counted  # type: ignore[method-assign]
+    groups = count_groups(adapter)
     default_dumper = psycopg.adapters.get_dumper(str, psycopg.adapt.PyFormat.TEXT)
     engine = dex.Engine(
         adapter, [poisoner, healthy], [adapts, adapts_async, echoes, plain], inline_activity_seconds=0.5

@@ -23,6 +23,7 @@ import dex
 from dex.adapters.postgres import PostgresAdapter
 from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.sessions import restore_query, session_restore, session_settings, settings_query
+from tests.integration.step_groups import count_groups
 
 pytestmark = pytest.mark.postgres
 
@@ -115,14 +116,7 @@ def test_what_a_step_does_to_its_session_stays_with_the_step(
     assert clean[0] == "30s" and clean[3] == "UTC"  # dex's own, over the server's defaults
     caplog.set_level(logging.WARNING, logger="dex.runner")
     adapter = make_adapter(max_connections=POOL)
-    groups: list[int] = []
-    real = adapter.checkpoint_steps
-
-    def counted(items: Any, now: Any) -> Any:
-        groups.append(len(items))
-        return real(items, now)
-
-    adapter.checkpoint_steps = counted  # type: ignore[method-assign]
+    groups = count_groups(adapter)
     engine = dex.Engine(adapter, [poisoner, healthy], [changes_its_session, counts, plain], inline_activity_seconds=0.5)
     engine.start()
     try:
