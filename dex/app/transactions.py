@@ -92,7 +92,7 @@ class _Guard:
     ``conn.adapters`` serves the function's statements and goes with the step, instead of
     staying on a pooled connection that dex's statements and other runs' steps use next."""
 
-    _OWN = frozenset({"_conn", "_step", "misused", "_changed", "_adapters"})
+    _OWN = frozenset({"_conn", "_step", "misused", "_changed", "_adapters", "_cursors"})
 
     def __init__(self, conn: Any, step: str) -> None:
         object.__setattr__(self, "_conn", conn)
@@ -100,6 +100,7 @@ class _Guard:
         object.__setattr__(self, "misused", None)
         object.__setattr__(self, "_changed", {})
         object.__setattr__(self, "_adapters", _own_adapters(conn))
+        object.__setattr__(self, "_cursors", _refusing_cursors(conn, self))
 
     def _refuse(self, what: str) -> TerminalError:
         message = (
@@ -133,6 +134,10 @@ class _Guard:
         if self._adapters is not _ABSENT:
             self._conn._adapters = self._adapters
             object.__setattr__(self, "_adapters", _ABSENT)
+        if self._cursors is not _ABSENT:
+            self._conn.cursor_factory = self._cursors
+            del self._conn._dex_step_guard
+            object.__setattr__(self, "_cursors", _ABSENT)
 
     def __repr__(self) -> str:
         return f"<transaction connection of step {self._step!r}>"
@@ -147,6 +152,62 @@ def _own_adapters(conn: Any) -> Any:
         return _ABSENT
     conn._adapters = type(adapters)(adapters)
     return adapters
+
+
+def _refusing_cursors(conn: Any, guard: _Guard) -> Any:
+    """Have ``conn``'s cursors (psycopg's ``cursor_factory``; ``conn.execute`` makes one too)
+    refuse what ends the transaction while ``guard`` is on it, and return the factory it had;
+    ``_ABSENT`` for a connection without one."""
+    factory = getattr(conn, "cursor_factory", None)
+    if not isinstance(factory, type):
+        return _ABSENT
+    conn.cursor_factory = _refusing(factory)
+    conn._dex_step_guard = guard
+    return factory
+
+
+_REFUSING: dict[type, type] = {}  # a cursor class -> its refusing subclass, made once
+
+
+def _refusing(factory: type) -> type:
+    """``factory``, a cursor class, whose ``execute`` and ``executemany`` refuse a statement
+    that ends the transaction while a step's guard is on the cursor's connection."""
+    made = _REFUSING.get(factory)
+    if made is not None:
+        return made
+
+    def check(cursor: Any, query: object, call: str) -> None:
+        guard = getattr(cursor.connection, "_dex_step_guard", None)
+        if guard is not None and _ends_the_transaction(query):
+            raise guard._refuse(f"cursor.{call}({str(query).strip()[:40]!r})")
+
+    if inspect.iscoroutinefunction(getattr(factory, "execute", None)):
+
+        class RefusingAsync(factory):  # type: ignore[misc,valid-type]
+            async def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+                check(self, query, "execute")
+                return await super().execute(query, *args, **kwargs)
+
+            async def executemany(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+                check(self, query, "executemany")
+                return await super().executemany(query, *args, **kwargs)
+
+        made = RefusingAsync
+    else:
+
+        class Refusing(factory):  # type: ignore[misc,valid-type]
+            def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+                check(self, query, "execute")
+                return super().execute(query, *args, **kwargs)
+
+            def executemany(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+                check(self, query, "executemany")
+                return super().executemany(query, *args, **kwargs)
+
+        made = Refusing
+    made.__name__ = made.__qualname__ = factory.__name__  # as the function knows it
+    _REFUSING[factory] = made
+    return made
 
 
 # a statement that ends the transaction, as the first of a query's text (after blanks and
@@ -166,8 +227,8 @@ def _ends_the_transaction(query: object) -> bool:
 
 class GuardedConnection(_Guard):
     """A transaction step's ``psycopg.Connection``: everything but ending the transaction (its
-    methods, or a ``COMMIT``/``ROLLBACK`` sent through ``execute``; what gets past this, in a
-    cursor or after another statement of the same text, the store finds after the function)."""
+    methods, or a ``COMMIT``/``ROLLBACK`` sent through ``execute`` or a cursor's; what gets past
+    this, behind another statement of the same text say, the store finds after the function)."""
 
     def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
         if _ends_the_transaction(query):

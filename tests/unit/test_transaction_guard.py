@@ -1,7 +1,8 @@
 """The guard on a transaction step's connection (``dex.app.transactions``): a statement that would
-end dex's transaction is refused before it is sent (the store also finds one that got past it,
-``tests/integration/test_transaction_poisons.py``); savepoints and everything else pass; an
-attribute the function sets is set back by ``undo``."""
+end dex's transaction is refused before it is sent, through the connection or one of its cursors
+(the store also finds one that got past it, ``tests/integration/test_transaction_poisons.py``);
+savepoints and everything else pass; an attribute the function sets, and the cursor class, are
+set back by ``undo``."""
 
 from __future__ import annotations
 
@@ -77,3 +78,64 @@ def test_an_attribute_the_function_sets_is_set_back_by_undo() -> None:
     assert conn.row_factory == "namedtuples" and conn.prepare_threshold == 0  # type: ignore[attr-defined]
     guard.undo()
     assert conn.row_factory == "tuples" and not hasattr(conn, "prepare_threshold")
+
+
+class _Cursor:
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+    def execute(self, query: Any, params: Any = None) -> str:
+        self.connection.sent.append(query)
+        return "executed"
+
+    def executemany(self, query: Any, params: Any) -> str:
+        self.connection.sent.append(query)
+        return "executed many"
+
+
+class _AsyncCursor(_Cursor):
+    async def execute(self, query: Any, params: Any = None) -> str:  # type: ignore[override]
+        self.connection.sent.append(query)
+        return "executed"
+
+    async def executemany(self, query: Any, params: Any) -> str:  # type: ignore[override]
+        self.connection.sent.append(query)
+        return "executed many"
+
+
+class _CursorConnection(_Connection):
+    """A connection that makes its cursors with ``cursor_factory``, as psycopg's do."""
+
+    def __init__(self, factory: type) -> None:
+        super().__init__()
+        self.cursor_factory = factory
+
+    def cursor(self) -> Any:
+        return self.cursor_factory(self)
+
+
+@pytest.mark.parametrize("query", ENDS)
+def test_a_cursor_of_the_connection_refuses_what_ends_the_transaction(query: Any) -> None:
+    conn = _CursorConnection(_Cursor)
+    guard = GuardedConnection(conn, "step")
+    for call in ("execute", "executemany"):
+        with pytest.raises(TerminalError, match=rf"transaction step 'step' called conn\.cursor\.{call}\("):
+            getattr(guard.cursor(), call)(query, [])
+    assert conn.sent == [] and guard.misused is not None
+    assert guard.cursor().execute("SELECT 1") == "executed"  # everything else passes
+    assert isinstance(guard.cursor(), _Cursor)  # still the class the connection makes
+    guard.undo()
+    assert conn.cursor_factory is _Cursor and not hasattr(conn, "_dex_step_guard")
+    assert conn.cursor().execute(query) == "executed"  # dex's own statements after the step
+
+
+def test_an_async_cursor_refuses_what_ends_the_transaction() -> None:
+    import asyncio
+
+    conn = _CursorConnection(_AsyncCursor)
+    guard = GuardedConnection(conn, "step")
+    with pytest.raises(TerminalError, match=r"called conn\.cursor\.execute"):
+        asyncio.run(guard.cursor().execute("ROLLBACK"))
+    assert asyncio.run(guard.cursor().execute("SAVEPOINT a")) == "executed"
+    guard.undo()
+    assert conn.cursor_factory is _AsyncCursor and conn.sent == ["SAVEPOINT a"]
