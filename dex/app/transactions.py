@@ -183,7 +183,7 @@ def _refusing(factory: type) -> type:
 
     if inspect.iscoroutinefunction(getattr(factory, "execute", None)):
 
-        class RefusingAsync(factory):  # type: ignore[misc,valid-type]
+        class RefusingAsync(factory):  # type: ignore[misc]
             async def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
                 check(self, query, "execute")
                 return await super().execute(query, *args, **kwargs)
@@ -195,7 +195,7 @@ def _refusing(factory: type) -> type:
         made = RefusingAsync
     else:
 
-        class Refusing(factory):  # type: ignore[misc,valid-type]
+        class Refusing(factory):  # type: ignore[misc]
             def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
                 check(self, query, "execute")
                 return super().execute(query, *args, **kwargs)
