@@ -32,7 +32,9 @@ POOL = 3  # few connections: the poisoned one is soon the engine's again
 POISONS = {
     "statement-timeout": "SET statement_timeout = 1",
     "read-only": "SET default_transaction_read_only = on",
-    "set-config": "SELECT set_config('idle_in_transaction_session_timeout', '1', false)",
+    # not 1 ms: that would end the step's own transaction whenever it sits idle for 1 ms between two
+    # statements (a retried attempt, each retry again, beyond the test's wait); the check sees any value
+    "set-config": "SELECT set_config('idle_in_transaction_session_timeout', '4321', false)",
     "time-zone": "SET TIME ZONE 'Asia/Tokyo'",
     "search-path": "SET search_path = nowhere",
     "plan-cache": "SET plan_cache_mode = force_generic_plan",
