@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, overload
 
 from dex.app.registry import ACTIVITY_ATTRIBUTE
@@ -178,7 +178,7 @@ def _refusing(factory: type) -> type:
 
     def check(cursor: Any, query: object, call: str) -> None:
         guard = getattr(cursor.connection, "_dex_step_guard", None)
-        if guard is not None and _ends_the_transaction(query):
+        if guard is not None and _ends_the_transaction(query, cursor.connection):
             raise guard._refuse(f"cursor.{call}({str(query).strip()[:40]!r})")
 
     if inspect.iscoroutinefunction(getattr(factory, "execute", None)):
@@ -210,28 +210,80 @@ def _refusing(factory: type) -> type:
     return made
 
 
-# a statement that ends the transaction, as the first of a query's text (after blanks and
-# comments): COMMIT, END, ABORT, ROLLBACK (not ROLLBACK TO a savepoint), PREPARE TRANSACTION
+# a statement that ends the transaction, from where a statement of a query's text starts (after
+# blanks and comments): COMMIT, END, ABORT, ROLLBACK (not ROLLBACK TO a savepoint), PREPARE TRANSACTION
 _ENDS_THE_TRANSACTION = re.compile(
     r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
     r"(?:(?:COMMIT|END|ABORT)\b(?!\s+PREPARED\b)|ROLLBACK\b(?!\s+(?:TO|PREPARED)\b)|PREPARE\s+TRANSACTION\b)",
     re.IGNORECASE | re.DOTALL,
 )
 
+# what a semicolon inside does not end a statement: quoted text (E'...' with its backslashes),
+# a quoted name, a dollar-quoted body, a comment; a nested comment is followed by _COMMENT_EDGES
+_QUOTED = re.compile(
+    r"(?<![\w$])[eE]'(?:[^'\\]|\\.|'')*'?"
+    r"|'(?:[^']|'')*'?"
+    r'|"(?:[^"]|"")*"?'
+    r"|--[^\n]*"
+    r"|(?<![\w$])\$(?P<tag>[^\W\d]\w*)?\$.*?(?:\$(?P=tag)\$|\Z)"
+    r"|(?P<comment>/\*)"
+    r"|;",
+    re.DOTALL,
+)
+_COMMENT_EDGES = re.compile(r"/\*|\*/")
 
-def _ends_the_transaction(query: object) -> bool:
+
+def _statement_starts(text: str) -> Iterator[int]:
+    """Where each statement after the first of ``text`` starts: after every ``;`` that is not
+    inside quotes, a dollar-quoted body or a comment (as PostgreSQL splits a simple query)."""
+    position = 0
+    while (found := _QUOTED.search(text, position)) is not None:
+        position = found.end()
+        if found.group("comment"):  # nested, as PostgreSQL's are: to the */ that closes the first
+            depth = 1
+            for edge in _COMMENT_EDGES.finditer(text, position):
+                depth += 1 if edge.group() == "/*" else -1
+                position = edge.end()
+                if depth == 0:
+                    break
+            else:
+                return
+        elif found.group() == ";":
+            yield position
+
+
+def _as_string(query: Any, context: Any) -> str | None:
+    """``query``'s text in ``context`` (the step's connection), else with no connection; None
+    when it has none (then psycopg says why when the function executes it)."""
+    for where in (context, None):
+        try:
+            return str(query.as_string(where))
+        except Exception:  # noqa: BLE001 - the next way, or psycopg's error at the execute
+            continue
+    return None
+
+
+def _ends_the_transaction(query: object, context: Any = None) -> bool:
+    """Whether any statement of ``query`` (text, bytes or a ``psycopg.sql`` composition) ends the
+    transaction: a ``COMMIT`` behind another statement (``SELECT 1; COMMIT``) too."""
+    if hasattr(query, "as_string"):  # psycopg.sql.SQL, Composed...: the text it stands for
+        query = _as_string(query, context)
     if isinstance(query, bytes):
         query = query.decode("utf-8", "replace")
-    return isinstance(query, str) and _ENDS_THE_TRANSACTION.match(query) is not None
+    if not isinstance(query, str):
+        return False
+    if _ENDS_THE_TRANSACTION.match(query) is not None:
+        return True
+    return ";" in query and any(_ENDS_THE_TRANSACTION.match(query, start) for start in _statement_starts(query))
 
 
 class GuardedConnection(_Guard):
     """A transaction step's ``psycopg.Connection``: everything but ending the transaction (its
     methods, or a ``COMMIT``/``ROLLBACK`` sent through ``execute`` or a cursor's; what gets past
-    this, behind another statement of the same text say, the store finds after the function)."""
+    this, sent through libpq itself say, the store finds after the function)."""
 
     def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if _ends_the_transaction(query):
+        if _ends_the_transaction(query, self._conn):
             raise self._refuse(f"execute({str(query).strip()[:40]!r})")
         return self._conn.execute(query, *args, **kwargs)
 
@@ -255,7 +307,7 @@ class GuardedAsyncConnection(_Guard):
     """A transaction step's ``psycopg.AsyncConnection``, guarded as :class:`GuardedConnection`."""
 
     async def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if _ends_the_transaction(query):
+        if _ends_the_transaction(query, self._conn):
             raise self._refuse(f"execute({str(query).strip()[:40]!r})")
         return await self._conn.execute(query, *args, **kwargs)
 

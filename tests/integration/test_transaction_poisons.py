@@ -81,7 +81,10 @@ def writes(conn: Any, note: str) -> str:
 def ends_its_transaction(conn: Any, note: str) -> str:
     conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
     how, via = note.split("-")[:2]  # COMMIT or ROLLBACK as SQL (conn.commit() is refused), sent how
-    (conn.cursor() if via == "cursor" else conn).execute(f"SELECT 1; {how}" if via == "multi" else how)
+    if via == "libpq":  # past psycopg: only the store, after the function, can see it
+        conn.pgconn.exec_(how.encode())
+    else:
+        (conn.cursor() if via == "cursor" else conn).execute(f"SELECT 1; {how}" if via == "multi" else how)
     return note
 
 
@@ -89,7 +92,10 @@ def ends_its_transaction(conn: Any, note: str) -> str:
 async def ends_its_transaction_async(conn: Any, note: str) -> str:
     await conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
     how, via = note.split("-")[:2]
-    await (conn.cursor() if via == "cursor" else conn).execute(f"SELECT 1; {how}" if via == "multi" else how)
+    if via == "libpq":
+        conn.pgconn.exec_(how.encode())
+    else:
+        await (conn.cursor() if via == "cursor" else conn).execute(f"SELECT 1; {how}" if via == "multi" else how)
     return note
 
 
@@ -181,7 +187,7 @@ def test_an_error_the_function_causes_in_dex_statements_is_the_steps_failure(
 
 @pytest.mark.parametrize("step", ["ends-its-transaction", "ends-its-transaction-async"])
 @pytest.mark.parametrize("how", ["COMMIT", "ROLLBACK"])
-@pytest.mark.parametrize("via", ["execute", "cursor", "multi"])
+@pytest.mark.parametrize("via", ["execute", "cursor", "multi", "libpq"])
 def test_a_function_that_ends_its_transaction_with_sql_fails_its_step_and_nothing_is_recorded_twice(
     make_adapter: Callable[..., PostgresAdapter], pg_dsn: str, table: str, step: str, how: str, via: str
 ) -> None:
@@ -203,12 +209,14 @@ def test_a_function_that_ends_its_transaction_with_sql_fails_its_step_and_nothin
             with pytest.raises(dex.WorkflowFailedError) as failed:
                 engine.wait(run_id, timeout=30)
             message = str(failed.value.failure)
-            # refused before it is sent, through the connection or one of its cursors; or, behind
-            # another statement of the same text, found once the function returned
+            # refused before it is sent, through the connection or one of its cursors, behind
+            # another statement of the same text too; or, sent past psycopg, found once the
+            # function returned
             expected = {
                 "execute": "called conn.execute",
                 "cursor": "called conn.cursor.execute",
-                "multi": "ended the step's transaction itself",
+                "multi": "called conn.execute",
+                "libpq": "ended the step's transaction itself",
             }[via]
             assert expected in message and step in message, message
         _healthy(engine, table, pg_dsn)
@@ -221,4 +229,4 @@ def test_a_function_that_ends_its_transaction_with_sql_fails_its_step_and_nothin
         ]
     # what a function committed itself stays, once (a terminal failure is not retried); a refused
     # COMMIT and a ROLLBACK leave nothing, and the run is not recorded as if the step had written
-    assert rows == (sorted(notes) if (how, via) == ("COMMIT", "multi") else [])
+    assert rows == (sorted(notes) if (how, via) == ("COMMIT", "libpq") else [])

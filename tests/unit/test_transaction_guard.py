@@ -36,6 +36,14 @@ ENDS = [
     "COMMIT\x00",  # a NUL after it: refused all the same, and named printably
     "commit -- \ud800",  # a lone surrogate in its comment
     b"ROLLBACK \xff\xfe",  # bytes that are not UTF-8
+    # behind another statement of the same text (PostgreSQL runs them all in a simple query)
+    "SELECT 1; COMMIT",
+    "INSERT INTO t VALUES (';'); -- a comment\n rollback",
+    "SELECT $body$ ; $$ COMMIT $body$; END",  # a dollar-quoted body, with $$ inside
+    "SELECT 1 /* ; /* nested ; */ ; COMMIT */; ABORT",
+    "SELECT E'\\'';COMMIT'; COMMIT",  # E'' strings end at a quote not escaped by a backslash
+    "SELECT $1; ROLLBACK",  # a parameter is not a dollar quote
+    b"SELECT 1;COMMIT",
 ]
 PASSES = [
     "ROLLBACK TO SAVEPOINT before_insert",
@@ -48,6 +56,16 @@ PASSES = [
     "\ud800 COMMIT",  # not a statement that ends the transaction: psycopg's to refuse
     "SELECT '\x00'",
     b"\xff\xfeCOMMIT",
+    # a semicolon inside quotes, a quoted name, a dollar-quoted body or a comment ends nothing
+    "SELECT ';COMMIT'",
+    "SELECT 'it''s;COMMIT'",
+    "SELECT E'\\';COMMIT'",
+    'SELECT 1 AS "a;COMMIT"',
+    "DO $$ BEGIN PERFORM 1; COMMIT; END $$",  # the server refuses that inside a transaction
+    "SELECT $tag$ ; COMMIT $tag$; SELECT 2",
+    "SELECT 1 /* ; /* nested ; */ ; COMMIT */; SELECT 2",
+    "SELECT 1; ROLLBACK TO SAVEPOINT a; SELECT 2;",
+    "SELECT 'unterminated; COMMIT",  # PostgreSQL's to refuse
 ]
 
 
@@ -67,6 +85,18 @@ def test_savepoints_and_other_statements_pass(query: Any) -> None:
     guard = GuardedConnection(conn, "record-order")
     assert guard.execute(query, [1]) == "cursor"
     assert conn.sent == [query] and guard.misused is None
+
+
+def test_a_composed_query_is_read_as_the_text_it_stands_for() -> None:
+    from psycopg import sql
+
+    conn = _Connection()
+    guard = GuardedConnection(conn, "step")
+    with pytest.raises(TerminalError, match=r"called conn\.execute"):
+        guard.execute(sql.SQL("SELECT {}; {}").format(sql.Literal(1), sql.SQL("COMMIT")))
+    assert conn.sent == []
+    passes = sql.SQL("SELECT {}").format(sql.Literal(";COMMIT"))  # a value, quoted
+    assert guard.execute(passes) == "cursor" and conn.sent == [passes]
 
 
 def test_an_attribute_the_function_sets_is_set_back_by_undo() -> None:
