@@ -10,6 +10,7 @@ retried with backoff, never the run.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -85,7 +86,7 @@ def real_adapter(kind: str) -> Iterator[Any]:
             adapter.close()
 
 
-def drive(kind: str, runs: int, fault_seconds: float, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+def quick_task_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     # a task given back after a machinery error waits 1 s doubling up to 5 min by default;
     # the test shortens that backoff as it shortens the leases, to end in its time
     monkeypatch.setattr(
@@ -98,6 +99,10 @@ def drive(kind: str, runs: int, fault_seconds: float, monkeypatch: pytest.Monkey
             max_attempts=2**31 - 1,
         ),
     )
+
+
+def drive(kind: str, runs: int, fault_seconds: float, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    quick_task_retries(monkeypatch)
     with real_adapter(kind) as adapter:
         store = FaultyStore(adapter, rate=0.3, seed=seed)
         engine = dex.Engine(
@@ -159,3 +164,56 @@ def test_thirty_percent_store_faults_for_45_seconds_fail_none_of_1000_runs(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     drive(kind, runs=1000, fault_seconds=45, monkeypatch=monkeypatch, seed=45)
+
+
+@dex.activity(lock_timeout=timedelta(seconds=3), retry=QUICK_RETRY)
+async def fault_add_awaited(x: int, y: int) -> int:
+    await asyncio.sleep(0.001)
+    return x + y
+
+
+@dex.workflow
+async def fault_awaited_chain(ctx: dex.WorkflowContext, n: int) -> int:
+    a: int = await ctx.activity(fault_add_awaited, n, 1)
+    b: int = await ctx.activity(fault_add_awaited, a, 2)
+    return await ctx.activity(fault_add_awaited, b, 3)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("kind", ADAPTERS)
+def test_store_faults_around_awaited_attempts_fail_no_run(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``async def`` activities awaited on the engine's loop (every one a task of its own): the
+    store failing as their outcomes are written, and as the steps they answer are, fails no run;
+    the attempts' slots come back (a healthy batch runs after at one attempt at a time)."""
+    quick_task_retries(monkeypatch)
+    with real_adapter(kind) as adapter:
+        store = FaultyStore(adapter, rate=0.3, seed=7)
+        engine = dex.Engine(
+            store,  # type: ignore[arg-type]
+            workflows=[fault_awaited_chain],
+            activities=[fault_add_awaited],
+            poll_interval=0.02,
+            workflow_task_lease=timedelta(seconds=2),
+            inline_activity_seconds=0,
+            activity_concurrency=2,
+        )
+        engine.start()
+        try:
+            store.enabled = True
+            deadline = time.monotonic() + 120
+            run_ids = [
+                retrying(
+                    lambda n=n: engine.start_workflow(fault_awaited_chain, n, instance_id=f"awaited-{n}"), deadline
+                )
+                for n in range(60)
+            ]
+            time.sleep(3)
+            store.enabled = False
+            # the writes of the attempts' outcomes, and of the steps they answer, were struck
+            assert sum(n for name, n in store.calls.items() if name.startswith("complete_")) > 5, store.calls
+            results = [engine.wait(run_id, timeout=max(1.0, deadline - time.monotonic())) for run_id in run_ids]
+            assert results == [n + 6 for n in range(60)]
+            assert engine.wait(engine.start_workflow(fault_awaited_chain, 100), timeout=30) == 106
+            assert all(engine.health().values()), engine.health()
+        finally:
+            store.enabled = False
+            engine.stop(timeout=10)
