@@ -178,8 +178,11 @@ def _refusing(factory: type) -> type:
 
     def check(cursor: Any, query: object, call: str) -> None:
         guard = getattr(cursor.connection, "_dex_step_guard", None)
-        if guard is not None and _ends_the_transaction(query, cursor.connection):
-            raise guard._refuse(f"cursor.{call}({str(query).strip()[:40]!r})")
+        if guard is None:
+            return
+        statement = _ends_the_transaction(query, cursor.connection)
+        if statement is not None:
+            raise guard._refuse(_refused_call(f"cursor.{call}", query, statement))
 
     if inspect.iscoroutinefunction(getattr(factory, "execute", None)):
 
@@ -214,7 +217,7 @@ def _refusing(factory: type) -> type:
 # blanks and comments): COMMIT, END, ABORT, ROLLBACK (not ROLLBACK TO a savepoint), PREPARE TRANSACTION
 _ENDS_THE_TRANSACTION = re.compile(
     r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
-    r"(?:(?:COMMIT|END|ABORT)\b(?!\s+PREPARED\b)|ROLLBACK\b(?!\s+(?:TO|PREPARED)\b)|PREPARE\s+TRANSACTION\b)",
+    r"(?P<statement>(?:COMMIT|END|ABORT)\b(?!\s+PREPARED\b)|ROLLBACK\b(?!\s+(?:TO|PREPARED)\b)|PREPARE\s+TRANSACTION\b)",
     re.IGNORECASE | re.DOTALL,
 )
 
@@ -263,18 +266,28 @@ def _as_string(query: Any, context: Any) -> str | None:
     return None
 
 
-def _ends_the_transaction(query: object, context: Any = None) -> bool:
-    """Whether any statement of ``query`` (text, bytes or a ``psycopg.sql`` composition) ends the
-    transaction: a ``COMMIT`` behind another statement (``SELECT 1; COMMIT``) too."""
+def _ends_the_transaction(query: object, context: Any = None) -> str | None:
+    """The statement of ``query`` (text, bytes or a ``psycopg.sql`` composition) that ends the
+    transaction, as its first words say (``COMMIT``), behind another statement (``SELECT 1;
+    COMMIT``) too; None if none does."""
     if hasattr(query, "as_string"):  # psycopg.sql.SQL, Composed...: the text it stands for
         query = _as_string(query, context)
     if isinstance(query, bytes):
         query = query.decode("utf-8", "replace")
     if not isinstance(query, str):
-        return False
-    if _ENDS_THE_TRANSACTION.match(query) is not None:
-        return True
-    return ";" in query and any(_ENDS_THE_TRANSACTION.match(query, start) for start in _statement_starts(query))
+        return None
+    starts = _statement_starts(query) if ";" in query else iter(())
+    for start in (0, *starts):
+        found = _ENDS_THE_TRANSACTION.match(query, start)
+        if found is not None:
+            return found.group("statement").upper()
+    return None
+
+
+def _refused_call(call: str, query: object, statement: str) -> str:
+    """What the function called, named for its error: the call, the query's first characters and
+    the statement that ends the transaction (which may come after them)."""
+    return f"{call}({str(query).strip()[:40]!r}, which ends the transaction with {' '.join(statement.split())})"
 
 
 class GuardedConnection(_Guard):
@@ -283,8 +296,9 @@ class GuardedConnection(_Guard):
     this, sent through libpq itself say, the store finds after the function)."""
 
     def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if _ends_the_transaction(query, self._conn):
-            raise self._refuse(f"execute({str(query).strip()[:40]!r})")
+        statement = _ends_the_transaction(query, self._conn)
+        if statement is not None:
+            raise self._refuse(_refused_call("execute", query, statement))
         return self._conn.execute(query, *args, **kwargs)
 
     def commit(self) -> None:
@@ -307,8 +321,9 @@ class GuardedAsyncConnection(_Guard):
     """A transaction step's ``psycopg.AsyncConnection``, guarded as :class:`GuardedConnection`."""
 
     async def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if _ends_the_transaction(query, self._conn):
-            raise self._refuse(f"execute({str(query).strip()[:40]!r})")
+        statement = _ends_the_transaction(query, self._conn)
+        if statement is not None:
+            raise self._refuse(_refused_call("execute", query, statement))
         return await self._conn.execute(query, *args, **kwargs)
 
     async def commit(self) -> None:

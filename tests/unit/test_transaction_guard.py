@@ -87,6 +87,15 @@ def test_savepoints_and_other_statements_pass(query: Any) -> None:
     assert conn.sent == [query] and guard.misused is None
 
 
+def test_the_error_names_the_statement_that_ends_the_transaction_past_the_part_it_shows() -> None:
+    guard = GuardedConnection(_Connection(), "step")
+    query = "INSERT INTO orders (note) VALUES ('a note long enough to be cut'); prepare\n transaction 'x'"
+    with pytest.raises(TerminalError) as refused:
+        guard.execute(query)
+    message = str(refused.value)
+    assert "which ends the transaction with PREPARE TRANSACTION" in message and "INSERT INTO" in message
+
+
 def test_a_composed_query_is_read_as_the_text_it_stands_for() -> None:
     from psycopg import sql
 
