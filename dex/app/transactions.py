@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterator
+from itertools import chain
 from typing import Any, TypeVar, overload
 
 from dex.app.registry import ACTIVITY_ATTRIBUTE
@@ -276,8 +277,8 @@ def _ends_the_transaction(query: object, context: Any = None) -> str | None:
         query = query.decode("utf-8", "replace")
     if not isinstance(query, str):
         return None
-    starts = _statement_starts(query) if ";" in query else iter(())
-    for start in (0, *starts):
+    starts = _statement_starts(query) if ";" in query else ()
+    for start in chain((0,), starts):  # the first statement before the text is split
         found = _ENDS_THE_TRANSACTION.match(query, start)
         if found is not None:
             return found.group("statement").upper()
