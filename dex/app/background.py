@@ -44,14 +44,17 @@ __all__ = ["ACTIVITIES", "SCHEDULER", "WORKFLOWS", "Background", "timing"]
 
 
 def timing(
-    inline_activity_seconds: float, batch_window: float, workflow_task_deadline: float, workflow_task_lease: timedelta
-) -> tuple[float, float, float]:
-    """The engine's timing options, checked: how long an activity may take to run inline, the
-    batch window, and the watchdog's deadline for workflow code (``Engine(...)`` arguments)."""
-    if isinstance(inline_activity_seconds, bool) or not isinstance(inline_activity_seconds, (int, float)):
-        raise TypeError(f"inline_activity_seconds must be a number, got {inline_activity_seconds!r}")
-    if inline_activity_seconds < 0:
-        raise ValueError(f"inline_activity_seconds must not be negative, got {inline_activity_seconds!r}")
+    inline: tuple[float, float], batch_window: float, workflow_task_deadline: float, workflow_task_lease: timedelta
+) -> tuple[tuple[float, float], float, float]:
+    """The engine's timing options, checked: how long an activity may take to run inline (in
+    the workflow thread, and chained in an ended attempt's thread: ``inline_activity_seconds``
+    and ``chained_activity_seconds``), the batch window, and the watchdog's deadline for
+    workflow code (``Engine(...)`` arguments)."""
+    for name, seconds in zip(("inline_activity_seconds", "chained_activity_seconds"), inline, strict=True):
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"{name} must be a number, got {seconds!r}")
+        if not seconds >= 0:  # NaN too
+            raise ValueError(f"{name} must not be negative, got {seconds!r}")
     if isinstance(batch_window, bool) or not isinstance(batch_window, (int, float)) or batch_window < 0:
         raise ValueError(f"batch_window must be a number of seconds >= 0, got {batch_window!r}")
     if isinstance(workflow_task_deadline, bool) or not isinstance(workflow_task_deadline, (int, float)):
@@ -61,7 +64,7 @@ def timing(
     # see dex.app.watchdog; at most half the task's lease, so that a blocked task is given
     # back before its lease lets another worker redo it
     deadline = min(float(workflow_task_deadline), workflow_task_lease.total_seconds() / 2)
-    return float(inline_activity_seconds), float(batch_window), deadline
+    return (float(inline[0]), float(inline[1])), float(batch_window), deadline
 
 
 def _flushing(rounds: Rounds, lane: str) -> Callable[[], float]:
@@ -94,7 +97,7 @@ class Background:
         telemetry: TelemetryHub,
         poll_interval: float,
         activity_concurrency: int,
-        inline_seconds: float,
+        inline_seconds: tuple[float, float],
         window: float,
         deadline: float,
     ) -> None:
@@ -190,9 +193,10 @@ class Background:
         )
         self.buffer.background = True
         self.activity_worker.answered = self._answer  # one write per activity (dex.app.answers)
-        if self._inline_seconds > 0:
+        typical, chained = self._inline_seconds
+        if typical > 0:  # 0: nothing runs inline, chained or not
             inline = InlineActivities(
-                self.activity_worker, self._queue_view, self.node_id, self._inline_seconds, self._stopping
+                self.activity_worker, self._queue_view, self.node_id, typical, self._stopping, chained=chained
             )
             self.workflow_worker.run_inline(inline, self._groups)
 

@@ -73,6 +73,7 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngine
         executor_cache_size: int = 1000,
         tracing: Tracing | None = None,
         inline_activity_seconds: float = 0.005,
+        chained_activity_seconds: float = 0.1,
         batch_window: float = 0.05,
         workflow_task_deadline: float = 5.0,
         code_version: str | None = None,
@@ -140,9 +141,8 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngine
             lease=activity_lease,
         )
         self._drain_lock = threading.Lock()
-        inline_seconds, window, deadline = timing(
-            inline_activity_seconds, batch_window, workflow_task_deadline, workflow_task_lease
-        )
+        inline = (inline_activity_seconds, chained_activity_seconds)
+        inline_seconds, window, deadline = timing(inline, batch_window, workflow_task_deadline, workflow_task_lease)
         self._queue_view = QueueView(adapter.activity_slots)
         # the threads of a started engine (Engine.start) and the rounds they run
         self._background = Background(

@@ -93,20 +93,23 @@ class InlineActivities:
     owner: str
     typical: float  # seconds: an activity runs inline while its recent attempts typically took at most this
     stopping: threading.Event
+    # seconds: the same in the thread of an attempt that just ended (an answered step's chain, below)
+    chained: float = 0.0
 
-    def eligible(self, spec: NewActivityTask, room_in: str | None = None) -> bool:
+    def eligible(self, spec: NewActivityTask, room_in: str | None = None, chained: bool = False) -> bool:
         """Whether ``spec``'s first attempt may run inline; ``room_in`` names a queue where the
         step has room of its own, whatever the queue's depth (an answered step's activity,
         whose task its write deletes: one attempt after the other takes its place). A paused
-        queue runs nothing inline, room or not."""
+        queue runs nothing inline, room or not. ``chained``: the attempt would run in the
+        thread of an attempt that just ended, which is the step's own, so an activity that
+        typically takes up to ``self.chained`` runs there too (see :meth:`go_on`)."""
         if spec.attempt != 1 or self.stopping.is_set() or spec.name not in self.worker.names:
             return False
         if self.worker.is_transaction(spec.name):  # its attempt is a task of its own (transaction_steps.py)
             return False
         took = self.worker.durations.typical(spec.name)
-        return (
-            took is not None and took <= self.typical and self.queues.open(spec.queue, own_room=spec.queue == room_in)
-        )
+        limit = max(self.typical, self.chained) if chained else self.typical
+        return took is not None and took <= limit and self.queues.open(spec.queue, own_room=spec.queue == room_in)
 
     def run(self, spec: NewActivityTask, now: datetime) -> Answer:
         """Run the attempt in this thread: the message its outcome gives the run, or the task
@@ -134,9 +137,18 @@ class InlineActivities:
         clock: Clock,
         watched: Callable[[], AbstractContextManager[None]],
         room_in: str | None = None,
+        chained: bool = False,
     ) -> WorkflowTaskResult:
         """Go on with the first attempts of the activities the task scheduled that may run here,
-        step after step, until ``until`` (each step's workflow code runs in ``watched()``)."""
+        step after step, until ``until`` (each step's workflow code runs in ``watched()``).
+
+        ``chained``: the caller is the thread of an activity attempt that just ended (an
+        answered step, first claim of its task), not the workflow thread every run shares. Its
+        run's next activities that typically take up to ``self.chained`` (tens of milliseconds:
+        a call to a service) then run here as well, one after the other, and the steps are
+        written together, as a workflow of quick steps is: the thread was the step's anyway
+        (it holds the activity slot), and what a crash before the write costs is those
+        attempts run again, as any inline attempt."""
         tried: set[int] = set()
         while (
             not executor.closed  # the watchdog gave the task up: no further attempt runs for it
@@ -147,7 +159,7 @@ class InlineActivities:
             outcomes: list[ev.ActivityTaskCompleted | ev.ActivityTaskFailed] = []
             retries: list[NewActivityTask] = []
             for spec in result.activity_tasks:
-                if spec.created_seq in tried or not self.eligible(spec, room_in):
+                if spec.created_seq in tried or not self.eligible(spec, room_in, chained):
                     continue
                 tried.add(spec.created_seq)
                 message, retry = self.run(spec, clock.now())

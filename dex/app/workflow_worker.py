@@ -324,6 +324,9 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
                         clock=self._store.clock,
                         watched=lambda: self._watched(task, executor),
                         room_in=task.outcome.task.queue if isinstance(task, AnsweredStep) else None,
+                        # in the ended attempt's thread; not after a lapsed lease (a chained
+                        # attempt that blocks is then not repeated in place forever)
+                        chained=isinstance(task, AnsweredStep) and task.lease.version == 1,
                     )
         except Exception as exc:  # noqa: BLE001 - not the workflow's code (see above): the task fails
             if executor is not None:
