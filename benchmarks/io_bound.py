@@ -1,9 +1,9 @@
 """I/O-bound activities and every activity a task of its own, dex and DBOS side by side.
 
 ``python -m benchmarks.io_bound dex --schema S --runs N [--concurrency C] [--io SECONDS]
-[--inline-seconds X] [--queues-read-full] [--starts-keep-the-gil] [--async-activities]`` runs,
-in this process, N three-activity workflows on a started engine (``activity_concurrency=C``,
-``inline_activity_seconds=X``); with ``--io`` each activity first waits that long
+[--inline-seconds X] [--chained-seconds Y] [--queues-read-full] [--starts-keep-the-gil]
+[--async-activities]`` runs, in this process, N three-activity workflows on a started engine
+(``activity_concurrency=C``, ``inline_activity_seconds=X``, ``chained_activity_seconds=Y``); with ``--io`` each activity first waits that long
 (``time.sleep``, as a call to a service would; with ``--async-activities``, ``async def``
 activities ``await asyncio.sleep``, as an asyncio client would), otherwise the activities are
 the headline benchmark's ``x+1``, ``x*2``, ``x-1``. ``dbos`` runs the same on DBOS Transact
@@ -53,6 +53,7 @@ def dex_run(
     queues_full: bool = False,
     starts_keep_the_gil: bool = False,
     awaited: bool = False,
+    chained: float | None = None,
 ) -> dict[str, Any]:
     import dex
     from benchmarks import workloads
@@ -64,6 +65,8 @@ def dex_run(
     options: dict[str, Any] = {} if concurrency is None else {"activity_concurrency": concurrency}
     if inline is not None:
         options["inline_activity_seconds"] = inline
+    if chained is not None:
+        options["chained_activity_seconds"] = chained
     adapter = PostgresAdapter(dsn, schema=schema)
     if queues_full:
         read_queues_as_full(adapter)
@@ -190,20 +193,24 @@ def _child(dsn: str, cfg: dict[str, Any], kind: str, runs: int, extra: list[str]
 
 
 def part_io(dsn: str, cfg: dict[str, Any], results: dict[str, Any]) -> str:
-    """3 × 20 ms of I/O per workflow: dex at 16 and 64 activity threads, DBOS at 64, dex again."""
+    """3 × 20 ms of I/O per workflow: dex at 16 and 64 activity threads, and at 64 with nothing
+    chained (each activity a task: ``chained_activity_seconds=0``), DBOS at 64, dex again."""
     from benchmarks.common import table
 
     runs = max(200, cfg["n"] // 4)
     io = ["--io", "0.02"]
+    unchained = ["--chained-seconds", "0"]
     measured: dict[str, dict[str, Any]] = {}
-    for key, kind, concurrency in (
-        ("dex_16", "dex", 16),
-        ("dex_64", "dex", 64),
-        ("dbos_64", "dbos", 64),
-        ("dex_16_after", "dex", 16),
-        ("dex_64_after", "dex", 64),
+    for key, kind, concurrency, extra in (
+        ("dex_16", "dex", 16, []),
+        ("dex_64", "dex", 64, []),
+        ("dex_64_unchained", "dex", 64, unchained),
+        ("dbos_64", "dbos", 64, []),
+        ("dex_16_after", "dex", 16, []),
+        ("dex_64_after", "dex", 64, []),
+        ("dex_64_unchained_after", "dex", 64, unchained),
     ):
-        measured[key] = _child(dsn, cfg, kind, runs, [*io, "--concurrency", str(concurrency)])
+        measured[key] = _child(dsn, cfg, kind, runs, [*io, "--concurrency", str(concurrency), *extra])
     results["io"] = measured
     return _table(table, measured, "3 × 20 ms of I/O per workflow (time.sleep in each activity)", runs)
 
@@ -258,6 +265,9 @@ def main() -> None:
     parser.add_argument("--io", type=float, default=0.0, help="seconds each activity waits")
     parser.add_argument("--cpu", type=float, default=0.0, help="seconds of CPU each activity uses (dex only)")
     parser.add_argument("--inline-seconds", type=float, default=None)
+    parser.add_argument(
+        "--chained-seconds", type=float, default=None, help="dex: chained_activity_seconds (0: nothing chained)"
+    )
     parser.add_argument("--latency-samples", type=int, default=21)
     parser.add_argument(
         "--queues-read-full",
@@ -289,6 +299,7 @@ def main() -> None:
             args.queues_read_full,
             args.starts_keep_the_gil,
             args.async_activities,
+            args.chained_seconds,
         )
     else:
         result = dbos_run(dsn, args.schema, args.runs, args.concurrency or 64, args.io, args.latency_samples)

@@ -18,6 +18,10 @@ limited to short activities: an inline attempt holds no lease of its own, so
 over after its lease expired (``lease.version > 1``) runs no activity inline, so an attempt
 that outlives the workflow task's lease is not repeated inline forever. An activity's first
 attempt in a process always takes the ordinary path: that is how its duration becomes known.
+
+In an answered step (:mod:`dex.app.answers`) the thread is the ended attempt's own, not the
+workflow thread, and the limit is looser: activities that typically take up to
+``chained_activity_seconds`` are chained there (see :meth:`InlineActivities.go_on`).
 """
 
 from __future__ import annotations

@@ -102,15 +102,24 @@ def console_errors(driver: Any) -> list[str]:
 
 def wait_for(condition: Any, timeout: float = 10) -> Any:
     """``condition()`` once it is true, or its last value at the deadline. An element of the page
-    being left (a form's submit navigates) goes stale meanwhile: that is "not yet", not a failure."""
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    being left (a form's submit navigates) goes stale meanwhile: that is "not yet", not a failure
+    (chromedriver says so as a stale reference, or, caught mid-navigation, as a node that "does
+    not belong to the document")."""
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        WebDriverException,
+    )
 
     deadline = time.monotonic() + timeout
     while True:
         try:
             value = condition()
-        except (StaleElementReferenceException, NoSuchElementException):
-            if time.monotonic() > deadline:
+        except (StaleElementReferenceException, NoSuchElementException, WebDriverException) as exc:
+            leaving = isinstance(exc, (StaleElementReferenceException, NoSuchElementException)) or (
+                "does not belong to the document" in str(exc.msg)
+            )
+            if not leaving or time.monotonic() > deadline:
                 raise
             value = None
         if value or time.monotonic() > deadline:
