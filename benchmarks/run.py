@@ -11,8 +11,8 @@ Parts (``--only`` takes a comma-separated list; ``scale`` means waiting,chain,me
   finished runs in the tables, each next to batches on empty tables run just before and after.
 * ``chain``      — one workflow of 10, 100 and 1000 sequential activities.
 * ``memory``     — resident memory of a worker process holding 10k waiting runs.
-* ``io``         — 3 × 20 ms of I/O per workflow: dex at 16 and 64 activity threads, DBOS at 64
-  (``benchmarks.io_bound``).
+* ``io``         — 3 × 20 ms of I/O per workflow: dex at 16 and 64 activity threads, and at 64
+  with nothing chained (``chained_activity_seconds=0``), DBOS at 64 (``benchmarks.io_bound``).
 * ``every``      — every activity a task of its own (``inline_activity_seconds=0``) vs DBOS.
 * ``transactions`` — 3-step workflows of transaction steps, each inserting a row: dex
   ``@dex.transaction`` vs DBOS's transaction steps, dex before and after DBOS
