@@ -17,6 +17,7 @@ chains does not depend on how busy the machine is.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -84,6 +85,22 @@ def hostile(kind: str) -> str:
     return f"{kind} survived"
 
 
+@dex.activity
+async def awaited(x: int) -> int:
+    """An ``async def`` activity: its attempt as a task is awaited on the engine's loop."""
+    _attempted("awaited")  # (its 10 ms sleep blocks the loop briefly; fine for a test)
+    await asyncio.sleep(0.005)
+    return x + 1
+
+
+@dex.workflow
+async def awaits(ctx: dex.WorkflowContext, n: int) -> int:
+    x = 0
+    for _ in range(n):
+        x = await ctx.activity(awaited, x)
+    return x
+
+
 @dex.workflow
 async def steps(ctx: dex.WorkflowContext, n: int) -> int:
     x = 0
@@ -103,8 +120,8 @@ async def then(ctx: dex.WorkflowContext, activity: str, text: str) -> str:
         return f"failed: {exc.failure.type}"
 
 
-WORKFLOWS = [steps, then]
-ACTIVITIES = [step, echo, poisoned, hostile]
+WORKFLOWS = [steps, then, awaits]
+ACTIVITIES = [step, echo, poisoned, hostile, awaited]
 
 
 class Claims:
@@ -166,7 +183,7 @@ def _started(make_engine: Any, chained: float = 5.0, inline: float = 0.005, **fa
         inline_activity_seconds=inline,
         chained_activity_seconds=chained,
     )
-    for activity in ("step", "echo", "poisoned", "hostile"):
+    for activity in ("step", "echo", "poisoned", "hostile", "awaited"):
         engine.activity_worker.durations.record(activity, 0.02)  # too slow for the workflow thread
     claims = Claims(engine.store, **fail)
     engine.start()
@@ -195,6 +212,18 @@ def test_the_next_activities_run_in_the_ended_attempts_thread(make_engine: Any) 
         history = engine.history(run_id)
         dex.testing.replay(steps, history)  # the history the ordinary path writes
         assert sum(isinstance(e.event, ev.ActivityTaskCompleted) for e in history) == 4
+    _healthy(engine)
+
+
+def test_async_activities_awaited_on_the_loop_chain_too(make_engine: Any) -> None:
+    engine, claims = _started(make_engine)
+    run_ids = [engine.start_workflow(awaits, 3) for _ in range(4)]
+    assert [engine.wait(run_id, timeout=30) for run_id in run_ids] == [3] * 4
+    assert _ran("awaited") == [1] * 12  # each activity ran once
+    # most runs: the first activity alone a task (with nothing chained, all twelve are)
+    assert len(claims.tasks) <= 8, len(claims.tasks)
+    for run_id in run_ids:
+        dex.testing.replay(awaits, engine.history(run_id))
     _healthy(engine)
 
 
