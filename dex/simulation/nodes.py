@@ -23,6 +23,7 @@ import attrs
 
 import dex
 from dex.app import coordinator as co
+from dex.app.attempts import Durations
 from dex.app.buffer import ACTIVITY_LANE, WORKFLOW_LANE
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import ActivityTask, WorkflowTask
@@ -176,6 +177,7 @@ def new_node(
     engine_over: Callable[[str, NodeStore], dex.Engine],
     inline: bool,
     monotonic: Callable[[], float],
+    chained: bool = False,
 ) -> Node:
     """A node named ``name`` over the ``shared`` store, its engine made by ``engine_over``,
     armed as a started engine is, its rounds timed by the virtual ``monotonic`` clock."""
@@ -200,7 +202,22 @@ def new_node(
 
     engine.workflow_worker.hand = handed  # type: ignore[method-assign]
     engine.workflow_worker.run_inline(None)
-    if inline:
+    if chained:
+        # every activity too slow for the workflow thread and quick enough to chain: each runs
+        # as a task, and every step answered after it chains the run's next ones (no timing
+        # decides anything: the durations read are fixed)
+        engine.activity_worker.durations = _Chainable()
+        engine.workflow_worker.run_inline(
+            InlineActivities(
+                engine.activity_worker,
+                QueueView(store.activity_slots, ttl=0),
+                name,
+                0.1,
+                threading.Event(),
+                chained=1.0,
+            )
+        )
+    elif inline:
         for activity in engine.registry.activities:
             engine.activity_worker.durations.record(activity, 0.0)
         engine.workflow_worker.run_inline(
@@ -209,6 +226,14 @@ def new_node(
             )
         )
     return node
+
+
+class _Chainable(Durations):
+    """Every activity's attempts typically took 0.5 s: too slow for a workflow thread that runs
+    up to 0.1 s inline, quick enough to chain up to 1 s (``new_node(chained=True)``)."""
+
+    def typical(self, name: str) -> float | None:
+        return 0.5
 
 
 LANES = (("flush-activities", ACTIVITY_LANE), ("flush-workflows", WORKFLOW_LANE))

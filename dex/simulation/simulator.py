@@ -82,6 +82,7 @@ class Simulator:
         adapter_class: type[ObservedAdapter] = ObservedAdapter,
         engine_options: Mapping[str, Any] | None = None,
         inline: bool = False,
+        chained: bool = False,
     ) -> None:
         self.seed, self.faults, self.steps = seed, schedule(faults), steps
         self.node_count, self.max_runs, self.workload = nodes, max_runs, workload
@@ -89,6 +90,9 @@ class Simulator:
         # With inline, every node runs first attempts inline (dex.app.inline) as a started
         # engine does, every activity counting as quick: no timing decides anything here.
         self.inline = inline
+        # With chained, nothing runs in the workflow threads and every answered step chains the
+        # run's next activities in its attempt's thread (Engine(chained_activity_seconds=...)).
+        self.chained = chained
         self.rng = random.Random(seed)
         self.world = World(random.Random(f"world:{seed}"))
         self.clock = dex.testing.VirtualClock()
@@ -118,6 +122,7 @@ class Simulator:
             + ("" if self.workload is STANDARD_WORKLOAD else f", workload={self.workload!r}")
             + (f", engine_options={self.engine_options!r}" if self.engine_options else "")
             + (", inline=True" if self.inline else "")
+            + (", chained=True" if self.chained else "")
             + ("" if type(self.store) is ObservedAdapter else f", adapter_class={type(self.store).__name__}")
             + ").run()"
         )
@@ -187,7 +192,9 @@ class Simulator:
 
     def _new_node(self) -> Node:
         self._node_serial += 1
-        return new_node(f"n{self._node_serial}", self.store, self.rng, self._engine, self.inline, self._monotonic)
+        return new_node(
+            f"n{self._node_serial}", self.store, self.rng, self._engine, self.inline, self._monotonic, self.chained
+        )
 
     def _monotonic(self) -> float:
         """The nodes' monotonic clock: seconds of virtual time since the simulation began."""
