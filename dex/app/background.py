@@ -53,7 +53,9 @@ def timing(
     for name, seconds in zip(("inline_activity_seconds", "chained_activity_seconds"), inline, strict=True):
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
             raise TypeError(f"{name} must be a number, got {seconds!r}")
-        if not seconds >= 0:  # NaN too
+        if seconds != seconds:  # NaN
+            raise ValueError(f"{name} must be a number of seconds, got {seconds!r}")
+        if seconds < 0:
             raise ValueError(f"{name} must not be negative, got {seconds!r}")
     if isinstance(batch_window, bool) or not isinstance(batch_window, (int, float)) or batch_window < 0:
         raise ValueError(f"batch_window must be a number of seconds >= 0, got {batch_window!r}")

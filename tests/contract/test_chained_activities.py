@@ -327,7 +327,9 @@ def test_the_store_failing_a_chains_write_runs_its_activities_again(make_engine:
 def test_the_limit_is_checked(make_engine: Any) -> None:
     with pytest.raises(ValueError, match="chained_activity_seconds must not be negative"):
         make_engine(WORKFLOWS, ACTIVITIES, chained_activity_seconds=-1)
-    with pytest.raises(ValueError, match="chained_activity_seconds must not be negative"):
+    with pytest.raises(ValueError, match="chained_activity_seconds must be a number of seconds, got nan"):
         make_engine(WORKFLOWS, ACTIVITIES, chained_activity_seconds=float("nan"))
+    with pytest.raises(ValueError, match="inline_activity_seconds must be a number of seconds, got nan"):
+        make_engine(WORKFLOWS, ACTIVITIES, inline_activity_seconds=float("nan"))
     with pytest.raises(TypeError, match="chained_activity_seconds must be a number"):
         make_engine(WORKFLOWS, ACTIVITIES, chained_activity_seconds=True)
