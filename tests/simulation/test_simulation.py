@@ -207,14 +207,15 @@ def fingerprint(simulator: Simulator) -> str:
     return digest.hexdigest()
 
 
-def test_the_same_seed_and_faults_give_the_same_trace_and_histories() -> None:
+@pytest.mark.parametrize("options", [{}, CHAINED], ids=["plain", "chained"])
+def test_the_same_seed_and_faults_give_the_same_trace_and_histories(options: dict[str, Any]) -> None:
     faults = [Fault(40, "crash-after-execute", 1), Fault(90, "lease-expiry", 0), Fault(120, "duplicate", 3)]
-    first, second = Simulator(11, faults), Simulator(11, faults)
+    first, second = Simulator(11, faults, **options), Simulator(11, faults, **options)
     first.run()
     second.run()
     assert first.trace == second.trace
     assert fingerprint(first) == fingerprint(second)
-    other = Simulator(12, faults)
+    other = Simulator(12, faults, **options)
     other.run()
     assert other.trace != first.trace
 
