@@ -115,7 +115,7 @@ def wait_for(condition: Any, timeout: float = 10) -> Any:
     while True:
         try:
             value = condition()
-        except (StaleElementReferenceException, NoSuchElementException, WebDriverException) as exc:
+        except WebDriverException as exc:  # (the stale and not-found errors are its subclasses)
             leaving = isinstance(exc, (StaleElementReferenceException, NoSuchElementException)) or (
                 "does not belong to the document" in str(exc.msg)
             )
