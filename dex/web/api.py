@@ -8,6 +8,7 @@ engine's public calls, which check every value as they do for any caller.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 from starlette.requests import Request
@@ -20,6 +21,7 @@ from dex.web.errors import ApiError
 from dex.web.listing import event_document, page_of_runs, run_document, run_query
 from dex.web.operations import Operation, Param, blocking, json
 
+MAX_HISTORY_PAGE = 10_000  # events in one page of a history
 RUN_ID = Param(name="run_id", where="path", description="The run's id")
 STRING = {"type": "string"}
 RUN = {"$ref": "#/components/schemas/Run"}
@@ -51,8 +53,23 @@ async def get_run(request: Request, web: Any) -> Response:
 
 
 async def history(request: Request, web: Any) -> Response:
+    """The whole history; with ``limit``, at most that many events after ``after`` (a sequence
+    number) and ``next_after`` for the next page (null at the end)."""
+    params = request.query_params
+    after = inputs.optional_integer(params, "after", 0, inputs.MAX_SEQ)
+    limit = inputs.optional_integer(params, "limit", 1, MAX_HISTORY_PAGE)
     events = await blocking(web.store.load_history, run_id(request))
-    return json({"events": [event_document(item) for item in events]})
+    if after is not None:
+        events = events[bisect_right([item.sequence_number for item in events], after) :]
+    more = limit is not None and len(events) > limit
+    if limit is not None:
+        events = events[:limit]
+    return json(
+        {
+            "events": [event_document(item) for item in events],
+            "next_after": events[-1].sequence_number if more else None,
+        }
+    )
 
 
 async def start_run(request: Request, web: Any) -> Response:
@@ -164,9 +181,30 @@ def operations() -> list[Operation]:
             method="GET",
             path="/v1/runs/{run_id}/history",
             handler=history,
-            summary="A run's history, oldest first, payloads decoded",
-            params=(RUN_ID,),
-            response={"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}},
+            summary="A run's history, oldest first, payloads decoded; paged with limit and after",
+            params=(
+                RUN_ID,
+                Param(
+                    name="after",
+                    schema={"type": "integer", "minimum": 0},
+                    description="Only events after this sequence number (next_after of the previous page)",
+                ),
+                Param(
+                    name="limit",
+                    schema={"type": "integer", "minimum": 1, "maximum": MAX_HISTORY_PAGE},
+                    description="At most this many events (without it: all of them)",
+                ),
+            ),
+            response={
+                "type": "object",
+                "properties": {
+                    "events": {"type": "array", "items": {"type": "object"}},
+                    "next_after": {
+                        "type": ["integer", "null"],
+                        "description": "after for the next page; null when no event follows",
+                    },
+                },
+            },
         ),
         Operation(
             method="POST",

@@ -31,6 +31,7 @@ from dex.web.errors import bad_request
 
 MAX_BODY = 1 << 20  # a JSON body or form larger than this is refused (1 MiB)
 MAX_PAGE = 500
+MAX_SEQ = 2**63 - 1  # the largest sequence number a history could reach (a bigint)
 
 
 def checked(value: str, field: str) -> str:
@@ -67,9 +68,17 @@ def moment(params: Mapping[str, str], name: str) -> datetime | None:
 
 
 def integer(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    value = optional_integer(params, name, low, high)
+    return default if value is None else value
+
+
+def optional_integer(params: Mapping[str, str], name: str, low: int, high: int) -> int | None:
+    """An integer query parameter from ``low`` to ``high``, or None when it is absent."""
     text = one(params, name)
     if text is None:
-        return default
+        return None
+    if len(text) > 40:  # int() of a long digit string is slow, and no bound needs one
+        raise bad_request(f"{name} must be an integer between {low} and {high}, got {text[:60]!r}…")
     try:
         value = int(text)
     except ValueError:

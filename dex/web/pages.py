@@ -107,7 +107,8 @@ async def _runs_view(request: Request) -> dict[str, Any]:
 async def run_page(request: Request) -> Response:
     web = request.app.state.web
     run_id = inputs.checked(request.path_params["run_id"], "run_id")
-    view = await blocking(run_view, web, run_id, web.store.clock.now())
+    start = inputs.optional_integer(request.query_params, "from", 0, inputs.MAX_SEQ)  # a sequence number
+    view = await blocking(run_view, web, run_id, web.store.clock.now(), start)
     return render(request, "run.html", **view)
 
 

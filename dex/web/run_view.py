@@ -1,12 +1,23 @@
 """The run page's content: the run, its input and outcome pretty-printed, parent and children,
-its steps as a timeline, its pending activities and its full history with decoded payloads."""
+its steps as a timeline, its pending activities and its full history with decoded payloads.
+
+The history is shown a page of :data:`HISTORY_PAGE` events at a time (``?from=`` names the
+first sequence number shown), and the timeline and its table show the steps scheduled among
+those events: a run of fifty thousand activities made a page of 77 MB that took eleven seconds
+to render, and no browser shows it. The pager links to the first, previous, next and last page.
+"""
 
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import attrs
+
+from dex.domain import events as ev
 from dex.domain.errors import SerializationError
 from dex.domain.values import Payload
 from dex.views.render import decode, jsonable, show_payload
@@ -29,12 +40,60 @@ def pretty_payload(payload: Payload | None) -> str:
         return show_payload(payload, limit=None)
 
 
-def run_view(web: Any, run_id: str, now: datetime) -> dict[str, Any]:
+HISTORY_PAGE = 500  # events shown at once
+
+
+@attrs.frozen(kw_only=True)
+class Pager:
+    """Which events of the history a page shows, and where its links lead (``from`` values)."""
+
+    first_seq: int  # shown: first_seq .. last_seq (0 and -1 for an empty history)
+    last_seq: int
+    total: int  # events in the whole history
+    first: int | None  # the first page's ``from``, when this is not it
+    previous: int | None
+    next: int | None
+    last: int | None  # the last page's ``from``, when this is not it
+
+    @property
+    def paged(self) -> bool:
+        return self.first is not None or self.last is not None
+
+
+def history_page(history: Sequence[ev.HistoryEvent], start: int | None, size: int = HISTORY_PAGE) -> tuple[int, Pager]:
+    """The index of the first event shown (the page holding sequence number ``start``, or the
+    first page) and the page's :class:`Pager`. Pages are cut at multiples of ``size`` events,
+    so a link always leads to the same events whatever ``start`` was asked for."""
+    total = len(history)
+    if total == 0:
+        return 0, Pager(first_seq=0, last_seq=-1, total=0, first=None, previous=None, next=None, last=None)
+    seqs = [item.sequence_number for item in history]
+    index = 0 if start is None else min(bisect_left(seqs, start), total - 1)
+    index -= index % size
+    end = min(index + size, total)
+    last_index = (total - 1) - (total - 1) % size
+    return index, Pager(
+        first_seq=seqs[index],
+        last_seq=seqs[end - 1],
+        total=total,
+        first=seqs[0] if index > 0 else None,
+        previous=seqs[index - size] if index > 0 else None,
+        next=seqs[end] if end < total else None,
+        last=seqs[last_index] if index < last_index else None,
+    )
+
+
+def run_view(web: Any, run_id: str, now: datetime, start: int | None = None) -> dict[str, Any]:
+    """What the run page shows; ``start``: a sequence number on the history page to show."""
     run = web.record(run_id)
     history = web.store.load_history(run_id)
     pending = web.insights.pending_activities(run_id, history) if not run.status.is_terminal else []
     created = created_event(history)
-    steps = steps_of(history, pending)
+    index, pager = history_page(history, start)
+    shown = history[index : index + HISTORY_PAGE]
+    # the steps scheduled among the events shown, on an axis from the page's first event
+    steps = [s for s in steps_of(history, pending) if pager.first_seq <= s.seq <= pager.last_seq]
+    origin = shown[0].timestamp if pager.first is not None else run.created_at
     end = run.completed_at or now
     return {
         "run": run,
@@ -46,8 +105,9 @@ def run_view(web: Any, run_id: str, now: datetime) -> dict[str, Any]:
         "task_failure": run.task_failure,
         "task_failure_trace": stack_trace(run.task_failure) if run.task_failure is not None else None,
         "children": children_of(history),
-        "timeline": timeline(steps, run.created_at, end),
+        "timeline": timeline(steps, origin, end),
+        "pager": pager,
         "pending": pending,
-        "history": [{**event_document(item), "text": pretty(event_document(item)["event"])} for item in history],
+        "history": [{**event_document(item), "text": pretty(event_document(item)["event"])} for item in shown],
         "live": not run.status.is_terminal,
     }
