@@ -1,6 +1,6 @@
 """The dashboard and the JSON API over a million runs (issue 24): each page and API call, timed.
 
-    python -m benchmarks.web_pages [--runs 1000000] [--repeat 7]
+    python -m benchmarks.web_pages [--runs 1000000] [--repeat 7] [--long-run 50000]
 
 A fresh schema gets a few runs made by an engine (a completed one, a failed one, one waiting
 on an event, so the run pages have real histories), then ``--runs`` more rows in ``runs``
@@ -10,7 +10,9 @@ names, labels ``{"shop": "eu"|"us", "n": "0".."999"}``; then ``ANALYZE``. (Only 
 grows: the pages read histories by run id, on the primary key.) Each request goes through
 the app in process (Starlette's test client over ``dex.web.create_app(adapter)``: routing,
 the store's queries, the templates, no network); after one warm-up, the median and the
-slowest of ``--repeat`` requests are reported, in milliseconds.
+slowest of ``--repeat`` requests are reported, in milliseconds. ``--long-run N`` then times
+the pages of one run of N activities: its run page, 500 events a page, and its history through
+the API, whole and a page of 1,000 events.
 """
 
 from __future__ import annotations
@@ -62,6 +64,38 @@ async def waiting(ctx: dex.WorkflowContext) -> Any:
     return await ctx.wait_for_event("go")
 
 
+@dex.workflow(name="bench-long")
+async def long_run(ctx: dex.WorkflowContext, n: int) -> int:
+    for i in range(n):
+        await ctx.activity(charge, i)
+    return n
+
+
+def long_history(engine: dex.Engine, http: TestClient, activities: int, repeat: int) -> None:
+    """The run page and the history API over one run of ``activities`` activities (four events
+    each): its first and last page, and the API whole and a page of 1,000 events."""
+    began = time.monotonic()
+    engine.start()  # as a deployment runs it: inline activities, the executor kept between tasks
+    try:
+        run_id = engine.start_workflow(long_run, activities)
+        engine.wait(run_id, timeout=3600)
+    finally:
+        engine.stop()
+    events = len(engine.store.load_history(run_id))
+    print(f"\none run of {activities:,} activities ({events:,} events) ran in {time.monotonic() - began:.1f} s")
+    print("| request | median ms | slowest ms | bytes |")
+    print("|---|---|---|---|")
+    for name, url in (
+        ("run page (first page of its history)", f"/runs/{run_id}"),
+        ("run page (last page)", f"/runs/{run_id}?from={events}"),
+        ("GET /v1/runs/{id}/history (whole)", f"/v1/runs/{run_id}/history"),
+        ("GET /v1/runs/{id}/history?limit=1000&after=...", f"/v1/runs/{run_id}/history?limit=1000&after={events // 2}"),
+    ):
+        median, slowest, status = timed(http, url, repeat)
+        mark = "" if status == 200 else f" (status {status})"
+        print(f"| {name}{mark} | {median:.1f} | {slowest:.1f} | {len(http.get(url).content):,} |")
+
+
 BULK = """
 INSERT INTO {s}.runs (run_id, workflow_name, queue, status, priority, labels, created_at, started_at,
     completed_at, last_seq)
@@ -105,12 +139,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument(
+        "--long-run", type=int, default=0, metavar="N", help="also time the pages of one run of N activities"
+    )
     args = parser.parse_args()
     dsn = postgres_dsn()
     with fresh_schema(dsn, prefix="dex_bench_web") as schema:
         adapter = PostgresAdapter(dsn, schema=schema, max_connections=4)
         try:
-            engine = dex.Engine(adapter, workflows=[order, failing, waiting], activities=[charge, explode])
+            engine = dex.Engine(adapter, workflows=[order, failing, waiting, long_run], activities=[charge, explode])
             done = engine.start_workflow(order, 5, labels={"shop": "eu"})
             bad = engine.start_workflow(failing)
             live = engine.start_workflow(waiting, labels={"shop": "eu"})
@@ -156,6 +193,8 @@ def main() -> None:
                 median, slowest, status = timed(http, url, args.repeat)
                 mark = "" if status == 200 else f" (status {status})"
                 print(f"| {name}{mark} | {median:.1f} | {slowest:.1f} |")
+            if args.long_run:
+                long_history(engine, http, args.long_run, min(args.repeat, 3))
         finally:
             adapter.close()
 

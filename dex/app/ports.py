@@ -208,6 +208,12 @@ class RunStore(Protocol):
 
     def load_history(self, run_id: str) -> list[ev.HistoryEvent]: ...
 
+    def load_history_after(self, run_id: str, after_seq: int, limit: int) -> list[ev.HistoryEvent]:
+        """At most ``limit`` events of the run's history with sequence numbers above
+        ``after_seq``, oldest first, reading little more than those (a page of a long history).
+        RunNotFoundError if there is no such run."""
+        ...
+
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         """Put a message in a run's inbox. RunNotFoundError / InvalidStateError (terminal run)."""
         ...

@@ -58,9 +58,12 @@ async def history(request: Request, web: Any) -> Response:
     params = request.query_params
     after = inputs.optional_integer(params, "after", 0, inputs.MAX_SEQ)
     limit = inputs.optional_integer(params, "limit", 1, MAX_HISTORY_PAGE)
-    events = await blocking(web.store.load_history, run_id(request))
-    if after is not None:
-        events = events[bisect_right([item.sequence_number for item in events], after) :]
+    if limit is not None:  # one more than asked for says whether a next page exists
+        events = await blocking(web.store.load_history_after, run_id(request), after or 0, limit + 1)
+    else:
+        events = await blocking(web.store.load_history, run_id(request))
+        if after is not None:
+            events = events[bisect_right([item.sequence_number for item in events], after) :]
     more = limit is not None and len(events) > limit
     if limit is not None:
         events = events[:limit]

@@ -260,3 +260,34 @@ def _alert(browser: Any) -> Any:
         return browser.switch_to.alert
     except NoAlertPresentException:
         return None
+
+
+def test_a_long_history_is_walked_by_its_page_links(browser: Any) -> None:
+    from tests.web.test_history_pages import STEPS, long_run
+
+    engine = dex.Engine(InMemoryAdapter(), workflows=[long_run], activities=ACTIVITIES, poll_interval=0.01)
+    engine.start()
+    try:
+        run_id = engine.start_workflow(long_run, STEPS)
+        assert engine.wait(run_id, timeout=60) == STEPS
+        seqs = [item.sequence_number for item in engine.store.load_history(run_id)]
+        with serve(create_app(engine)) as base:
+            console_errors(browser)  # reading the log empties it: what earlier pages left goes
+            browser.get(f"{base}/runs/{run_id}")
+
+            def shown() -> list[int]:
+                rows = browser.find_elements("css selector", "#history tbody tr td:first-child")
+                return [int(cell.text) for cell in rows]
+
+            assert wait_for(lambda: shown() == seqs[:500])
+            browser.find_element("id", "history-next").click()
+            assert wait_for(lambda: shown() == seqs[500:1000])
+            browser.find_element("id", "history-last").click()
+            last = (len(seqs) - 1) // 500 * 500
+            assert wait_for(lambda: shown() == seqs[last:])
+            assert f"of {len(seqs)}" in browser.find_element("id", "history-pager").text
+            browser.find_element("id", "history-first").click()
+            assert wait_for(lambda: shown() == seqs[:500])
+            assert console_errors(browser) == []
+    finally:
+        engine.stop(timeout=5)

@@ -25,6 +25,15 @@ async def long_run(ctx: dex.WorkflowContext, n: int) -> int:
     return n
 
 
+@dex.workflow(name="web-again")
+async def again(ctx: dex.WorkflowContext, n: int) -> int:
+    for i in range(5):
+        await ctx.activity(charge, i)
+    if n > 0:
+        ctx.continue_as_new(n - 1)
+    return n
+
+
 def history_rows(page: str) -> list[int]:
     """The sequence numbers of the rows of the page's history table."""
     table = page.split('id="history"', 1)[1].split("</table>", 1)[0]
@@ -127,6 +136,27 @@ def test_the_api_pages_a_history_with_limit_and_after(long_engine: Any) -> None:
         assert http.get(f"/v1/runs/{run_id}/history?after={seqs[-1]}").json() == {"events": [], "next_after": None}
         described = http.get("/v1/openapi.json").json()["paths"]["/v1/runs/{run_id}/history"]["get"]
         assert {p["name"] for p in described["parameters"]} >= {"run_id", "after", "limit"}
+
+
+def test_the_pages_of_a_continued_run_start_at_its_first_stored_event(make_engine: Any) -> None:
+    engine = make_engine([*WORKFLOWS, again], ACTIVITIES)
+    run_id = engine.start_workflow(again, 2)
+    engine.drain()
+    whole = [item.sequence_number for item in engine.store.load_history(run_id)]
+    assert whole[0] > 1  # the last generation numbers on from the one before
+    with client(create_app(engine)) as http:
+        gathered: list[int] = []
+        query = "limit=3"
+        while True:
+            body = http.get(f"/v1/runs/{run_id}/history?{query}").json()
+            gathered += [e["sequence_number"] for e in body["events"]]
+            if body["next_after"] is None:
+                break
+            query = f"limit=3&after={body['next_after']}"
+        assert gathered == whole
+        page = http.get(f"/runs/{run_id}?from=1").text  # before its first event: the first page
+        assert history_rows(page) == whole[:HISTORY_PAGE]
+        assert http.get("/v1/runs/nope/history?limit=5").status_code == 404
 
 
 @pytest.mark.parametrize(

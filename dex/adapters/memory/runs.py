@@ -7,6 +7,7 @@ deletes finished runs. Part of :class:`dex.adapters.memory.InMemoryAdapter`.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -60,6 +61,16 @@ class MemoryRuns(MemoryState):
             if row is None:
                 raise RunNotFoundError(f"no run with id {run_id!r}")
             return list(row.history)
+
+    def load_history_after(self, run_id: str, after_seq: int, limit: int) -> list[ev.HistoryEvent]:
+        storable.text(run_id, "run_id")
+        with self._lock:
+            row = self._runs.get(run_id)
+            if row is None:
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            history = row.history
+            start = bisect_right(history, after_seq, key=lambda item: item.sequence_number)
+            return list(history[start : start + max(limit, 0)])
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         storable.text(run_id, "run_id")

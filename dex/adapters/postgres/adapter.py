@@ -226,6 +226,15 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
             encoded = runs.load_history(conn, self._q, run_id)
         return [event for data in encoded for event in decode_block(data)]
 
+    def load_history_after(self, run_id: str, after_seq: int, limit: int) -> list[ev.HistoryEvent]:
+        if limit <= 0:
+            return []
+        after_seq, limit = max(-1, min(after_seq, 2**62)), min(limit, 2**31)  # no sum leaves a bigint
+        with self._statement() as conn:
+            encoded = runs.load_history_after(conn, self._q, run_id, after_seq, limit)
+        events = (event for data in encoded for event in decode_block(data))
+        return [event for event in events if event.sequence_number > after_seq][:limit]
+
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         with self._transaction() as conn:
             runs.send_message(conn, self._q, run_id, message, now)

@@ -278,6 +278,25 @@ def load_history(conn: psycopg.Connection, q: Statements, run_id: str) -> list[b
     return [row[0] for row in rows]
 
 
+def load_history_after(conn: psycopg.Connection, q: Statements, run_id: str, after_seq: int, limit: int) -> list[bytes]:
+    """The blocks holding the run's ``limit`` events after ``after_seq`` (and the rest of the
+    last block), oldest first. The stored history is one generation of consecutive sequence
+    numbers, so the events wanted are those up to ``limit`` past the later of ``after_seq`` and
+    the number before the first stored one; served by the primary key ``(run_id, first_seq)``."""
+    rows = conn.execute(
+        q(
+            "SELECT events FROM {s}.history WHERE run_id = %(run)s AND last_seq > %(after)s"
+            " AND first_seq <= GREATEST(%(after)s,"
+            "  (SELECT min(f.first_seq) - 1 FROM {s}.history f WHERE f.run_id = %(run)s)) + %(limit)s"
+            " ORDER BY first_seq"
+        ),
+        {"run": run_id, "after": after_seq, "limit": limit},
+    ).fetchall()
+    if not rows and conn.execute(q("SELECT 1 FROM {s}.runs WHERE run_id = %s"), [run_id]).fetchone() is None:
+        raise RunNotFoundError(f"no run with id {run_id!r}")
+    return [row[0] for row in rows]
+
+
 def _live_status(conn: psycopg.Connection, q: Statements, run_id: str, lock: str) -> RunStatus:
     row = conn.execute(q("SELECT status FROM {s}.runs WHERE run_id = %s " + lock), [run_id]).fetchone()
     if row is None:

@@ -110,6 +110,24 @@ class RunStoreContract(PortContract):
         with pytest.raises(RunNotFoundError):
             store.load_history("nope")
 
+    def test_a_page_of_history_is_the_events_after_a_sequence_number(self, store: Store, clock: VirtualClock) -> None:
+        start(store, clock, "r1")
+        for i in range(4):  # blocks of several events each
+            store.send_message("r1", event(f"e{i}"), clock.now())
+            step(store, clock, "r1", activities=["a"] * i)
+        whole = store.load_history("r1")
+        seqs = [item.sequence_number for item in whole]
+        assert seqs == list(range(1, len(whole) + 1)) and len(whole) > 12
+        for after in range(-1, len(whole) + 2):
+            for limit in (1, 2, 5, len(whole) + 3):
+                page = store.load_history_after("r1", after, limit)
+                assert page == [item for item in whole if item.sequence_number > after][:limit], (after, limit)
+        assert store.load_history_after("r1", 3, 0) == []
+        assert store.load_history_after("r1", 2**63 - 1, 10) == []  # beyond any number: nothing, no overflow
+        assert store.load_history_after("r1", 0, 2**40) == whole
+        with pytest.raises(RunNotFoundError):
+            store.load_history_after("nope", 0, 10)
+
     def test_runs_are_listed_newest_first_and_in_creation_order_at_one_instant(
         self, store: Store, clock: VirtualClock
     ) -> None:
