@@ -103,6 +103,8 @@ def test_pages_and_api_calls_never_scan_the_runs_table_whole() -> None:
                     "/runs?status=FAILED",
                     f"/runs/{done}",
                     f"/v1/runs/{done}/history",
+                    f"/v1/runs/{done}/history?limit=2&after=1",  # a page: Store.load_history_after
+                    f"/runs/{done}?from=3",
                 ):
                     assert http.get(url).status_code == 200, url
         finally:

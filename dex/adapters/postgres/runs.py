@@ -280,14 +280,18 @@ def load_history(conn: psycopg.Connection, q: Statements, run_id: str) -> list[b
 
 def load_history_after(conn: psycopg.Connection, q: Statements, run_id: str, after_seq: int, limit: int) -> list[bytes]:
     """The blocks holding the run's ``limit`` events after ``after_seq`` (and the rest of the
-    last block), oldest first. The stored history is one generation of consecutive sequence
-    numbers, so the events wanted are those up to ``limit`` past the later of ``after_seq`` and
-    the number before the first stored one; served by the primary key ``(run_id, first_seq)``."""
+    first and last block), oldest first. The stored history is one generation of consecutive
+    sequence numbers, so the blocks wanted run from the one holding ``after_seq + 1`` (the
+    first, if that lies before it) to the one holding the event ``limit`` past the later of
+    ``after_seq`` and the number before the first stored one: both ends found on the primary
+    key ``(run_id, first_seq)``, so a page far into a long history reads only its blocks."""
     rows = conn.execute(
         q(
             "SELECT events FROM {s}.history WHERE run_id = %(run)s AND last_seq > %(after)s"
-            " AND first_seq <= GREATEST(%(after)s,"
-            "  (SELECT min(f.first_seq) - 1 FROM {s}.history f WHERE f.run_id = %(run)s)) + %(limit)s"
+            " AND first_seq >= COALESCE((SELECT b.first_seq FROM {s}.history b"
+            "  WHERE b.run_id = %(run)s AND b.first_seq <= %(after)s + 1 ORDER BY b.first_seq DESC LIMIT 1), 0)"
+            " AND first_seq <= GREATEST(%(after)s, (SELECT f.first_seq - 1 FROM {s}.history f"
+            "  WHERE f.run_id = %(run)s ORDER BY f.first_seq LIMIT 1)) + %(limit)s"
             " ORDER BY first_seq"
         ),
         {"run": run_id, "after": after_seq, "limit": limit},
