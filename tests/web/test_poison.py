@@ -91,7 +91,9 @@ def test_a_body_that_is_not_utf8_or_too_big_is_a_400(engine: dex.Engine, http: A
 class FailingStore:
     """A store whose reads fail while ``failing`` is set (with ``error``)."""
 
-    READS = frozenset({"get_run", "list_runs", "load_history", "list_queues", "list_schedules", "get_schedule"})
+    READS = frozenset(
+        {"get_run", "list_runs", "load_history", "load_history_after", "list_queues", "list_schedules", "get_schedule"}
+    )
 
     def __init__(self, store: Any) -> None:
         self._store = store
@@ -132,11 +134,12 @@ def test_a_store_failing_mid_request_is_a_json_5xx_and_the_next_run_completes(
     run_id = engine.start_workflow(checkout, 1)
     with client(create_app(engine)) as http:
         store.failing, store.error = True, error
-        for url in ("/v1/runs", f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/history", "/v1/queues"):
+        history = f"/v1/runs/{run_id}/history"
+        for url in ("/v1/runs", f"/v1/runs/{run_id}", history, f"{history}?limit=5&after=1", "/v1/queues"):
             response = http.get(url)
             assert response.status_code == status, url
             assert set(response.json()["error"]) == {"type", "message"}
-        for page in ("/", "/runs", f"/runs/{run_id}", "/queues"):
+        for page in ("/", "/runs", f"/runs/{run_id}", f"/runs/{run_id}?from=2", "/queues"):
             assert http.get(page).status_code == status, page
         store.failing = False
         healthy_run_completes(engine, http)
