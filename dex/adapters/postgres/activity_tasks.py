@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, activity_task, inbox_row, insert_inbox
+from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, activity_task, inbox_insert, inbox_row
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_ACTIVITIES, Statements
 from dex.app.ports import ActivityOutcome, ActivityTask
 
@@ -172,34 +172,60 @@ def extend_activity_leases(
 def complete_activity_tasks(
     conn: psycopg.Connection, q: Statements, outcomes: Sequence[ActivityOutcome], now: datetime
 ) -> list[bool]:
+    """Write ``outcomes`` (retries among them) in the caller's transaction: which applied. Both
+    reads go out before either answer is read (one round trip in a pipeline)."""
     if not outcomes:
         return []
+    live, leases = (conn.execute(query, params) for query, params in completion_reads(q, outcomes))
+    applied, writes = completion_writes(q, outcomes, live.fetchall(), leases.fetchall(), now)
+    for query, params in writes:
+        conn.execute(query, params)
+    return applied
+
+
+Statement = tuple[Any, list[Any]]  # a query and its parameters
+
+
+def completion_reads(q: Statements, outcomes: Sequence[ActivityOutcome]) -> tuple[Statement, Statement]:
+    """The two reads that a completion of ``outcomes`` decides on, in this order:
+
+    1. the runs that receive a message, FOR SHARE and in order: a run that a concurrent
+       workflow task is ending makes us wait, and then it is no longer live (message dropped);
+    2. the task rows, FOR UPDATE in (queue, task_id) order, with their current lease.
+
+    The synchronous path (:func:`complete_activity_tasks`) and an ``async def`` transaction step
+    (transactions.py) send the same statements."""
     tasks = [outcome.task for outcome in outcomes]
-    # 1. the runs that receive a message, FOR SHARE and in order: a run that a concurrent
-    #    workflow task is ending makes us wait, and then it is no longer live (message dropped)
-    live_runs = {
-        row[0]
-        for row in conn.execute(
-            q(
-                "SELECT run_id FROM {s}.runs WHERE run_id = ANY(%b::text[]) AND status IN "
-                + LIVE
-                + " ORDER BY run_id FOR SHARE"
-            ),
-            [sorted({task.run_id for task in tasks})],
-        ).fetchall()
-    }
-    # 2. the task rows, FOR UPDATE in (queue, task_id) order, with their current lease
-    leases = {
-        (queue, task_id): (owner, version)
-        for queue, task_id, owner, version in conn.execute(
-            q(
-                "SELECT t.queue, t.task_id, t.locked_by, t.lock_version FROM {s}.activity_tasks t"
-                " WHERE (t.queue, t.task_id) IN (SELECT w.queue, w.task_id FROM " + _WANTED + ")"
-                " ORDER BY t.queue, t.task_id FOR UPDATE OF t"
-            ),
-            _lease_arrays(tasks),
-        ).fetchall()
-    }
+    live = (
+        q(
+            "SELECT run_id FROM {s}.runs WHERE run_id = ANY(%b::text[]) AND status IN "
+            + LIVE
+            + " ORDER BY run_id FOR SHARE"
+        ),
+        [sorted({task.run_id for task in tasks})],
+    )
+    leases = (
+        q(
+            "SELECT t.queue, t.task_id, t.locked_by, t.lock_version FROM {s}.activity_tasks t"
+            " WHERE (t.queue, t.task_id) IN (SELECT w.queue, w.task_id FROM " + _WANTED + ")"
+            " ORDER BY t.queue, t.task_id FOR UPDATE OF t"
+        ),
+        _lease_arrays(tasks),
+    )
+    return live, leases
+
+
+def completion_writes(
+    q: Statements,
+    outcomes: Sequence[ActivityOutcome],
+    live_rows: Sequence[Any],
+    lease_rows: Sequence[Any],
+    now: datetime,
+) -> tuple[list[bool], list[Statement]]:
+    """Which outcomes apply, given the answers of :func:`completion_reads`, and the statements
+    that write them: an outcome whose lease was lost applies nothing."""
+    live_runs = {row[0] for row in live_rows}
+    leases = {(queue, task_id): (owner, version) for queue, task_id, owner, version in lease_rows}
     applied: list[bool] = []
     retries: list[ActivityOutcome] = []
     finished: list[ActivityOutcome] = []
@@ -211,30 +237,35 @@ def complete_activity_tasks(
         del leases[key]  # the lease is used up: a second outcome for this attempt finds it gone
         (retries if outcome.retry_at is not None else finished).append(outcome)
         applied.append(True)
+    writes: list[Statement] = []
     if retries:
-        conn.execute(
-            q(
-                "UPDATE {s}.activity_tasks t"
-                " SET state = 'CREATED', visible_from = r.retry_at, attempt = t.attempt + r.counts,"
-                "     locked_by = NULL, locked_until = NULL"
-                " FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[], %b::int[])"
-                "   AS r(queue, task_id, retry_at, counts)"
-                " WHERE t.queue = r.queue AND t.task_id = r.task_id"
-            ),
-            [
-                [o.task.queue for o in retries],
-                [o.task.task_id for o in retries],
-                [o.retry_at for o in retries],
-                [int(o.counts) for o in retries],  # a retry the machinery caused is the same attempt
-            ],
+        writes.append(
+            (
+                q(
+                    "UPDATE {s}.activity_tasks t"
+                    " SET state = 'CREATED', visible_from = r.retry_at, attempt = t.attempt + r.counts,"
+                    "     locked_by = NULL, locked_until = NULL"
+                    " FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[], %b::int[])"
+                    "   AS r(queue, task_id, retry_at, counts)"
+                    " WHERE t.queue = r.queue AND t.task_id = r.task_id"
+                ),
+                [
+                    [o.task.queue for o in retries],
+                    [o.task.task_id for o in retries],
+                    [o.retry_at for o in retries],
+                    [int(o.counts) for o in retries],  # a retry the machinery caused is the same attempt
+                ],
+            )
         )
     if finished:
-        conn.execute(
-            q(
-                "DELETE FROM {s}.activity_tasks t USING unnest(%b::text[], %b::bigint[]) AS d(queue, task_id)"
-                " WHERE t.queue = d.queue AND t.task_id = d.task_id"
-            ),
-            [[o.task.queue for o in finished], [o.task.task_id for o in finished]],
+        writes.append(
+            (
+                q(
+                    "DELETE FROM {s}.activity_tasks t USING unnest(%b::text[], %b::bigint[]) AS d(queue, task_id)"
+                    " WHERE t.queue = d.queue AND t.task_id = d.task_id"
+                ),
+                [[o.task.queue for o in finished], [o.task.task_id for o in finished]],
+            )
         )
         messages = []
         for outcome in finished:
@@ -242,8 +273,10 @@ def complete_activity_tasks(
             assert message is not None
             if outcome.task.run_id in live_runs:  # a finished or deleted run gets nothing
                 messages.append(inbox_row(outcome.task.run_id, message, now))
-        insert_inbox(conn, q, messages)
-    return applied
+        inserting = inbox_insert(q, messages)
+        if inserting is not None:
+            writes.append(inserting)
+    return applied, writes
 
 
 def find_activity_tasks(conn: psycopg.Connection, q: Statements, task_ids: Sequence[int]) -> list[ActivityTask | None]:

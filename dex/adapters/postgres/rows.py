@@ -114,10 +114,17 @@ def history_row(run_id: str, events: Sequence[ev.HistoryEvent]) -> HistoryRow:
 
 def insert_inbox(conn: psycopg.Connection, q: Statements, rows: Sequence[InboxRow]) -> None:
     """Append messages; message ids follow the order of ``rows`` (one statement for all)."""
+    inserting = inbox_insert(q, rows)
+    if inserting is not None:
+        conn.execute(*inserting)
+
+
+def inbox_insert(q: Statements, rows: Sequence[InboxRow]) -> tuple[Any, list[Any]] | None:
+    """:func:`insert_inbox`'s statement and parameters (None for no rows)."""
     if not rows:
-        return
+        return None
     run_ids, kinds, messages, visible = zip(*rows, strict=True)
-    conn.execute(
+    return (
         q(
             "INSERT INTO {s}.inbox (run_id, kind, message, visible_from)"
             " SELECT m.run_id, m.kind, m.message, m.visible_from"

@@ -12,10 +12,14 @@ that rare cycle is a deadlock PostgreSQL breaks by failing one side (a step's at
 retried; a batch of workflow results is written again by the buffer).
 
 An ``async def`` step gets a ``psycopg.AsyncConnection`` of the adapter's own for async steps
-(:mod:`.async_sessions`: kept from one step to the next, its session restored in between);
-dex's statements run on it through :class:`LoopBridge`, which sends each one on the
-connection's event loop, so the same SQL serves both. Starts and events through the
-application's connection (``connection=``) go the same way, never committing.
+(:mod:`.async_sessions`: kept from one step to the next, its session restored in between), and
+its whole attempt is one coroutine on that connection's event loop (:func:`complete_async`):
+the lease check, the function, the completion (the statements of
+:func:`~dex.adapters.postgres.activity_tasks.completion_reads` and ``completion_writes``, which
+the synchronous completion sends too) and the commit, in three round trips after the
+function's own. Starts and events through the application's ``AsyncConnection``
+(``connection=``) send dex's statements through :class:`LoopBridge`, each one on the
+connection's loop from the caller's thread, never committing.
 """
 
 from __future__ import annotations
@@ -87,61 +91,23 @@ class LoopBridge:
         return result
 
 
-class DeferringBridge(LoopBridge):
-    """A :class:`LoopBridge` that holds statements back until an answer is asked for (or
-    :meth:`flush`), then sends all it holds on the loop in one hand-over: the writes of a
-    completion, whose answers nobody reads, go with the commit. A statement's error is raised
-    where its batch is sent, as a pipeline's is; the ones after it are not sent."""
-
-    def __init__(self, conn: psycopg.AsyncConnection, run: Run) -> None:
-        super().__init__(conn, run)
-        self._held: list[tuple[Any, Any, bool | None, _Deferred]] = []
-
-    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None) -> _Result:
-        deferred = _Deferred(self)
-        self._held.append((query, params, prepare, deferred))
-        return deferred
-
-    def flush(self, then: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> None:
-        """Send what is held (and then await ``then()``, the commit say) in one hand-over."""
-        held, self._held = self._held, []
-
-        async def go() -> None:
-            for query, params, prepare, deferred in held:
-                cursor = await self.conn.execute(query, params, prepare=prepare)
-                rows = await cursor.fetchall() if cursor.description is not None else []
-                deferred.answered(rows, cursor.rowcount)
-            if then is not None:
-                await then()
-
-        self._run(go())
-
-
-class _Deferred(_Result):
-    """A held statement's answer: asking for it sends what its bridge holds (:meth:`answered`)."""
-
-    def __init__(self, bridge: DeferringBridge) -> None:
-        super().__init__([], -1)
-        self._bridge, self._sent = bridge, False
-
-    def answered(self, rows: list[Any], rowcount: int) -> None:
-        self._rows, self._rowcount, self._sent = rows, rowcount, True
-
-    def _wait(self) -> None:
-        if not self._sent:
-            self._bridge.flush()
-
-
 def _lease_held(conn: Any, q: Statements, task: ActivityTask) -> int | None:
     """The transaction's id if the task's lease is still this attempt's (its row locked until the
     commit, so no claim, which skips locked rows, can take the task over), else None."""
-    row = conn.execute(
+    return _held_by(conn.execute(*_lease_check(q, task)).fetchone(), task)
+
+
+def _lease_check(q: Statements, task: ActivityTask) -> tuple[Any, list[Any]]:
+    return (
         q(
             "SELECT locked_by, lock_version, txid_current() FROM {s}.activity_tasks"
             " WHERE queue = %s AND task_id = %s FOR UPDATE"
         ),
         [task.queue, task.task_id],
-    ).fetchone()
+    )
+
+
+def _held_by(row: Any, task: ActivityTask) -> int | None:
     held = row is not None and (row[0], row[1]) == (task.lease.owner, task.lease.version)
     return int(row[2]) if held else None
 
@@ -248,41 +214,60 @@ def complete_async(
 ) -> bool:
     """The step of an ``async def`` on an asynchronous connection of ``sessions`` (kept from one
     step to the next: async_sessions.py), watched by ``watch`` (given the session's process id)
-    until just before the connection is given back."""
+    until just before the connection is given back. The whole attempt is one coroutine on the
+    connection's loop, handed over once: taking the session, the lease check, the function, the
+    completion's statements, the commit and giving the session back."""
     assert step.async_work is not None and step.run_async is not None
-    run = step.run_async
-    conn: psycopg.AsyncConnection = run(sessions.take(_LEVELS[step.isolation]))
+    done: bool = step.run_async(_attempt_on_loop(sessions, q, clock, step, watch))
+    return done
+
+
+async def _attempt_on_loop(
+    sessions: AsyncSessions,
+    q: Statements,
+    clock: Clock,
+    step: TransactionStep,
+    watch: Callable[[int], AbstractContextManager[object]],
+) -> bool:
+    conn: psycopg.AsyncConnection = await sessions.take(_LEVELS[step.isolation])
     try:
         with watch(conn.info.backend_pid):
-            return _complete_async(conn, q, clock, step)
+            return await _complete_on_loop(conn, q, clock, step)
     finally:
         try:
-            run(sessions.give_back(conn))
-        except Exception:  # noqa: BLE001 - the loop is gone: the step's outcome stands, the session goes
+            await sessions.give_back(conn)
+        except Exception:  # noqa: BLE001 - the step's outcome stands; the session goes
             conn.pgconn.finish()
 
 
-def _complete_async(conn: psycopg.AsyncConnection, q: Statements, clock: Clock, step: TransactionStep) -> bool:
-    assert step.async_work is not None and step.run_async is not None
-    run = step.run_async
-    # each statement's hand-over to the loop and back costs more than the statement: the
-    # completion's writes wait, and go with the commit (its reads go with what is held then)
-    bridge = DeferringBridge(conn, run)
+async def _complete_on_loop(conn: psycopg.AsyncConnection, q: Statements, clock: Clock, step: TransactionStep) -> bool:
+    assert step.async_work is not None
     try:
-        began = _lease_held(bridge, q, step.task)
+        began = _held_by(await (await conn.execute(*_lease_check(q, step.task))).fetchone(), step.task)
         if began is None:
-            run(conn.rollback())
+            await conn.rollback()
             return False
-        result = run(step.async_work(conn))
+        result = await step.async_work(conn)
         failed = failed_transaction(conn.info.transaction_status)
         if failed is not None:
             raise failed
         try:
-            current = bridge.execute(CURRENT_TRANSACTION)
-            _complete(bridge, q, step, result, clock.now())
-            if _xid(current.fetchone()) != began:  # (sent with the completion's first read)
+            outcomes = [ActivityOutcome(task=step.task, result=result)]
+            # the reads the completion decides on, with the transaction's id: one round trip
+            async with conn.pipeline():
+                current = await conn.execute(CURRENT_TRANSACTION)
+                live, leases = [await conn.execute(*read) for read in activity_tasks.completion_reads(q, outcomes)]
+            if _xid(await current.fetchone()) != began:
                 raise ended_by_the_function(step.task.name)
-            bridge.flush(then=conn.commit)
+            (applied,), writes = activity_tasks.completion_writes(
+                q, outcomes, await live.fetchall(), await leases.fetchall(), clock.now()
+            )
+            if not applied:  # cannot happen while the row is locked: a bug, and the transaction rolls back
+                raise RuntimeError(f"the lease of task {step.task.task_id} changed while its row was locked")
+            async with conn.pipeline():  # the writes and the commit: one round trip
+                for query, params in writes:
+                    await conn.execute(query, params)
+                await conn.commit()
         except psycopg.Error as exc:
             if statement_error(conn, exc):
                 raise StepFailed(exc) from None
@@ -291,7 +276,7 @@ def _complete_async(conn: psycopg.AsyncConnection, q: Statements, clock: Clock, 
     except BaseException:
         if not conn.closed:
             try:
-                run(conn.rollback())
+                await conn.rollback()
             except Exception:  # noqa: BLE001 - the connection is closed next; the server rolls back
                 pass
         raise
