@@ -3,7 +3,7 @@ its steps as a timeline, its pending activities and its full history with decode
 
 The history is shown a page of :data:`HISTORY_PAGE` events at a time (``?from=`` names the
 first sequence number shown), and the timeline and its table show the steps scheduled among
-those events: a run of fifty thousand activities made a page of 77 MB that took eleven seconds
+those events: a run of fifty thousand activities made a page of 80 MB that took ten seconds
 to render, and no browser shows it. The pager links to the first, previous, next and last page.
 """
 
