@@ -218,26 +218,20 @@ def complete_async(
     connection's loop, handed over once: taking the session, the lease check, the function, the
     completion's statements, the commit and giving the session back."""
     assert step.async_work is not None and step.run_async is not None
-    done: bool = step.run_async(_attempt_on_loop(sessions, q, clock, step, watch))
-    return done
 
-
-async def _attempt_on_loop(
-    sessions: AsyncSessions,
-    q: Statements,
-    clock: Clock,
-    step: TransactionStep,
-    watch: Callable[[int], AbstractContextManager[object]],
-) -> bool:
-    conn: psycopg.AsyncConnection = await sessions.take(_LEVELS[step.isolation])
-    try:
-        with watch(conn.info.backend_pid):
-            return await _complete_on_loop(conn, q, clock, step)
-    finally:
+    async def attempt() -> bool:
+        conn: psycopg.AsyncConnection = await sessions.take(_LEVELS[step.isolation])
         try:
-            await sessions.give_back(conn)
-        except Exception:  # noqa: BLE001 - the step's outcome stands; the session goes
-            conn.pgconn.finish()
+            with watch(conn.info.backend_pid):
+                return await _complete_on_loop(conn, q, clock, step)
+        finally:
+            try:
+                await sessions.give_back(conn)
+            except Exception:  # noqa: BLE001 - the step's outcome stands; the session goes
+                conn.pgconn.finish()
+
+    done: bool = step.run_async(attempt())
+    return done
 
 
 async def _complete_on_loop(conn: psycopg.AsyncConnection, q: Statements, clock: Clock, step: TransactionStep) -> bool:
