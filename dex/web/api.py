@@ -8,7 +8,6 @@ engine's public calls, which check every value as they do for any caller.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Any
 
 from starlette.requests import Request
@@ -58,15 +57,13 @@ async def history(request: Request, web: Any) -> Response:
     params = request.query_params
     after = inputs.optional_integer(params, "after", 0, inputs.MAX_SEQ)
     limit = inputs.optional_integer(params, "limit", 1, MAX_HISTORY_PAGE)
-    if limit is not None:  # one more than asked for says whether a next page exists
-        events = await blocking(web.store.load_history_after, run_id(request), after or 0, limit + 1)
-    else:
+    if limit is None and after is None:
         events = await blocking(web.store.load_history, run_id(request))
-        if after is not None:
-            events = events[bisect_right([item.sequence_number for item in events], after) :]
+    else:  # one more than asked for says whether a next page exists
+        wanted = (limit if limit is not None else inputs.MAX_SEQ) + 1
+        events = await blocking(web.store.load_history_after, run_id(request), after or 0, wanted)
     more = limit is not None and len(events) > limit
-    if limit is not None:
-        events = events[:limit]
+    events = events[:limit]
     return json(
         {
             "events": [event_document(item) for item in events],

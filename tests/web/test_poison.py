@@ -157,8 +157,10 @@ def test_an_unprintable_exception_from_the_store_is_still_answered(make_engine: 
     engine = dex.Engine(store, workflows=WORKFLOWS, activities=ACTIVITIES)  # type: ignore[arg-type]
     with client(create_app(engine)) as http:
         store.failing, store.error = True, Unprintable()
-        response = http.get("/v1/runs")
-        assert response.status_code == 500 and "Unprintable" in response.json()["error"]["message"]
+        run_id = engine.start_workflow(checkout, 1)
+        for url in ("/v1/runs", f"/v1/runs/{run_id}/history?limit=2"):
+            response = http.get(url)
+            assert response.status_code == 500 and "Unprintable" in response.json()["error"]["message"], url
         store.failing = False
         healthy_run_completes(engine, http)
 
