@@ -18,6 +18,7 @@ from dex.domain import events as ev
 from dex.domain.coroutines import DexFuture
 from dex.domain.definitions import validate_optional_text
 from dex.domain.retry import RetryPolicy
+from dex.domain.values import Payload
 
 T = TypeVar("T")
 
@@ -65,6 +66,8 @@ class StepIssuer(Protocol):
 
     def side_effect(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any: ...
 
+    def encode_arguments(self, args: tuple[Any, ...]) -> tuple[Payload, ...]: ...
+
     def patched(self, patch_id: str) -> bool: ...
 
     def deprecate_patch(self, patch_id: str) -> None: ...
@@ -76,9 +79,9 @@ class ContinueAsNew(BaseException):
     A BaseException so that ``except Exception`` in workflow code does not swallow it.
     """
 
-    def __init__(self, args: tuple[Any, ...]) -> None:
+    def __init__(self, payloads: tuple[Payload, ...]) -> None:
         super().__init__("continue_as_new")
-        self.args_to_continue = args
+        self.payloads = payloads  # the next generation's input, encoded at the call
 
 
 class _ReplayFilter(logging.Filter):
@@ -227,8 +230,9 @@ class WorkflowContext:
         self._executor.custom_status = validate_optional_text(text, "status")
 
     def continue_as_new(self, *args: Any) -> NoReturn:
-        """End this generation and start the same run afresh with ``args``."""
-        raise ContinueAsNew(args)
+        """End this generation and start the same run afresh with ``args``; an argument that
+        cannot be serialised raises ``SerializationError`` here, at the call (SPEC §2)."""
+        raise ContinueAsNew(self._executor.encode_arguments(args))
 
 
 def scheduled_at(created: ev.RunCreated) -> datetime | None:

@@ -27,7 +27,7 @@ from dex.domain import events as ev
 from dex.domain.context import ContinueAsNew, WorkflowContext
 from dex.domain.coroutines import CoroutineStepper, DexFuture
 from dex.domain.definitions import PayloadConverter, Signature, WorkflowDefinition, validate_name
-from dex.domain.errors import InvalidStateError, NonDeterminismError
+from dex.domain.errors import InvalidStateError, NonDeterminismError, SerializationError
 from dex.domain.matching import BlockCursor
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
@@ -229,7 +229,7 @@ class WorkflowExecutor:
                 return
             self._complete(cmd.CompleteRun(status=RunStatus.COMPLETED, result=payload))
         elif isinstance(exc, ContinueAsNew):
-            self._continue_as_new(exc.args_to_continue)
+            self._continue_as_new(exc.payloads)
         elif isinstance(exc, _Abort):
             pass
         else:
@@ -242,19 +242,25 @@ class WorkflowExecutor:
         if self._issue(command) is not None:
             self.outcome = command
 
-    def _continue_as_new(self, args: tuple[Any, ...]) -> None:
+    def _continue_as_new(self, payloads: tuple[Payload, ...]) -> None:
         pending = self._waits.pending_steps()
         if pending:
             self._complete_failed(
                 InvalidStateError(f"continue_as_new refused while {', '.join(pending)} are pending; await them first")
             )
             return
-        try:
-            payloads = tuple(self.converter.encode(a) for a in args)
-        except BaseException as exc:  # noqa: BLE001 - arguments user code cannot encode fail the run
-            self._complete_failed(exc)
-            return
         self.outcome = ContinueAsNewRequest(input=payloads)
+
+    def encode_arguments(self, args: tuple[Any, ...]) -> tuple[Payload, ...]:
+        """``continue_as_new``'s arguments, encoded at its call: ``SerializationError`` naming
+        the argument that cannot be (the code may catch it, as at ``ctx.activity``)."""
+        payloads = []
+        for index, arg in enumerate(args):
+            try:
+                payloads.append(self.converter.encode(arg))
+            except SerializationError as exc:
+                raise SerializationError(f"continue_as_new argument {index}: {exc}") from exc
+        return tuple(payloads)
 
     # -- what the context asks for -------------------------------------------------------------
     def schedule_activity(

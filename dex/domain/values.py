@@ -23,7 +23,6 @@ class ApplicationError(Exception):
     def __init__(
         self,
         message: str = "",
-        *,
         terminal: bool = False,
         retry_after: timedelta | float | None = None,
     ) -> None:

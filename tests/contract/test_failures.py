@@ -250,6 +250,36 @@ def test_unserialisable_values_fail_at_the_call_that_sent_them(make_engine: Any)
         engine.send_event(run_id, "evt", {"when": object()})
 
 
+@dex.workflow
+async def continues_with(ctx: dex.WorkflowContext, generation: int) -> str:
+    if generation < 0:
+        ctx.continue_as_new(object())  # not caught: the run fails of it
+    if generation == 0:
+        try:
+            ctx.continue_as_new({1, 2})  # a set cannot be serialised
+        except dex.SerializationError as exc:
+            caught = str(exc)
+        ctx.continue_as_new(1 if caught.startswith("continue_as_new argument 0: ") else -1)
+    return f"generation {generation}"
+
+
+def test_continue_as_new_refuses_unserialisable_arguments_at_the_call(make_engine: Any) -> None:
+    engine = make_engine([continues_with], [])
+    run_id = engine.start_workflow(continues_with, 0)
+    engine.drain()
+    assert engine.wait(run_id, timeout=1) == "generation 1"  # caught at the call, then continued
+    # uncaught, the error escapes the code and fails the run, naming the argument
+    failing = engine.start_workflow(continues_with, -1)
+    engine.drain()
+    with pytest.raises(dex.WorkflowFailedError) as failed:
+        engine.wait(failing, timeout=1)
+    assert failed.value.failure.type == "SerializationError"
+    assert failed.value.failure.message.startswith("continue_as_new argument 0: ")
+    healthy = engine.start_workflow(continues_with, 5)
+    engine.drain()
+    assert engine.wait(healthy, timeout=1) == "generation 5"
+
+
 @dex.activity
 def big_result(size: int) -> str:
     return "x" * size

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -131,3 +133,12 @@ def test_validate_text_takes_a_str_subclass_as_plain_text() -> None:
     assert checked == "n" and type(checked) is str
     with pytest.raises(TypeError, match="name must be a str, got int"):
         validate_text(1, "name")
+
+
+def test_application_error_takes_its_arguments_as_spec_writes_them() -> None:
+    # SPEC §4: ApplicationError(msg, terminal=False, retry_after=None), positionally or by name
+    positional = dex.ApplicationError("later", True, 5)
+    assert (positional.message, positional.terminal, positional.retry_after) == ("later", True, timedelta(seconds=5))
+    named = dex.ApplicationError("later", retry_after=timedelta(minutes=1))
+    assert (named.terminal, named.retry_after) == (False, timedelta(minutes=1))
+    assert dex.TerminalError("stop").terminal is True
