@@ -195,9 +195,7 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngine
     ) -> str:
         """Create a run and return its id (or the id of the live run with this ``instance_id``); with
         ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (SPEC §9)."""
-        if isinstance(fn_or_name, str):
-            validate_name(fn_or_name, "workflow name")  # a name no workflow can have: say why
-        definition = self.registry.workflow(fn_or_name)
+        definition = self.registry.workflow(fn_or_name)  # a name no workflow can have: says why
         definition.signature.check_arity(len(args), f"workflow {definition.name!r}")
         # a NUL would be cut off by libpq (two ids colliding) or fail a write: refused here
         instance_id = validate_key(instance_id, "instance_id")

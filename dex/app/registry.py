@@ -117,6 +117,11 @@ def _definition(fn: Any, attribute: str, what: str) -> Any:
     return definition
 
 
+class MalformedNameError(NotRegisteredError, ValueError):
+    """A name no workflow can have was asked for: it is not registered (``NotRegisteredError``,
+    SPEC §5) and is refused as a bad value (``ValueError``, naming the pattern it breaks)."""
+
+
 class Registry:
     """The workflows and activities one engine knows, by name."""
 
@@ -145,6 +150,10 @@ class Registry:
         try:
             return self.workflows[name]
         except KeyError:
+            try:
+                validate_name(name, "workflow name")
+            except ValueError as invalid:  # no workflow can have it: unknown (SPEC §5), and why
+                raise MalformedNameError(f"{invalid}; no workflow of this engine has it") from None
             raise NotRegisteredError(f"workflow {name!r} is not registered with this engine") from None
 
     def activity(self, name: str) -> ActivityDefinition:
