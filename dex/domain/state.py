@@ -59,6 +59,8 @@ def evolve(state: RunState, event: ev.Event) -> RunState:
             return state
         case ev.RunSuspended():
             return attrs.evolve(state, status=transition(state.status, RunStatus.SUSPENDED), suspended=True)
+        case ev.RunResumed() if not state.suspended:
+            return state  # histories from before resume was refused for a CREATED run hold such a resume
         case ev.RunResumed():
             return attrs.evolve(state, status=transition(state.status, RunStatus.RUNNING), suspended=False)
         case ev.RunCancelled():

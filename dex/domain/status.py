@@ -44,3 +44,12 @@ def transition(current: RunStatus, target: RunStatus) -> RunStatus:
     if not can_transition(current, target):
         raise InvalidStateError(f"a run cannot go from {current.value} to {target.value}")
     return target
+
+
+def requested(current: RunStatus, target: RunStatus) -> RunStatus:
+    """A transition an application requests (``cancel``, ``suspend``, ``resume``): ``target``
+    if legal, else :class:`InvalidStateError`. ``resume`` moves only a SUSPENDED run: CREATED
+    -> RUNNING is the run starting, which its first workflow task records, not a request."""
+    if target is RunStatus.RUNNING and current is not RunStatus.SUSPENDED:
+        raise InvalidStateError(f"a run cannot be resumed from {current.value}: only a SUSPENDED run can")
+    return transition(current, target)

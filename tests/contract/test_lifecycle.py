@@ -61,6 +61,25 @@ def test_a_created_run_can_be_cancelled_but_not_suspended(make_engine: Any) -> N
     assert engine.get_run(run_id).status is dex.RunStatus.CANCELLED
 
 
+def test_only_a_suspended_run_can_be_resumed(make_engine: Any) -> None:
+    engine = make_engine([waiter])
+    created = engine.start_workflow(waiter)
+    # CREATED -> RUNNING is the run starting (its first task records it), not a request: a
+    # resume here had set RUNNING with no start time and a RunResumed without a suspension
+    with pytest.raises(dex.InvalidStateError, match="only a SUSPENDED run can"):
+        engine.resume(created)
+    assert engine.get_run(created).status is dex.RunStatus.CREATED
+    engine.drain()
+    running = engine.get_run(created)
+    assert running.status is dex.RunStatus.RUNNING and running.started_at is not None
+    with pytest.raises(dex.InvalidStateError, match="only a SUSPENDED run can"):
+        engine.resume(created)
+    engine.send_event(created, "item", "stop")
+    engine.drain()
+    assert engine.wait(created, timeout=1) == []
+    assert "RunResumed" not in [e.kind for e in engine.history(created)]
+
+
 def test_unknown_runs_are_reported(make_engine: Any) -> None:
     engine = make_engine([waiter])
     for call in (engine.get_run, engine.cancel, engine.suspend, engine.resume, engine.history):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import attrs
@@ -916,3 +916,16 @@ def test_event_that_arrived_before_its_timeout_wins_without_crash() -> None:
 
 def test_event_that_arrived_before_its_timeout_wins_after_a_worker_crash() -> None:
     assert _event_before_timeout(crash=True) == "arrived"
+
+
+def test_a_resume_without_a_suspension_folds_to_the_status_it_found() -> None:
+    # before resume was refused for a CREATED run, such a resume was recorded after RunStarted;
+    # those histories still fold (the web's timeline folds them), the run RUNNING
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    created = ev.RunCreated(workflow_name="w", input=(), queue="default")
+    events = [created, ev.WorkflowTaskStarted(), ev.RunStarted(), ev.RunResumed(), ev.WorkflowTaskCompleted()]
+    history = [ev.HistoryEvent(sequence_number=n, timestamp=now, event=e) for n, e in enumerate(events, 1)]
+    state = fold(history)
+    assert state.status is RunStatus.RUNNING and not state.suspended
+    with pytest.raises(dex.InvalidStateError):  # a status move that cannot happen still raises
+        fold([*history, ev.HistoryEvent(sequence_number=6, timestamp=now, event=ev.RunStarted())])

@@ -17,7 +17,7 @@ from dex.adapters.memory.tables import RunRow
 from dex.app.ports import RunFilter, RunRecord
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
-from dex.domain.status import RunStatus, transition
+from dex.domain.status import RunStatus, requested
 
 
 class MemoryRuns(MemoryState):
@@ -97,7 +97,7 @@ class MemoryRuns(MemoryState):
         storable.protobuf(message, "message")
         with self._lock:
             row = self._live_run(run_id)
-            transition(row.status, target)
+            requested(row.status, target)
             if target is not RunStatus.CANCELLED:
                 row.status = target
             elif any(isinstance(m.event, ev.RunCancelled) for m in self._inbox[run_id]):

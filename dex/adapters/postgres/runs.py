@@ -33,7 +33,7 @@ from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, TERMINAL
 from dex.app.ports import Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
-from dex.domain.status import RunStatus, transition
+from dex.domain.status import RunStatus, requested
 from dex.domain.task import InboxMessage
 
 
@@ -360,7 +360,7 @@ def request_transition(
 ) -> None:
     # FOR NO KEY UPDATE: the status check and the change are one step against other transitions
     status = _live_status(conn, q, run_id, "FOR NO KEY UPDATE")
-    transition(status, target)
+    requested(status, target)
     if target is not RunStatus.CANCELLED:
         conn.execute(q("UPDATE {s}.runs SET status = %s WHERE run_id = %s"), [target.value, run_id])
     else:
