@@ -75,6 +75,20 @@ def test_start_workflow_refuses_a_poisoned_field(make_engine: Any, field: str, p
     _healthy_run_completes(engine)
 
 
+@pytest.mark.parametrize("field", ["instance_id", "concurrency_key"])
+@pytest.mark.parametrize("value", ["", "k" * 257])
+def test_start_workflow_refuses_an_empty_or_overlong_key(make_engine: Any, field: str, value: str) -> None:
+    # an index entry holds each of them: 1 to 256 characters, refused at the call otherwise
+    engine = make_engine([healthy], [add_one])
+    with pytest.raises(ValueError, match=f"{field} must be a non-empty str of at most 256 characters"):
+        engine.start_workflow(healthy, 1, **{field: value})
+    assert engine.list_runs() == []
+    run_id = engine.start_workflow(healthy, 1, **{field: "k" * 256})  # the longest taken
+    engine.drain()
+    assert engine.wait(run_id, timeout=5) == 2
+    _healthy_run_completes(engine)
+
+
 def test_an_instance_id_with_a_nul_no_longer_collides_with_its_prefix(make_engine: Any) -> None:
     # libpq sends text as C strings: "order\x00A" used to be stored as "order", deduplicating
     # against the live run "order" (its id came back, and nothing was created)
