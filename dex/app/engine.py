@@ -31,6 +31,7 @@ from dex.app.runner import Foreground
 from dex.app.schedule_api import ScheduleEngineMixin
 from dex.app.schedule_spec import Schedule
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
+from dex.app.starts import StartEngineMixin
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
 from dex.app.workflow_worker import WorkflowWorker
@@ -39,18 +40,16 @@ from dex.domain.definitions import (
     PayloadConverter,
     validate_key,
     validate_name,
-    validate_priority,
     validate_queue,
     validate_text,
 )
-from dex.domain.errors import InvalidStateError, SerializationError
+from dex.domain.errors import InvalidStateError
 from dex.domain.status import RunStatus
-from dex.domain.steps import normalize_labels
 from dex.domain.task import WorkflowTaskResult
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 
-class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngineMixin):
+class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngineMixin):
     """Runs the registered workflows and activities over one store (an adapter)."""
 
     def __init__(
@@ -197,31 +196,8 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngine
         ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (SPEC §9)."""
         definition = self.registry.workflow(fn_or_name)  # a name no workflow can have: says why
         definition.signature.check_arity(len(args), f"workflow {definition.name!r}")
-        # a NUL would be cut off by libpq (two ids colliding) or fail a write: refused here
-        instance_id = validate_key(instance_id, "instance_id")
-        concurrency_key = validate_key(concurrency_key, "concurrency_key")
-        queue_name = validate_queue(queue) if queue is not None else definition.queue
-        payloads = self._encode_all(args)
-        with self.tracing.start_run(definition.name, {"dex.workflow": definition.name}) as trace_context:
-            created = ev.RunCreated(
-                workflow_name=definition.name,
-                input=payloads,
-                queue=queue_name,
-                instance_id=instance_id,
-                priority=validate_priority(priority),
-                concurrency_key=concurrency_key,
-                labels=normalize_labels(labels),
-                random_seed=self._rng.getrandbits(64),
-                trace_context=trace_context,
-                code_version=self.code_version,
-            )
-            with self.foreground.calling():
-                if connection is not None:  # its scheduler finds it once the caller has committed
-                    run_id = self.store.create_run_in(connection, new_run_id(), created, self.store.clock.now())
-                else:
-                    run_id = self._create_run(created)
-        self._reads.started(run_id)
-        return run_id
+        queue = validate_queue(queue) if queue is not None else definition.queue
+        return self._start(definition.name, queue, args, instance_id, priority, concurrency_key, labels, connection)
 
     def _create_run(self, created: ev.RunCreated) -> str:
         """Create the run; on a started engine, claim its first workflow task at once if it may
@@ -240,15 +216,6 @@ class Engine(ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngine
         else:
             self._background.nudge(SCHEDULER)
         return run_id
-
-    def _encode_all(self, args: Iterable[Any]) -> tuple[Any, ...]:
-        payloads = []
-        for index, arg in enumerate(args):
-            try:
-                payloads.append(self.converter.encode(arg))
-            except SerializationError as exc:
-                raise SerializationError(f"argument {index}: {exc}") from exc
-        return tuple(payloads)
 
     def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None:
         """Deliver an external event to a run; it is buffered until the run waits for it. With

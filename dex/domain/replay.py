@@ -27,11 +27,19 @@ from dex.domain import events as ev
 from dex.domain.context import ContinueAsNew, WorkflowContext
 from dex.domain.coroutines import CoroutineStepper, DexFuture
 from dex.domain.definitions import PayloadConverter, Signature, WorkflowDefinition, validate_name
-from dex.domain.errors import InvalidStateError, NonDeterminismError, SerializationError
+from dex.domain.errors import InvalidStateError, NonDeterminismError
 from dex.domain.matching import BlockCursor
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
-from dex.domain.steps import ActivityLookup, WorkflowLookup, activity_command, child_command, delay_of, gather
+from dex.domain.steps import (
+    ActivityLookup,
+    WorkflowLookup,
+    activity_command,
+    child_command,
+    delay_of,
+    encode_arguments,
+    gather,
+)
 from dex.domain.values import FailureInfo, Payload
 from dex.domain.waits import Waits
 
@@ -254,13 +262,7 @@ class WorkflowExecutor:
     def encode_arguments(self, args: tuple[Any, ...]) -> tuple[Payload, ...]:
         """``continue_as_new``'s arguments, encoded at its call: ``SerializationError`` naming
         the argument that cannot be (the code may catch it, as at ``ctx.activity``)."""
-        payloads = []
-        for index, arg in enumerate(args):
-            try:
-                payloads.append(self.converter.encode(arg))
-            except SerializationError as exc:
-                raise SerializationError(f"continue_as_new argument {index}: {exc}") from exc
-        return tuple(payloads)
+        return encode_arguments(self.converter, args, "continue_as_new argument")
 
     # -- what the context asks for -------------------------------------------------------------
     def schedule_activity(

@@ -26,10 +26,24 @@ from dex.domain.definitions import (
     validate_queue,
     validate_text,
 )
+from dex.domain.errors import SerializationError
 from dex.domain.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from dex.domain.values import Payload
 
 ActivityLookup = Callable[[str], ActivityDefinition | None]
 WorkflowLookup = Callable[[str], WorkflowDefinition | None]
+
+
+def encode_arguments(converter: PayloadConverter, args: Sequence[Any], what: str = "argument") -> tuple[Payload, ...]:
+    """``args`` as payloads; ``SerializationError`` naming the one that cannot be (``what`` and
+    its index), raised where the values were sent (SPEC §2)."""
+    payloads = []
+    for index, arg in enumerate(args):
+        try:
+            payloads.append(converter.encode(arg))
+        except SerializationError as exc:
+            raise SerializationError(f"{what} {index}: {exc}") from exc
+    return tuple(payloads)
 
 
 def activity_command(

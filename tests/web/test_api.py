@@ -84,11 +84,34 @@ def test_start_errors(engine: dex.Engine, http: Any) -> None:
     assert http.post("/v1/runs", json={"workflow": "web-checkout", "args": [1], "priority": 1000}).status_code == 422
 
 
-def test_start_over_a_bare_adapter_is_a_clear_409(engine: dex.Engine) -> None:
+def test_start_over_a_bare_adapter_makes_the_run_for_the_engines_with_its_code(engine: dex.Engine) -> None:
+    # dex web serves a database without workflow code: the run is made by name (SPEC §12) on
+    # the queue of the newest run of that name, and the engine that has the code runs it
+    earlier = engine.start_workflow(checkout, 1, queue="payments")
+    engine.drain()
     with client(create_app(engine.store)) as bare:
-        response = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [1]})
-    assert response.status_code == 409
-    assert "without workflow code" in error_of(response)["message"]
+        response = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [5], "labels": {"via": "web"}})
+        assert response.status_code == 201
+        run_id = response.json()["run_id"]
+        default = bare.post("/v1/runs", json={"workflow": "never-ran", "args": [], "queue": None})
+        assert default.status_code == 201
+        # what start_workflow refuses at the call is refused here too, and nothing is made
+        for bad in (
+            {"workflow": "has space", "args": []},
+            {"workflow": "web-checkout", "args": [1], "instance_id": "x\x00y"},
+            {"workflow": "web-checkout", "args": [1], "priority": 101},
+            {"workflow": "web-checkout", "args": [1], "queue": "Bad Queue"},
+        ):
+            refused = bare.post("/v1/runs", json=bad)
+            assert refused.status_code in (400, 422), (bad, refused.text)
+            assert error_of(refused)["type"] == "ValueError"
+    info = engine.get_run(run_id)
+    assert info.workflow_name == "web-checkout" and info.labels == {"via": "web"}
+    assert engine.store.get_run(run_id).queue == engine.store.get_run(earlier).queue == "payments"
+    assert engine.store.get_run(default.json()["run_id"]).queue == "default"
+    assert len(engine.list_runs()) == 3
+    engine.drain()
+    assert engine.wait(run_id, timeout=1) == {"receipt": "charged 5", "amount": 5}
 
 
 def test_cancel_suspend_resume_and_events(engine: dex.Engine, http: Any) -> None:

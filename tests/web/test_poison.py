@@ -4,6 +4,7 @@ error, and a healthy run started afterwards completes."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
@@ -179,3 +180,34 @@ def test_json_that_is_not_strict_json_or_nested_too_deep_is_refused(engine: dex.
     response = http.post(f"/v1/runs/{run_id}/events", content=deep, headers={"content-type": "application/json"})
     assert response.status_code == 400 and "nested too deeply" in response.json()["error"]["message"]
     healthy_run_completes(engine, http)
+
+
+@pytest.mark.parametrize(
+    "error, status",
+    [
+        (ConnectionError("the database went away"), 503),
+        (type("OddBaseException", (BaseException,), {})("not an Exception"), 500),
+    ],
+    ids=["connection", "base-exception"],
+)
+def test_a_start_by_name_without_code_over_a_failing_store_makes_nothing(
+    make_engine: Any, error: BaseException, status: int
+) -> None:
+    from tests.web.conftest import ACTIVITIES, WORKFLOWS
+
+    worker = make_engine(WORKFLOWS, ACTIVITIES)
+    store = FailingStore(worker.store)
+    with client(create_app(store)) as bare:  # no code: the start reads the newest run's queue
+        store.failing, store.error = True, error
+        response = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [3]})
+        assert response.status_code == status and set(response.json()["error"]) == {"type", "message"}
+        for poisoned in ("web\x00checkout", "web\ud800checkout"):
+            body = json.dumps({"workflow": poisoned, "args": [3]})  # sent JSON-escaped
+            refused = bare.post("/v1/runs", content=body, headers={"content-type": "application/json"})
+            assert refused.status_code in (400, 422) and refused.json()["error"]["type"] == "ValueError"
+        store.failing = False
+        assert worker.list_runs() == []  # nothing was made
+        started = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [3]})
+        assert started.status_code == 201
+    worker.drain()
+    assert worker.wait(started.json()["run_id"], timeout=1) == {"receipt": "charged 3", "amount": 3}
