@@ -38,7 +38,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 COOKIE = "dex_session"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 OPEN_PATHS = ("/signin", "/static/")  # reachable without the token: the sign-in form and its assets
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+# the Host names a tokenless app answers: loopback ones, and "testserver", the name Starlette's
+# TestClient sends (an in-process call that no browser makes: no page can be served from it
+# unless the machine's own resolver says so), so TestClient(create_app(engine)) works as is
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]", "testserver"})
 # on every response: the pages load nothing but their own files, run no inline script, and may
 # not be framed by another site (whose page could trick a click on an action)
 HEADERS = (

@@ -265,6 +265,24 @@ def test_names_with_nul_or_surrogates_are_refused_where_they_are_declared() -> N
         dex.transaction(lambda: None)
 
 
+@dex.transaction(name="counts-without-its-connection")
+def ignores_its_connection(conn: Any, x: int) -> int:
+    return x * 2
+
+
+@dex.workflow(name="steps-without-a-factory")
+async def steps_without_a_factory(ctx: dex.WorkflowContext, x: int) -> int:
+    return await ctx.activity(ignores_its_connection, x) + await ctx.activity(ignores_its_connection, 1)
+
+
+def test_without_a_connection_factory_a_step_that_does_not_use_it_runs() -> None:
+    # SPEC §9: the factory is None by default, and workflows with steps still test with drain()
+    engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), [steps_without_a_factory], [ignores_its_connection])
+    run_id = engine.start_workflow(steps_without_a_factory, 20)
+    engine.drain()
+    assert engine.wait(run_id, timeout=5) == 42
+
+
 def test_the_memory_adapter_without_a_connection_factory_fails_the_step_clearly() -> None:
     engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), WORKFLOWS, ACTIVITIES)
     run_id = engine.start_workflow(three_steps, "nofactory")

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 import dex
 from dex.web import create_app
@@ -103,6 +104,9 @@ def test_without_a_token_only_a_loopback_host_is_served(engine: dex.Engine) -> N
         rebound = http.get("/v1/runs", headers={"host": "attacker.example"})
         assert rebound.status_code == 403 and rebound.json()["error"]["type"] == "Forbidden"
         assert http.get("/", headers={"host": "attacker.example"}).status_code == 403
+    with TestClient(create_app(engine)) as in_process:  # Starlette's own Host, "testserver"
+        assert in_process.get("/v1/runs").status_code == 200
+        assert in_process.get("/v1/runs", headers={"host": "testserver.attacker.example"}).status_code == 403
     with client(create_app(engine, token=TOKEN)) as http:  # with a token any Host may be used
         assert (
             http.get("/v1/runs", headers={"host": "dex.internal", "authorization": f"Bearer {TOKEN}"}).status_code

@@ -99,15 +99,16 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryForks):
         task = step.task
         if not self._holds(task):
             return False
-        if self._transaction_connection is None:
-            raise StepFailed(TerminalError(f"transaction step {task.name!r} needs a connection: {_NO_FACTORY}"))
-        conn = self._transaction_connection()
+        conn = self._connection()
         try:
-            if step.async_work is not None and step.run_async is not None:
-                result = step.run_async(step.async_work(conn))
-            else:
-                assert step.work is not None
-                result = step.work(conn)
+            try:
+                if step.async_work is not None and step.run_async is not None:
+                    result = step.run_async(step.async_work(conn))
+                else:
+                    assert step.work is not None
+                    result = step.work(conn)
+            except StepFailed as failed:
+                raise _without_connection(failed, conn, task.name) from failed.cause
             applied = self.complete_activity_tasks([ActivityOutcome(task=task, result=result)], self._clock.now())[0]
         except BaseException:
             _end(conn, "rollback")
@@ -130,14 +131,12 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryForks):
         with self._lock:
             if not self._holds_workflow_task(task, item.result.expected_last_seq):
                 return None
-        if self._transaction_connection is None:
-            return TerminalError(f"transaction step {item.step.name!r} needs a connection: {_NO_FACTORY}")
-        conn = self._transaction_connection()
+        conn = self._connection()
         try:
             result = item.work(conn)
         except StepFailed as failed:
             _end(conn, "rollback")
-            return failed.cause
+            return _without_connection(failed, conn, item.step.name).cause
         except BaseException:
             _end(conn, "rollback")
             raise
@@ -150,6 +149,11 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryForks):
             last_seq = self._runs[task.run_id].history[-1].sequence_number
         _end(conn, "commit")
         return Checkpointed(message_id=message_id, message=message, last_seq=last_seq)
+
+    def _connection(self) -> Any:
+        """The factory's connection for one step; None without a factory (SPEC §9: a step that
+        never uses its connection still runs, as under ``drain()`` in tests)."""
+        return self._transaction_connection() if self._transaction_connection is not None else None
 
     def _holds(self, task: ActivityTask) -> bool:
         with self._lock:
@@ -240,6 +244,16 @@ _NO_FACTORY = (
 _NO_CONNECTION = (
     "connection= needs the PostgreSQL adapter: the in-memory adapter has no database transaction to write through"
 )
+
+
+def _without_connection(failed: StepFailed, conn: Any, name: str) -> StepFailed:
+    """A step that used the connection it does not have (no factory): a terminal failure that
+    says what to do, not the ``AttributeError`` of ``None``; any other failure as it is."""
+    if conn is None and isinstance(failed.cause, AttributeError) and "'NoneType'" in str(failed.cause):
+        return StepFailed(
+            TerminalError(f"transaction step {name!r} used its connection, but there is none: {_NO_FACTORY}")
+        )
+    return failed
 
 
 def _end(conn: Any, how: str) -> None:
