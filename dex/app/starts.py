@@ -68,20 +68,22 @@ class StartEngineMixin:
         the code that runs it."""
         args = tuple(args)
         if self.registry.workflows:
-            options = {"instance_id": instance_id, "queue": queue, "priority": priority}
-            return self.start_workflow(name, *args, concurrency_key=concurrency_key, labels=labels, **options)
+            return self.start_workflow(
+                name,
+                *args,
+                instance_id=instance_id,
+                queue=queue,
+                priority=priority,
+                concurrency_key=concurrency_key,
+                labels=labels,
+            )
         validate_name(name, "workflow name")
-        for key, field in ((instance_id, "instance_id"), (concurrency_key, "concurrency_key")):
-            validate_key(key, field)  # refused before the queue is made
-        validate_priority(priority)
-        normalize_labels(labels)
-        if queue is not None:
-            queue = validate_queue(queue)
-        else:
+        if queue is None:
             newest = self.store.list_runs(RunFilter(workflow_name=name, limit=1))
             queue = newest[0].queue if newest else DEFAULT_QUEUE
-        self.store.ensure_queue(queue, "workflow")
-        return self._start(name, queue, args, instance_id, priority, concurrency_key, labels, None)
+        # the keys, priority and labels are checked before anything is written, as for any start,
+        # and the store's create_run makes the queue if it is new
+        return self._start(name, validate_queue(queue), args, instance_id, priority, concurrency_key, labels, None)
 
     def _start(
         self,

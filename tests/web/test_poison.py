@@ -182,13 +182,19 @@ def test_json_that_is_not_strict_json_or_nested_too_deep_is_refused(engine: dex.
     healthy_run_completes(engine, http)
 
 
+class UnprintableStoreError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
 @pytest.mark.parametrize(
     "error, status",
     [
         (ConnectionError("the database went away"), 503),
+        (UnprintableStoreError(), 500),
         (type("OddBaseException", (BaseException,), {})("not an Exception"), 500),
     ],
-    ids=["connection", "base-exception"],
+    ids=["connection", "unprintable", "base-exception"],
 )
 def test_a_start_by_name_without_code_over_a_failing_store_makes_nothing(
     make_engine: Any, error: BaseException, status: int
@@ -197,15 +203,25 @@ def test_a_start_by_name_without_code_over_a_failing_store_makes_nothing(
 
     worker = make_engine(WORKFLOWS, ACTIVITIES)
     store = FailingStore(worker.store)
-    with client(create_app(store)) as bare:  # no code: the start reads the newest run's queue
+    store.READS = FailingStore.READS | {"create_run", "create_run_then_claim"}  # the write fails too
+    with client(create_app(store)) as bare:  # no code: the start reads the newest run's queue, then writes
         store.failing, store.error = True, error
-        response = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [3]})
-        assert response.status_code == status and set(response.json()["error"]) == {"type", "message"}
-        for poisoned in ("web\x00checkout", "web\ud800checkout"):
-            body = json.dumps({"workflow": poisoned, "args": [3]})  # sent JSON-escaped
+        for body in ({"workflow": "web-checkout", "args": [3]}, {"workflow": "web-checkout", "queue": "default"}):
+            response = bare.post("/v1/runs", json=body)  # the read fails; with a queue, the write
+            assert response.status_code == status and set(response.json()["error"]) == {"type", "message"}
+        store.failing = False
+        poisons = ["web\x00checkout", "web\ud800checkout"]
+        for field in ("workflow", "instance_id", "concurrency_key", "queue"):
+            for poisoned in poisons:
+                fields = {"workflow": "web-checkout", "args": [3], field: poisoned}
+                body = json.dumps(fields)  # sent JSON-escaped
+                refused = bare.post("/v1/runs", content=body, headers={"content-type": "application/json"})
+                assert refused.status_code in (400, 422), (field, refused.text)
+                assert refused.json()["error"]["type"] == "ValueError", field
+        for poisoned in poisons:
+            body = json.dumps({"workflow": "web-checkout", "args": [3], "labels": {"k": poisoned}})
             refused = bare.post("/v1/runs", content=body, headers={"content-type": "application/json"})
             assert refused.status_code in (400, 422) and refused.json()["error"]["type"] == "ValueError"
-        store.failing = False
         assert worker.list_runs() == []  # nothing was made
         started = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [3]})
         assert started.status_code == 201

@@ -251,7 +251,9 @@ def _without_connection(failed: StepFailed, conn: Any, name: str) -> StepFailed:
     says what to do, not the ``AttributeError`` of ``None``; any other failure as it is."""
     if conn is None and isinstance(failed.cause, AttributeError) and "'NoneType'" in str(failed.cause):
         return StepFailed(
-            TerminalError(f"transaction step {name!r} used its connection, but there is none: {_NO_FACTORY}")
+            TerminalError(
+                f"transaction step {name!r} used its connection, but there is none ({failed.cause}): {_NO_FACTORY}"
+            )
         )
     return failed
 
