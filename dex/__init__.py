@@ -7,6 +7,7 @@ a policy. See README.md for a tour and SPEC.md for the contract.
 
 from dex.app.activity_context import ActivityContext, activity_context
 from dex.app.engine import Engine
+from dex.app.health import EngineHealth
 from dex.app.info import RunInfo
 from dex.app.ports import QueueInfo
 from dex.app.registry import activity, workflow
@@ -39,6 +40,7 @@ __all__ = [
     "ChildWorkflowFailedError",
     "DexError",
     "Engine",
+    "EngineHealth",
     "FailureInfo",
     "HistoryEvent",
     "InvalidStateError",

@@ -18,6 +18,7 @@ from dex.app.async_activities import AsyncRunner
 from dex.app.background import SCHEDULER, Background, timing
 from dex.app.buffer import ResultBuffer
 from dex.app.fork import ForkEngineMixin
+from dex.app.health import EngineHealth
 from dex.app.held import holds_runs
 from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
@@ -339,10 +340,11 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
         """Call ``listener`` (quick, never raising) when this engine makes activity tasks due."""
         self._background.activity_listeners.append(listener)
 
-    def health(self) -> dict[str, bool]:
-        """Each thread of a started engine, by name: alive (True) or dead (False); empty when
-        not started. A dead polling thread is logged and replaced (``dex.app.watchdog``)."""
-        return self._background.health()
+    def health(self) -> EngineHealth:
+        """The started engine's threads (by name: alive or dead; empty when not started; a dead
+        polling thread is logged and replaced, ``dex.app.watchdog``) and what hostile code or
+        clients hold: see :class:`dex.app.health.EngineHealth`."""
+        return EngineHealth(threads=self._background.health())
 
     def stop(self, timeout: float = 30) -> None:
         """Stop polling, let in-flight tasks finish, flush buffers, release leadership.

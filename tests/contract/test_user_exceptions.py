@@ -107,8 +107,8 @@ def _started(make_engine: Any, path: str) -> dex.Engine:
 
 def _assert_still_healthy(engine: dex.Engine) -> None:
     health = engine.health()
-    assert {"dex-workflow-worker", "dex-activity-worker", "dex-scheduler", "dex-watchdog"} <= set(health)
-    assert all(health.values()), health
+    assert {"dex-workflow-worker", "dex-activity-worker", "dex-scheduler", "dex-watchdog"} <= set(health.threads)
+    assert health.ok, health
     assert engine.wait(engine.start_workflow(healthy, 1), timeout=10) == 4
 
 

@@ -118,7 +118,7 @@ def test_code_that_blocks_its_task_fails_the_task_and_others_go_on(
     else:
         assert _eventually(lambda: left_loop) == [True]  # the loop was interrupted, replay-silent
         _eventually(lambda: len(_workflow_threads()) <= threads_before)  # the blocked thread left
-    assert all(engine.health().values())
+    assert engine.health().threads_alive
     assert not engine.get_run(blocked).status.is_terminal  # the task failed, not the run
 
     # the task comes back after its backoff; the code no longer blocks, and the run completes
@@ -194,7 +194,7 @@ def test_a_stalled_task_no_longer_holds_up_its_round_and_is_written_if_it_ends_i
     # the slow task ends before its deadline: written as usual, nothing given back
     assert engine.wait(slow, timeout=10) == "slept"
     assert not [r for r in caplog.records if "blocked" in r.getMessage()]
-    assert all(engine.health().values())
+    assert engine.health().threads_alive
 
 
 def test_the_deadline_is_at_most_half_the_workflow_task_lease(make_engine: Any) -> None:

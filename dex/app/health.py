@@ -1,0 +1,53 @@
+"""What ``Engine.health()`` reports: the engine's threads, and the resources hostile code or
+clients can hold (SPEC §8; docs/operations.md "Health").
+
+Each figure is read from the component that owns it when ``health()`` is called; nothing is
+kept here. A figure that is not zero names something an operator should look at: a workflow
+coroutine that refused to close, a task thread the watchdog interrupted that still runs, a
+transaction step slot held by an attempt whose lease was lost, the remote workers' long polls
+at their limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class EngineHealth:
+    """A started engine's health; every figure is 0 (and ``threads`` empty) when not started."""
+
+    threads: Mapping[str, bool] = attrs.field(factory=dict)
+    """Each engine thread, by name: alive (True) or dead (False). A dead one is replaced."""
+    abandoned_executors: int = 0
+    """Workflow coroutines that did not close when dropped (they caught the close), abandoned."""
+    interrupted_threads: int = 0
+    """Workflow task threads the watchdog interrupted that have not ended (still spinning)."""
+    quarantined_workflows: tuple[str, ...] = ()
+    """Workflow names this process no longer runs: their code blocked tasks beyond the watchdog."""
+    lost_step_slots: int = 0
+    """Transaction step slots still held by attempts whose lease was lost."""
+    long_polls_open: int = 0
+    """Remote workers' long polls open now (``/v1/activity-tasks/poll``, gRPC ``Poll``)."""
+    long_polls_limit: int = 0
+    """How many long polls may be open at once; 0 when no remote-worker service is attached."""
+
+    @property
+    def threads_alive(self) -> bool:
+        """Every engine thread is alive (True when not started)."""
+        return all(self.threads.values())
+
+    @property
+    def ok(self) -> bool:
+        """Nothing to look at: every thread alive, nothing stuck, held or saturated."""
+        saturated = self.long_polls_limit > 0 and self.long_polls_open >= self.long_polls_limit
+        return (
+            self.threads_alive
+            and not self.abandoned_executors
+            and not self.interrupted_threads
+            and not self.quarantined_workflows
+            and not self.lost_step_slots
+            and not saturated
+        )
