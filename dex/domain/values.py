@@ -69,18 +69,48 @@ def visible_text(text: str) -> str:
 # the deepest chain of causes a failure records (a longer one, or a cycle, is cut short)
 MAX_CAUSES = 32
 
+# The longest failure text (a type, a message, a stack trace) a FailureInfo keeps, in characters.
+# Payloads stop at 2 MiB, but an exception's message is user code's and had no bound: a 50 MB one
+# made a 100 MB history and run page. A longer text keeps its start (where a message says what
+# went wrong) and its end (a stack trace's innermost frames), with a visible note between them.
+MAX_FAILURE_TEXT = 40_000
+FAILURE_TEXT_HEAD = 32_768
+FAILURE_TEXT_TAIL = 4_096
+
+
+def failure_text(text: str) -> str:
+    """``text`` as a failure keeps it: storable (:func:`visible_text`) and at most
+    :data:`MAX_FAILURE_TEXT` characters. A longer one keeps its first :data:`FAILURE_TEXT_HEAD`
+    and last :data:`FAILURE_TEXT_TAIL` characters around a note saying how long it was, e.g.
+    ``… [truncated: 52,428,800 characters, kept the first 32,768 and last 4,096] …``. A text
+    that is already so is kept as it is, so a failure read back from the store is unchanged."""
+    if not isinstance(text, str):
+        return text
+    if len(text) <= MAX_FAILURE_TEXT:
+        text = visible_text(text)
+        if len(text) <= MAX_FAILURE_TEXT:
+            return text
+    # only the kept ends are made visible: a huge text is never escaped (or copied) whole
+    head = visible_text(text[:FAILURE_TEXT_HEAD])[:FAILURE_TEXT_HEAD]
+    tail = visible_text(text[-FAILURE_TEXT_TAIL:])[-FAILURE_TEXT_TAIL:]
+    note = f"[truncated: {len(text):,} characters, kept the first {FAILURE_TEXT_HEAD:,} and last {FAILURE_TEXT_TAIL:,}]"
+    return f"{head}\n… {note} …\n{tail}"
+
 
 @attrs.frozen(kw_only=True)
 class FailureInfo:
     """What went wrong: exception type, message, stack, whether retrying is pointless, cause.
 
-    Its texts are always storable (``visible_text``): an exception message with a lone surrogate
-    cannot hold up the batch of writes that records it.
+    Its texts are always storable and bounded (:func:`failure_text`): an exception message with
+    a lone surrogate cannot hold up the batch of writes that records it, and a 50 MB one is kept
+    as its first and last few thousand characters, saying so. Every failure is made through this
+    constructor (from an exception, from a remote worker's ``fail``, read back from the store), so
+    none escapes the bound.
     """
 
-    type: str = attrs.field(converter=visible_text)
-    message: str = attrs.field(converter=visible_text)
-    stack_trace: str = attrs.field(default="", converter=visible_text)
+    type: str = attrs.field(converter=failure_text)
+    message: str = attrs.field(converter=failure_text)
+    stack_trace: str = attrs.field(default="", converter=failure_text)
     terminal: bool = False
     cause: FailureInfo | None = None
 
