@@ -24,7 +24,7 @@ import dex
 from dex.adapters.postgres import LATEST_VERSION, PostgresAdapter, schema_version
 from dex.adapters.postgres.connection import connect, describe_dsn, prepare_conninfo
 from dex.adapters.postgres.embedded import DEFAULT_DATA_DIR, embedded_dsn
-from dex.cli.params import SCHEMA, TEXT
+from dex.cli.params import DSN, SCHEMA
 
 DEFAULT_SCHEMA = "dex"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -72,7 +72,7 @@ def connection_options(command: F) -> F:
     return click.option(
         "--database-url",
         metavar="URL",
-        type=TEXT,
+        type=DSN,
         expose_value=False,
         callback=_store("database_url"),
         help="PostgreSQL URL [default: $DEX_DATABASE_URL].",

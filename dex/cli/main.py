@@ -2,9 +2,13 @@
 
 Every error ends the command with one line on stderr, ``error: ...``, and an exit code: 1 when
 dex or the database refused (no such run, an illegal transition, a server that cannot be
-reached), 2 when the command line itself is wrong (a missing argument, a bad option value).
+reached), 2 when the command line itself is wrong (a missing argument, a bad option value, a DSN that
+is no DSN).
 Those are caught in :meth:`DexGroup.main`, so the console script, ``python -m dex`` and
-click's test runner all see the same behaviour. The parameter types (:mod:`dex.cli.params`)
+click's test runner all see the same behaviour. No error line shows a secret: a DSN that
+cannot be used is shown with its password redacted (:mod:`dex.views.secrets`), a token not at
+all, and every line is scrubbed of the secrets the command line and its environment hold
+whatever path the error took. The parameter types (:mod:`dex.cli.params`)
 catch bad values before anything is sent; a bad value that gets past them anyway is refused
 by dex with a ``ValueError`` or ``TypeError``, also exit code 2. Anything else is a bug in dex:
 one line naming the exception, exit code 1, and its traceback only with ``--debug`` (or
@@ -27,10 +31,10 @@ from psycopg_pool import PoolTimeout
 
 from dex.adapters.postgres import LATEST_VERSION, schema_version
 from dex.adapters.postgres import migrate as run_migrations
-from dex.adapters.postgres.connection import connect, describe_dsn, prepare_conninfo
+from dex.adapters.postgres.connection import InvalidDsnError, connect, describe_dsn, prepare_conninfo
 from dex.cli import database
 from dex.cli.database import DEFAULT_SCHEMA, Settings, connection_options, json_option, progress, settings
-from dex.cli.params import SCHEMA, TEXT
+from dex.cli.params import DSN, SCHEMA
 from dex.cli.queues import queues
 from dex.cli.replay import replay
 from dex.cli.runs import events, runs
@@ -39,8 +43,11 @@ from dex.cli.web import web
 from dex.cli.worker import worker
 from dex.domain.errors import DexError, SerializationError
 from dex.views.render import dumps, show_duration
+from dex.views.secrets import REDACTED, secrets_of
 
 DEMO_SCHEMA = "dex_demo"
+DATABASE_URL_ENV = "DEX_DATABASE_URL"
+WEB_TOKEN_ENV = "DEX_WEB_TOKEN"
 
 
 class DexGroup(click.Group):
@@ -60,8 +67,14 @@ class DexGroup(click.Group):
         return code
 
     def _run(self, args: Sequence[str] | None, prog_name: str | None, complete_var: str | None, **extra: Any) -> int:
+        given = list(sys.argv[1:] if args is None else args)
         # read before click parses anything: an error in parsing must know it too
-        debug = "--debug" in (sys.argv[1:] if args is None else args) or _debug_from_env()
+        debug = "--debug" in given or _debug_from_env()
+        hide = _secrets_given(given)
+
+        def error(message: str, code: int) -> int:
+            return _error(message, code, hide)
+
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:
@@ -69,29 +82,53 @@ class DexGroup(click.Group):
             return exc.exit_code
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            return _error(exc.format_message() + hint, exc.exit_code)
+            return error(exc.format_message() + hint, exc.exit_code)
         except click.ClickException as exc:
-            return _error(exc.format_message(), exc.exit_code)
+            return error(exc.format_message(), exc.exit_code)
         except SerializationError as exc:  # a value given on the command line that dex cannot store
-            return _error(str(exc), 2)
+            return error(str(exc), 2)
+        except InvalidDsnError as exc:  # the command line's DSN is wrong on its face: nothing was sent
+            return error(str(exc), 2)
         except (DexError, PoolTimeout) as exc:
-            return _error(str(exc), 1)
+            return error(str(exc), 1)
         except psycopg.Error as exc:
-            return _error(f"database error: {_first_line(exc)}", 1)
+            return error(f"database error: {_first_line(exc)}", 1)
         except (click.Abort, KeyboardInterrupt):
-            return _error("interrupted", 130)
+            return error("interrupted", 130)
         except BrokenPipeError:  # e.g. `dex runs list | head`: the reader left, nothing to report
             sys.stdout = None  # no flush of the dead pipe at exit
             return 1
         except (ValueError, TypeError, OverflowError) as exc:  # dex refused a value the types let by
             if debug:
                 raise
-            return _error(_first_line(exc), 2)
+            return error(_first_line(exc), 2)
         except Exception as exc:  # a bug in dex: say what, and how to see where
             if debug:
                 raise
-            return _error(f"internal error: {type(exc).__name__}: {_first_line(exc)} (--debug shows the traceback)", 1)
+            return error(f"internal error: {type(exc).__name__}: {_first_line(exc)} (--debug shows the traceback)", 1)
         return result if isinstance(result, int) else 0
+
+
+_SECRET_OPTIONS = {"--database-url": DATABASE_URL_ENV, "--token": WEB_TOKEN_ENV}
+
+
+def _secrets_given(args: Sequence[str]) -> list[str]:
+    """Every secret this command line or its environment holds (the DSNs' passwords, the web
+    token), so that no error line shows one, whatever path the error took."""
+    values: dict[str, list[str]] = {option: [] for option in _SECRET_OPTIONS}
+    for option, env in _SECRET_OPTIONS.items():
+        if os.environ.get(env):
+            values[option].append(os.environ[env])
+    for i, arg in enumerate(args):
+        option, equals, value = arg.partition("=")
+        if option in values:
+            if equals:
+                values[option].append(value)
+            elif i + 1 < len(args):
+                values[option].append(args[i + 1])
+    found = [secret for dsn in values["--database-url"] for secret in secrets_of(dsn)]
+    found.extend(token for token in values["--token"] if token)
+    return sorted(set(found), key=len, reverse=True)
 
 
 def _debug_from_env() -> bool:
@@ -110,7 +147,9 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _error(message: str, code: int) -> int:
+def _error(message: str, code: int, hide: Sequence[str] = ()) -> int:
+    for secret in hide:
+        message = message.replace(secret, REDACTED)
     # one line; a lone surrogate from the command line shown as an escape, not a crash in echo
     line = " ".join(message.split()).encode("utf-8", "backslashreplace").decode("utf-8")
     click.echo(f"error: {line}", err=True)
@@ -121,9 +160,9 @@ def _error(message: str, code: int) -> int:
 @click.version_option(_version(), prog_name="dex")
 @click.option(
     "--database-url",
-    envvar="DEX_DATABASE_URL",
+    envvar=DATABASE_URL_ENV,
     metavar="URL",
-    type=TEXT,
+    type=DSN,
     help="PostgreSQL URL [default: $DEX_DATABASE_URL; demo and migrate: an embedded server in ./.dex-data].",
 )
 @click.option("--schema", type=SCHEMA, help=f"Schema that holds dex's tables [default: {DEFAULT_SCHEMA}].")
@@ -139,7 +178,7 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None, as_jso
 
 @cli.command(short_help="Run (or resume) a durable order workflow, printing its history.")
 @click.option("--schema", type=SCHEMA, default=None, help=f"Schema the demo uses [default: {DEMO_SCHEMA}].")
-@click.option("--database-url", metavar="URL", type=TEXT, default=None, help="PostgreSQL URL [default: as for dex].")
+@click.option("--database-url", metavar="URL", type=DSN, default=None, help="PostgreSQL URL [default: as for dex].")
 def demo(schema: str | None, database_url: str | None) -> int:
     """Run (or resume) a durable order workflow and print its history as it grows.
 

@@ -4,6 +4,9 @@ A value that is wrong on its face (a label without ``=``, a date that is no date
 dex would refuse, a payload that is not JSON) is a usage error: exit code 2, and nothing was
 sent. Only what the database decides (no such run, an illegal transition) is exit code 1.
 
+A DSN must be one libpq can read, and a DSN or a token that is refused is never shown whole:
+the DSN with its password redacted, the token not at all.
+
 Every string the command line takes is text PostgreSQL can store: a NUL character, or a lone
 surrogate (what Python makes of bytes on the command line that are not UTF-8), is refused
 here. Numbers are bounded by the database's columns, times by what Python's datetime holds,
@@ -24,8 +27,10 @@ from typing import Any
 
 import click
 
+from dex.adapters.postgres.connection import dsn_problem
 from dex.adapters.postgres.schema import validate_schema
 from dex.domain.definitions import validate_name, validate_queue
+from dex.views.secrets import redact_dsn
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -61,6 +66,31 @@ class Text(click.ParamType[Any, Any]):
         problem = text_problem(text)
         if problem is not None:
             self.fail(f"{text!r} {problem}", param, ctx)
+        return text
+
+
+class Dsn(click.ParamType[Any, Any]):
+    """A PostgreSQL DSN libpq can read; a bad one is shown with its password redacted."""
+
+    name = "URL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        problem = dsn_problem(value)
+        if problem is not None:
+            self.fail(f"{redact_dsn(value)} is no PostgreSQL DSN: {problem}", param, ctx)
+        return str(value)
+
+
+class Secret(click.ParamType[Any, Any]):
+    """Text that is never shown, not even when it is refused (a token)."""
+
+    name = "TEXT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        problem = text_problem(text)
+        if problem is not None:
+            self.fail(f"the value given (not shown: it is a secret) {problem}", param, ctx)
         return text
 
 
@@ -211,6 +241,8 @@ class _Checked(click.ParamType[Any, Any]):
 
 
 TEXT = Text()
+DSN = Dsn()
+SECRET = Secret()
 RUN_ID = Text("RUN_ID")
 LABEL = Label()
 MOMENT = Moment()

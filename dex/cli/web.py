@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from dex.cli.database import CommandError, connection_options, open_engine, progress
-from dex.cli.params import TEXT
+from dex.cli.params import SECRET, TEXT
 
 MISSING_EXTRA = 'the web dashboard needs the web extra: pip install "dex-engine[web]"'
 MISSING_GRPC = '--grpc-port needs the grpc extra: pip install "dex-engine[grpc]"'
@@ -69,7 +69,7 @@ def url_of(sock: socket.socket) -> str:
 @click.option(
     "--token",
     envvar="DEX_WEB_TOKEN",
-    type=TEXT,
+    type=SECRET,
     help="Require this token (Authorization: Bearer, or the sign-in form) [default: $DEX_WEB_TOKEN]. "
     "Needed to listen on any address but loopback.",
 )

@@ -34,9 +34,13 @@ def test_an_unreachable_database_is_a_fast_one_line_error(command: list[str]) ->
 
 
 def test_a_malformed_url_is_a_one_line_error() -> None:
-    result = invoke("runs", "list", env={"DEX_DATABASE_URL": "postgresql://dex:pw@[not a host"})
-    assert result.exit_code == 1
-    assert one_line_error(result).startswith("error: invalid PostgreSQL DSN")
+    result = invoke("runs", "list", env={"DEX_DATABASE_URL": "postgresql://dex:pw-s3cret@[not a host"})
+    assert result.exit_code == 2  # the command line's fault: nothing was sent
+    line = one_line_error(result)
+    assert line.startswith(
+        "error: Invalid value for '--database-url': postgresql://dex:***@[not a host is no PostgreSQL DSN"
+    )
+    assert "s3cret" not in line
 
 
 def test_without_a_url_only_an_existing_embedded_server_is_used(

@@ -67,6 +67,7 @@ from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
 from dex.serialization.history import decode_block
+from dex.views.secrets import redact_dsn
 
 
 class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransactionSteps):
@@ -143,8 +144,12 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
             keep=transactions.step_count(max_connections),
         )
         self._where = describe_dsn(conninfo)
+        self._shown_dsn = redact_dsn(dsn)  # what repr shows: never the password
         self._known_queues: set[tuple[str, str]] = set()
         self._known_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PostgresAdapter({self._shown_dsn!r}, schema={self._q.schema!r})"
 
     @property
     def clock(self) -> Clock:

@@ -7,7 +7,9 @@ does it open the pool. The password appears nowhere in what these errors carry: 
 and libpq's messages may quote the DSN, so each :class:`DatabaseConnectionError` is raised
 outside the ``except`` block that caught the driver's error (its ``__context__`` stays empty,
 where ``from None`` would merely hide it from tracebacks), and any driver text it keeps goes
-through :func:`scrub` first.
+through :func:`~dex.views.secrets.scrub` first. A DSN libpq cannot read (unparsable, or
+holding a NUL or a byte that is not UTF-8) is refused before libpq or the network sees it, as
+:class:`InvalidDsnError`, showing the DSN redacted (:func:`~dex.views.secrets.redact_dsn`).
 
 Once running, the server may go away and come back (a restart, a failover). A pooled
 connection the server closed is noticed when the pool hands it out (:class:`LivenessCheck`)
@@ -22,11 +24,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import select
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -38,12 +38,17 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dex.adapters.postgres.sessions import session_settings
 from dex.domain.errors import DexError
+from dex.views.secrets import printable, redact_dsn, scrub, without_secrets
 
 DEFAULT_CONNECT_TIMEOUT = 5  # seconds; libpq's own default is to wait forever
 
 
 class DatabaseConnectionError(DexError, ConnectionError):
     """PostgreSQL cannot be reached with the given DSN (bad DSN, server down, auth failure)."""
+
+
+class InvalidDsnError(DatabaseConnectionError, ValueError):
+    """The DSN itself cannot be used (not text libpq can read); nothing was sent anywhere."""
 
 
 def describe_dsn(dsn: str) -> str:
@@ -55,50 +60,72 @@ def describe_dsn(dsn: str) -> str:
     port = params.get("port")
     where = f"{host}:{port}" if port else host
     dbname = params.get("dbname")
-    return scrub(f"{where}/{dbname}" if dbname else where, dsn)
+    return printable(scrub(f"{where}/{dbname}" if dbname else where, dsn))
 
 
 def _parse(dsn: str) -> dict[str, Any] | None:
     """The DSN's parameters, or None if libpq cannot parse it (its error may quote the DSN)."""
+    if not isinstance(dsn, str) or not _clean(dsn):  # libpq would cut it at a NUL, or cannot take it
+        return None
     try:
         return pg_conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
+    except (psycopg.ProgrammingError, UnicodeError):
         return None
 
 
-# A password as written in a DSN, for DSNs libpq cannot parse: the user-info part of a URI
-# (``scheme://user:password@``) and a ``password=`` pair, quoted or not.
-_URI_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
-_PAIR_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+def dsn_problem(dsn: object) -> str | None:
+    """Why ``dsn`` is no DSN libpq can use, in words that never quote it; None if it is one.
+
+    A NUL would end the string where libpq reads it (``user:pw\\0@host`` becomes a host
+    named after the password), and a lone surrogate (a byte that is not UTF-8, as Python
+    gives it from a command line or the environment) cannot be encoded for libpq at all:
+    both are refused before libpq sees the string."""
+    if not isinstance(dsn, str):
+        return f"a DSN is a string, not {type(dsn).__name__}"
+    if not dsn.strip():
+        return "no PostgreSQL DSN given (e.g. postgresql://user:password@host:5432/dbname)"
+    # redaction hides the password: if what is left is clean, the bad character is in it
+    where = " (in the password)" if not _clean(dsn) and _clean(without_secrets(dsn)) else ""
+    if "\x00" in dsn:
+        return f"it contains a NUL character{where}"
+    try:
+        dsn.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"it holds a byte that is not UTF-8{where}"
+    try:
+        params = pg_conninfo.conninfo_to_dict(dsn)
+    except UnicodeError:
+        return "a percent-encoded value in it is not UTF-8"
+    except psycopg.ProgrammingError:
+        # libpq's message quotes the DSN, which may hold a password: leave it out
+        return "expected postgresql://user:password@host:port/dbname or key=value pairs"
+    # libpq checks ports only when it connects; they are part of the DSN's syntax all the same
+    for port in str(params.get("port") or "").split(","):
+        port = port.strip()
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            return "its port is not a number from 1 to 65535"
+    return None
 
 
-def scrub(text: str, dsn: str) -> str:
-    """``text`` with every spelling of ``dsn``'s password replaced by ``***``."""
-    secrets: set[str] = set()
-    params = _parse(dsn)
-    if params is not None and params.get("password"):
-        secrets.add(str(params["password"]))
-    for match in _URI_PASSWORD.finditer(dsn):
-        secrets.update((match.group(1), urllib.parse.unquote(match.group(1))))
-    for match in _PAIR_PASSWORD.finditer(dsn):
-        value = match.group(1)
-        secrets.update((value, value.strip("'").replace("\\'", "'").replace("\\\\", "\\")))
-    # the longest first, so that a secret containing another is replaced whole
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
+def _clean(text: str) -> bool:
+    """Whether ``text`` holds neither a NUL nor a lone surrogate."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def prepare_conninfo(dsn: str, connect_timeout: float | None) -> str:
-    """The DSN with a ``connect_timeout`` (unless it sets one) and an application name."""
-    if not isinstance(dsn, str) or not dsn.strip():
-        raise DatabaseConnectionError("no PostgreSQL DSN given (e.g. postgresql://user:password@host:5432/dbname)")
-    params = _parse(dsn)
-    if params is None:
-        # libpq's message quotes the DSN, which may hold a password: leave it out
-        raise DatabaseConnectionError(
-            "invalid PostgreSQL DSN: expected postgresql://user:password@host:port/dbname or key=value pairs"
-        )
+    """The DSN with a ``connect_timeout`` (unless it sets one) and an application name;
+    :class:`InvalidDsnError` (naming the problem, the DSN shown redacted) if it cannot be used."""
+    problem = dsn_problem(dsn)
+    if problem is not None:
+        shown = f" {redact_dsn(dsn)}" if isinstance(dsn, str) and dsn.strip() else ""
+        raise InvalidDsnError(f"invalid PostgreSQL DSN{shown}: {problem}")
+    params = pg_conninfo.conninfo_to_dict(dsn)
     extra: dict[str, str] = {}
     if "connect_timeout" not in params:
         timeout = DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
