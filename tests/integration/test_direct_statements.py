@@ -1,6 +1,8 @@
 """The start's statement through libpq directly (dex.adapters.postgres.direct): the values it
-sends read back as psycopg would send them, errors are psycopg's, and a session that lost
-the prepared statement gets it again."""
+sends read back as psycopg would send them, errors are psycopg's, and nothing of it is
+prepared on the session, so psycopg's ``DEALLOCATE ALL`` after a rollback (or anyone's
+``DISCARD ALL``) takes nothing from it: starts, schedule triggers and fires inside a
+transaction go on working on a connection whose earlier transaction rolled back."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dex
 from dex.adapters.postgres import direct
 from dex.app.ports import Claim, Lease, RunFilter, WorkflowInput
 from dex.domain import events as ev
@@ -107,21 +110,35 @@ def test_a_wrong_number_of_parameters_is_refused_before_sending(conn: psycopg.Co
         ECHO.execute(conn, [b"a", b"1"])
 
 
-def test_a_session_that_lost_the_statement_prepares_it_again(conn: psycopg.Connection) -> None:
-    assert echo(conn, b"before", b"1", b"t", None, b"{}", None, None)[0] == "before"
-    conn.execute("DEALLOCATE ALL")  # what a DISCARD ALL from a proxy or a reset would do
-    assert echo(conn, b"after", b"2", b"f", None, b"{}", None, None)[0] == "after"
+def test_nothing_of_it_is_prepared_on_the_session(conn: psycopg.Connection) -> None:
+    assert echo(conn, b"x", b"1", b"t", None, b"{}", None, None)[0] == "x"
+    prepared = conn.execute(
+        "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%$7::bytea%"]
+    ).fetchone()
+    assert prepared == (0,)
 
 
-def test_each_connection_prepares_it_once(pg_dsn: str) -> None:
-    with psycopg.connect(pg_dsn, autocommit=True) as first, psycopg.connect(pg_dsn, autocommit=True) as second:
-        for connection in (first, second, first, second):
-            assert echo(connection, b"x", b"1", b"t", None, b"{}", None, None)[0] == "x"
-        for connection in (first, second):
-            prepared = connection.execute(
-                "SELECT count(*) FROM pg_prepared_statements WHERE name = 'dex_test_echo'"
-            ).fetchone()
-            assert prepared == (1,)
+@pytest.mark.parametrize("reset", ["rollback", "DEALLOCATE ALL", "DISCARD ALL"])
+def test_a_transaction_after_a_reset_of_the_session_runs_it(pg_dsn: str, reset: str) -> None:
+    """psycopg answers a rollback with ``DEALLOCATE ALL`` once it has prepared statements of
+    its own on the connection: a statement of dex's prepared beside them was dropped, and its
+    second try ran inside the aborted transaction (``InFailedSqlTransaction`` from then on)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as connection:
+        for _ in range(3):
+            connection.execute("SELECT %s::int", [1], prepare=True)  # psycopg has prepared a statement
+        with connection.transaction():
+            assert echo(connection, b"before", b"1", b"t", None, b"{}", None, None)[0] == "before"
+        for _ in range(3):
+            if reset == "rollback":
+                with pytest.raises(psycopg.errors.DivisionByZero), connection.transaction():
+                    connection.execute("SELECT 1 / 0")
+            else:
+                connection.execute(reset)
+            connection.execute("SELECT %s::int", [1], prepare=True)
+            with connection.transaction():
+                assert echo(connection, b"after", b"2", b"f", None, b"{}", None, None)[0] == "after"
+                assert connection.execute("SELECT 1").fetchone() == (1,)  # the transaction is not aborted
+            assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 @pytest.fixture(params=["direct", "public"])
@@ -247,6 +264,45 @@ def test_a_nul_in_a_start_is_refused_not_truncated(make_adapter, field: str, cha
     assert adapter.create_run("run-nul-2", healthy, now) == "run-nul-2"
     record = adapter.get_run("run-nul-2")
     assert record is not None and (record.instance_id, dict(record.labels)) == ("a", {"t": "b"})
+
+
+@dex.workflow(name="direct-one")
+async def one(ctx: dex.WorkflowContext, n: int) -> int:
+    return n
+
+
+def test_a_rolled_back_request_leaves_starts_triggers_and_fires_working(  # type: ignore[no-untyped-def]
+    make_adapter, clock: VirtualClock, start_path: str
+) -> None:
+    """The reproduction: on an adapter whose pool has one connection besides the one kept for
+    starts, a request that rolls back (cancelling an ended run: InvalidStateError) runs on the
+    connection that schedule triggers and fires use next, after psycopg has prepared statements
+    there. Each trigger and fire afterwards starts its run; a healthy run completes."""
+    adapter = make_adapter(min_connections=2, max_connections=2)
+    every = dex.Schedule("direct-every-minute", one, every=timedelta(minutes=1), args=(7,))
+    engine = dex.Engine(adapter, [one], [], schedules=[every])
+    ended = engine.start_workflow(one, 1)
+    engine.drain(advance_time=False)
+    assert engine.wait(ended, timeout=5) == 1
+    for _ in range(8):  # psycopg prepares what runs five times on the connection
+        assert engine.get_run(ended).status == dex.RunStatus.COMPLETED
+    started = [engine.trigger_schedule("direct-every-minute")]
+    for _ in range(3):
+        with pytest.raises(dex.InvalidStateError):
+            engine.cancel(ended)  # rolled back on the pooled connection
+        started.append(engine.trigger_schedule("direct-every-minute"))
+        with pytest.raises(dex.InvalidStateError):
+            engine.cancel(ended)
+        before = {run.run_id for run in engine.list_runs()}
+        engine.drain(until=timedelta(minutes=1))  # the schedule fires, in the scheduler's transaction
+        fired = {run.run_id for run in engine.list_runs()} - before
+        assert fired, "the schedule did not fire"
+        started.extend(fired)
+    engine.drain(advance_time=False)
+    assert [engine.wait(run_id, timeout=5) for run_id in started] == [7] * len(started)
+    healthy = engine.start_workflow(one, 2)
+    engine.drain(advance_time=False)
+    assert engine.wait(healthy, timeout=5) == 2
 
 
 def test_a_nul_in_any_text_parameter_is_refused_before_sending(conn: psycopg.Connection) -> None:

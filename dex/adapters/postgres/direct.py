@@ -6,27 +6,37 @@ of Python is a microsecond on that path. psycopg's ``execute`` spends ~35 µs of
 start's eighteen parameters and its result row (adapting each value, the prepared-statement
 bookkeeping, the cursor and its result loaders) around libpq's ~20 µs: the start's statement
 took ~63 µs of client CPU that way and ~40 µs this way, the values' encoding included. A
-:class:`DirectStatement` prepares its statement once per connection with its
-parameter types fixed, sends the values as bytes the caller encoded (text, or binary for
-``bytea``), and hands back libpq's result, whose text values the caller reads itself. The
-statement's plan is the server's business as before (a function keeps its own).
+:class:`DirectStatement` sends its statement with its parameter types fixed and the values
+as bytes the caller encoded (text, or binary for ``bytea``), and hands back libpq's result,
+whose text values the caller reads itself.
 
-The connection is psycopg's (the one kept for starts, or a pooled one), in autocommit, and
-no other thread uses it meanwhile; the statement still takes psycopg's lock on it, as
-psycopg's ``execute`` does. libpq releases the GIL while it waits, as psycopg does.
+The statement is sent unnamed (libpq's ``PQexecParams``: parse, bind and execute in one
+exchange), never prepared: nothing of it stays on the session, so nothing of it can be lost
+there. A statement of dex's own prepared beside psycopg's was lost whenever psycopg sent its
+``DEALLOCATE ALL`` (after the rollback of any transaction on a connection where psycopg had
+prepared statements of its own); its "prepare again" then ran inside the caller's
+transaction, already aborted by the failed execution, and every start inside a transaction
+on that connection (a schedule's trigger or fire) failed with ``InFailedSqlTransaction``
+from then on. Unnamed, the statement is parsed at every start: its text is a call of the
+schema's ``create_run`` function, whose PL/pgSQL body keeps its own plans.
 
-This is the one module of dex that uses psycopg's internals (``conn.pgconn``'s prepare and
-exec_prepared, ``psycopg.errors.error_from_result``, ``conn.lock``). It is used only with the
-psycopg versions it was checked against (:data:`CHECKED`); with any other, :data:`AVAILABLE`
-is false, a warning says so once, and starts take the public path (``runs.create_run``:
-psycopg's ``execute``, prepared). The public path cost ~77 µs more client CPU per start
-(0.161 → 0.238 ms, ``benchmarks.start_loop -n 3000``, three alternated pairs; +12 % with the
-engine running; ARCHITECTURE.md "The start's statement through libpq"), over the 10 % that
-would retire this module.
+The connection is psycopg's (the one kept for starts, or a pooled one), in autocommit or
+inside the caller's transaction, and no other thread uses it meanwhile; the statement still
+takes psycopg's lock on it, as psycopg's ``execute`` does. libpq releases the GIL while it
+waits, as psycopg does.
+
+This is the one module of dex that uses psycopg's internals (``psycopg.errors.error_from_result``
+and ``conn.lock``, neither documented; ``conn.pgconn`` and its ``exec_params`` are psycopg's
+documented libpq wrapper). It is used only with the psycopg versions it was checked against
+(:data:`CHECKED`); with any other, :data:`AVAILABLE` is false, a warning says so once, and
+starts take the public path (``runs.create_run``: psycopg's ``execute``, prepared). Measured
+with ``benchmarks.start_loop -n 3000`` (engine not started; the starting thread's CPU per
+start, eight alternated triples on a shared two-core machine): 0.194 ms with the statement
+prepared as it was, 0.195 ms unnamed, 0.270 ms on the public path (+39 %; ARCHITECTURE.md
+"The start's statement through libpq"), over the 10 % that would retire this module.
 
 An error result raises the exception psycopg would have raised for it
-(``psycopg.errors.UniqueViolation`` and so on). A session that lost the prepared statement
-(``DISCARD ALL`` by someone else) gets it prepared again, once.
+(``psycopg.errors.UniqueViolation`` and so on).
 
 libpq reads a parameter in text form as a C string: a NUL in it would end the value there,
 and ``"a\\x00b"`` would be stored as ``"a"`` (an instance id that collides with another). So a
@@ -39,8 +49,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -55,8 +63,8 @@ from dex.app.ports import StoreRejectedError
 log = logging.getLogger(__name__)
 
 # the psycopg versions this module was checked against (from, up to but excluding): it uses
-# psycopg.pq's PGconn.prepare/exec_prepared on ``conn.pgconn``, psycopg.errors.error_from_result
-# (not documented) and ``conn.lock`` (not documented)
+# psycopg.pq's PGconn.exec_params on ``conn.pgconn``, psycopg.errors.error_from_result (not
+# documented) and ``conn.lock`` (not documented)
 CHECKED = ((3, 3), (3, 4))
 
 
@@ -83,18 +91,17 @@ AVAILABLE = supported(psycopg.__version__)
 # type oids (pg_type), fixed when the statement is prepared
 TEXT, INT4, BOOL, BYTEA, TIMESTAMPTZ, JSONB, TEXT_ARRAY = 25, 23, 16, 17, 1184, 3802, 1009
 _BINARY = {BYTEA}  # bytea goes as its raw bytes; every other value as its text form
-_UNDEFINED_PREPARED_STATEMENT = "26000"
 
 Param = bytes | None
 
 
 class DirectStatement:
-    """A statement with a fixed name and parameter types, prepared on each connection the
-    first time it runs there. ``fields`` names the parameters in errors (``$1``, ``$2``, ...
-    without it)."""
+    """A statement with fixed parameter types, sent unnamed on each execution (nothing is
+    prepared on the session). ``name`` names it in errors; ``fields`` name the parameters in
+    errors (``$1``, ``$2``, ... without it)."""
 
     def __init__(self, name: str, query: bytes, types: Sequence[int], fields: Sequence[str] = ()) -> None:
-        self.name = name.encode()
+        self.name = name
         self.query = query
         self.types = list(types)
         if fields and len(fields) != len(self.types):
@@ -102,28 +109,17 @@ class DirectStatement:
         self.fields = list(fields) or [f"${n}" for n in range(1, len(self.types) + 1)]
         self.formats = [1 if oid in _BINARY else 0 for oid in self.types]
         self._encoders = [_ENCODERS[oid] for oid in self.types]
-        # the connections that hold the statement; a closed connection drops out by itself
-        self._ready: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
-        self._lock = threading.Lock()
 
     def execute(self, conn: psycopg.Connection, params: Sequence[Param]) -> pq.abc.PGresult:
         """Run the statement on ``conn`` (which no other thread uses meanwhile) and return its
         result; raise psycopg's exception for an error."""
         self.check(params)
-        pgconn = conn.pgconn
-        with self._lock:
-            ready = conn in self._ready
         values = cast("Sequence[bytes]", params)  # libpq takes None for NULL; psycopg's stubs omit it
         # psycopg's own lock on the connection, as its execute takes it: the caller holds the
         # connection alone (KeptConnection, or checked out of the pool), so it is never
         # contended, and costs a fraction of a microsecond
         with conn.lock:
-            if not ready:
-                self._prepare(conn)
-            result = pgconn.exec_prepared(self.name, values, self.formats)
-            if result.status == pq.ExecStatus.FATAL_ERROR and _sqlstate(result) == _UNDEFINED_PREPARED_STATEMENT:
-                self._prepare(conn)  # the session lost it (DISCARD ALL): once more
-                result = pgconn.exec_prepared(self.name, values, self.formats)
+            result = conn.pgconn.exec_params(self.query, values, self.types, self.formats)
         if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
             raise error_from_result(result, encoding=conn.info.encoding)
         return result
@@ -139,26 +135,14 @@ class DirectStatement:
         """Refuse ``params`` before anything is sent: a wrong count (``ValueError``), or a NUL
         in a text value (``StoreRejectedError`` naming its field)."""
         if len(params) != len(self.types):
-            raise ValueError(f"{self.name.decode()}: {len(self.types)} parameters expected, got {len(params)}")
+            raise ValueError(f"{self.name}: {len(self.types)} parameters expected, got {len(params)}")
         for field, form, param in zip(self.fields, self.formats, params, strict=True):
             if form == 0 and param is not None and b"\x00" in param:
                 raise StoreRejectedError(_nul(field))
 
-    def _prepare(self, conn: psycopg.Connection) -> None:
-        result = conn.pgconn.prepare(self.name, self.query, self.types)
-        if result.status != pq.ExecStatus.COMMAND_OK:
-            raise error_from_result(result, encoding=conn.info.encoding)
-        with self._lock:
-            self._ready.add(conn)
-
 
 def _nul(field: str) -> str:
     return f"{field} contains a NUL character (\\x00), which PostgreSQL cannot store in text"
-
-
-def _sqlstate(result: pq.abc.PGresult) -> str | None:
-    code = result.error_field(pq.DiagnosticField.SQLSTATE)
-    return code.decode() if code is not None else None
 
 
 # -- values as PostgreSQL reads them in text form ---------------------------------------------
