@@ -214,7 +214,12 @@ class Background:
         wake_workflows = self._wake_workflows
         # before the threads start: the first task may be claimed at once
         watchdog = Watchdog(
-            self.workflow_worker, self.threads, self._stopping, deadline=self._deadline, telemetry=self.telemetry
+            self.workflow_worker,
+            self.threads,
+            self._stopping,
+            deadline=self._deadline,
+            telemetry=self.telemetry,
+            quarantine=self.workflow_worker.quarantine,
         )
         self.workflow_worker.watchdog = watchdog
         rounds = self.rounds

@@ -4,7 +4,11 @@ ends), the whole history, replayed.
 
 Executors hold live coroutines: one that is dropped is closed at once, replay-silent (SPEC §8),
 never left to the garbage collector, whose closing would run its code's ``finally`` blocks as
-if live.
+if live. Every close goes through the worker's :class:`Closer`: closing runs workflow code,
+which may refuse to stop (it catches the close and awaits again, forever); such a coroutine is
+given up after a few throws (``dex.domain.coroutines.CLOSE_THROWS``), so a close always ends —
+in the flusher, too, which closes what the cache evicts — and the closer counts, logs and
+reports it (``Engine.health().abandoned_executors``, ``dex_abandoned_executors_total``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from datetime import datetime
 import attrs
 
 from dex.app.ports import Loaded, Store, WorkflowTask
+from dex.app.telemetry import Telemetry, TelemetryHub
 from dex.domain import events as ev
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.task import InboxMessage, WorkflowTaskResult
@@ -105,6 +110,49 @@ class Unwritten:
         return entries
 
 
+class Closer:
+    """Closes the executors a workflow worker drops, and counts the coroutines that refused to
+    close (abandoned: see the module docstring). One per worker, shared by its cache."""
+
+    def __init__(self, telemetry: Telemetry | None = None) -> None:
+        self._telemetry: Telemetry = telemetry if telemetry is not None else TelemetryHub()
+        self._abandoned = 0
+        self._lock = threading.Lock()
+
+    @property
+    def abandoned(self) -> int:
+        """Coroutines that refused to close, abandoned so far (by this worker)."""
+        return self._abandoned
+
+    def __call__(self, executor: WorkflowExecutor) -> None:
+        """Close ``executor`` (silently: its code issues nothing); one that fails to close is logged."""
+        try:
+            refused = executor.close()
+        except Exception:
+            log.exception("closing the executor of run %s failed", executor.run_id)
+            return
+        if not refused:
+            return
+        with self._lock:
+            self._abandoned += refused
+        log.warning(
+            "the workflow code of run %s (%s) refused to stop when its executor was closed (it caught the "
+            "close and awaited again): %d coroutine(s) abandoned; the run goes on from a replay",
+            executor.run_id,
+            executor.workflow_name,
+            refused,
+            extra={"run_id": executor.run_id, "workflow_name": executor.workflow_name},
+        )
+        hook = getattr(self._telemetry, "executors_abandoned", None)  # sinks written before it lack it
+        if hook is not None:
+            hook(executor.workflow_name, refused)
+
+    def all(self, executors: Iterable[WorkflowExecutor]) -> None:
+        """Close each of ``executors`` (one that fails to close does not stop the rest)."""
+        for executor in executors:
+            self(executor)
+
+
 class ExecutorCache:
     """Executors of recently advanced runs, so a run's next task applies only what is new.
 
@@ -113,8 +161,9 @@ class ExecutorCache:
     Bounded (least recently used first out), because each entry holds live coroutines.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, close: Closer | None = None) -> None:
         self._capacity = capacity
+        self._close = close if close is not None else Closer()
         self._entries: OrderedDict[str, Cached] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -135,8 +184,7 @@ class ExecutorCache:
                 self._entries[run_id] = Cached(executor=executor, last_seq=last_seq)
                 while len(self._entries) > self._capacity:
                     evicted.append(self._entries.popitem(last=False)[1].executor)
-        for old in evicted:
-            old.close()
+        self._close.all(evicted)
 
     def positions(self, run_ids: Sequence[str]) -> dict[str, int]:
         """The sequence number each cached run's executor stands at (runs not cached are left out)."""
@@ -147,7 +195,7 @@ class ExecutorCache:
         with self._lock:
             entry = self._entries.pop(run_id, None)
         if entry is not None:
-            entry.executor.close()
+            self._close(entry.executor)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -155,8 +203,7 @@ class ExecutorCache:
     def clear(self) -> None:
         with self._lock:
             entries, self._entries = list(self._entries.values()), OrderedDict()
-        for entry in entries:
-            entry.executor.close()
+        self._close.all(entry.executor for entry in entries)
 
 
 def round_inputs(
@@ -164,6 +211,7 @@ def round_inputs(
     cache: ExecutorCache,
     handed: Sequence[tuple[WorkflowTask, Given | None]],
     give_back: Callable[[WorkflowTask, Exception], bool],
+    close: Closer,
 ) -> list[Job]:
     """The jobs of a round: each task with its cached executor (taken from ``cache``) and its
     input, the given one or, for those that came without it, loaded in one round trip (the
@@ -195,7 +243,7 @@ def round_inputs(
     except BaseException:
         # a dropped executor is closed at once, replay-silent (SPEC §8): left to the garbage
         # collector, its code's finally blocks would run as if live
-        close_all(entry.executor for entry in cached if entry is not None)
+        close.all(entry.executor for entry in cached if entry is not None)
         raise
 
 
@@ -217,7 +265,7 @@ class GivenBack(Exception):
 
 
 def start_point(
-    store: Store, cache: ExecutorCache, task: WorkflowTask, now: datetime, preloaded: Preloaded | None
+    store: Store, cache: ExecutorCache, task: WorkflowTask, now: datetime, preloaded: Preloaded | None, close: Closer
 ) -> tuple[WorkflowExecutor | None, int, list[ev.HistoryEvent], list[InboxMessage]]:
     """The cached executor if the stored history still ends where it stands, else the full history."""
     if preloaded is not None:
@@ -228,17 +276,17 @@ def start_point(
             item = store.load_workflow_tasks([(task, cached.last_seq if cached else 0)], now)[0]
         except BaseException:
             if cached is not None:
-                cached.executor.close()  # dropped: closed at once, not by the garbage collector (SPEC §8)
+                close(cached.executor)  # dropped: closed at once, not by the garbage collector (SPEC §8)
             raise
     if isinstance(item, Exception):
         if cached is not None:
-            cached.executor.close()
+            close(cached.executor)
         raise item
     if cached is not None:
         tail = item.events
         if len(tail) == 1 and tail[0].sequence_number == cached.last_seq:
             return cached.executor, cached.last_seq, [], item.inbox
-        cached.executor.close()  # someone else moved the run on (or our last result was refused)
+        close(cached.executor)  # someone else moved the run on (or our last result was refused)
     history, inbox = item.events, item.inbox
     if not history or history[0].sequence_number != 1:
         # a tail, loaded for an executor that does not stand there now: it was closed just
@@ -246,12 +294,3 @@ def start_point(
         # (Claim.after_seqs); a history loaded from the start is used as it is
         history, inbox = store.load_workflow_task(task, now)
     return None, history[-1].sequence_number, history, inbox
-
-
-def close_all(executors: Iterable[WorkflowExecutor]) -> None:
-    """Close dropped executors (each silently; one that fails to close does not stop the rest)."""
-    for executor in executors:
-        try:
-            executor.close()
-        except Exception:
-            log.exception("closing the executor of run %s failed", executor.run_id)

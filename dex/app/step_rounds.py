@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dex.app.buffer import ResultBuffer
-from dex.app.executors import Round, Unwritten
+from dex.app.executors import Closer, Round, Unwritten
 from dex.app.inline import InlineActivities
 from dex.app.ports import AnsweredStep, Store, WorkflowTask
 from dex.app.registry import Registry
@@ -41,6 +41,7 @@ class GroupedSteps:
     _buffer: ResultBuffer
     _handed_lock: threading.Lock
     _unwritten: Unwritten
+    closer: Closer
     watchdog: Watchdog | None
     inline: InlineActivities | None
     steps: StepGroups | None
@@ -112,7 +113,7 @@ class GroupedSteps:
                     continue
                 if executor.finished or result.new_history is not None:
                     self._unwritten.pop(task)
-                    executor.close()
+                    self.closer(executor)
                 elif result.new_events:
                     self._unwritten.put(task, executor, result.new_events[-1].sequence_number)
                 self._decided(round_, task, result)

@@ -25,6 +25,22 @@ ends before the deadline is written as usual, and the other runs of its round we
 up by it. At most eight such retired threads may be alive at once (a host so slow that every
 task stalls must not breed threads); beyond that, the rest waits for the deadline.
 
+Some code is beyond the reach of all this, and would do it again on every retry:
+
+- code that swallows the interrupt (``except BaseException`` around a CPU loop) spins on in its
+  retired thread. The watchdog re-delivers the interrupt every ``stall`` seconds while the
+  thread is still in that code, counts such threads (``Engine.health().interrupted_threads``,
+  ``dex_interrupted_threads``) and reports them to the quarantine;
+- C code that holds the GIL (a catastrophic regular expression: ``re`` never releases it)
+  freezes every thread of the process, this one included, until it returns; no interrupt can
+  land inside it. The watchdog notices afterwards: its own tick came later than the deadline
+  (it could not run), and the blocked thread had the CPU meanwhile. A match that never ends
+  freezes the process for good: only a supervisor outside it (a liveness probe) can help;
+- code that blocks its task on every retry.
+
+For those, the workflow is quarantined in this process (:mod:`dex.app.quarantine`): its tasks
+are no longer run here, but given back, never lost.
+
 The deadline is half the default workflow-task lease (10 s), so a blocked task is given back
 well before its lease would let another worker redo it; Temporal's deadlock detector uses 2 s,
 but dex's tasks also replay whole histories, and a long replay on a busy host must not be
@@ -52,6 +68,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 from dex.app.ports import WorkflowTask
+from dex.app.quarantine import Quarantine
 from dex.app.runner import PollingThread
 from dex.app.telemetry import Telemetry
 
@@ -73,14 +90,28 @@ class _Watch:
     """One stretch of a task's workflow code in one thread (a context manager: cheap, as it
     wraps every workflow task a started engine runs)."""
 
-    __slots__ = ("_dog", "executor", "fired", "replaced", "since", "task", "thread")
+    __slots__ = (
+        "_dog",
+        "cpu",
+        "executor",
+        "fired",
+        "interrupted_at",
+        "replaced",
+        "since",
+        "spinning",
+        "task",
+        "thread",
+    )
 
     def __init__(self, dog: Watchdog, task: WorkflowTask, executor: WorkflowExecutor | None) -> None:
         self._dog, self.task, self.executor = dog, task, executor
         self.thread, self.since, self.fired, self.replaced = 0, 0.0, False, False
+        self.cpu = self.interrupted_at = 0.0
+        self.spinning = False  # still running after its interrupt (reported to the quarantine)
 
     def __enter__(self) -> None:
-        self.thread, self.since = threading.get_ident(), self._dog._clock()
+        # the thread's CPU time, to tell code that held the GIL from code that waited for it
+        self.thread, self.since, self.cpu = threading.get_ident(), self._dog._clock(), time.thread_time()
         with self._dog._lock:
             self._dog._watches[self.thread] = self
 
@@ -91,6 +122,11 @@ class _Watch:
                 del dog._watches[self.thread]
         if self.fired:
             _clear_interrupt(self.thread)  # the interrupt may still be pending: it must not land elsewhere
+            dog.quarantine.ended(self.thread)
+            return
+        held = dog._clock() - self.since
+        if held > dog.deadline:  # the watchdog did not get to fire on it
+            dog._overran(self, held, time.thread_time() - self.cpu)
 
 
 class TaskRounds(Protocol):
@@ -117,11 +153,14 @@ class Watchdog:
         deadline: float,
         stall: float | None = None,
         telemetry: Telemetry,
+        quarantine: Quarantine,
         clock: Callable[[], float] = time.monotonic,
         interrupt: bool = True,
     ) -> None:
         self.deadline = deadline
         self.stall = stall if stall is not None else min(1.0, deadline / 4)
+        self.quarantine = quarantine
+        self._stepped = clock()  # when the last step ended: a tick much later means it was starved
         self._retired: list[PollingThread] = []  # replaced while their code stalled, not yet ended
         self._worker, self._threads, self._stopping = worker, threads, stopping
         self._telemetry, self._clock, self._interrupt = telemetry, clock, interrupt
@@ -159,27 +198,76 @@ class Watchdog:
 
     def step(self) -> int:
         """Replace the threads of stalled workflow code, give up the workflow tasks blocked past
-        the deadline, replace dead threads."""
+        the deadline (quarantining what it cannot stop), interrupt again the code that swallowed
+        its interrupt, replace dead threads."""
         now = self._clock()
-        late: list[tuple[_Watch, str]] = []
+        # this thread ticks every fraction of ``stall``: a tick later than the deadline means it
+        # could not run — C code held the GIL (or the whole process was stopped)
+        starved = now - self._stepped
+        if starved > self.deadline:
+            log.warning(
+                "the watchdog could not run for %.1f s: C code held the GIL, or the process was stopped", starved
+            )
+        late: list[tuple[_Watch, str, str | None]] = []
         stalled: list[_Watch] = []
         with self._lock:
             for watch in self._watches.values():
-                if not watch.replaced and not watch.fired and now - watch.since > self.stall:
+                if watch.fired:
+                    self._interrupted(watch, now)
+                    continue
+                if not watch.replaced and now - watch.since > self.stall:
                     stalled.append(watch)
-                if watch.fired or now - watch.since <= self.deadline:
+                if now - watch.since <= self.deadline:
                     continue
                 watch.fired = True
                 self._fired.add((watch.task.task_id, watch.task.lease.version))
                 if watch.executor is not None:
                     watch.executor.abandon()
-                late.append((watch, blocked_at(watch.thread)))  # before the interrupt unwinds it
+                held = None
+                if starved > self.deadline:
+                    held = _held_gil(_thread_cpu(watch.thread) - watch.cpu, now - watch.since)  # under the lock: alive
+                late.append((watch, blocked_at(watch.thread), held))  # before the interrupt unwinds it
                 if self._interrupt:
+                    watch.interrupted_at = now
                     _interrupt(watch.thread)
-        replaced = sum(self._replace(watch, at_most=8) for watch in stalled if watch not in [w for w, _ in late])
-        for watch, where in late:
-            self._blocked(watch, where)
-        return replaced + len(late) + self._revive()
+        fired = [watch for watch, _where, _held in late]
+        replaced = sum(self._replace(watch, at_most=8) for watch in stalled if watch not in fired)
+        for watch, where, held in late:
+            self._blocked(watch, where, held)
+        revived = self._revive()
+        self._stepped = self._clock()
+        return replaced + len(late) + revived
+
+    def _interrupted(self, watch: _Watch, now: float) -> None:
+        """``watch`` was interrupted and its thread is still in its code: it swallowed the
+        interrupt, or waits in a call that returns later. Interrupt it again every ``stall``
+        seconds, and report the thread (once) to the quarantine. Called under the lock, so the
+        thread is still in that code (its stretch cannot end meanwhile)."""
+        if not self._interrupt or now - watch.interrupted_at < self.stall:
+            return
+        watch.interrupted_at = now
+        _interrupt(watch.thread)
+        if not watch.spinning:
+            watch.spinning = True
+            self.quarantine.interrupted(watch.thread, watch.task.workflow_name, watch.task.run_id)
+
+    def _overran(self, watch: _Watch, held: float, cpu: float) -> None:
+        """A stretch of workflow code ended past the deadline before the watchdog fired on it
+        (its result is written as usual): between two ticks, or while C code of it held the
+        GIL, so that the watchdog could not run. Counted as a block of its workflow."""
+        task = watch.task
+        starved = self._clock() - self._stepped > self.deadline
+        beyond = _held_gil(cpu, held) if starved else None
+        log.warning(
+            "the workflow code of run %s (%s) held its thread for %.1f s, past the deadline of %g s%s",
+            task.run_id,
+            task.workflow_name,
+            held,
+            self.deadline,
+            f"; {beyond}" if beyond else "",
+            extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
+        )
+        self.quarantine.blocked(task.workflow_name, task.run_id, beyond)
 
     def _replace(self, watch: _Watch, at_most: int | None = None) -> bool:
         """Retire the thread running ``watch`` (it leaves once its code returns) and start a fresh
@@ -199,11 +287,15 @@ class Watchdog:
         self._worker.hand_over(watch.thread)
         return True
 
-    def _blocked(self, watch: _Watch, where: str) -> None:
+    def _blocked(self, watch: _Watch, where: str, held_gil: str | None) -> None:
         self._replace(watch)
+        task = watch.task
         self._worker.retry_later(
-            watch.task, f"its workflow code blocked the task for more than {self.deadline:g} s, at {where}"
+            task,
+            f"its workflow code blocked the task for more than {self.deadline:g} s, at {where}"
+            + (f"; {held_gil}" if held_gil else ""),
         )
+        self.quarantine.blocked(task.workflow_name, task.run_id, held_gil)
 
     def _revive(self) -> int:
         if self._stopping.is_set():
@@ -243,6 +335,27 @@ def blocked_at(thread: int) -> str:
     here = frames[0]
     stack = "".join(f"\n  {f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in reversed(frames[:12]))
     return f"{here.f_code.co_filename}:{here.f_lineno} in {here.f_code.co_name}; stack (outside dex):{stack}"
+
+
+def _thread_cpu(thread: int) -> float:
+    """The CPU time ``thread`` has used (NaN where the platform does not tell). Only for a thread
+    known to be alive: the watchdog asks under its lock, for a thread inside a watched stretch."""
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(thread))
+    except (AttributeError, OSError):  # not a POSIX platform with per-thread clocks
+        return float("nan")
+
+
+def _held_gil(cpu: float, held: float) -> str | None:
+    """Why code that ran ``held`` seconds, ``cpu`` of them on the CPU, while the watchdog could
+    not run, is beyond its reach; None when it did not have the CPU (it waited for the GIL, held
+    by someone else, or the process was stopped)."""
+    if not cpu >= held / 2:  # NaN too: unknown
+        return None
+    return (
+        f"it held the GIL for {held:.1f} s (C code, such as a regular expression that backtracks): "
+        "no thread of the process ran meanwhile, and no interrupt can stop it"
+    )
 
 
 def _interrupt(thread: int) -> None:

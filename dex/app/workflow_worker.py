@@ -21,19 +21,20 @@ from typing import TYPE_CHECKING
 from dex.app.answers import AnsweredSteps, write_ordinarily
 from dex.app.buffer import ResultBuffer
 from dex.app.executors import (
+    Closer,
     ExecutorCache,
     Given,
     GivenBack,
     Preloaded,
     Round,
     Unwritten,
-    close_all,
     round_inputs,
     start_point,
 )
 from dex.app.held import describe, encoded_ahead, give_back, mismatch, unreadable
 from dex.app.inline import InlineActivities
 from dex.app.ports import AnsweredStep, Loaded, Store, UnreadableHistoryError, WorkflowTask
+from dex.app.quarantine import Quarantine
 from dex.app.refusals import failed_result
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
@@ -78,7 +79,11 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
         self._names = frozenset(registry.workflows)
         self.worked_at = float("-inf")  # time.monotonic() of the end of the last round that ran tasks
         self.claimed_full = False  # the last round's claim got all it asked for: more may wait
-        self.cache = ExecutorCache(cache_size)
+        # every executor this worker drops is closed through it (dex.app.executors: it counts
+        # the coroutines that refuse to close); the quarantine is fed by the watchdog
+        self.closer = Closer(self._telemetry)
+        self.quarantine = Quarantine(self._telemetry)
+        self.cache = ExecutorCache(cache_size, self.closer)
         # keyed by claim (task id, lease version): a node may hold two claims of one task
         self._unwritten = Unwritten()
         # tasks claimed for us by a completion ("complete, then claim"), waiting to be run, each
@@ -99,7 +104,9 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
 
     @property
     def names(self) -> frozenset[str]:
-        return self._names
+        """The workflows this worker claims tasks of: its registry's, but those quarantined."""
+        quarantined = self.quarantine.names
+        return self._names - quarantined if quarantined else self._names
 
     @property
     def lease(self) -> timedelta:
@@ -131,7 +138,8 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
     def poll_once(self, claim: bool = True) -> int:
         """Execute up to one batch of workflow tasks (handed ones first, then, with ``claim``,
         claimed ones); return how many ran."""
-        if not self._names:
+        names = self.names
+        if not names:
             return 0
         with self._handed_lock:
             handed, self._handed = self._handed[: self._batch_size], self._handed[self._batch_size :]
@@ -141,7 +149,7 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
             now = self._store.clock.now()
             limit = self._batch_size - len(tasks)
             try:
-                claimed = self._store.claim_workflow_tasks(self._names, self._node_id, now, self._lease, limit)
+                claimed = self._store.claim_workflow_tasks(names, self._node_id, now, self._lease, limit)
             except Exception:
                 # the store failed the claim: the tasks handed to us stay ours for the next
                 # round (the polling thread backs off first)
@@ -159,7 +167,7 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
         # else whole histories; the round's results go to the buffer together: its flush writes
         # them in one transaction, instead of the first alone and the rest after it
         round_ = Round()
-        round_.jobs.extend(round_inputs(self._store, self.cache, handed, self._give_back_unloaded))
+        round_.jobs.extend(round_inputs(self._store, self.cache, handed, self._give_back_unloaded, self.closer))
         ident = threading.get_ident()
         with self._handed_lock:
             self._rounds[ident] = round_  # the watchdog may hand the rest over to another thread
@@ -187,7 +195,8 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
                 self._rounds.pop(ident, None)
                 left, done = list(round_.jobs), round_.take()
                 round_.jobs.clear()
-            close_all(job.preloaded.cached.executor for job in left if job.preloaded.cached is not None)  # dropped
+            # dropped: closed at once
+            self.closer.all(job.preloaded.cached.executor for job in left if job.preloaded.cached is not None)
             if done:  # also when a later task of the round raised: what is decided is written
                 self._buffer.add_workflow_results(done)
         self.worked_at = time.monotonic()
@@ -246,11 +255,16 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
         """Close what a task given back by the watchdog left behind (its executor)."""
         entry = self._unwritten.pop(task)
         if entry is not None:
-            entry.executor.close()
+            self.closer(entry.executor)
         self.cache.discard(task.run_id)
 
     def _decide(self, task: WorkflowTask, preloaded: Preloaded | None = None) -> WorkflowTaskResult | None:
         now = preloaded.given.at if preloaded is not None else self._store.clock.now()
+        if self.quarantine.holds(task.workflow_name):  # claimed before: not run here (dex.app.quarantine)
+            if preloaded is not None and preloaded.cached is not None:
+                self.closer(preloaded.cached.executor)
+            self.retry_later(task, f"workflow {task.workflow_name} is quarantined in this process")
+            return None
         executor: WorkflowExecutor | None = None
         try:
             if isinstance(task, AnsweredStep):
@@ -259,7 +273,9 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
                     return None
                 executor, last_seq, history, inbox = answering
             else:
-                executor, last_seq, history, inbox = start_point(self._store, self.cache, task, now, preloaded)
+                executor, last_seq, history, inbox = start_point(
+                    self._store, self.cache, task, now, preloaded, self.closer
+                )
         except RunNotFoundError:
             log.info(
                 "dropping workflow task %s: run %s no longer exists",
@@ -309,7 +325,7 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
                     result = answered
                 held = mismatch(executor) if self.holds_runs else None
                 if held is not None:  # the history does not match this code: the run waits (SPEC §11)
-                    executor.close()
+                    self.closer(executor)
                     self.retry_later(task, f"the run is held: {held.message}", failure=held)
                     return None
                 if self.inline is not None and (task.lease.version == 1 or isinstance(task, AnsweredStep)):
@@ -330,15 +346,15 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
                     )
         except Exception as exc:  # noqa: BLE001 - not the workflow's code (see above): the task fails
             if executor is not None:
-                executor.close()
+                self.closer(executor)
             self.retry_later(task, f"deciding it failed: {describe(exc)}", exc)
             return None
         except BaseException:  # the watchdog's interrupt, or worse: the executor is dropped, so closed now
             if executor is not None:
-                executor.close()
+                self.closer(executor)
             raise
         if executor.finished or result.new_history is not None:
-            executor.close()
+            self.closer(executor)
         elif not result.new_events:
             self.cache.put(task.run_id, executor, last_seq)  # nothing to write: it stands where it was
         else:
@@ -368,8 +384,7 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
     def forget(self) -> None:
         """Close every executor this worker holds (the engine stops)."""
         self.cache.clear()
-        for entry in self._unwritten.clear():
-            entry.executor.close()
+        self.closer.all(entry.executor for entry in self._unwritten.clear())
 
     def written(self, task: WorkflowTask, applied: bool) -> None:
         """The buffer wrote our result for ``task``: keep its executor if the store applied it."""
@@ -381,4 +396,4 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
         if applied:
             self.cache.put(task.run_id, entry.executor, entry.last_seq)
         else:
-            entry.executor.close()
+            self.closer(entry.executor)

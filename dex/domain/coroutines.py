@@ -15,6 +15,11 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
+CLOSE_THROWS = 3
+"""How many times closing throws ``GeneratorExit`` into a coroutine that awaits again before
+it abandons it (one is what ``coroutine.close()`` does; a few more let code that awaits once
+in a ``finally`` block, on a step that cannot complete, still unwind)."""
+
 _FOREIGN_AWAIT_HINT = (
     "workflow code may await only what WorkflowContext returns "
     "(ctx.activity, ctx.sleep, ctx.wait_for_event, ctx.child, ctx.gather); "
@@ -83,6 +88,12 @@ class DexFuture(Generic[T]):
         return f"<DexFuture {self.label} {state}>"
 
 
+def never(label: str = "") -> DexFuture[T]:
+    """A future that never completes: what a step returns to code that may issue nothing (its
+    executor closed or given up); awaited, the code stops there, and yields to its closer."""
+    return DexFuture(label)
+
+
 def resolved(value: T, label: str = "") -> DexFuture[T]:
     """A future that is already done with ``value``."""
     future: DexFuture[T] = DexFuture(label)
@@ -105,9 +116,14 @@ class CoroutineStepper:
     def __init__(self) -> None:
         self._ready: deque[_Task] = deque()
         self._tasks: list[_Task] = []
+        self._closed = False
 
     def spawn(self, coro: Coroutine[Any, Any, T], label: str = "") -> DexFuture[T]:
-        """Schedule ``coro``; the returned future completes with its result or exception."""
+        """Schedule ``coro``; the returned future completes with its result or exception (never,
+        once the stepper is closed: the coroutine is then closed unstarted)."""
+        if self._closed:
+            coro.close()  # never started: closing it runs none of its code
+            return never(label)
         task = _Task(coro, label)
         self._tasks.append(task)
         self._ready.append(task)
@@ -137,15 +153,29 @@ class CoroutineStepper:
             task.throw = TypeError(f"workflow awaited {_shown(yielded)}: {_FOREIGN_AWAIT_HINT}")
             self._ready.append(task)
 
-    def close(self) -> None:
-        """Stop every coroutine at its current await (runs their ``finally`` blocks)."""
+    def close(self) -> int:
+        """Stop every coroutine at its current await (runs their ``finally`` blocks); returns how
+        many refused to stop (awaited again after :data:`CLOSE_THROWS` throws) and were abandoned.
+        A closed stepper runs nothing more: a coroutine spawned on it is closed unstarted."""
+        self._closed = True
         self._ready.clear()
-        for task in self._tasks:
-            try:
-                task.coro.close()
-            except BaseException:  # noqa: BLE001 - code that awaits in `finally` cannot stop us
-                pass
-        self._tasks.clear()
+        # the list is swapped out first: code run by a close may spawn (ctx.gather) onto it
+        tasks, self._tasks = self._tasks, []
+        return sum(not _close(task.coro) for task in tasks)
+
+
+def _close(coro: Coroutine[Any, Any, Any]) -> bool:
+    """Close ``coro``: False when it still awaits after :data:`CLOSE_THROWS` throws (abandoned)."""
+    for _throw in range(CLOSE_THROWS):
+        try:
+            coro.close()
+        except BaseException:  # noqa: BLE001 - code that awaits in `finally` (or raises) cannot stop us
+            pass
+        if getattr(coro, "cr_frame", None) is None:  # finished: returned, raised or closed
+            return True
+        if getattr(coro, "cr_running", False):
+            return True  # closed from inside its own code: it unwinds when its caller returns
+    return False
 
 
 def _explain_missing_loop(exc: BaseException) -> BaseException:

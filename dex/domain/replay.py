@@ -25,7 +25,7 @@ import attrs
 from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.context import ContinueAsNew, WorkflowContext
-from dex.domain.coroutines import CoroutineStepper, DexFuture
+from dex.domain.coroutines import CoroutineStepper, DexFuture, never
 from dex.domain.definitions import PayloadConverter, Signature, WorkflowDefinition, validate_name
 from dex.domain.errors import InvalidStateError, NonDeterminismError
 from dex.domain.matching import BlockCursor
@@ -45,7 +45,10 @@ from dex.domain.waits import Waits
 
 
 class _Abort(BaseException):
-    """Unwinds workflow code after a non-determinism; a BaseException so user code does not catch it."""
+    """Stops workflow code at a side effect or patch it may not issue (after a non-determinism,
+    or closed); a BaseException so that ``except Exception`` does not catch it. A step it awaits
+    there returns a future that never completes instead (:func:`dex.domain.coroutines.never`):
+    code that catches everything then stops at its next await rather than looping on the raise."""
 
 
 @attrs.frozen(kw_only=True)
@@ -81,6 +84,7 @@ class WorkflowExecutor:
         self.custom_status: str | None = None
         self.context = WorkflowContext(self)
         self._stepper = CoroutineStepper()
+        self._refused = 0  # coroutines that refused to close, abandoned, not yet reported by close()
         self._waits = Waits(converter)
         self._cancel_requested = False
         self.suspended = False
@@ -153,26 +157,32 @@ class WorkflowExecutor:
         for seq, message in messages:
             self._apply(seq, message)
         if self._cancel_requested and self.outcome is None:
-            self._stepper.close()
+            self._refused += self._stepper.close()
             self._issue(cmd.CompleteRun(status=RunStatus.CANCELLED))
         elif not self.suspended:
             self._stepper.run_until_blocked()
         if self.nondeterminism is None:
             self._block.check_all_asked()
         if self.nondeterminism is not None:
-            self._stepper.close()
+            self._refused += self._stepper.close()
         if self.outcome is not None:
-            self._stepper.close()
+            self._refused += self._stepper.close()
         return self._block.new
 
-    def close(self) -> None:
+    def close(self) -> int:
         """Stop the workflow code for good (its ``finally`` blocks run, silently, issuing nothing:
         ``ctx.is_replaying`` is True, the logger is quiet, a step or a side effect it asks for
-        stops the code there, and a ``finally`` that awaits ends at the await)."""
+        stops the code there, and a ``finally`` that awaits ends at the await).
+
+        Returns how many of its coroutines refused to stop and were abandoned (code that caught
+        the close and awaited again, :meth:`CoroutineStepper.close`), since the last call: each
+        is reported once. An abandoned coroutine is left to the garbage collector, whose close
+        runs its code up to its next await once more, as silently."""
         self.closed = True
         self.is_replaying = True  # keeps the logger quiet while the code unwinds
         self._driving = False
-        self._stepper.close()
+        refused, self._refused = self._refused + self._stepper.close(), 0
+        return refused
 
     def abandon(self) -> None:
         """Give the executor up while another thread runs its code (the watchdog found that code
@@ -285,15 +295,18 @@ class WorkflowExecutor:
             lookup=self._activities_lookup,
         )
         name = command.name
-        seq, _event = self._issue_or_abort(command)
-        return self._waits.activity(seq, name, definition.signature.returns if definition else None)
+        issued = self._issue(command)
+        if issued is None:
+            return never(name)  # it may issue nothing: the code stops at its await (see _Abort)
+        return self._waits.activity(issued[0], name, definition.signature.returns if definition else None)
 
     def start_timer(self, delay: timedelta | float) -> DexFuture[None]:
-        return self._waits.timer(self._create_timer(delay))
+        seq = self._create_timer(delay)
+        return never("timer") if seq is None else self._waits.timer(seq)
 
-    def _create_timer(self, delay: timedelta | float) -> int:
-        seq, _event = self._issue_or_abort(cmd.StartTimer(fire_at=self.now + delay_of(delay)))
-        return seq
+    def _create_timer(self, delay: timedelta | float) -> int | None:
+        issued = self._issue(cmd.StartTimer(fire_at=self.now + delay_of(delay)))
+        return None if issued is None else issued[0]
 
     def wait_for_event(self, event_id: str, timeout: timedelta | float | None) -> DexFuture[Any]:
         validate_name(event_id, "event id")
@@ -302,7 +315,10 @@ class WorkflowExecutor:
             return buffered
         waiter = self._waits.event(event_id)
         if timeout is not None:
-            self._waits.time_out(event_id, waiter, self._create_timer(timeout), timeout)
+            seq = self._create_timer(timeout)
+            if seq is None:
+                return never(event_id)
+            self._waits.time_out(event_id, waiter, seq, timeout)
         return waiter
 
     def start_child(
@@ -331,7 +347,10 @@ class WorkflowExecutor:
             lookup=self._workflows_lookup,
         )
         name = command.workflow_name
-        _seq, event = self._issue_or_abort(command)
+        issued = self._issue(command)
+        if issued is None:
+            return never(name)
+        _seq, event = issued
         assert isinstance(event, ev.ChildRunCreated)
         return self._waits.child(event.child_run_id, name, definition.signature.returns if definition else None)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -130,3 +132,87 @@ def test_an_executor_replaced_in_the_cache_is_closed_silently(make_engine: Any) 
     assert finals == [True]
     assert effects == []
     cache.clear()
+
+
+# -- code that refuses to close (issue 44, finding 1) -------------------------------------------
+
+
+@dex.workflow
+async def sleeps_through_close(ctx: dex.WorkflowContext) -> None:
+    while True:  # catches the close, and awaits again: for ever
+        try:
+            await ctx.sleep(3600)
+        except BaseException:  # noqa: BLE001 - hostile on purpose
+            pass
+
+
+@dex.workflow
+async def stubborn(ctx: dex.WorkflowContext) -> list[int]:
+    got: list[int] = []
+    while len(got) < 2:
+        try:
+            got.append(await ctx.wait_for_event("go"))
+        except BaseException:  # noqa: BLE001 - the close too: it awaits again
+            finals.append(ctx.is_replaying)
+    return got
+
+
+@dex.activity
+def plus_one(x: int) -> int:
+    return x + 1
+
+
+@dex.workflow
+async def healthy(ctx: dex.WorkflowContext, x: int) -> int:
+    return await ctx.activity(plus_one, x)  # type: ignore[no-any-return]
+
+
+def test_code_that_refuses_to_close_is_abandoned_counted_and_its_run_goes_on(
+    make_engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dex")
+    engine: dex.Engine = make_engine([stubborn, guarded], [], executor_cache_size=1)
+    run_id = engine.start_workflow(stubborn)
+    engine.drain(advance_time=False)
+    other = engine.start_workflow(guarded, 5)
+    engine.drain(advance_time=False)  # the other run's executor evicts the stubborn one: closed, refused
+    assert engine.health().abandoned_executors == 1
+    assert finals == [True, True, True]  # thrown in three times, silently each, then abandoned
+    assert any(run_id in r.getMessage() and "refused" in r.getMessage() for r in caplog.records)
+
+    engine.send_event(run_id, "go", 1)  # its next task replays it on a fresh executor
+    engine.drain(advance_time=False)
+    engine.send_event(run_id, "go", 2)
+    engine.drain(advance_time=False)
+    assert engine.wait(run_id, timeout=5) == [1, 2]
+    engine.send_event(other, "go")
+    engine.drain(advance_time=False)
+    assert engine.wait(other, timeout=5) == 5
+    assert effects == ["cleanup"]  # the healthy run's side effect ran once, live
+    gc.collect()  # the abandoned coroutine's finalizer runs its code once more: silently, issuing nothing
+    assert effects == ["cleanup"]
+
+
+def test_a_started_engine_with_code_that_refuses_to_close_goes_on_and_stops(make_engine: Any) -> None:
+    engine: dex.Engine = make_engine(
+        [sleeps_through_close, healthy], [plus_one], executor_cache_size=1, poll_interval=0.01
+    )
+    engine.start()
+    hostile = engine.start_workflow(sleeps_through_close)
+    deadline = time.monotonic() + 10
+    while "TimerCreated" not in [event.kind for event in engine.history(hostile)]:
+        assert time.monotonic() < deadline, "the hostile run never started its timer"
+        time.sleep(0.01)
+    # each healthy run's executor, cached, evicts the one before it: the hostile one's close is
+    # refused in the flusher thread, which must go on writing
+    for x in range(3):
+        ok = engine.start_workflow(healthy, x)
+        assert engine.wait(ok, timeout=10) == x + 1
+    health = engine.health()
+    assert health.abandoned_executors >= 1
+    assert health.threads_alive
+    stopping = threading.Thread(target=engine.stop, kwargs={"timeout": 5})
+    stopping.start()
+    stopping.join(60)
+    assert not stopping.is_alive()  # stop() returned (it never did while the close spun)
+    assert not engine.get_run(hostile).status.is_terminal

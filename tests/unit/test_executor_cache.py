@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
+from dex.domain.coroutines import CLOSE_THROWS, CoroutineStepper, DexFuture
 from dex.testing import VirtualClock
 
 loop_turns: list[int] = []
@@ -86,3 +88,46 @@ def test_a_discarded_result_drops_the_cache_entry() -> None:
     assert len(engine.workflow_worker.cache) == 0
     engine.drain()
     assert engine.wait(run_id, timeout=1) == 3
+
+
+def test_a_coroutine_that_keeps_awaiting_when_closed_is_abandoned_after_a_few_throws() -> None:
+    throws: list[type[BaseException]] = []
+
+    async def refuses() -> None:
+        while True:
+            try:
+                await DexFuture("never done")
+            except BaseException as exc:  # noqa: BLE001 - the close, each time
+                throws.append(type(exc))
+
+    stepper = CoroutineStepper()
+    stepper.spawn(refuses())
+    stepper.run_until_blocked()
+    assert stepper.close() == 1  # abandoned, and closing ended
+    gc.collect()
+    # thrown in CLOSE_THROWS times; then the garbage collector's finalizer, once (no more)
+    assert throws == [GeneratorExit] * (CLOSE_THROWS + 1)
+    assert stepper.close() == 0  # reported once
+    later = refuses()
+    stepper.spawn(later)  # a closed stepper runs nothing more
+    stepper.run_until_blocked()
+    assert later.cr_frame is None and len(throws) == CLOSE_THROWS + 1
+
+
+def test_a_finally_that_awaits_once_still_closes() -> None:
+    unwound: list[str] = []
+
+    async def awaits_in_finally() -> None:
+        try:
+            await DexFuture("never done")
+        finally:
+            try:
+                await DexFuture("in finally")
+            finally:
+                unwound.append("out")
+
+    stepper = CoroutineStepper()
+    stepper.spawn(awaits_in_finally())
+    stepper.run_until_blocked()
+    assert stepper.close() == 0
+    assert unwound == ["out"]
