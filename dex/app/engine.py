@@ -24,6 +24,7 @@ from dex.app.ids import new_run_id
 from dex.app.info import RunInfo
 from dex.app.inline import QueueView
 from dex.app.leases import validate_activity_lease
+from dex.app.long_polls import LongPollGates, LongPolls
 from dex.app.ports import DEFAULT_ACTIVITY_LEASE, AnsweredStep, Store, WorkflowTask
 from dex.app.queue_api import QueueEngineMixin
 from dex.app.reads import RunReads, run_filter, run_id_of
@@ -95,6 +96,7 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
         self._reads = RunReads(adapter, self.registry, self.converter)
         self._rng = rng or random.Random()
         self.telemetry = TelemetryHub()
+        self._long_polls = LongPollGates(self.telemetry.long_polls)  # remote workers' polls, for health()
         self.tracing: Tracing = tracing if tracing is not None else NoTracing()
         # activity tasks are claimed under this short lease (at most their lock_timeout), which
         # the activity thread keeps extending while their attempts run (dex/app/leases.py)
@@ -340,11 +342,21 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
         """Call ``listener`` (quick, never raising) when this engine makes activity tasks due."""
         self._background.activity_listeners.append(listener)
 
+    def long_poll_gate(self, limit: int) -> LongPolls:
+        """A gate of ``limit`` long polls for a remote-worker service over this engine
+        (``dex.remote.ActivityTaskService``), counted in :meth:`health` and the metrics."""
+        return self._long_polls.gate(limit)
+
     def health(self) -> EngineHealth:
         """The started engine's threads (by name: alive or dead; empty when not started; a dead
         polling thread is logged and replaced, ``dex.app.watchdog``) and what hostile code or
         clients hold: see :class:`dex.app.health.EngineHealth`."""
-        return EngineHealth(threads=self._background.health())
+        long_polls_open, long_polls_limit = self._long_polls.figures()
+        return EngineHealth(
+            threads=self._background.health(),
+            long_polls_open=long_polls_open,
+            long_polls_limit=long_polls_limit,
+        )
 
     def stop(self, timeout: float = 30) -> None:
         """Stop polling, let in-flight tasks finish, flush buffers, release leadership.

@@ -1,8 +1,9 @@
 """``dex.Schedule`` and ``dex.ScheduleInfo`` (SPEC §10): a workflow started on a cron or interval.
 
-A :class:`Schedule` is a frozen value checked when it is made: an invalid cron expression,
-time zone, name or combination raises ``ValueError`` naming the problem, so a bad schedule
-never reaches a store. :class:`ScheduleInfo` is what ``Engine.get_schedule`` and
+A :class:`Schedule` is a frozen value checked when it is made: an invalid cron expression
+(a reversed range too), a time zone IANA does not name (``localtime`` too), a name, a period
+or a time out of range (see :mod:`dex.app.schedule_times`), or a bad combination raises
+``ValueError`` naming the problem, so a bad schedule never reaches a store. :class:`ScheduleInfo` is what ``Engine.get_schedule`` and
 ``list_schedules`` report.
 """
 
@@ -16,29 +17,19 @@ import attrs
 
 from dex.app.registry import WORKFLOW_ATTRIBUTE
 from dex.app.schedule_ports import OVERLAP_POLICIES, ScheduleDefinition, ScheduleRecord
-from dex.app.schedule_times import check_cron, zone
+from dex.app.schedule_times import (
+    check_cron,
+    check_cron_fires_after,
+    check_period,
+    check_time,
+    check_zone,
+)
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, validate_name, validate_priority, validate_queue
 from dex.domain.errors import SerializationError
 from dex.domain.steps import normalize_labels
 
 SCHEDULE_LABEL = "dex.schedule"
-
-
-def _positive_timedelta(value: object, field: str, *, minimum: timedelta) -> timedelta:
-    if not isinstance(value, timedelta):
-        raise ValueError(f"{field} must be a datetime.timedelta, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{field} must be at least {minimum}, got {value}")
-    return value
-
-
-def _aware(value: object, field: str) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{field} must be an aware datetime (with a tzinfo), got {value!r}")
-    return value
 
 
 def workflow_name_of(workflow: object) -> str:
@@ -91,17 +82,19 @@ class Schedule:
         if self.cron is not None:
             check_cron(self.cron)
         if self.every is not None:
-            every = _positive_timedelta(self.every, "every", minimum=timedelta(seconds=1))
+            every = check_period(self.every, "every", minimum=timedelta(seconds=1))
             if every % timedelta(seconds=1):
                 raise ValueError(f"every must be a whole number of seconds, got {every}")
-        zone(self.timezone)
-        _positive_timedelta(self.jitter, "jitter", minimum=timedelta(0))
-        _positive_timedelta(self.catchup_window, "catchup_window", minimum=timedelta(0))
+        tz = check_zone(self.timezone)
+        check_period(self.jitter, "jitter", minimum=timedelta(0))
+        check_period(self.catchup_window, "catchup_window", minimum=timedelta(0))
         if self.overlap not in OVERLAP_POLICIES:
             raise ValueError(f"invalid overlap {self.overlap!r}: it must be one of {', '.join(OVERLAP_POLICIES)}")
-        start, end = _aware(self.start_at, "start_at"), _aware(self.end_at, "end_at")
+        start, end = check_time(self.start_at, "start_at"), check_time(self.end_at, "end_at")
         if start is not None and end is not None and end < start:
             raise ValueError(f"end_at {end.isoformat()} is before start_at {start.isoformat()}")
+        if self.cron is not None and start is not None:
+            check_cron_fires_after(self.cron, tz, start)
         if not isinstance(self.paused, bool):
             raise ValueError(f"paused must be True or False, got {self.paused!r}")
         if self.queue is not None:

@@ -8,8 +8,13 @@ run with ``instance_id = schedule:<name>:<fire time>``. A fire's time is consume
 once, so it starts at most one run ever, even when two nodes both believe they lead for a
 moment or one crashes between any two calls: the loser's compare-and-set changes nothing.
 
-A fault of the store while one schedule fires is logged and that fire is tried again at
-the next step; the other schedules of the step go on (SPEC §8).
+A schedule whose step fails is set aside; the other schedules of the step go on. One whose
+next fire time cannot be computed (:class:`~dex.app.schedule_times.UncomputableFireError`: a
+definition stored before today's bounds, say) is paused, the reason in its note, and logged
+once: it would fail the same way at every step. Any other fault (the store's) is logged once,
+with its traceback, and that schedule is tried again after a pause that doubles with each
+failure in a row (from ``refresh`` up to :data:`MAX_BACKOFF`), never at every step; when it
+succeeds again, that is logged too.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dex.app.ids import new_run_id
 from dex.app.ports import Store
 from dex.app.schedule_ports import ScheduleAdvance, ScheduledStart, ScheduleRecord
 from dex.app.schedule_spec import SCHEDULE_LABEL
-from dex.app.schedule_times import iso_second, jitter_offset, next_fire
+from dex.app.schedule_times import UncomputableFireError, iso_second, jitter_offset, next_fire
 from dex.app.telemetry import TelemetryHub
 from dex.domain import events as ev
 from dex.domain.errors import InvalidStateError, RunNotFoundError
@@ -35,6 +40,9 @@ log = logging.getLogger("dex.schedules")
 
 # how many skipped fires a catch-up counts one by one for the metrics (more are counted as this)
 _COUNT_LIMIT = 10_000
+# the longest pause before a schedule whose step failed is tried again
+MAX_BACKOFF = timedelta(minutes=5)
+NOTE_LIMIT = 1000  # characters of the note of a schedule dex pauses
 
 
 def instance_id(name: str, fire_at: datetime) -> str:
@@ -47,8 +55,17 @@ def trigger_instance_id(name: str, now: datetime) -> str:
 
 
 def due_at(record_name: str, fire_at: datetime | None, jitter: timedelta) -> datetime | None:
-    """When the fire at ``fire_at`` starts: its nominal time plus its deterministic jitter."""
-    return None if fire_at is None else fire_at + jitter_offset(record_name, fire_at, jitter)
+    """When the fire at ``fire_at`` starts: its nominal time plus its deterministic jitter;
+    :class:`UncomputableFireError` when that is past what a datetime holds."""
+    if fire_at is None:
+        return None
+    try:
+        return fire_at + jitter_offset(record_name, fire_at, jitter)
+    except OverflowError:
+        raise UncomputableFireError(
+            f"schedule {record_name!r}: its next fire at {fire_at.isoformat()} with its jitter of {jitter} "
+            "cannot be computed (past the year 9999)"
+        ) from None
 
 
 def scheduled_start(
@@ -68,6 +85,14 @@ def scheduled_start(
         code_version=code_version,
     )
     return ScheduledStart(run_id=new_run_id(), created=created, fire_at=fire_at)
+
+
+@attrs.frozen
+class _Failing:
+    """A schedule whose steps failed ``failures`` times in a row; tried again at ``retry_at``."""
+
+    failures: int
+    retry_at: datetime
 
 
 class ScheduleRunner:
@@ -93,6 +118,7 @@ class ScheduleRunner:
         # when to read the due schedules again: at the earliest known due fire, and at least
         # every `refresh` (schedules made or resumed by other processes)
         self._read_at: datetime | None = None
+        self._failing: dict[str, _Failing] = {}  # schedules set aside after a failed step
 
     def wake(self) -> None:
         """Read the schedules at the next step (this process changed one)."""
@@ -109,16 +135,35 @@ class ScheduleRunner:
             return 0
         limit = now if bound is None else min(now, bound)
         records, following = self._store.due_schedules(limit, self._batch_size)
-        handled, failed = 0, None
+        handled, failed, waiting = 0, None, 0
         for record in records:
+            held = self._failing.get(record.name)
+            if bound is None and held is not None and now < held.retry_at:
+                waiting += 1
+                continue
             try:
                 handled += self._step_schedule(record, now, limit)
-            except Exception as exc:  # the store failed: this fire is tried again at the next step
-                log.warning("schedule %r: its fire failed and is tried again", record.name, exc_info=True)
+            except (UncomputableFireError, OverflowError) as exc:  # the same at every step: pause it
+                self._set_aside(record, exc, now)
+            except Exception as exc:  # the store failed: this fire is tried again after a pause
+                # logged once per spell of failures, not at every retry
+                first = self._failed(record.name, now) == 1
+                log.log(
+                    logging.WARNING if first else logging.DEBUG,
+                    "schedule %r: its fire failed; tried again after growing pauses",
+                    record.name,
+                    exc_info=True,
+                )
                 failed = failed or exc
-        self._read_at = min(filter(None, (following, now + self._refresh)))
-        if failed is not None or len(records) >= self._batch_size:
-            self._read_at = None  # more may be due, or a fire is to be tried again
+            else:
+                if self._failing.pop(record.name, None) is not None:
+                    log.info("schedule %r: its fires work again", record.name)
+        # forget a schedule not tried again long after its time: it is no longer due (deleted, paused)
+        self._failing = {n: f for n, f in self._failing.items() if f.retry_at > now - MAX_BACKOFF}
+        retries = [f.retry_at for f in self._failing.values() if f.retry_at > now]
+        self._read_at = min(filter(None, (following, now + self._refresh, *retries)))
+        if len(records) >= self._batch_size and waiting < len(records):
+            self._read_at = None  # more may be due
         if failed is not None and bound is not None:
             raise failed
         return handled
@@ -126,6 +171,32 @@ class ScheduleRunner:
     def next_due(self, now: datetime) -> datetime | None:
         """The earliest fire due after ``now`` (for ``Engine.drain(until=...)``)."""
         return self._store.due_schedules(now, 0)[1]
+
+    def _failed(self, name: str, now: datetime) -> int:
+        """Set ``name`` aside after a failed step, for twice as long as the last time; how many
+        times in a row it failed."""
+        failures = self._failing[name].failures + 1 if name in self._failing else 1
+        pause = min(self._refresh * 2 ** min(failures - 1, 30), MAX_BACKOFF)
+        self._failing[name] = _Failing(failures=failures, retry_at=now + pause)
+        return failures
+
+    def _set_aside(self, record: ScheduleRecord, exc: Exception, now: datetime) -> None:
+        """Pause a schedule whose next fire cannot be computed, saying why in its note (an
+        operator sees it in ``list_schedules``; ``update_schedule`` then ``resume_schedule`` mend it)."""
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if not isinstance(exc, UncomputableFireError):  # a fire plus its jitter past what a datetime holds
+            reason = f"schedule {record.name!r}: its next fire (with its jitter) cannot be computed ({reason})"
+        # text a store takes: no NUL, no lone surrogate (what a stored time zone may hold), bounded
+        reason = reason.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+        note = f"paused by dex: {reason}"[:NOTE_LIMIT]
+        try:
+            self._store.set_schedule_paused(record.name, True, note, record.next_fire_at, record.due_at)
+        except Exception:  # the store failed too: set aside like any failed step, tried again later
+            first = self._failed(record.name, now) == 1
+            log.log(logging.WARNING if first else logging.DEBUG, "schedule %r: %s", record.name, note, exc_info=True)
+            return
+        self._failing.pop(record.name, None)
+        log.error("schedule %r: %s", record.name, note)
 
     # -- one schedule ----------------------------------------------------------------------
     def _step_schedule(self, record: ScheduleRecord, now: datetime, limit: datetime) -> int:

@@ -103,3 +103,10 @@ class TelemetryHub:
             hook = getattr(sink, "schedule_skipped", None)
             if hook is not None:
                 hook(name, reason, count)
+
+    def long_polls(self, open_polls: int, limit: int) -> None:
+        """The remote workers' long polls open now, and the most that may be (``dex.app.long_polls``)."""
+        for sink in self._sinks:
+            hook = getattr(sink, "long_polls", None)  # sinks written before it lack it
+            if hook is not None:
+                hook(open_polls, limit)

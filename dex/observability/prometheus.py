@@ -46,6 +46,8 @@ class PrometheusTelemetry:
         self.skips = Counter(
             "dex_schedule_skips_total", "Schedule fires that started no run", ["schedule", "reason"], registry=r
         )
+        self.polls_open = Gauge("dex_long_polls_open", "Remote workers' long polls open now", registry=r)
+        self.polls_limit = Gauge("dex_long_polls_limit", "Remote workers' long polls that may be open at once", registry=r)
         self.lag = Histogram(
             "dex_schedule_lag_seconds", "From a fire time to its run's start", buckets=_LATENCY_BUCKETS, registry=r
         )
@@ -82,6 +84,10 @@ class PrometheusTelemetry:
 
     def schedule_skipped(self, name: str, reason: str, count: int) -> None:
         self.skips.labels(name, reason).inc(count)
+
+    def long_polls(self, open_polls: int, limit: int) -> None:
+        self.polls_open.set(open_polls)
+        self.polls_limit.set(limit)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         """Serve ``/metrics`` on ``addr:port`` from a daemon thread."""

@@ -13,6 +13,7 @@ class RemoteCallError(Exception):
 
     status = 400
     kind = "InvalidRequest"
+    retry_after: int | None = None  # seconds: the call may be made again after them (HTTP Retry-After)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -49,3 +50,10 @@ class UnavailableError(RemoteCallError):
     """The store could not be reached, or failed; the call may be made again."""
 
     status, kind = 503, "Unavailable"
+
+
+class PollLimitError(UnavailableError):
+    """A poll that would wait while the most long polls the server keeps are open; poll again
+    after ``retry_after`` seconds. It claimed nothing."""
+
+    retry_after = 1

@@ -6,7 +6,10 @@ returns it; ``server.stop(grace)`` ends it. Arguments and results cross as JSON 
 call ends with a status code (``INVALID_ARGUMENT`` for HTTP's 400 and 422, ``NOT_FOUND``,
 ``FAILED_PRECONDITION`` for a lost lease (409), ``UNAVAILABLE`` when the store failed) and the
 error's message as its details. Each call runs on one of the server's threads, a long poll
-included, so ``max_workers`` bounds the calls at once.
+included; the server keeps ``max_workers`` threads for the calls and one more for each long poll
+the service lets wait (its ``long_poll_limit``, shared with HTTP), so waiting polls never hold
+the threads a ``Complete`` or ``Heartbeat`` needs. A poll past that limit ends at once with
+``UNAVAILABLE`` and the trailing metadata ``grpc-retry-pushback-ms`` (gRPC's retry hint).
 """
 
 from __future__ import annotations
@@ -92,12 +95,15 @@ def serve_grpc(
     token: str | None = None,
 ) -> Any:
     """Serve ``service`` over gRPC on ``host:port`` (0: a free port, then ``server.port``); the
-    started ``grpc.Server`` is returned. With ``token``, every call must carry the metadata
+    started ``grpc.Server`` is returned. ``max_workers`` threads serve the calls, and as many
+    more as the service lets long polls wait. With ``token``, every call must carry the metadata
     ``authorization: Bearer <token>`` (else UNAUTHENTICATED), as ``dex web`` requires of HTTP.
     No TLS: bind a loopback address, or put it behind a proxy that terminates TLS."""
     interceptors = [_TokenCheck(token)] if token is not None else []
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="dex-grpc"), interceptors=interceptors
+        # a waiting poll holds a thread: room for every poll the gate admits, beside the calls'
+        futures.ThreadPoolExecutor(max_workers=max_workers + service.long_polls.limit, thread_name_prefix="dex-grpc"),
+        interceptors=interceptors,
     )
     add: Callable[[_Servicer, Any], None] = pb_grpc.add_ActivityTaskServiceServicer_to_server  # generated, untyped
     add(_Servicer(service), server)
@@ -134,6 +140,8 @@ def _answer(context: grpc.ServicerContext, call: Callable[[], Reply]) -> Reply:
     try:
         return call()
     except RemoteCallError as exc:
+        if exc.retry_after is not None:
+            context.set_trailing_metadata((("grpc-retry-pushback-ms", str(exc.retry_after * 1000)),))
         context.abort(_STATUS.get(exc.status, grpc.StatusCode.INVALID_ARGUMENT), f"{exc.kind}: {exc.message}")
     except Exception:
         log.exception("a remote worker's gRPC call failed")

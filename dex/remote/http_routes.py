@@ -4,15 +4,17 @@
 ``dex.web.create_app`` (where the token is checked) or in any Starlette application::
 
     POST /v1/activity-tasks/poll                 {worker_id, names, max, wait_seconds} -> [task, ...]
-    POST /v1/activity-tasks/{task_id}/complete   {lease_version, result}               -> {}
+    POST /v1/activity-tasks/{task_id}/complete   {lease_version, result, worker_id?}   -> {}
     POST /v1/activity-tasks/{task_id}/fail       {lease_version, error: {type, message, terminal,
-                                                  retry_after_seconds}}                 -> {}
-    POST /v1/activity-tasks/{task_id}/heartbeat  {lease_version}                       -> {cancel_requested}
+                                                  retry_after_seconds}, worker_id?}     -> {}
+    POST /v1/activity-tasks/{task_id}/heartbeat  {lease_version, worker_id?}           -> {cancel_requested}
 
-A refused call answers ``{"error": {"type", "message"}}`` with the status of its
-:class:`~dex.remote.errors.RemoteCallError` (400, 404, 409, 422; 503 when the store failed), and
-changed nothing. The service blocks (a long poll waits), so each call runs in Starlette's thread
-pool: about 40 calls at once by default (anyio's limit), long polls included.
+``lease_version`` is the token the poll handed out with the task; a ``worker_id``, when sent,
+must be the one that polled. A refused call answers ``{"error": {"type", "message"}}`` with the
+status of its :class:`~dex.remote.errors.RemoteCallError` (400, 404, 409, 422; 503 when the store
+failed, or when a poll would wait while the most long polls are open: then with ``Retry-After``),
+and changed nothing. A long poll waits on the event loop (``ActivityTaskService.poll_async``),
+holding no thread; the other calls are short and run in Starlette's thread pool.
 """
 
 from __future__ import annotations
@@ -42,19 +44,16 @@ def activity_task_routes(service: ActivityTaskService) -> list[Route]:
 
     async def poll(request: Request) -> Response:
         body = await _body(request)
-        tasks = await run_in_threadpool(
-            service.poll,
-            _field(body, "worker_id"),
-            _field(body, "names"),
-            body.get("max", 1),
-            body.get("wait_seconds", 0),
+        # the wait is a coroutine: idle workers hold no thread of the pool the other calls need
+        tasks = await service.poll_async(
+            _field(body, "worker_id"), _field(body, "names"), body.get("max", 1), body.get("wait_seconds", 0)
         )
         return JSONResponse([task_json(task) for task in tasks])
 
     async def complete(request: Request) -> Response:
         body = await _body(request)
         task_id, version = request.path_params["task_id"], _field(body, "lease_version")
-        await run_in_threadpool(service.complete, task_id, version, _field(body, "result"))
+        await run_in_threadpool(service.complete, task_id, version, _field(body, "result"), body.get("worker_id"))
         return JSONResponse({})
 
     async def fail(request: Request) -> Response:
@@ -69,13 +68,13 @@ def activity_task_routes(service: ActivityTaskService) -> list[Route]:
             terminal=error.get("terminal", False),
             retry_after_seconds=error.get("retry_after_seconds"),
         )
-        await run_in_threadpool(service.fail, task_id, version, failure)
+        await run_in_threadpool(service.fail, task_id, version, failure, body.get("worker_id"))
         return JSONResponse({})
 
     async def heartbeat(request: Request) -> Response:
         body = await _body(request)
         task_id, version = request.path_params["task_id"], _field(body, "lease_version")
-        cancel = await run_in_threadpool(service.heartbeat, task_id, version)
+        cancel = await run_in_threadpool(service.heartbeat, task_id, version, body.get("worker_id"))
         return JSONResponse({"cancel_requested": cancel})
 
     return [
@@ -100,8 +99,9 @@ def task_json(task: PolledTask) -> dict[str, Any]:
     }
 
 
-def error_response(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
+def error_response(status: int, kind: str, message: str, retry_after: int | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status, headers=headers)
 
 
 def _answering(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -112,7 +112,7 @@ def _answering(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[R
         try:
             return await handler(request)
         except RemoteCallError as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return error_response(exc.status, exc.kind, exc.message, exc.retry_after)
         except Exception:
             log.exception("a remote worker's call %s failed", request.url.path.encode("ascii", "replace"))
             return error_response(500, "InternalError", "the call failed inside dex; it is logged")

@@ -8,10 +8,22 @@ refused with :class:`~dex.remote.errors.LeaseLostError` (409) when that lease is
 expired, taken over, used up, or the run ended. The store's write checks the lease again under
 its lock, so a race is refused the same way and nothing changes.
 
+The lease a worker gets is bound to it: each poll's claim is made under a fresh random token,
+its ``lease_version`` (a JSON integer below 2**53, which JavaScript reads exactly). The task's
+row holds the lease's owner as the worker's id and a digest of that token, so only the worker
+that polled can complete, fail or heartbeat the task: a guessed or stale ``lease_version`` is
+refused (409), and so is a ``worker_id``, when the call names one, that is not the claimer's.
+
 A long poll claims at once; when nothing is there, it waits until this process makes activity
 tasks due (the engine's coordinator tells the service through
 :meth:`dex.app.engine.Engine.on_activity_work`) or one poll interval passes, and claims again —
-no LISTEN/NOTIFY: tasks made due by other processes are found within a poll interval.
+no LISTEN/NOTIFY: tasks made due by other processes are found within a poll interval. A poll
+that waits holds a place of the service's :class:`~dex.app.long_polls.LongPolls` gate
+(``long_poll_limit``, 100 by default); past the limit it is refused at once with
+:class:`~dex.remote.errors.PollLimitError` (503, ``Retry-After``), so idle workers never hold
+what the other calls need. Over HTTP the wait is a coroutine on the event loop
+(:meth:`ActivityTaskService.poll_async`), which holds no thread at all; over gRPC a server
+thread, of which the server keeps one per place of the gate beside those of the other calls.
 
 Arguments and results cross as JSON (:mod:`dex.serialization.json_form`). A task whose
 arguments have no JSON form is failed for good at the poll, with that error, and is not handed
@@ -20,22 +32,31 @@ out; the poll returns the others.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hashlib
+import hmac
 import logging
 import random
+import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import attrs
+
 from dex.app.attempts import Retries, lease_expired
 from dex.app.engine import Engine
+from dex.app.long_polls import LongPolls
 from dex.app.ports import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask, Store, StoreRejectedError
 from dex.app.telemetry import TelemetryHub
 from dex.domain.errors import SerializationError
 from dex.domain.values import FailureInfo
 from dex.remote import values
-from dex.remote.errors import InvalidValueError, LeaseLostError, RemoteCallError, UnavailableError
+from dex.remote.errors import InvalidValueError, LeaseLostError, PollLimitError, RemoteCallError, UnavailableError
 from dex.remote.values import MAX_TASKS, MAX_WAIT_SECONDS, PolledTask, RemoteFailure
 from dex.serialization.json_form import NoJsonFormError, json_values, payload_of_json
 from dex.serialization.payloads import DEFAULT_MAX_PAYLOAD_SIZE
@@ -43,6 +64,28 @@ from dex.serialization.payloads import DEFAULT_MAX_PAYLOAD_SIZE
 log = logging.getLogger("dex.remote")
 
 _REMEMBERED = 100_000  # task ids handed out whose runs a heartbeat may look up after the row is gone
+DEFAULT_LONG_POLL_LIMIT = 100  # long polls open at once, per service
+# A lease token: random, at least 1 and below 2**53, so a JSON number in any language holds it exactly.
+_TOKEN_BOUND = 2**53 - 1
+_DIGEST = 16  # hexadecimal characters of a token's digest at the end of the lease's owner
+
+
+@attrs.frozen(kw_only=True)
+class _Poll:
+    """A poll's request, checked."""
+
+    owner: str
+    names: frozenset[str]
+    limit: int
+    wait: float
+
+
+@attrs.frozen(kw_only=True)
+class _Handed:
+    """A task a poll handed out: its run (a heartbeat after the row is gone asks it) and its lease's owner."""
+
+    run_id: str
+    owner: str
 
 
 class ActivityTaskService:
@@ -52,7 +95,8 @@ class ActivityTaskService:
     activity tasks due; given a store, it claims once per ``poll_interval`` seconds while it
     waits. ``lease`` is the remote attempt's lease (at most each task's ``lock_timeout``), which
     every heartbeat renews; a worker that stops calling loses its task when it lapses, and the
-    task is claimed again as its next attempt.
+    task is claimed again as its next attempt. At most ``long_poll_limit`` polls wait at once
+    (over HTTP and gRPC together); given an engine, ``engine.health()`` reports them.
     """
 
     def __init__(
@@ -63,6 +107,7 @@ class ActivityTaskService:
         lease: timedelta = DEFAULT_ACTIVITY_LEASE,
         rng: random.Random | None = None,
         max_payload_size: int = DEFAULT_MAX_PAYLOAD_SIZE,
+        long_poll_limit: int = DEFAULT_LONG_POLL_LIMIT,
     ) -> None:
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
@@ -75,68 +120,95 @@ class ActivityTaskService:
         self._lock = threading.Lock()
         self._work = threading.Condition(threading.Lock())
         self._signals = 0  # counts the wake-ups, so a poll misses none between its claim and its wait
-        self._handed: OrderedDict[int, str] = OrderedDict()  # task id -> run id, the latest handed out
+        # the polls waiting on event loops (HTTP): each is woken through its loop, thread-safely
+        self._async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._handed: OrderedDict[int, _Handed] = OrderedDict()  # task id -> its claim, the latest handed out
         if isinstance(target, Engine):
+            self.long_polls = target.long_poll_gate(long_poll_limit)
             target.on_activity_work(self.wake)
+        else:
+            self.long_polls = LongPolls(long_poll_limit)
 
     def wake(self) -> None:
         """Activity tasks may be due: waiting polls claim again now."""
         with self._work:
             self._signals += 1
             self._work.notify_all()
+            waiters = list(self._async_waiters)
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nothing waits there any more
+                loop.call_soon_threadsafe(event.set)
 
     # -- the calls -------------------------------------------------------------------------------
     def poll(
         self, worker_id: object, names: object, max_tasks: object = 1, wait_seconds: object = 0
     ) -> list[PolledTask]:
         """Claim up to ``max_tasks`` tasks named in ``names`` for ``worker_id``; when there are
-        none, wait up to ``wait_seconds`` for some (an empty list when none came)."""
-        owner = values.text(worker_id, "worker_id")
-        wanted = values.names(names)
-        limit = values.count(max_tasks, "max", MAX_TASKS)
-        wait = values.seconds(wait_seconds, "wait_seconds", MAX_WAIT_SECONDS)
-        deadline = time.monotonic() + wait
-        while True:
-            with self._work:
-                seen = self._signals
-            tasks = self._claim(owner, wanted, limit)
-            left = deadline - time.monotonic()
-            if tasks or left <= 0:
-                return tasks
-            with self._work:
-                if self._signals == seen:
-                    self._work.wait(min(self.poll_interval, left))
+        none, wait up to ``wait_seconds`` for some (an empty list when none came). The wait
+        blocks this thread (gRPC); :meth:`poll_async` waits on an event loop instead (HTTP). A
+        poll that would wait while ``long_poll_limit`` polls do is refused at once
+        (:class:`PollLimitError`)."""
+        poll = _poll(worker_id, names, max_tasks, wait_seconds)
+        deadline = time.monotonic() + poll.wait
+        with self._long_poll(poll):
+            while True:
+                seen = self._seen()
+                tasks = self._claim(poll)
+                left = deadline - time.monotonic()
+                if tasks or left <= 0:
+                    return tasks
+                with self._work:
+                    if self._signals == seen:
+                        self._work.wait(min(self.poll_interval, left))
 
-    def complete(self, task_id: object, lease_version: object, result: Any) -> None:
+    async def poll_async(
+        self, worker_id: object, names: object, max_tasks: object = 1, wait_seconds: object = 0
+    ) -> list[PolledTask]:
+        """:meth:`poll` for an event loop: its claims run in the loop's default executor (each a
+        short store call), and its wait is a coroutine, which holds no thread while it waits."""
+        poll = _poll(worker_id, names, max_tasks, wait_seconds)
+        deadline = time.monotonic() + poll.wait
+        loop = asyncio.get_running_loop()
+        with self._long_poll(poll):
+            while True:
+                seen = self._seen()
+                tasks = await loop.run_in_executor(None, self._claim, poll)
+                left = deadline - time.monotonic()
+                if tasks or left <= 0:
+                    return tasks
+                await self._wait_async(loop, seen, min(self.poll_interval, left))
+
+    def complete(self, task_id: object, lease_version: object, result: Any, worker_id: object = None) -> None:
         """Record the attempt's result: a JSON value."""
-        tid, version = values.task_id(task_id), values.lease_version(lease_version)
+        tid, token, worker = _call(task_id, lease_version, worker_id)
         try:
             payload = payload_of_json(result, max_size=self.max_payload_size)
         except SerializationError as exc:
             raise InvalidValueError(f"the result of activity task {tid} cannot be recorded: {exc}") from None
-        task = self._held(tid, version)
-        self._write(ActivityOutcome(task=task, result=payload), tid, version)
+        task = self._held(tid, token, worker)
+        self._write(ActivityOutcome(task=task, result=payload), tid)
 
-    def fail(self, task_id: object, lease_version: object, error: RemoteFailure) -> None:
+    def fail(self, task_id: object, lease_version: object, error: RemoteFailure, worker_id: object = None) -> None:
         """Record a failed attempt: retried under the task's retry policy unless terminal or out
-        of attempts (then the run's ``ctx.activity`` raises it)."""
-        tid, version = values.task_id(task_id), values.lease_version(lease_version)
+        of attempts (then the run's ``ctx.activity`` raises it). Its texts are kept bounded
+        (``dex.domain.values.failure_text``), as every failure's are."""
+        tid, token, worker = _call(task_id, lease_version, worker_id)
         error = values.failure(error)
-        task = self._held(tid, version)
+        task = self._held(tid, token, worker)
         info = FailureInfo(type=error.type, message=error.message, terminal=error.terminal)
         after = None if error.retry_after_seconds is None else timedelta(seconds=error.retry_after_seconds)
-        self._write(self._retries.retry_or_fail(task, info, after), tid, version)
+        self._write(self._retries.retry_or_fail(task, info, after), tid)
 
-    def heartbeat(self, task_id: object, lease_version: object) -> bool:
+    def heartbeat(self, task_id: object, lease_version: object, worker_id: object = None) -> bool:
         """Renew the lease; True when the attempt should stop (``cancel_requested``): its run
         was cancelled or ended. A lease lost otherwise is a :class:`LeaseLostError`."""
-        tid, version = values.task_id(task_id), values.lease_version(lease_version)
+        tid, token, worker = _call(task_id, lease_version, worker_id)
         try:
             found, now = self._find(tid), self.store.clock.now()
-            if found is not None and found.lease.version == version and found.lease.until > now:
+            if found is not None and _holds(found.lease.owner, token, worker) and found.lease.until > now:
                 if self.store.extend_activity_leases([found], now, self.lease) == [True]:
                     return False
-            if self._run_ended(tid):
+            if self._run_ended(tid, token, worker):
                 return True
         except RemoteCallError:
             raise
@@ -144,13 +216,50 @@ class ActivityTaskService:
             raise InvalidValueError(f"the store refused the heartbeat: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - the store failed: a 503, the call may be made again
             raise _unavailable(exc) from None
-        raise _lost(tid, version)
+        raise _lost(tid)
 
     # -- inside ------------------------------------------------------------------------------------
-    def _claim(self, owner: str, names: frozenset[str], limit: int) -> list[PolledTask]:
-        store = self.store
+    @contextlib.contextmanager
+    def _long_poll(self, poll: _Poll) -> Iterator[None]:
+        """A place of the gate while a poll that may wait runs; a poll that does not wait
+        (``wait_seconds`` 0) needs none: it is a short call like the others."""
+        if poll.wait <= 0:
+            yield
+            return
+        if not self.long_polls.enter():
+            raise PollLimitError(
+                f"{self.long_polls.limit} long polls are open, the most this server keeps; poll again in a second"
+            )
         try:
-            claimed = store.claim_activity_tasks(names, owner, store.clock.now(), self.lease, limit)
+            yield
+        finally:
+            self.long_polls.leave()
+
+    def _seen(self) -> int:
+        with self._work:
+            return self._signals
+
+    async def _wait_async(self, loop: asyncio.AbstractEventLoop, seen: int, timeout: float) -> None:
+        """Wait on ``loop`` until :meth:`wake` (after wake-up ``seen``) or ``timeout`` seconds."""
+        waiter = (loop, asyncio.Event())
+        with self._work:
+            if self._signals != seen:
+                return
+            self._async_waiters.add(waiter)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter[1].wait(), timeout)
+        finally:
+            with self._work:
+                self._async_waiters.discard(waiter)
+
+    def _claim(self, poll: _Poll) -> list[PolledTask]:
+        """Claim under a fresh lease token: the token is the tasks' ``lease_version``, and the
+        lease's owner, as the store keeps it, the worker's id with the token's digest."""
+        store, token = self.store, secrets.randbelow(_TOKEN_BOUND) + 1
+        owner = _owner(poll.owner, token)
+        try:
+            claimed = store.claim_activity_tasks(poll.names, owner, store.clock.now(), self.lease, poll.limit)
         except Exception as exc:  # noqa: BLE001 - the store failed: a 503, the call may be made again
             raise _unavailable(exc) from None
         polled: list[PolledTask] = []
@@ -160,7 +269,7 @@ class ActivityTaskService:
             if outcome is not None:
                 refused.append(outcome)
                 continue
-            polled.append(self._polled(task))
+            polled.append(self._polled(task, token))
             self._remember(task)
         if refused:
             try:
@@ -187,21 +296,21 @@ class ActivityTaskService:
             return ActivityOutcome(task=task, failure=failure)
         return None
 
-    def _polled(self, task: ActivityTask) -> PolledTask:
+    def _polled(self, task: ActivityTask, token: int) -> PolledTask:
         return PolledTask(
             task_id=task.task_id,
             run_id=task.run_id,
             name=task.name,
             attempt=task.attempt,
             args=tuple(json_values(task.input)),
-            lease_version=task.lease.version,
+            lease_version=token,
             lease_until=task.lease.until,
             heartbeat_timeout=min(self.lease, task.lock_timeout).total_seconds(),
         )
 
     def _remember(self, task: ActivityTask) -> None:
         with self._lock:
-            self._handed[task.task_id] = task.run_id
+            self._handed[task.task_id] = _Handed(run_id=task.run_id, owner=task.lease.owner)
             self._handed.move_to_end(task.task_id)
             while len(self._handed) > _REMEMBERED:
                 self._handed.popitem(last=False)
@@ -213,22 +322,24 @@ class ActivityTaskService:
             raise _unavailable(exc) from None
         return found
 
-    def _held(self, tid: int, version: int) -> ActivityTask:
+    def _held(self, tid: int, token: int, worker: str | None) -> ActivityTask:
         """The task as stored, if the lease the call names still holds it."""
         task = self._find(tid)
-        if task is None or task.lease.version != version or task.lease.until <= self.store.clock.now():
-            raise _lost(tid, version)
+        if task is None or not _holds(task.lease.owner, token, worker) or task.lease.until <= self.store.clock.now():
+            raise _lost(tid)
         return task
 
-    def _run_ended(self, tid: int) -> bool:
+    def _run_ended(self, tid: int, token: int, worker: str | None) -> bool:
+        """The run of a task this service handed out under this lease has ended (only its
+        claimer may learn it)."""
         with self._lock:
-            run_id = self._handed.get(tid)
-        if run_id is None:
+            handed = self._handed.get(tid)
+        if handed is None or not _holds(handed.owner, token, worker):
             return False
-        run = self.store.get_run(run_id)
+        run = self.store.get_run(handed.run_id)
         return run is None or run.status.is_terminal
 
-    def _write(self, outcome: ActivityOutcome, tid: int, version: int) -> None:
+    def _write(self, outcome: ActivityOutcome, tid: int) -> None:
         try:
             (applied,) = self.store.complete_activity_tasks([outcome], self.store.clock.now())
         except StoreRejectedError as exc:
@@ -236,15 +347,54 @@ class ActivityTaskService:
         except Exception as exc:  # noqa: BLE001 - the store failed: a 503, the call may be made again
             raise _unavailable(exc) from None
         if not applied:
-            raise _lost(tid, version)
+            raise _lost(tid)
         with self._lock:
             self._handed.pop(tid, None)
 
 
-def _lost(tid: int, version: int) -> LeaseLostError:
+def _poll(worker_id: object, names: object, max_tasks: object, wait_seconds: object) -> _Poll:
+    return _Poll(
+        owner=values.text(worker_id, "worker_id"),
+        names=values.names(names),
+        limit=values.count(max_tasks, "max", MAX_TASKS),
+        wait=values.seconds(wait_seconds, "wait_seconds", MAX_WAIT_SECONDS),
+    )
+
+
+def _call(task_id: object, lease_version: object, worker_id: object) -> tuple[int, int, str | None]:
+    """A task call's task id, lease token and (when sent) worker id, checked."""
+    worker = None if worker_id is None else values.text(worker_id, "worker_id")
+    return values.task_id(task_id), values.lease_version(lease_version), worker
+
+
+def _digest(token: int) -> str:
+    """What the store keeps of a lease token: its digest, so the owner it reads does not give
+    the token away (to a log, a dump of the table)."""
+    return hashlib.blake2b(str(token).encode("ascii"), digest_size=_DIGEST // 2).hexdigest()
+
+
+def _owner(worker: str, token: int) -> str:
+    """A remote claim's lease owner: the worker's id, then the token's digest (fixed length)."""
+    return f"{worker}#{_digest(token)}"
+
+
+def _holds(owner: str, token: int, worker: str | None) -> bool:
+    """Whether the lease owned by ``owner`` is the one claimed under ``token`` (by ``worker``,
+    when the call names one). The owner of a Python engine's lease ends in no such digest."""
+    if worker is not None:
+        return hmac.compare_digest(_bytes(owner), _bytes(_owner(worker, token)))
+    suffix = f"#{_digest(token)}"
+    return len(owner) > len(suffix) and hmac.compare_digest(_bytes(owner[-len(suffix) :]), _bytes(suffix))
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")  # an owner the store read may hold anything
+
+
+def _lost(tid: int) -> LeaseLostError:
     return LeaseLostError(
-        f"activity task {tid} is not held under lease version {version}: the lease expired or was taken"
-        " over, the attempt was completed or failed already, or the run ended"
+        f"activity task {tid} is not held under this lease: the lease expired or was taken over, the"
+        " attempt was completed or failed already, the run ended, or another worker claimed it"
     )
 
 

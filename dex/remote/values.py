@@ -31,7 +31,7 @@ class PolledTask:
     name: str
     attempt: int
     args: tuple[Any, ...]
-    lease_version: int
+    lease_version: int  # the claim's random token (below 2**53): the later calls name the lease with it
     lease_until: datetime
     heartbeat_timeout: float  # seconds: the lease lapses this long after the claim or a heartbeat
 
@@ -101,6 +101,7 @@ def task_id(value: object) -> int:
 
 
 def lease_version(value: object) -> int:
+    """The lease token a poll handed out with the task (any other integer holds no lease: 409)."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidRequestError(f"lease_version must be an integer, got {type(value).__name__}")
     return value

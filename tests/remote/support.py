@@ -52,7 +52,13 @@ def free_port() -> int:
 @contextmanager
 def http_server(service: ActivityTaskService) -> Iterator[str]:
     """Serve the service's routes on a free loopback port; yields the base URL."""
-    app = Starlette(routes=activity_task_routes(service))
+    with app_server(Starlette(routes=activity_task_routes(service))) as url:
+        yield url
+
+
+@contextmanager
+def app_server(app: Any) -> Iterator[str]:
+    """Serve an ASGI app on a free loopback port; yields the base URL."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
@@ -70,10 +76,18 @@ def http_server(service: ActivityTaskService) -> Iterator[str]:
 
 def post(url: str, body: Any, *, raw: bytes | None = None, timeout: float = 30) -> tuple[int, Any]:
     """POST JSON; (status, decoded answer), error statuses included."""
-    data = raw if raw is not None else json.dumps(body).encode("utf-8")
-    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json"}, method="POST")
+    status, answer, _headers = call(url, body, raw=raw, timeout=timeout)
+    return status, answer
+
+
+def call(
+    url: str, body: Any = None, *, raw: bytes | None = None, timeout: float = 30, method: str = "POST"
+) -> tuple[int, Any, dict[str, str]]:
+    """A JSON request (a GET without a body); (status, decoded answer, headers), error statuses included."""
+    data = raw if raw is not None else None if method == "GET" else json.dumps(body).encode("utf-8")
+    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json"}, method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
+            return response.status, json.loads(response.read()), dict(response.headers)
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        return exc.code, json.loads(exc.read()), dict(exc.headers)
