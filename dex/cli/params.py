@@ -30,6 +30,7 @@ import click
 from dex.adapters.postgres.connection import dsn_problem
 from dex.adapters.postgres.schema import validate_schema
 from dex.domain.definitions import validate_name, validate_queue
+from dex.serialization.payloads import MAX_NESTING
 from dex.views.secrets import redact_dsn
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
@@ -37,7 +38,7 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks
 
 INT4_MAX = 2**31 - 1  # PostgreSQL integer (a queue's capacity)
 INT8_MAX = 2**63 - 1  # PostgreSQL bigint (LIMIT)
-MAX_JSON_DEPTH = 100  # arrays and objects inside each other; deeper payloads are refused
+MAX_JSON_DEPTH = MAX_NESTING  # arrays and objects inside each other: as deep as any payload may nest
 
 
 def text_problem(value: str) -> str | None:

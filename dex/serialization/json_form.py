@@ -17,7 +17,7 @@ from typing import Any
 
 from dex.domain.errors import SerializationError
 from dex.domain.values import Payload
-from dex.serialization.payloads import DEFAULT_MAX_PAYLOAD_SIZE, JSON_PLAIN
+from dex.serialization.payloads import DEFAULT_MAX_PAYLOAD_SIZE, JSON_PLAIN, nesting_problem
 
 
 class NoJsonFormError(SerializationError):
@@ -48,7 +48,11 @@ def payload_of_json(value: Any, *, max_size: int = DEFAULT_MAX_PAYLOAD_SIZE) -> 
     """A ``json/plain`` payload holding ``value``, a JSON value as a JSON parser gives it (None,
     bool, int, float, str, list, dict with str keys). :class:`SerializationError` for anything
     else: NaN or an infinity, a string that is not valid Unicode (a lone surrogate), a value
-    nested too deeply, or text longer than ``max_size`` bytes."""
+    nested more than ``MAX_NESTING`` levels deep (the limit of every payload, so that a value a
+    remote worker returns can be sent on by the workflow), or text longer than ``max_size`` bytes."""
+    problem = nesting_problem(value)
+    if problem is not None:
+        raise SerializationError(f"the value is not a payload: {problem}")
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         data = text.encode("utf-8")

@@ -12,6 +12,13 @@ Three encodings cover everything dex sends:
 Anything else raises :class:`~dex.domain.errors.SerializationError` naming the type and where
 it was found, so a user learns at the call that tried to send it, not on some worker later.
 Nothing is ever pickled.
+
+Values nest at most :data:`MAX_NESTING` levels deep (lists, tuples, dicts, attrs classes and
+dataclasses inside each other; a protobuf message's own messages). The limit is checked
+without recursion when a value is encoded, so it does not depend on how deep the caller's own
+stack is: whatever ``start_workflow`` accepts can be decoded and sent on from workflow code to
+an activity, from any thread, and protobuf's parser (which stops at 100 levels) reads back
+every message that was sent.
 """
 
 from __future__ import annotations
@@ -38,6 +45,12 @@ BINARY_PLAIN = "binary/plain"
 BINARY_PROTOBUF = "binary/protobuf"
 
 DEFAULT_MAX_PAYLOAD_SIZE = 2 * 1024 * 1024
+# how deep containers may nest in a payload: far below Python's recursion limit (so encoding and
+# decoding never depend on the stack they run on), and protobuf's parser's own limit
+MAX_NESTING = 100
+# a protobuf message nested deeper than MAX_NESTING has at least this many bytes (a tag and a
+# length per level), so a shorter one needs no check
+_SHALLOW_PROTOBUF = 2 * MAX_NESTING
 
 _ACCEPTED = (
     "dex sends only JSON-compatible values (None, bool, int, float, str, list, dict with str keys), "
@@ -71,6 +84,8 @@ class PayloadConverter:
                 data=value.SerializeToString(deterministic=True),
                 message_type=value.DESCRIPTOR.full_name,
             )
+            if len(payload.data) > _SHALLOW_PROTOBUF:
+                _check_protobuf_reads_back(value, payload.data)
         else:
             payload = Payload(encoding=JSON_PLAIN, data=self._encode_json(value))
         if len(payload.data) > self.max_payload_size:
@@ -111,9 +126,10 @@ class PayloadConverter:
             return text.encode("utf-8")
         except SerializationError:
             raise
-        except RecursionError:
+        except RecursionError:  # far deeper than MAX_NESTING, or it contains itself
             raise SerializationError(
-                f"value of type {_type_name(value)} is not serialisable: it is nested too deeply or contains itself"
+                f"value of type {_type_name(value)} is not serialisable: it is nested too deeply or contains "
+                f"itself (values may nest at most {MAX_NESTING} levels deep)"
             ) from None
         except UnicodeEncodeError as exc:
             raise SerializationError(
@@ -192,25 +208,67 @@ def _strict_primitive(accepts: tuple[type, ...], expected: str) -> typing.Callab
 
 
 def _validate_json(data: object, path: tuple[object, ...]) -> None:
-    if data is None or isinstance(data, (bool, int, float, str)):
-        return
-    if isinstance(data, (list, tuple)):
-        for index, item in enumerate(data):
-            _validate_json(item, (*path, index))
-        return
-    if isinstance(data, dict):
-        for key, item in data.items():
-            if not isinstance(key, str):
-                raise SerializationError(_key_refused(data, path, key))
-            _validate_json(item, (*path, key))
-        return
-    if isinstance(data, (bytes, bytearray)):
-        reason = "bytes can be sent only as a whole value, not inside a list, dict or class"
-    elif isinstance(data, ProtoMessage):
-        reason = "protobuf messages can be sent only as a whole value, not inside a list, dict or class"
-    else:
-        reason = _ACCEPTED
-    raise SerializationError(f"{_where(data, path)} is not serialisable: {reason}")
+    """Raise :class:`SerializationError` naming the first value in ``data`` JSON cannot hold,
+    or the first container nested deeper than :data:`MAX_NESTING`. A loop, not a recursion:
+    its own depth does not depend on the caller's stack."""
+    pending: list[tuple[object, tuple[object, ...]]] = [(data, path)]
+    while pending:
+        data, path = pending.pop()
+        if data is None or isinstance(data, (bool, int, float, str)):
+            continue
+        if isinstance(data, (list, tuple, dict)):
+            if len(path) >= MAX_NESTING:
+                raise SerializationError(_too_deep(data, path))
+            if isinstance(data, dict):
+                for key in data:
+                    if not isinstance(key, str):
+                        raise SerializationError(_key_refused(data, path, key))
+                items: list[tuple[object, tuple[object, ...]]] = [(item, (*path, key)) for key, item in data.items()]
+            else:
+                items = [(item, (*path, index)) for index, item in enumerate(data)]
+            pending.extend(reversed(items))  # the first item is looked at first
+            continue
+        if isinstance(data, (bytes, bytearray)):
+            reason = "bytes can be sent only as a whole value, not inside a list, dict or class"
+        elif isinstance(data, ProtoMessage):
+            reason = "protobuf messages can be sent only as a whole value, not inside a list, dict or class"
+        else:
+            reason = _ACCEPTED
+        raise SerializationError(f"{_where(data, path)} is not serialisable: {reason}")
+
+
+def nesting_problem(value: object) -> str | None:
+    """Why the JSON value ``value`` nests too deeply to be a payload (as JSON parsers give it:
+    lists and dicts), or None; without recursion."""
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth >= MAX_NESTING:
+                return f"it is nested more than {MAX_NESTING} levels deep"
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return None
+
+
+def _too_deep(data: object, path: tuple[object, ...]) -> str:
+    shown = "".join(f"[{step!r}]" for step in path[:5])
+    return (
+        f"value of type {_type_name(data)} at {shown}... (depth {len(path) + 1}) is not serialisable: "
+        f"values may nest at most {MAX_NESTING} levels deep (lists, dicts and classes inside each other)"
+    )
+
+
+def _check_protobuf_reads_back(message: ProtoMessage, data: bytes) -> None:
+    """Refuse a message protobuf's own parser would refuse to read back (nested more than its
+    limit of 100 messages deep): found here, not by the workflow or activity it was sent to."""
+    try:
+        type(message).FromString(data)
+    except DecodeError as exc:
+        raise SerializationError(
+            f"protobuf message {message.DESCRIPTOR.full_name} is not serialisable: it cannot be read back "
+            f"(nested more than {MAX_NESTING} levels deep?): {exc}"
+        ) from None
 
 
 def _key_refused(container: object, path: tuple[object, ...], key: object) -> str:

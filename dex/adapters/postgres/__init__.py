@@ -5,7 +5,7 @@ creates or upgrades the schema (the adapter calls it on construction).
 """
 
 from dex.adapters.postgres.adapter import PostgresAdapter
-from dex.adapters.postgres.connection import DatabaseConnectionError
+from dex.adapters.postgres.connection import DatabaseConnectionError, InvalidDsnError
 from dex.adapters.postgres.migrations import LATEST_VERSION
 from dex.adapters.postgres.schema import DatabasePermissionError, migrate, schema_version
 
@@ -13,6 +13,7 @@ __all__ = [
     "LATEST_VERSION",
     "DatabaseConnectionError",
     "DatabasePermissionError",
+    "InvalidDsnError",
     "PostgresAdapter",
     "migrate",
     "schema_version",
