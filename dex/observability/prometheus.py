@@ -47,7 +47,9 @@ class PrometheusTelemetry:
             "dex_schedule_skips_total", "Schedule fires that started no run", ["schedule", "reason"], registry=r
         )
         self.polls_open = Gauge("dex_long_polls_open", "Remote workers' long polls open now", registry=r)
-        self.polls_limit = Gauge("dex_long_polls_limit", "Remote workers' long polls that may be open at once", registry=r)
+        self.polls_limit = Gauge(
+            "dex_long_polls_limit", "Remote workers' long polls that may be open at once", registry=r
+        )
         self.lag = Histogram(
             "dex_schedule_lag_seconds", "From a fire time to its run's start", buckets=_LATENCY_BUCKETS, registry=r
         )
