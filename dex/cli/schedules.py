@@ -17,6 +17,7 @@ import click
 
 from dex.app.schedule_api import ScheduleAdmin
 from dex.app.schedule_spec import ScheduleInfo
+from dex.app.schedule_times import UncomputableFireError
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
 from dex.cli.params import MOMENT, SCHEDULE_NAME, TEXT
 from dex.views import render
@@ -26,6 +27,16 @@ from dex.views import render
 def _admin() -> Iterator[ScheduleAdmin]:
     with open_engine() as engine:
         yield ScheduleAdmin(engine.store)
+
+
+@contextmanager
+def _computable() -> Iterator[None]:
+    """A stored schedule whose fire times cannot be computed (written by an older dex) is the
+    database's state, not the command line's fault: exit code 1, saying what to do."""
+    try:
+        yield
+    except UncomputableFireError as exc:
+        raise CommandError(f"{exc}: give it a new definition (update_schedule) first") from None
 
 
 @click.group()
@@ -105,7 +116,7 @@ def pause_schedule(name: str, note: str) -> None:
 @json_option
 def resume_schedule(name: str) -> None:
     """Fire a paused schedule again, from its next fire time after now."""
-    with _admin() as admin:
+    with _admin() as admin, _computable():
         admin.resume(name)
         info = admin.get(name)
     _done(info, f"resumed schedule {name!r} (next fire {_when(info.next_fire_at)})")
@@ -133,7 +144,7 @@ def trigger_schedule(name: str) -> None:
 @json_option
 def backfill_schedule(name: str, start: datetime, end: datetime) -> None:
     """Start a run for every fire time in [START, END) that has none yet (after an outage)."""
-    with _admin() as admin:
+    with _admin() as admin, _computable():
         run_ids = admin.backfill(name, start, end)
     if settings().json:
         click.echo(render.dumps({"schedule": name, "run_ids": run_ids}))

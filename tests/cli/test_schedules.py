@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import attrs
 import pytest
 
 import dex
@@ -86,3 +87,33 @@ def test_bad_input_is_one_line(world: World, args: tuple[str, ...], code: int, w
     assert words in one_line_error(result)
     # and the schedules go on
     assert world.engine.get_schedule("nightly").next_fire_at is not None
+
+
+def test_a_stored_schedule_whose_fires_cannot_be_computed_is_one_line_exit_1(world: World) -> None:
+    """A definition an older dex stored (here through the store's own port) that today's bounds
+    refuse: resume and backfill say why in one line, list and show still work, and the other
+    schedules are managed as before."""
+    declare(world)
+    record = world.engine.store.get_schedule("often")
+    assert record is not None
+    world.engine.store.update_schedule(
+        attrs.evolve(record.definition, every=timedelta(days=36_500_000)), record.next_fire_at, record.due_at
+    )
+    world.engine.pause_schedule("often")
+    for args in (
+        ("schedules", "resume", "often"),
+        ("schedules", "backfill", "often", "--start", "2025-03-01T00:00:00Z", "--end", "2025-03-04T00:00:00Z"),
+    ):
+        result = world.invoke(*args)
+        assert result.exit_code == 1, result.output
+        assert "cannot be computed" in one_line_error(result) and "Traceback" not in result.output
+    assert world.engine.list_runs(labels={"dex.schedule": "often"}) == []  # the backfill started nothing
+    assert world.invoke("schedules", "show", "often").exit_code == 0
+    assert world.invoke("schedules", "list").exit_code == 0
+    assert world.invoke("schedules", "pause", "nightly").exit_code == 0
+    resumed = world.invoke("schedules", "resume", "nightly")
+    assert resumed.exit_code == 0, resumed.output
+    triggered = world.invoke("schedules", "trigger", "nightly")
+    assert triggered.exit_code == 0
+    world.engine.drain()
+    assert world.engine.get_run(triggered.stdout.strip()).status is not dex.RunStatus.FAILED
