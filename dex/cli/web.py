@@ -18,6 +18,7 @@ import click
 
 from dex.cli.database import CommandError, connection_options, open_engine, progress
 from dex.cli.params import SECRET, TEXT
+from dex.views.secrets import token_problem
 
 MISSING_EXTRA = 'the web dashboard needs the web extra: pip install "dex-engine[web]"'
 MISSING_GRPC = '--grpc-port needs the grpc extra: pip install "dex-engine[grpc]"'
@@ -94,8 +95,8 @@ def web(host: str, port: int, token: str | None, grpc_port: int | None) -> None:
         except ImportError:
             raise UsageProblem(MISSING_GRPC) from None
         serve_grpc = serve
-    if token is not None and (not token or token != token.strip() or not token.isprintable()):
-        raise UsageProblem("--token must be a non-empty printable string without surrounding spaces")
+    if token is not None and (problem := token_problem(token)) is not None:
+        raise UsageProblem(f"--token (not shown): {problem}")
     if not is_loopback(host) and not token:
         raise UsageProblem(
             f"refusing to serve on {host}, which is not a loopback address, without a token: pass --token "

@@ -29,6 +29,7 @@ from dex.remote.service import ActivityTaskService
 from dex.remote.values import PolledTask, RemoteFailure
 from dex.v1 import service_pb2 as pb
 from dex.v1 import service_pb2_grpc as pb_grpc
+from dex.views.secrets import token_problem
 
 log = logging.getLogger("dex.remote")
 
@@ -99,6 +100,8 @@ def serve_grpc(
     more as the service lets long polls wait. With ``token``, every call must carry the metadata
     ``authorization: Bearer <token>`` (else UNAUTHENTICATED), as ``dex web`` requires of HTTP.
     No TLS: bind a loopback address, or put it behind a proxy that terminates TLS."""
+    if token is not None and (problem := token_problem(token)) is not None:
+        raise ValueError(problem)  # never the token itself: it is a secret
     interceptors = [_TokenCheck(token)] if token is not None else []
     server = grpc.server(
         # a waiting poll holds a thread: room for every poll the gate admits, beside the calls'

@@ -102,3 +102,15 @@ def scrub(text: str, dsn: str) -> str:
 def hidden(secret: object) -> str:
     """What is shown of a token: that one was given, never any of it."""
     return "<hidden>" if secret else "<empty>"
+
+
+def token_problem(token: object) -> str | None:
+    """Why ``token`` cannot be an access token (``dex web``, the gRPC server), in words that
+    never quote it; None if it can be one. A token must be a non-empty printable str without
+    surrounding spaces: a NUL, a newline or a lone surrogate could not cross an HTTP header."""
+    if not isinstance(token, str):
+        return f"a token must be a str, got {type(token).__name__}"
+    if not token or token != token.strip() or not token.isprintable():
+        # a lone surrogate is no printable character, so this refuses one too
+        return "a token must be a non-empty printable string without surrounding spaces"
+    return None

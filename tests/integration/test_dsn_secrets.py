@@ -321,3 +321,21 @@ def test_no_error_line_shows_a_secret_whatever_path_it_took() -> None:
     result = invoke("--database-url", _secure_dsn(), "runs", "list", SECRET, env={"DEX_WEB_TOKEN": "tok-" + SECRET})
     assert result.exit_code == 2
     assert SECRET not in one_line_error(result)
+
+
+@pytest.mark.parametrize("token", [f"{SECRET}\udcff", f"{SECRET}\x00", f" {SECRET}", f"{SECRET}\n", ""])
+def test_the_grpc_server_refuses_a_bad_token_without_showing_it(token: str) -> None:
+    pytest.importorskip("grpc")
+    from dex.adapters.memory import InMemoryAdapter
+    from dex.remote import ActivityTaskService
+    from dex.remote.grpc_server import serve_grpc
+
+    service = ActivityTaskService(dex.Engine(InMemoryAdapter()))
+    with pytest.raises(ValueError, match="non-empty printable string") as caught:
+        serve_grpc(service, "127.0.0.1", 0, token=token)
+    assert _leaks(caught.value) == [] and (not token or token not in repr(caught.value))
+    server = serve_grpc(service, "127.0.0.1", 0, token="tok-" + SECRET)  # a good token serves
+    try:
+        assert server.port > 0
+    finally:
+        server.stop(grace=None)
