@@ -37,6 +37,17 @@ ACTIVITY = "activity"
 QUEUE_KINDS = (WORKFLOW, ACTIVITY)
 
 
+MAX_QUEUE_CAPACITY = 2**31 - 1  # the largest a queue's capacity column (a PostgreSQL integer) holds
+
+
+def queue_capacity(capacity: int) -> int:
+    """``capacity`` if a queue can have it (an int from 1 to ``MAX_QUEUE_CAPACITY``), else a
+    ValueError naming the range: every store refuses the same values, before any write."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity <= MAX_QUEUE_CAPACITY:
+        raise ValueError(f"queue capacity must be an int from 1 to {MAX_QUEUE_CAPACITY}, got {capacity!r:.60}")
+    return capacity
+
+
 def queue_kind(kind: str) -> str:
     """``kind`` if it is a queue kind, else ValueError."""
     if kind not in QUEUE_KINDS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dex.app.background import Background
 from dex.app.inline import QueueView
-from dex.app.ports import QueueInfo, Store, queue_kind
+from dex.app.ports import QueueInfo, Store, queue_capacity, queue_kind
 
 
 class QueueEngineMixin:
@@ -20,7 +20,7 @@ class QueueEngineMixin:
     _background: Background
 
     def create_queue(self, name: str, kind: str, capacity: int = 100) -> None:
-        self.store.create_queue(name, queue_kind(kind), capacity)
+        self.store.create_queue(name, queue_kind(kind), queue_capacity(capacity))
         self._queue_view.invalidate()
 
     def pause_queue(self, name: str, kind: str) -> None:
@@ -33,7 +33,7 @@ class QueueEngineMixin:
         self._background.queues_changed()
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
-        self.store.set_queue_capacity(name, queue_kind(kind), capacity)
+        self.store.set_queue_capacity(name, queue_kind(kind), queue_capacity(capacity))
         self._queue_view.invalidate()
         self._background.queues_changed()
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from dex.adapters.memory.tables import QUEUED, ActivityTaskRow, InboxRow, QueueRow, RunRow, WorkflowTaskRow
 from dex.app.clock import SystemClock
-from dex.app.ports import QUEUE_KINDS, WORKFLOW, Clock
+from dex.app.ports import QUEUE_KINDS, WORKFLOW, Clock, queue_capacity
 from dex.app.schedule_ports import ScheduleRecord
 from dex.domain import events as ev
 from dex.domain.definitions import validate_queue
@@ -129,8 +129,7 @@ def check_queue(name: str, kind: str, capacity: int) -> None:
     validate_queue(name)
     if kind not in QUEUE_KINDS:
         raise ValueError(f"queue kind must be 'workflow' or 'activity', got {kind!r}")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"queue capacity must be a positive int, got {capacity!r}")
+    queue_capacity(capacity)
 
 
 def _factory_error(factory: object) -> str | None:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import psycopg
 
 from dex.adapters.postgres.schema import Statements, create_partition
-from dex.app.ports import QUEUE_KINDS, ActivitySlots, QueueInfo
+from dex.app.ports import QUEUE_KINDS, ActivitySlots, QueueInfo, queue_capacity
 from dex.domain.definitions import validate_queue
 
 
@@ -23,8 +23,7 @@ def check_queue(name: str, kind: str, capacity: int) -> None:
     validate_queue(name)
     if kind not in QUEUE_KINDS:
         raise ValueError(f"queue kind must be 'workflow' or 'activity', got {kind!r}")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"queue capacity must be a positive int, got {capacity!r}")
+    queue_capacity(capacity)
 
 
 def ensure_queue(conn: psycopg.Connection, q: Statements, name: str, kind: str, capacity: int) -> None:
