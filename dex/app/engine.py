@@ -354,6 +354,9 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
         long_polls_open, long_polls_limit = self._long_polls.figures()
         return EngineHealth(
             threads=self._background.health(),
+            abandoned_executors=self.workflow_worker.closer.abandoned,
+            interrupted_threads=self.workflow_worker.quarantine.interrupted_threads,
+            quarantined_workflows=tuple(sorted(self.workflow_worker.quarantine.names)),
             long_polls_open=long_polls_open,
             long_polls_limit=long_polls_limit,
         )

@@ -90,6 +90,28 @@ class TelemetryHub:
             if hook is not None:
                 hook(name)
 
+    def executors_abandoned(self, workflow: str, count: int) -> None:
+        """``count`` coroutines of a ``workflow`` executor refused to close and were abandoned
+        (``dex.app.executors.Closer``)."""
+        for sink in self._sinks:
+            hook = getattr(sink, "executors_abandoned", None)  # sinks written before it lack it
+            if hook is not None:
+                hook(workflow, count)
+
+    def interrupted_threads(self, count: int) -> None:
+        """``count`` threads the watchdog interrupted still run workflow code (``dex.app.quarantine``)."""
+        for sink in self._sinks:
+            hook = getattr(sink, "interrupted_threads", None)
+            if hook is not None:
+                hook(count)
+
+    def workflow_quarantined(self, workflow: str) -> None:
+        """``workflow`` is no longer run by this process (``dex.app.quarantine``)."""
+        for sink in self._sinks:
+            hook = getattr(sink, "workflow_quarantined", None)
+            if hook is not None:
+                hook(workflow)
+
     def schedule_fired(self, name: str, lag: float) -> None:
         """A schedule's fire started its run, ``lag`` seconds after the fire time."""
         for sink in self._sinks:

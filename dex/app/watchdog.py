@@ -110,7 +110,8 @@ class _Watch:
         self.spinning = False  # still running after its interrupt (reported to the quarantine)
 
     def __enter__(self) -> None:
-        # the thread's CPU time, to tell code that held the GIL from code that waited for it
+        # the thread's CPU time (from here or the watchdog's last step on), to tell code that held
+        # the GIL from code that waited for it
         self.thread, self.since, self.cpu = threading.get_ident(), self._dog._clock(), time.thread_time()
         with self._dog._lock:
             self._dog._watches[self.thread] = self
@@ -161,6 +162,7 @@ class Watchdog:
         self.stall = stall if stall is not None else min(1.0, deadline / 4)
         self.quarantine = quarantine
         self._stepped = clock()  # when the last step ended: a tick much later means it was starved
+        self._process_cpu = time.process_time()  # the process's CPU time then
         self._retired: list[PollingThread] = []  # replaced while their code stalled, not yet ended
         self._worker, self._threads, self._stopping = worker, threads, stopping
         self._telemetry, self._clock, self._interrupt = telemetry, clock, interrupt
@@ -224,8 +226,8 @@ class Watchdog:
                 if watch.executor is not None:
                     watch.executor.abandon()
                 held = None
-                if starved > self.deadline:
-                    held = _held_gil(_thread_cpu(watch.thread) - watch.cpu, now - watch.since)  # under the lock: alive
+                if starved > self.deadline:  # under the lock, so the thread is alive: its clock can be read
+                    held = self._held_gil(_thread_cpu(watch.thread) - watch.cpu, now - watch.since)
                 late.append((watch, blocked_at(watch.thread), held))  # before the interrupt unwinds it
                 if self._interrupt:
                     watch.interrupted_at = now
@@ -235,7 +237,11 @@ class Watchdog:
         for watch, where, held in late:
             self._blocked(watch, where, held)
         revived = self._revive()
-        self._stepped = self._clock()
+        with self._lock:
+            for watch in self._watches.values():
+                if not watch.fired:
+                    watch.cpu = _thread_cpu(watch.thread)  # from here on (NaN where unknown: no verdict)
+            self._stepped, self._process_cpu = self._clock(), time.process_time()
         return replaced + len(late) + revived
 
     def _interrupted(self, watch: _Watch, now: float) -> None:
@@ -251,13 +257,27 @@ class Watchdog:
             watch.spinning = True
             self.quarantine.interrupted(watch.thread, watch.task.workflow_name, watch.task.run_id)
 
+    def _held_gil(self, cpu: float, held: float) -> str | None:
+        """Why code that ran ``held`` seconds while the watchdog could not run, its thread using
+        ``cpu`` seconds of CPU since the watchdog's last step, is beyond its reach: it held the
+        GIL, its thread having had most of the process's CPU meanwhile (and a good part of a
+        deadline of it). None when it waited for the GIL, held by another thread, or when the
+        whole process was stopped or starved of CPU by the host."""
+        process = time.process_time() - self._process_cpu
+        if not (cpu >= self.deadline / 2 and cpu >= 0.8 * process):  # NaN too: unknown
+            return None
+        return (
+            f"it held the GIL for {held:.1f} s (C code, such as a regular expression that backtracks): "
+            "no other thread of the process ran meanwhile, and no interrupt can stop it"
+        )
+
     def _overran(self, watch: _Watch, held: float, cpu: float) -> None:
         """A stretch of workflow code ended past the deadline before the watchdog fired on it
         (its result is written as usual): between two ticks, or while C code of it held the
         GIL, so that the watchdog could not run. Counted as a block of its workflow."""
         task = watch.task
         starved = self._clock() - self._stepped > self.deadline
-        beyond = _held_gil(cpu, held) if starved else None
+        beyond = self._held_gil(cpu, held) if starved else None
         log.warning(
             "the workflow code of run %s (%s) held its thread for %.1f s, past the deadline of %g s%s",
             task.run_id,
@@ -344,18 +364,6 @@ def _thread_cpu(thread: int) -> float:
         return time.clock_gettime(time.pthread_getcpuclockid(thread))
     except (AttributeError, OSError):  # not a POSIX platform with per-thread clocks
         return float("nan")
-
-
-def _held_gil(cpu: float, held: float) -> str | None:
-    """Why code that ran ``held`` seconds, ``cpu`` of them on the CPU, while the watchdog could
-    not run, is beyond its reach; None when it did not have the CPU (it waited for the GIL, held
-    by someone else, or the process was stopped)."""
-    if not cpu >= held / 2:  # NaN too: unknown
-        return None
-    return (
-        f"it held the GIL for {held:.1f} s (C code, such as a regular expression that backtracks): "
-        "no thread of the process ran meanwhile, and no interrupt can stop it"
-    )
 
 
 def _interrupt(thread: int) -> None:

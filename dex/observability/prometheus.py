@@ -42,6 +42,18 @@ class PrometheusTelemetry:
         self.thread_deaths = Counter(
             "dex_thread_deaths_total", "Engine threads that died (each is replaced)", ["thread"], registry=r
         )
+        self.abandoned = Counter(
+            "dex_abandoned_executors_total",
+            "Workflow coroutines that refused to close when dropped, abandoned",
+            ["workflow"],
+            registry=r,
+        )
+        self.interrupted = Gauge(
+            "dex_interrupted_threads", "Threads interrupted by the watchdog that still run workflow code", registry=r
+        )
+        self.quarantined = Gauge(
+            "dex_workflow_quarantined", "1 while this process no longer runs the workflow", ["workflow"], registry=r
+        )
         self.fires = Counter("dex_schedule_fires_total", "Schedule fires that started a run", ["schedule"], registry=r)
         self.skips = Counter(
             "dex_schedule_skips_total", "Schedule fires that started no run", ["schedule", "reason"], registry=r
@@ -79,6 +91,15 @@ class PrometheusTelemetry:
 
     def thread_died(self, name: str) -> None:
         self.thread_deaths.labels(name).inc()
+
+    def executors_abandoned(self, workflow: str, count: int) -> None:
+        self.abandoned.labels(workflow).inc(count)
+
+    def interrupted_threads(self, count: int) -> None:
+        self.interrupted.set(count)
+
+    def workflow_quarantined(self, workflow: str) -> None:
+        self.quarantined.labels(workflow).set(1)
 
     def schedule_fired(self, name: str, lag: float) -> None:
         self.fires.labels(name).inc()
