@@ -209,8 +209,36 @@ def _strict_primitive(accepts: tuple[type, ...], expected: str) -> typing.Callab
 
 def _validate_json(data: object, path: tuple[object, ...]) -> None:
     """Raise :class:`SerializationError` naming the first value in ``data`` JSON cannot hold,
-    or the first container nested deeper than :data:`MAX_NESTING`. A loop, not a recursion:
-    its own depth does not depend on the caller's stack."""
+    or the first container nested deeper than :data:`MAX_NESTING`. Loops, not recursion: its
+    own depth does not depend on the caller's stack. A walk level by level finds whether there
+    is a problem without building a path per value; only then does :func:`_explain` find where."""
+    level: list[object] = [data]
+    depth = len(path)
+    while level:
+        below: list[object] = []
+        for item in level:
+            kind = type(item)
+            if item is None or kind in _SCALARS:
+                continue
+            if kind is list or kind is tuple:
+                below.extend(typing.cast("list[object]", item))
+            elif kind is dict and all(type(key) is str for key in typing.cast("dict[object, object]", item)):
+                below.extend(typing.cast("dict[object, object]", item).values())
+            else:  # a key that is no str, a subclass, a value JSON cannot hold: the long way
+                _explain(data, path)  # validates the whole value, and raises if it must
+                return
+        depth += 1  # how deep the containers just looked at are (the outermost: 1); `below` is one deeper
+        if depth >= MAX_NESTING and any(isinstance(item, (list, tuple, dict)) for item in below):
+            _explain(data, path)
+            return
+        level = below
+
+
+_SCALARS = frozenset((bool, int, float, str))
+
+
+def _explain(data: object, path: tuple[object, ...]) -> None:
+    """What :func:`_validate_json` raises, found with the path to it (only when there is one)."""
     pending: list[tuple[object, tuple[object, ...]]] = [(data, path)]
     while pending:
         data, path = pending.pop()
