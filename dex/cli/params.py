@@ -76,9 +76,12 @@ class Dsn(click.ParamType[Any, Any]):
     name = "URL"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if isinstance(value, str) and value == "":
+            return value  # as if not given: DEX_DATABASE_URL, or the embedded server, as before
         problem = dsn_problem(value)
         if problem is not None:
-            self.fail(f"{redact_dsn(value)} is no PostgreSQL DSN: {problem}", param, ctx)
+            shown = redact_dsn(value)
+            self.fail(f"{shown if shown.strip() else repr(shown)} is no PostgreSQL DSN: {problem}", param, ctx)
         return str(value)
 
 

@@ -146,3 +146,14 @@ def test_python_dash_m_dex_is_the_same_command() -> None:
         [sys.executable, "-m", "dex", "--version"], env=env, capture_output=True, text=True, check=False
     )
     assert version.returncode == 0 and version.stdout.startswith("dex, version ")
+
+
+def test_an_empty_database_url_means_none_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--database-url ""`` (a script's unset variable) is no DSN to refuse: as before, it is
+    as if none was given; one of spaces only is refused in one line, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke("--database-url", "", "runs", "list", env={"DEX_DATABASE_URL": None})
+    assert result.exit_code == 1
+    assert one_line_error(result) == "error: no database configured: set DEX_DATABASE_URL or pass --database-url"
+    blank = invoke("--database-url", "  ", "runs", "list")
+    assert blank.exit_code == 2 and "'  ' is no PostgreSQL DSN" in one_line_error(blank)
