@@ -156,4 +156,4 @@ def test_an_empty_database_url_means_none_given(tmp_path: Path, monkeypatch: pyt
     assert result.exit_code == 1
     assert one_line_error(result) == "error: no database configured: set DEX_DATABASE_URL or pass --database-url"
     blank = invoke("--database-url", "  ", "runs", "list")
-    assert blank.exit_code == 2 and "'  ' is no PostgreSQL DSN" in one_line_error(blank)
+    assert blank.exit_code == 2 and "is no PostgreSQL DSN: no PostgreSQL DSN given" in one_line_error(blank)
