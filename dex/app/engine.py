@@ -357,6 +357,7 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
             abandoned_executors=self.workflow_worker.closer.abandoned,
             interrupted_threads=self.workflow_worker.quarantine.interrupted_threads,
             quarantined_workflows=tuple(sorted(self.workflow_worker.quarantine.names)),
+            lost_step_slots=self.store.lost_step_slots,
             long_polls_open=long_polls_open,
             long_polls_limit=long_polls_limit,
         )

@@ -68,6 +68,8 @@ class Rounds:
 
     def scheduler(self) -> float:
         """Leader election, then (leading) the schedulers and retention maintenance."""
+        if self.telemetry.sinks:  # a figure the store keeps (its watches change it), for the gauge
+            self.telemetry.lost_step_slots(self.store.lost_step_slots)
         handle = self.coordinator.handle
         pause = _pause_of(handle(co.SchedulerTurn(self.monotonic())))
         if pause is not None:

@@ -112,6 +112,14 @@ class TelemetryHub:
             if hook is not None:
                 hook(workflow)
 
+    def lost_step_slots(self, count: int) -> None:
+        """Transaction step slots given up by attempts that still run after their lease was lost
+        (the store's ``lost_step_slots``, reported by the scheduler's rounds)."""
+        for sink in self._sinks:
+            hook = getattr(sink, "lost_step_slots", None)  # sinks written before it lack it
+            if hook is not None:
+                hook(count)
+
     def schedule_fired(self, name: str, lag: float) -> None:
         """A schedule's fire started its run, ``lag`` seconds after the fire time."""
         for sink in self._sinks:

@@ -84,6 +84,13 @@ class LoopConnection:
 
 
 class TransactionSteps(Protocol):
+    @property
+    def lost_step_slots(self) -> int:
+        """Transaction step slots given up by attempts still running whose lease was lost (their
+        session ended at their ``lock_timeout``; the slot serves other steps meanwhile, and what
+        they return is dropped): ``Engine.health().lost_step_slots``. 0 where steps run unwatched."""
+        ...
+
     def complete_in_transaction(self, step: TransactionStep) -> bool:
         """In one transaction of the store's database: lock the step's task and check that its
         lease still holds, run the step's work with that transaction's connection, write its

@@ -54,6 +54,11 @@ class PrometheusTelemetry:
         self.quarantined = Gauge(
             "dex_workflow_quarantined", "1 while this process no longer runs the workflow", ["workflow"], registry=r
         )
+        self.lost_slots = Gauge(
+            "dex_lost_step_slots",
+            "Transaction step slots given up by attempts still running after their lease was lost",
+            registry=r,
+        )
         self.fires = Counter("dex_schedule_fires_total", "Schedule fires that started a run", ["schedule"], registry=r)
         self.skips = Counter(
             "dex_schedule_skips_total", "Schedule fires that started no run", ["schedule", "reason"], registry=r
@@ -100,6 +105,9 @@ class PrometheusTelemetry:
 
     def workflow_quarantined(self, workflow: str) -> None:
         self.quarantined.labels(workflow).set(1)
+
+    def lost_step_slots(self, count: int) -> None:
+        self.lost_slots.set(count)
 
     def schedule_fired(self, name: str, lag: float) -> None:
         self.fires.labels(name).inc()

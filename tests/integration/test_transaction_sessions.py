@@ -1,13 +1,14 @@
-"""A ``@dex.transaction`` step's function runs on a pooled connection, and what it does to the
-*session* outlives its transaction: a committed ``SET``, a session advisory lock, ``LISTEN``, a
-temporary table, a cursor ``WITH HOLD``. The pool then hands that connection to the engine's
-own statements for other runs; before the fix, one step's ``SET statement_timeout = 1`` had the
-scheduler's statements cancelled, and ``default_transaction_read_only`` every write of the
-engine refused, round after round (:mod:`dex.adapters.postgres.sessions`).
+"""A ``@dex.transaction`` step's function runs on a connection of the steps' own, and what it
+does to the *session* outlives its transaction: a committed ``SET``, a session advisory lock,
+``LISTEN``, a temporary table, a cursor ``WITH HOLD``. The connection then serves the next steps,
+and dex's statements in their transactions; when steps ran on the pool's connections, one step's
+``SET statement_timeout = 1`` had the scheduler's statements cancelled, and
+``default_transaction_read_only`` every write of the engine refused, round after round
+(:mod:`dex.adapters.postgres.sessions`).
 
 Each test poisons its step's session, as a task of its own and then inside its workflow task (a
-group), checks every session of the pool directly, and runs healthy workflows after it, with no
-engine thread failing a round meanwhile."""
+group), checks every session of the pool directly and the next step's session from inside it,
+and runs healthy workflows after it, with no engine thread failing a round meanwhile."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import dex
 from dex.adapters.postgres import PostgresAdapter
 from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.sessions import restore_query, session_restore, session_settings, settings_query
+from dex.adapters.postgres.step_sessions import StepSessions
 from tests.integration.step_groups import count_groups
 
 pytestmark = pytest.mark.postgres
@@ -81,6 +83,19 @@ def plain(x: int) -> int:
     return x * 2
 
 
+@dex.transaction(name="reports-its-session-sync")
+def reports_its_session_sync(conn: Any) -> list[Any]:
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()
+    row = conn.execute(_CHECK).fetchone()
+    return [pid[0], *row]
+
+
+@dex.workflow(name="sync-reporter")
+async def sync_reporter(ctx: dex.WorkflowContext) -> list[Any]:
+    result: list[Any] = await ctx.activity(reports_its_session_sync)
+    return result
+
+
 @dex.workflow(name="poisoner")
 async def poisoner(ctx: dex.WorkflowContext, statement: str) -> str:
     result: str = await ctx.activity(changes_its_session, statement)
@@ -119,7 +134,13 @@ def test_what_a_step_does_to_its_session_stays_with_the_step(
     caplog.set_level(logging.WARNING, logger="dex.runner")
     adapter = make_adapter(max_connections=POOL)
     groups = count_groups(adapter)
-    engine = dex.Engine(adapter, [poisoner, healthy], [changes_its_session, counts, plain], inline_activity_seconds=0.5)
+    engine = dex.Engine(
+        adapter,
+        [poisoner, healthy, sync_reporter],
+        [changes_its_session, counts, plain, reports_its_session_sync],
+        inline_activity_seconds=0.5,
+        activity_concurrency=1,  # one step at a time: the next one gets the poisoned session
+    )
     engine.start()
     try:
         # first as a task of its own (its duration is not known yet), then in a group
@@ -127,6 +148,7 @@ def test_what_a_step_does_to_its_session_stays_with_the_step(
             assert engine.wait(engine.start_workflow(poisoner, POISONS[poison]), timeout=30) == "changed"
         assert groups, "the second poisoning step was to run in a group"
         assert _sessions(adapter) == [clean] * POOL
+        assert engine.wait(engine.start_workflow(sync_reporter), timeout=30)[1:] == list(clean)
         run_ids = [engine.start_workflow(healthy, i) for i in range(30)]
         assert [engine.wait(run_id, timeout=30) for run_id in run_ids] == [2 * i + 1 for i in range(30)]
     finally:
@@ -146,6 +168,42 @@ class _Connection:
 
     def close(self) -> None:
         self.closed = True
+
+
+def test_step_sessions_close_idle_connections_after_a_while_beyond_the_limit_and_once_ended(pg_dsn: str) -> None:
+    now = [0.0]
+    sessions = StepSessions(pg_dsn, settings_query(), session_restore(), keep=1, idle_for=60.0, clock=lambda: now[0])
+
+    def pid(conn: psycopg.Connection) -> int:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    first, second = sessions.take(), sessions.take()
+    assert first.autocommit and tuple(first.execute(_CHECK).fetchone() or ()) == _clean(pg_dsn)
+    first_pid, second_pid = pid(first), pid(second)
+    sessions.give_back(first)
+    sessions.give_back(second)  # one is kept at most: this one is closed
+    assert second.closed and not first.closed
+    again = sessions.take()
+    assert again is first and pid(again) == first_pid != second_pid
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:  # its session ended (a step's overrun)
+        admin.execute("SELECT pg_terminate_backend(%s)", [first_pid])
+    with pytest.raises(psycopg.OperationalError):
+        again.execute("SELECT 1")
+    sessions.give_back(again)  # not kept
+    assert again.closed
+    fresh = sessions.take()
+    assert fresh is not first and pid(fresh) != first_pid
+    sessions.give_back(fresh)
+    now[0] += 61  # idle too long: closed when the next step asks
+    newer = sessions.take()
+    assert newer is not fresh and fresh.closed
+    sessions.give_back(newer)
+    sessions.close()  # the idle one goes now, and one given back later goes at once
+    assert newer.closed
+    late = sessions.take()
+    sessions.give_back(late)
+    assert late.closed
 
 
 def test_a_session_that_cannot_be_restored_is_closed_and_the_steps_outcome_stands() -> None:

@@ -86,6 +86,11 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryForks):
             return applied, claimed, self.load_workflow_tasks([(t, after.get(t.run_id, 0)) for t in claimed], now)
 
     # -- transaction steps (SPEC §9): the factory's connection stands in for the database's ----------
+    @property
+    def lost_step_slots(self) -> int:
+        """Always 0: steps run one at a time here, unwatched (no ``lock_timeout`` ends them)."""
+        return 0
+
     def complete_in_transaction(self, step: TransactionStep) -> bool:
         """Check the lease, run the step's work on a connection of ``transaction_connection``
         (the store's lock is not held meanwhile), then, while the lease still holds, write the

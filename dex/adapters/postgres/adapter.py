@@ -22,7 +22,6 @@ from dex.adapters.postgres import (
     forks,
     queues,
     runs,
-    transactions,
     workflow_tasks,
 )
 from dex.adapters.postgres.async_sessions import AsyncSessions
@@ -45,6 +44,8 @@ from dex.adapters.postgres.sessions import (
     session_settings,
     settings_query,
 )
+from dex.adapters.postgres.step_sessions import StepSessions
+from dex.adapters.postgres.step_slots import StepSlots
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.app.clock import SystemClock
 from dex.app.ports import (
@@ -89,6 +90,14 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
     concurrent callers; mind the server's ``max_connections`` (100 by default) across all
     processes.
 
+    Transaction steps (``@dex.transaction``) run on connections of their own, outside the pool:
+    at most ``step_connections`` (default 4) attempts at once, each holding one while its
+    function runs; a step waits up to ``pool_timeout`` for one to come free. Up to as many again
+    are kept open between steps, for synchronous steps and for ``async def`` ones each. An
+    attempt that runs past its ``lock_timeout`` has its session ended, and gives up its place
+    at once even if its code never returns (``Engine.health().lost_step_slots`` counts those
+    still running).
+
     Each pooled session runs with ``statement_timeout`` (default 30 s: every statement here
     takes milliseconds) and ``idle_in_transaction_session_timeout`` (default 60 s: the adapter
     never pauses inside a transaction, so a session idle in one belongs to a stuck process and
@@ -112,8 +121,11 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
         pool_timeout: float = 30,
         statement_timeout: timedelta = STATEMENT_TIMEOUT,
         idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
+        step_connections: int = 4,
         migrate: bool = True,
     ) -> None:
+        if not isinstance(step_connections, int) or isinstance(step_connections, bool) or step_connections < 1:
+            raise ValueError(f"step_connections must be an integer of at least 1, got {step_connections!r}")
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._q = Statements(schema)
         self._create_run = runs.create_run_statement(self._q)
@@ -131,17 +143,22 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
             name=f"dex-{schema}",
             configure=session_settings(statement_timeout, idle_in_transaction_timeout),
         )
-        # a transaction step's function may change its session: given back before the pool has it
-        self._restore_session = session_restore(statement_timeout, idle_in_transaction_timeout)
         self._kept = KeptConnection(self._pool)  # one session for the application's starts
         self._conninfo = conninfo
-        self._step_slots = transactions.step_slots(max_connections)  # the engine's threads keep theirs
-        # async transaction steps' own connections, kept between steps (async_sessions.py)
+        # transaction steps: their slots and their own connections, kept between steps (a step's
+        # function may change its session: it is restored before the next step has it)
+        self._step_slots = StepSlots(step_connections, pool_timeout)
+        self._step_sessions = StepSessions(
+            conninfo,
+            settings_query(statement_timeout, idle_in_transaction_timeout),
+            session_restore(statement_timeout, idle_in_transaction_timeout),
+            keep=step_connections,
+        )
         self._async_sessions = AsyncSessions(
             conninfo,
             settings_query(statement_timeout, idle_in_transaction_timeout),
             restore_query(statement_timeout, idle_in_transaction_timeout),
-            keep=transactions.step_count(max_connections),
+            keep=step_connections,
         )
         self._where = describe_dsn(conninfo)
         self._shown_dsn = redact_dsn(dsn)  # what repr shows: never the password
@@ -162,6 +179,7 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
     def close(self) -> None:
         """Close the pool's connections (idempotent)."""
         self._kept.release()
+        self._step_sessions.close()
         self._async_sessions.close()
         self._pool.close()
 

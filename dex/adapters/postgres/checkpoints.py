@@ -47,8 +47,9 @@ from dex.serialization.history import encode_message
 def in_transaction(
     conn: psycopg.Connection, q: Statements, items: Sequence[StepCheckpoint], now: datetime
 ) -> list[CheckpointOutcome]:
-    """The group in one transaction of a pooled connection at READ COMMITTED (set for its
-    duration, as :func:`~dex.adapters.postgres.transactions.complete_sync` sets a step's)."""
+    """The group in one transaction of a steps' connection (:mod:`.step_sessions`) at READ
+    COMMITTED (set for its duration, as :func:`~dex.adapters.postgres.transactions.complete_sync`
+    sets a step's)."""
     conn.autocommit, conn.isolation_level = False, psycopg.IsolationLevel.READ_COMMITTED
     failed: dict[int, BaseException] = {}  # the steps whose function failed, by index: left out
     try:

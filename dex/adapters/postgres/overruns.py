@@ -13,6 +13,12 @@ lease long expired, is claimed again. A group of first attempts run inside their
 (:mod:`.checkpoints`) is watched for the least ``lock_timeout`` of its steps; its overrun fails
 the group in the store, and its steps go on as tasks of their own, each watched.
 
+An attempt whose code does not return even then (a ``time.sleep``, a loop in Python: nothing
+stops a thread from outside) no longer holds its step slot: the watch that ended its session
+loses the slot (:mod:`.step_slots`), which the next step takes at once, and whatever the
+attempt returns later is dropped. It is counted until it returns (``Engine.health()
+.lost_step_slots``).
+
 The session ended is always the step's: the attempt keeps its connection until its watch has
 stopped (a watch holds its lock while it ends a session, and the attempt takes that lock
 before it gives the connection back). One thread of the process (:data:`WATCHER`, started with
@@ -26,7 +32,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -40,11 +46,20 @@ log = logging.getLogger("dex.worker")
 
 class Overrun:
     """The watch of one attempt (a step's, or a group's): ends the session ``pid`` once the
-    attempt has run for ``limit``, unless stopped first. ``what`` names the attempt in the
-    log and in the error."""
+    attempt has run for ``limit``, unless stopped first, then calls ``lost`` (the attempt's
+    lease is gone with its session). ``what`` names the attempt in the log and in the error."""
 
-    def __init__(self, conninfo: str, pid: int, limit: timedelta, what: str, run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        pid: int,
+        limit: timedelta,
+        what: str,
+        run_id: str | None = None,
+        lost: Callable[[], None] | None = None,
+    ) -> None:
         self._conninfo, self._pid, self._what, self._run_id = conninfo, pid, what, run_id
+        self._lost = lost
         self.limit = limit.total_seconds()
         self.deadline = time.monotonic() + self.limit
         self._lock = threading.Lock()
@@ -63,6 +78,9 @@ class Overrun:
                 log.warning("%s: its transaction was ended", self._said(), extra={"run_id": self._run_id})
             except Exception:  # the server is out of reach: its own timeouts end the session
                 log.warning("could not end the session of an overrunning transaction step", exc_info=True)
+                return  # the session, and the task's row lock, may live on: the attempt keeps its slot
+            if self._lost is not None:
+                self._lost()
 
     def stop(self) -> None:
         """Stop the watch; once this returns, the session will not be ended by it."""
@@ -160,10 +178,18 @@ def of_group(steps: Sequence[NewActivityTask]) -> tuple[timedelta, str, None]:
 
 
 @contextmanager
-def watched(conninfo: str, pid: int, limit: timedelta, what: str, run_id: str | None = None) -> Iterator[Overrun]:
-    """Watch the attempt on session ``pid`` for ``limit``. Whatever it raised after its session
-    was ended becomes a :class:`StepFailed` with a ``TimeoutError`` naming ``what``."""
-    overrun = Overrun(conninfo, pid, limit, what, run_id)
+def watched(
+    conninfo: str,
+    pid: int,
+    limit: timedelta,
+    what: str,
+    run_id: str | None = None,
+    lost: Callable[[], None] | None = None,
+) -> Iterator[Overrun]:
+    """Watch the attempt on session ``pid`` for ``limit``; ``lost`` is called once its session
+    was ended (from the watch's thread). Whatever the attempt raised after that becomes a
+    :class:`StepFailed` with a ``TimeoutError`` naming ``what``."""
+    overrun = Overrun(conninfo, pid, limit, what, run_id, lost)
     WATCHER.add(overrun)
     try:
         yield overrun

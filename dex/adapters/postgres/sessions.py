@@ -1,17 +1,19 @@
-"""The state of a pooled session: what the pool sets on each connection it opens, and how a
-session is given that state back after a transaction step's function ran on it.
+"""The state of dex's sessions: what the pool sets on each connection it opens (and the
+transaction steps' own connections get the same), and how a session is given that state back
+after a transaction step's function ran on it.
 
-Every pooled session carries dex's settings (:func:`session_settings`). A ``@dex.transaction``
-step's function runs on a pooled connection, and whatever it does to the *session* outlives its
-transaction: a ``SET`` (not ``SET LOCAL``) that commits, ``SET ROLE``, a session advisory lock,
-``LISTEN``, a temporary table, a cursor ``WITH HOLD``. Left as it is, the connection goes back to
-the pool and serves the engine's own statements for other runs: with a ``statement_timeout`` of
-a millisecond every one of them is cancelled, with ``default_transaction_read_only`` every write
-fails, and the engine's threads back off again and again (measured: 40 healthy three-step runs
-took 25 s instead of 0.3 s after one step set ``default_transaction_read_only = on``). So when
-a step's attempt (or a group of them) is over, :func:`session_restore` undoes all that in one
-round trip before the connection goes back, and a session it cannot restore is closed (the pool
-replaces it).
+Every session of dex's carries its settings (:func:`session_settings`). A ``@dex.transaction``
+step's function runs on a connection of the steps' own (:mod:`.step_sessions`), and whatever it
+does to the *session* outlives its transaction: a ``SET`` (not ``SET LOCAL``) that commits,
+``SET ROLE``, a session advisory lock, ``LISTEN``, a temporary table, a cursor ``WITH HOLD``.
+Left as it is, the connection serves the next steps, dex's own statements in their
+transactions included: with a ``statement_timeout`` of a millisecond every one of them is
+cancelled, with ``default_transaction_read_only`` every completion fails, and the steps are
+given back again and again (measured when steps ran on the pool's connections, which the
+engine's threads share: 40 healthy three-step runs took 25 s instead of 0.3 s after one step
+set ``default_transaction_read_only = on``). So when a step's attempt (or a group of them) is
+over, :func:`session_restore` undoes all that in one round trip before the connection is kept
+for the next, and a session it cannot restore is closed (a new one is opened when needed).
 
 What ``DISCARD ALL`` undoes, it undoes too, but for the prepared statements: psycopg keeps its
 own in step with the server's, so the engine's statements stay prepared across steps. The same
@@ -105,10 +107,9 @@ def session_restore(
     statement_timeout: timedelta = STATEMENT_TIMEOUT,
     idle_in_transaction_timeout: timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
 ) -> Callable[[psycopg.Connection], None]:
-    """What gives a pooled session back the state :func:`session_settings` gave it, after a
+    """What gives a session back the state :func:`session_settings` gave it, after a
     transaction step's function ran on it (the connection idle again, in autocommit): one round
-    trip. A session it cannot restore (the step's overrun ended it, say) is closed, and the pool
-    replaces a closed connection; nothing is raised but a ``BaseException`` that is not an
+    trip. A session it cannot restore (the step's overrun ended it, say) is closed; nothing is raised but a ``BaseException`` that is not an
     ``Exception`` (the step's outcome was decided before: a restore never changes it)."""
     query = restore_query(statement_timeout, idle_in_transaction_timeout)
 

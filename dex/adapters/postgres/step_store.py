@@ -1,23 +1,34 @@
 """The PostgreSQL adapter's transaction steps and transactional starts (SPEC §9): a part of
-:class:`dex.adapters.postgres.PostgresAdapter` that uses its pool, statements and clock. The
-SQL is in :mod:`~dex.adapters.postgres.transactions` (a step as a task of its own, and the
-application's connection) and :mod:`~dex.adapters.postgres.checkpoints` (steps run inside
-their workflow tasks, a group per transaction)."""
+:class:`dex.adapters.postgres.PostgresAdapter` that uses its statements, clock, step slots and
+step connections. The SQL is in :mod:`~dex.adapters.postgres.transactions` (a step as a task
+of its own, and the application's connection) and :mod:`~dex.adapters.postgres.checkpoints`
+(steps run inside their workflow tasks, a group per transaction).
+
+Each attempt (or group) holds a slot (:mod:`.step_slots`) and a connection of the steps' own
+(:mod:`.step_sessions`, :mod:`.async_sessions`), and is watched for its ``lock_timeout``
+(:mod:`.overruns`). When the watch ends its session, the slot is lost: free for the next step
+while the attempt's code may still run; whatever it returns then is dropped
+(:func:`_dropped_when_lost`)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any
 
+import attrs
 import psycopg
 
 from dex.adapters.postgres import checkpoints, instances, overruns, runs, transactions
 from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.schedules import PostgresSchedules
+from dex.adapters.postgres.step_sessions import StepSessions
+from dex.adapters.postgres.step_slots import Slot, StepSlots
 from dex.app.ports import ACTIVITY, WORKFLOW, Clock, TransactionStep
 from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint, StepFailed
 from dex.domain import events as ev
+from dex.domain.values import Payload
 
 
 class PostgresTransactionSteps(PostgresSchedules):
@@ -26,29 +37,34 @@ class PostgresTransactionSteps(PostgresSchedules):
     _clock: Clock
     _conninfo: str
     _async_sessions: AsyncSessions
-    _step_slots: threading.BoundedSemaphore
-    _restore_session: Callable[[psycopg.Connection], None]  # sessions.session_restore
+    _step_sessions: StepSessions
+    _step_slots: StepSlots
+
+    @property
+    def lost_step_slots(self) -> int:
+        return self._step_slots.lost
 
     def complete_in_transaction(self, step: TransactionStep) -> bool:
         try:
-            with self._step_slots:
+            with self._step_slots.held() as slot:
+                step = _dropped_when_lost(step, slot)
                 if step.async_work is not None:
                     return transactions.complete_async(
                         self._async_sessions,
                         self._q,
                         self._clock,
                         step,
-                        lambda pid: overruns.watched(self._conninfo, pid, *overruns.of_task(step.task)),
+                        lambda pid: self._watched(pid, slot, overruns.of_task(step.task)),
                     )
                 # the attempt is bounded by its lock_timeout (overruns.py); the watch ends, and
                 # the session is given back what the function changed (sessions.py), before the
-                # connection goes back to the pool
-                with self._statement() as conn:
-                    try:
-                        with overruns.watched(self._conninfo, conn.info.backend_pid, *overruns.of_task(step.task)):
-                            return transactions.complete_sync(conn, self._q, self._clock, step)
-                    finally:
-                        self._restore_session(conn)
+                # connection is kept for the next step
+                conn = self._step_sessions.take()
+                try:
+                    with self._watched(conn.info.backend_pid, slot, overruns.of_task(step.task)):
+                        return transactions.complete_sync(conn, self._q, self._clock, step)
+                finally:
+                    self._step_sessions.give_back(conn)
         except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
             # 40001 / 40P01 wherever they came (the commit of a SERIALIZABLE step, say): the
             # step's own conflict with other transactions, a failed attempt retried by its policy
@@ -64,12 +80,22 @@ class PostgresTransactionSteps(PostgresSchedules):
         # bounded as a step run on its own is (overruns.py): an overrun fails the group, whose
         # steps then run as tasks of their own, each watched
         steps = [item.step for item in items]
-        with self._step_slots, self._statement() as conn:
+        with self._step_slots.held() as slot:
+            items = [attrs.evolve(item, work=_checked(item.work, slot)) for item in items]
+            conn = self._step_sessions.take()
             try:
-                with overruns.watched(self._conninfo, conn.info.backend_pid, *overruns.of_group(steps)):
+                with self._watched(conn.info.backend_pid, slot, overruns.of_group(steps)):
                     return checkpoints.in_transaction(conn, self._q, items, now)
             finally:
-                self._restore_session(conn)  # as a step's, above
+                self._step_sessions.give_back(conn)  # as a step's, above
+
+    def _watched(
+        self, pid: int, slot: Slot, watch: tuple[timedelta, str, str | None]
+    ) -> AbstractContextManager[overruns.Overrun]:
+        """The attempt on session ``pid`` watched for ``watch`` (its limit, name and run:
+        overruns.of_task, of_group); its slot lost when its session is ended."""
+        limit, what, run_id = watch
+        return overruns.watched(self._conninfo, pid, limit, what, run_id, lost=slot.lose)
 
     def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         conn = transactions.caller_connection(connection)
@@ -80,3 +106,31 @@ class PostgresTransactionSteps(PostgresSchedules):
 
     def send_message_in(self, connection: object, run_id: str, message: ev.Message, now: datetime) -> None:
         runs.send_message(transactions.caller_connection(connection), self._q, run_id, message, now, in_caller=True)
+
+
+def _dropped_when_lost(step: TransactionStep, slot: Slot) -> TransactionStep:
+    """``step`` whose work, once it returns, raises :class:`~.step_slots.AttemptLost` if its slot
+    was lost meanwhile (its session was ended at its lock_timeout): a result that comes after the
+    lease was lost is dropped, whether or not the session's end reached it (the watch that ends
+    the session turns the error into the attempt's ``TimeoutError``)."""
+    if step.work is not None:
+        return attrs.evolve(step, work=_checked(step.work, slot))
+    async_work = step.async_work
+    if async_work is None:
+        return step
+
+    async def checked(conn: Any) -> Payload:
+        result = await async_work(conn)
+        slot.check()
+        return result
+
+    return attrs.evolve(step, async_work=checked)
+
+
+def _checked(work: Callable[[Any], Payload], slot: Slot) -> Callable[[Any], Payload]:
+    def checked(conn: Any) -> Payload:
+        result = work(conn)
+        slot.check()
+        return result
+
+    return checked

@@ -25,7 +25,6 @@ connection's loop from the caller's thread, never committing.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -178,8 +177,9 @@ def failed_transaction(status: pq.TransactionStatus) -> StepFailed | None:
 
 
 def complete_sync(conn: psycopg.Connection, q: Statements, clock: Clock, step: TransactionStep) -> bool:
-    """The step on a pooled connection: autocommit off and the isolation level set for its
-    duration (psycopg then sends them with its BEGIN), both restored before it goes back."""
+    """The step on a connection of the steps' own (:mod:`.step_sessions`), in autocommit:
+    autocommit off and the isolation level set for its duration (psycopg then sends them with
+    its BEGIN), both restored before it goes back."""
     assert step.work is not None
     conn.autocommit, conn.isolation_level = False, _LEVELS[step.isolation]
     ran = False
@@ -306,19 +306,3 @@ def _check_usable(conn: psycopg.Connection | psycopg.AsyncConnection, parameter:
         raise ValueError(f"{parameter} is closed: give an open connection in the transaction to write through")
     if conn.info.transaction_status == pq.TransactionStatus.INERROR:
         raise ValueError(f"{parameter} is in a failed transaction: roll it back first")
-
-
-# the pooled connections a started engine's own threads use at once (adapter.py's docstring):
-# transaction steps, which hold a connection while their function runs, leave these to them
-_ENGINE_CONNECTIONS = 6
-
-
-def step_count(max_connections: int) -> int:
-    """How many transaction steps may hold a connection at once: what the pool has beyond the
-    engine's own threads (at least one)."""
-    return max(1, max_connections - _ENGINE_CONNECTIONS)
-
-
-def step_slots(max_connections: int) -> threading.BoundedSemaphore:
-    """:func:`step_count`'s slots; a step waits for one before it starts."""
-    return threading.BoundedSemaphore(step_count(max_connections))
