@@ -75,6 +75,7 @@ def names(value: object) -> frozenset[str]:
 
 
 def count(value: object, field: str, most: int) -> int:
+    value = _integral(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidRequestError(f"{field} must be an integer, got {type(value).__name__}")
     if not 1 <= value <= most:
@@ -91,6 +92,11 @@ def seconds(value: object, field: str, most: float | None = None) -> float:
     return float(value)
 
 
+def _integral(value: object) -> object:
+    """``49.0`` as 49: JSON has one kind of number, and JSON Schema calls an integral one an integer."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def task_id(value: object) -> int:
     """A task id from a path or a message: a positive integer (else no task has it: 404)."""
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:
@@ -102,6 +108,7 @@ def task_id(value: object) -> int:
 
 def lease_version(value: object) -> int:
     """The lease token a poll handed out with the task (any other integer holds no lease: 409)."""
+    value = _integral(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidRequestError(f"lease_version must be an integer, got {type(value).__name__}")
     return value

@@ -15,11 +15,22 @@ from starlette.responses import Response
 
 from dex.remote.http_routes import activity_task_routes
 from dex.remote.service import ActivityTaskService
+from dex.remote.values import MAX_NAMES, MAX_TASKS, MAX_TEXT, MAX_WAIT_SECONDS
+from dex.web.openapi import TEXT, nullable
 from dex.web.operations import Handler, Operation, Param
 
 STRING = {"type": "string"}
-TASK_ID = Param(name="task_id", where="path", schema={"type": "integer"}, description="The task's id, as polled")
-LEASE = {"lease_version": {"type": "integer"}}
+WORD = {**TEXT, "minLength": 1, "maxLength": MAX_TEXT}  # a worker id, an activity name
+TASK_ID = Param(
+    name="task_id",
+    where="path",
+    schema={"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+    description="The task's id, as polled",
+)
+LEASE = {
+    "lease_version": {"type": "integer", "description": "the lease_version the poll gave (else a 409)"},
+    "worker_id": {**nullable(WORD), "description": "when given, the worker_id that polled (else a 409)"},
+}
 TASK = {
     "type": "object",
     "properties": {
@@ -68,10 +79,10 @@ def operations(service: ActivityTaskService) -> list[Operation]:
             {
                 "required": ["worker_id", "names"],
                 "properties": {
-                    "worker_id": STRING,
-                    "names": {"type": "array", "items": STRING},
-                    "max": {"type": "integer"},
-                    "wait_seconds": {"type": "number"},
+                    "worker_id": WORD,
+                    "names": {"type": "array", "items": WORD, "minItems": 1, "maxItems": MAX_NAMES},
+                    "max": {"type": "integer", "minimum": 1, "maximum": MAX_TASKS, "default": 1},
+                    "wait_seconds": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS, "default": 0},
                 },
             },
             {"type": "array", "items": TASK},
@@ -92,11 +103,16 @@ def operations(service: ActivityTaskService) -> list[Operation]:
                     **LEASE,
                     "error": {
                         "type": "object",
+                        "required": ["type"],
                         "properties": {
-                            "type": STRING,
+                            "type": {"type": "string", "minLength": 1},
                             "message": STRING,
                             "terminal": {"type": "boolean"},
-                            "retry_after_seconds": {"type": "number"},
+                            "retry_after_seconds": {
+                                "type": ["number", "null"],
+                                "minimum": 0,
+                                "maximum": 366 * 24 * 3600,
+                            },
                         },
                     },
                 },

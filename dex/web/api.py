@@ -8,32 +8,55 @@ engine's public calls, which check every value as they do for any caller.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from dex.domain.definitions import Signature
 from dex.domain.errors import NotRegisteredError
 from dex.web import inputs
 from dex.web.api_admin import admin_operations
-from dex.web.errors import ApiError
+from dex.web.errors import ApiError, first_line
 from dex.web.listing import event_document, page_of_runs, run_document, run_query
+from dex.web.openapi import KEY, LABELS, NAME, PRIORITY, QUEUE_NAME, STATUSES, TEXT, nullable, run_links
 from dex.web.operations import Operation, Param, blocking, json
 
 MAX_HISTORY_PAGE = 10_000  # events in one page of a history
 RUN_ID = Param(name="run_id", where="path", description="The run's id")
 STRING = {"type": "string"}
 RUN = {"$ref": "#/components/schemas/Run"}
+REQUESTED = {"type": "object", "properties": {"run_id": STRING, "requested": {"enum": ["cancel", "suspend", "resume"]}}}
+MOMENT = {"type": "string", "format": "date-time"}
 FILTERS = (
-    Param(name="workflow", description="Only runs of this workflow"),
-    Param(name="status", repeated=True, description="Only runs in this status (repeatable)"),
-    Param(name="label", repeated=True, description="KEY=VALUE: only runs with this label (repeatable; all must match)"),
-    Param(name="instance_id", description="Only runs with this instance id"),
-    Param(name="code_version", description="Only runs started by engines of this code version"),
-    Param(name="created_after", schema={"type": "string", "format": "date-time"}),
-    Param(name="created_before", schema={"type": "string", "format": "date-time"}),
+    Param(name="workflow", schema=NAME, description="Only runs of this workflow"),
+    Param(
+        name="status",
+        repeated=True,
+        schema={"type": "string", "enum": [*STATUSES, *(status.lower() for status in STATUSES)]},
+        description="Only runs in this status (repeatable; upper or lower case)",
+    ),
+    Param(
+        name="label",
+        repeated=True,
+        schema={"type": "string", "pattern": "^[^=\\x00]+=[^\\x00]*$"},
+        description="KEY=VALUE: only runs with this label (repeatable; all must match)",
+    ),
+    Param(name="instance_id", schema=TEXT, description="Only runs with this instance id"),
+    Param(
+        name="code_version",
+        schema={**TEXT, "maxLength": 256},
+        description="Only runs started by engines of this code version",
+    ),
+    Param(name="created_after", schema=MOMENT, description="Only runs created after this time (RFC 3339)"),
+    Param(name="created_before", schema=MOMENT, description="Only runs created before this time (RFC 3339)"),
     Param(name="limit", schema={"type": "integer", "minimum": 1, "maximum": inputs.MAX_PAGE, "default": 50}),
-    Param(name="cursor", description="next_cursor of the previous page"),
+    Param(
+        name="cursor",
+        schema={**TEXT, "maxLength": 400},
+        description="next_cursor of the previous page, as given (another is a 400)",
+    ),
 )
 
 
@@ -126,14 +149,50 @@ async def fork(request: Request, web: Any) -> Response:
     body = await inputs.json_object(request)
     source = run_id(request)
     await blocking(web.record, source)  # an unknown run is a 404 before anything else
-    new_id = await blocking(
-        web.engine.fork, source, at=inputs.field(body, "at", int), queue=inputs.field(body, "queue", str)
-    )
+    try:
+        new_id = await blocking(
+            web.engine.fork, source, at=inputs.field(body, "at", int), queue=inputs.field(body, "queue", str)
+        )
+    except ValueError as exc:  # the queue is checked at the door: this is `at`, which the run's history decides
+        raise ApiError(409, "ValueError", first_line(exc)) from None
     return json({"run_id": new_id, "forked_from": source}, status=201)
 
 
-def operations() -> list[Operation]:
-    """The ``/v1`` operations this module serves, then queues and schedules."""
+def start_body(workflows: Mapping[str, Signature]) -> dict[str, Any]:
+    """The body of ``POST /v1/runs``. An engine with workflows starts only those (by name), with
+    as many arguments as each takes: the body names them and their arities. Without any (``dex
+    web`` over a database) any workflow name is taken, its arguments checked by its code."""
+    body: dict[str, Any] = {
+        "type": "object",
+        "required": ["workflow"],
+        "properties": {
+            "workflow": {**NAME, "enum": sorted(workflows)} if workflows else NAME,
+            "args": {"type": "array", "description": "the workflow's arguments, as JSON"},
+            "instance_id": nullable(KEY),
+            "queue": nullable(QUEUE_NAME),
+            "priority": nullable(PRIORITY),
+            "concurrency_key": nullable(KEY),
+            "labels": nullable(LABELS),
+        },
+    }
+    if workflows:
+        body["anyOf"] = [_arity(name, signature) for name, signature in sorted(workflows.items())]
+    return body
+
+
+def _arity(name: str, signature: Signature) -> dict[str, Any]:
+    args: dict[str, Any] = {"type": "array", "minItems": signature.required}
+    if not signature.accepts_varargs:
+        args["maxItems"] = len(signature.parameters)
+    return {
+        "properties": {"workflow": {"enum": [name]}, "args": args},
+        **({"required": ["args"]} if signature.required else {}),
+    }
+
+
+def operations(workflows: Mapping[str, Signature] | None = None) -> list[Operation]:
+    """The ``/v1`` operations this module serves, then queues and schedules; ``workflows``
+    those the app's engine registers (by name), which it alone can start."""
     runs: list[Operation] = [
         Operation(
             method="GET",
@@ -145,27 +204,17 @@ def operations() -> list[Operation]:
                 "type": "object",
                 "properties": {"runs": {"type": "array", "items": RUN}, "next_cursor": {"type": ["string", "null"]}},
             },
+            links=run_links("$response.body#/runs/0/run_id"),
         ),
         Operation(
             method="POST",
             path="/v1/runs",
             handler=start_run,
             summary="Start a run of a registered workflow by name, with JSON arguments",
-            body={
-                "type": "object",
-                "required": ["workflow"],
-                "properties": {
-                    "workflow": STRING,
-                    "args": {"type": "array"},
-                    "instance_id": STRING,
-                    "queue": STRING,
-                    "priority": {"type": "integer", "minimum": 0, "maximum": 100},
-                    "concurrency_key": STRING,
-                    "labels": {"type": "object", "additionalProperties": STRING},
-                },
-            },
+            body=start_body(workflows or {}),
             response={"type": "object", "properties": {"run_id": STRING}},
             status=201,
+            links=run_links(),
         ),
         Operation(
             method="GET", path="/v1/runs/{run_id}", handler=get_run, summary="A run", params=(RUN_ID,), response=RUN
@@ -179,7 +228,7 @@ def operations() -> list[Operation]:
                 RUN_ID,
                 Param(
                     name="after",
-                    schema={"type": "integer", "minimum": 0},
+                    schema={"type": "integer", "minimum": 0, "maximum": inputs.MAX_SEQ},
                     description="Only events after this sequence number (next_after of the previous page)",
                 ),
                 Param(
@@ -205,7 +254,8 @@ def operations() -> list[Operation]:
             handler=cancel,
             summary="Ask a run to stop at its next await and end CANCELLED",
             params=(RUN_ID,),
-            body={"type": "object", "properties": {"reason": STRING}},
+            body={"type": "object", "properties": {"reason": nullable(TEXT)}},
+            response=REQUESTED,
             status=202,
         ),
         Operation(
@@ -214,6 +264,7 @@ def operations() -> list[Operation]:
             handler=suspend,
             summary="Hold back a run's new events",
             params=(RUN_ID,),
+            response=REQUESTED,
             status=202,
         ),
         Operation(
@@ -222,6 +273,7 @@ def operations() -> list[Operation]:
             handler=resume,
             summary="Release a suspended run's events",
             params=(RUN_ID,),
+            response=REQUESTED,
             status=202,
         ),
         Operation(
@@ -230,7 +282,12 @@ def operations() -> list[Operation]:
             handler=send_event,
             summary="Send an external event (any JSON payload) to a run",
             params=(RUN_ID,),
-            body={"type": "object", "required": ["event_id"], "properties": {"event_id": STRING, "payload": {}}},
+            body={
+                "type": "object",
+                "required": ["event_id"],
+                "properties": {"event_id": NAME, "payload": {"description": "any JSON"}},
+            },
+            response={"type": "object", "properties": {"run_id": STRING, "event_id": STRING}},
             status=202,
         ),
         Operation(
@@ -239,9 +296,22 @@ def operations() -> list[Operation]:
             handler=fork,
             summary="Fork a run: a new run with its history up to a workflow task (SPEC §11)",
             params=(RUN_ID,),
-            body={"type": "object", "properties": {"at": {"type": "integer"}, "queue": STRING}},
+            body={
+                "type": "object",
+                "properties": {
+                    "at": {
+                        "type": ["integer", "null"],
+                        "minimum": 1,
+                        "maximum": inputs.MAX_SEQ,
+                        "description": "the sequence number of a WorkflowTaskCompleted of its history, or 1 (the "
+                        "start); by default the last workflow task; one that is not such a point is a 409",
+                    },
+                    "queue": nullable(QUEUE_NAME),
+                },
+            },
             response={"type": "object", "properties": {"run_id": STRING, "forked_from": STRING}},
             status=201,
+            links=run_links(),
         ),
     ]
     return runs + admin_operations()

@@ -9,14 +9,16 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from dex.app.ports import MAX_QUEUE_CAPACITY
 from dex.views.render import jsonable
 from dex.web import inputs
 from dex.web.errors import ApiError
+from dex.web.openapi import NAME, QUEUE_NAME, TEXT, links, nullable, run_links
 from dex.web.operations import Operation, Param, blocking, json
 
 KIND = Param(name="kind", where="path", schema={"type": "string", "enum": ["workflow", "activity"]})
-QUEUE = Param(name="name", where="path", description="The queue's name")
-SCHEDULE = Param(name="name", where="path", description="The schedule's name")
+QUEUE = Param(name="name", where="path", schema=QUEUE_NAME, description="The queue's name")
+SCHEDULE = Param(name="name", where="path", schema=NAME, description="The schedule's name")
 QUEUE_DOC = {"$ref": "#/components/schemas/Queue"}
 SCHEDULE_DOC = {"$ref": "#/components/schemas/Schedule"}
 
@@ -106,6 +108,15 @@ def admin_operations() -> list[Operation]:
             summary="Every queue: kind, status, capacity and depth",
             response={"type": "object", "properties": {"queues": {"type": "array", "items": QUEUE_DOC}}},
             tag="queues",
+            links=links(
+                (
+                    ("PauseQueue", "POST", queue_path + "/pause"),
+                    ("ResumeQueue", "POST", queue_path + "/resume"),
+                    ("SetCapacity", "POST", queue_path + "/capacity"),
+                ),
+                kind="$response.body#/queues/0/kind",
+                name="$response.body#/queues/0/name",
+            ),
         ),
         Operation(
             method="POST",
@@ -134,7 +145,7 @@ def admin_operations() -> list[Operation]:
             body={
                 "type": "object",
                 "required": ["capacity"],
-                "properties": {"capacity": {"type": "integer", "minimum": 1}},
+                "properties": {"capacity": {"type": "integer", "minimum": 1, "maximum": MAX_QUEUE_CAPACITY}},
             },
             response=QUEUE_DOC,
             tag="queues",
@@ -146,6 +157,15 @@ def admin_operations() -> list[Operation]:
             summary="Every schedule, with its next fire and last run",
             response={"type": "object", "properties": {"schedules": {"type": "array", "items": SCHEDULE_DOC}}},
             tag="schedules",
+            links=links(
+                (
+                    ("GetSchedule", "GET", schedule_path),
+                    ("PauseSchedule", "POST", schedule_path + "/pause"),
+                    ("ResumeSchedule", "POST", schedule_path + "/resume"),
+                    ("TriggerSchedule", "POST", schedule_path + "/trigger"),
+                ),
+                name="$response.body#/schedules/0/name",
+            ),
         ),
         Operation(
             method="GET",
@@ -162,7 +182,7 @@ def admin_operations() -> list[Operation]:
             handler=pause_schedule,
             summary="Pause a schedule (fires due while paused are skipped)",
             params=(SCHEDULE,),
-            body={"type": "object", "properties": {"note": {"type": "string"}}},
+            body={"type": "object", "properties": {"note": nullable(TEXT)}},
             response=SCHEDULE_DOC,
             tag="schedules",
         ),
@@ -184,5 +204,6 @@ def admin_operations() -> list[Operation]:
             response={"type": "object", "properties": {"run_id": {"type": "string"}}},
             status=201,
             tag="schedules",
+            links=run_links(),
         ),
     ]

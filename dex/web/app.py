@@ -93,8 +93,9 @@ def create_app(
     engine = adapter_or_engine if isinstance(adapter_or_engine, Engine) else Engine(adapter_or_engine)
     web = Web(engine)
     service = activity_task_service if activity_task_service is not None else ActivityTaskService(engine)
-    operations = [*api.operations(), *activity_tasks.operations(service), *extra_operations]
-    openapi = document(operations, _version())
+    workflows = {name: definition.signature for name, definition in engine.registry.workflows.items()}
+    operations = [*api.operations(workflows), *activity_tasks.operations(service), *extra_operations]
+    openapi = document(operations, _version(), token=token is not None)
 
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(openapi)
@@ -107,9 +108,13 @@ def create_app(
         return pages.not_found_page(request)
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
+        # RFC 9110: a 405 says which methods the path does serve (the router's Allow header)
+        allow = {"Allow": str((getattr(exc, "headers", None) or {}).get("Allow", ""))}
         if route_path(request.scope).startswith("/v1"):
-            return error_response(ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed here"))
-        return Response("method not allowed", status_code=405)
+            answer = error_response(ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed here"))
+            answer.headers.update(allow)
+            return answer
+        return Response("method not allowed", status_code=405, headers=allow)
 
     app_routes: list[BaseRoute] = [
         Route("/v1/openapi.json", openapi_json, methods=["GET"]),

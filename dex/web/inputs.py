@@ -104,7 +104,7 @@ def labels(values: list[str], field: str = "label") -> dict[str, str]:
 async def json_object(request: Any) -> dict[str, Any]:
     """The request's JSON body, an object ({} when the body is empty)."""
     body = await _body(request)
-    if not body.strip():
+    if not body:  # no body at all; whitespace alone is not JSON
         return {}
     try:
         value = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
@@ -161,6 +161,8 @@ def field(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], def
     value = body.get(name)
     if value is None:
         return default
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)  # 49.0 is an integer, as JSON Schema (and the OpenAPI document) counts it
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise bad_request(f"{name} must be a JSON {names}, got {type(value).__name__}")

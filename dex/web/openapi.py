@@ -1,16 +1,45 @@
 """The OpenAPI 3 document of the JSON API (``GET /v1/openapi.json``), made from the very list
-of operations the app serves, so a route cannot be served and left undocumented."""
+of operations the app serves, so a route cannot be served and left undocumented; and the
+vocabulary the operations' declarations share (names, keys, labels), so every field of a kind
+is described, and checked (:mod:`dex.web.validation`), alike.
+
+What the document says is what the server does: each operation lists every status it can
+answer (403 and 405 included, 401 when the app has a token, 413 where a body is taken), every
+error's ``type``, and the rules of every value it takes; ``tests/web/test_schemathesis.py`` holds
+the server to it with Schemathesis.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from dex.app.schedule_ports import OVERLAP_POLICIES
+from dex.domain.definitions import NAME_PATTERN, QUEUE_PATTERN
+from dex.domain.status import RunStatus
 from dex.web.operations import Operation
+from dex.web.validation import NO_NUL
+
+# -- the vocabulary of the declarations --------------------------------------------------------
+TEXT = {"type": "string", "pattern": NO_NUL}  # any text PostgreSQL can store
+NAME = {"type": "string", "pattern": NAME_PATTERN.pattern}  # a workflow, event or schedule name
+QUEUE_NAME = {"type": "string", "pattern": QUEUE_PATTERN.pattern}
+KEY = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": NO_NUL}  # instance id, concurrency key
+LABELS = {"type": "object", "additionalProperties": TEXT, "description": "text keys to text values"}
+PRIORITY = {"type": "integer", "minimum": 0, "maximum": 100}
+STATUSES = [status.value for status in RunStatus]
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema``, or null (an optional field's ``null`` reads as absent)."""
+    kind = schema["type"]
+    return {**schema, "type": [*([kind] if isinstance(kind, str) else kind), "null"]}
+
 
 STRING = {"type": "string"}
 NULLABLE_STRING = {"type": ["string", "null"]}
 TIME = {"type": ["string", "null"], "format": "date-time"}
+SECONDS = {"type": "number", "description": "seconds"}
 FAILURE = {
     "type": ["object", "null"],
     "properties": {
@@ -29,7 +58,15 @@ SCHEMAS: dict[str, Any] = {
             "error": {
                 "type": "object",
                 "required": ["type", "message"],
-                "properties": {"type": STRING, "message": STRING},
+                "properties": {
+                    "type": {
+                        "type": "string",
+                        "description": "what was refused: a fixed word (BadRequest, Unauthorized, ...) or, for "
+                        "404, 409 and 422, the name of the error dex raised (RunNotFoundError, "
+                        "InvalidStateError, NotRegisteredError, ValueError, ...); see each response",
+                    },
+                    "message": STRING,
+                },
             }
         },
     },
@@ -39,10 +76,7 @@ SCHEMAS: dict[str, Any] = {
             "run_id": STRING,
             "workflow_name": STRING,
             "instance_id": NULLABLE_STRING,
-            "status": {
-                "type": "string",
-                "enum": ["CREATED", "RUNNING", "SUSPENDED", "COMPLETED", "FAILED", "CANCELLED"],
-            },
+            "status": {"type": "string", "enum": STATUSES},
             "custom_status": NULLABLE_STRING,
             "queue": STRING,
             "priority": {"type": "integer"},
@@ -78,76 +112,164 @@ SCHEMAS: dict[str, Any] = {
             "cron": NULLABLE_STRING,
             "every": {"type": ["number", "null"], "description": "seconds"},
             "timezone": STRING,
-            "overlap": STRING,
+            "overlap": {"type": "string", "enum": list(OVERLAP_POLICIES)},
+            "jitter": SECONDS,
+            "catchup_window": SECONDS,
             "paused": {"type": "boolean"},
             "note": STRING,
             "next_fire_at": TIME,
             "last_fire_at": TIME,
             "last_run_id": NULLABLE_STRING,
+            "start_at": TIME,
+            "end_at": TIME,
+            "labels": {"type": "object", "additionalProperties": STRING},
         },
     },
 }
-ERROR_TEXT = {
-    400: "The request cannot be read (bad JSON, a bad parameter)",
-    401: "No valid token",
-    403: "A state-changing request from another origin",
-    404: "No such run, queue or schedule",
-    409: "Not allowed in the current state",
-    422: "A value dex refuses",
-    500: "An unexpected error",
-    503: "The store is unavailable",
+# each status an operation can answer with an error, and the error types it then carries
+ERRORS: dict[int, tuple[str, list[str] | None]] = {
+    400: (
+        "The request breaks what this document says of it (not JSON, a value of the wrong type, out of "
+        "its range or not matching its pattern, a NUL, a required field missing), or a cursor this API "
+        "did not give out; the message names the field",
+        ["BadRequest", "InvalidRequest"],
+    ),
+    401: ("No valid token (the answer carries WWW-Authenticate: Bearer)", ["Unauthorized"]),
+    403: (
+        "A state-changing request from another origin, or, without a token, a Host that is not a loopback name",
+        ["Forbidden"],
+    ),
+    404: ("No such run, queue, schedule, task or route (type: the error's name)", None),
+    405: ("This path does not serve the method (the Allow header lists those it does)", ["MethodNotAllowed"]),
+    409: ("Not allowed in the current state: a run that has ended, a lease lost (type: the error's name)", None),
+    413: ("The request body is larger than the app's limit", ["PayloadTooLarge"]),
+    422: (
+        "A well-formed value dex refuses for what it means: arguments the workflow cannot take, a fork point "
+        "its history has not, a payload with no JSON form (type: the error's name)",
+        None,
+    ),
+    500: ("An unexpected error (no stack trace; it is logged)", ["InternalError"]),
+    503: ("The store is unavailable; the request may be retried", ["StoreUnavailable", "Unavailable"]),
 }
+ERROR_NAME = {"type": "string", "pattern": "^[A-Z][A-Za-z0-9]*$"}
 
 
-def document(operations: Iterable[Operation], version: str) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of ``operations``."""
+def operation_id(method: str, path: str) -> str:
+    """The ``operationId`` of an operation: ``post_v1_runs_run_id_cancel``."""
+    return method.lower() + path.replace("/", "_").replace("{", "").replace("}", "")
+
+
+def links(targets: Iterable[tuple[str, str, str]], **parameters: str) -> dict[str, Any]:
+    """OpenAPI links from an answer to the operations ``targets`` (name, method, path), their
+    path parameters taken from the answer (``run_id="$response.body#/run_id"``)."""
+    return {
+        name: {"operationId": operation_id(method, path), "parameters": dict(parameters)}
+        for name, method, path in targets
+    }
+
+
+RUN_TARGETS = (
+    ("GetRun", "GET", "/v1/runs/{run_id}"),
+    ("GetHistory", "GET", "/v1/runs/{run_id}/history"),
+    ("Cancel", "POST", "/v1/runs/{run_id}/cancel"),
+    ("Suspend", "POST", "/v1/runs/{run_id}/suspend"),
+    ("Resume", "POST", "/v1/runs/{run_id}/resume"),
+    ("SendEvent", "POST", "/v1/runs/{run_id}/events"),
+    ("Fork", "POST", "/v1/runs/{run_id}/fork"),
+)
+
+
+def run_links(run_id: str = "$response.body#/run_id") -> dict[str, Any]:
+    """Links from an answer naming a run (a new one, a fork, a schedule's trigger) to its calls."""
+    return links(RUN_TARGETS, run_id=run_id)
+
+
+def document(operations: Iterable[Operation], version: str, *, token: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``operations``, served by an app with a token or without."""
     paths: dict[str, dict[str, Any]] = {}
     for operation in operations:
-        paths.setdefault(operation.path, {})[operation.method.lower()] = _operation(operation)
+        paths.setdefault(operation.path, {})[operation.method.lower()] = _operation(operation, token)
     paths["/v1/openapi.json"] = {
         "get": {
             "summary": "This document",
             "tags": ["meta"],
             "operationId": "openapi",
             "responses": {
-                "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
+                "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}},
+                **_errors((403, 405, *((401,) if token else ())), token),
             },
         }
     }
-    return {
+    access = (
+        "Every call needs the app's token: Authorization: Bearer TOKEN."
+        if token
+        else "This app has no token: it answers only requests whose Host is a loopback name (127.0.0.1, "
+        "localhost, [::1]) or one of its allowed hosts, and no credentials are asked for; any other Host is "
+        "a 403. Serve it on 127.0.0.1, or give it a token."
+    )
+    result: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "dex",
             "version": version,
-            "description": "The JSON API of dex, a durable execution engine on PostgreSQL (SPEC §12).",
+            "description": "The JSON API of dex, a durable execution engine on PostgreSQL. " + access,
         },
         "paths": paths,
-        "components": {
-            "schemas": SCHEMAS,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{"bearer": []}, {}],
+        "components": {"schemas": SCHEMAS},
+        "security": [{"bearer": []}] if token else [],
     }
+    if token:
+        result["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "the token the app was made with"}
+        }
+    return result
 
 
-def _operation(operation: Operation) -> dict[str, Any]:
+def _errors(codes: Iterable[int], token: bool) -> dict[str, Any]:
+    answers = {}
+    for code in sorted(set(codes)):
+        description, types = ERRORS[code]
+        kind = {"type": "string", "enum": types} if types is not None else ERROR_NAME
+        schema = {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "required": ["type", "message"],
+                    "properties": {"type": kind, "message": STRING},
+                }
+            },
+        }
+        answers[str(code)] = {"description": description, "content": {"application/json": {"schema": schema}}}
+        if code == 401:
+            answers[str(code)]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string", "enum": ["Bearer"]}}}
+        if code == 405:
+            answers[str(code)]["headers"] = {"Allow": {"required": True, "schema": STRING}}
+    return answers
+
+
+def _operation(operation: Operation, token: bool) -> dict[str, Any]:
+    codes = {*operation.errors, 403, 405, 500, 503}
+    if token:
+        codes.add(401)
+    else:
+        codes.discard(401)
+    if operation.method.upper() not in ("GET", "HEAD"):
+        codes.add(413)  # any body is counted as it streams in
+    if operation.params or operation.body is not None:
+        codes.add(400)
+    success: dict[str, Any] = {
+        "description": "OK",
+        "content": {"application/json": {"schema": operation.response}},
+    }
+    if operation.links:
+        success["links"] = operation.links
     spec: dict[str, Any] = {
         "summary": operation.summary,
         "tags": [operation.tag],
-        "operationId": operation.method.lower() + operation.path.replace("/", "_").replace("{", "").replace("}", ""),
-        "responses": {
-            str(operation.status): {
-                "description": "OK",
-                "content": {"application/json": {"schema": operation.response}},
-            },
-            **{
-                str(code): {
-                    "description": ERROR_TEXT[code],
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-                }
-                for code in (*operation.errors, 500, 503)
-            },
-        },
+        "operationId": operation_id(operation.method, operation.path),
+        "responses": {str(operation.status): success, **_errors(codes, token)},
     }
     if operation.params:
         spec["parameters"] = [
@@ -162,5 +284,8 @@ def _operation(operation: Operation) -> dict[str, Any]:
             for param in operation.params
         ]
     if operation.body is not None:
-        spec["requestBody"] = {"required": False, "content": {"application/json": {"schema": operation.body}}}
+        spec["requestBody"] = {
+            "required": operation.body_required,
+            "content": {"application/json": {"schema": operation.body}},
+        }
     return spec

@@ -117,7 +117,8 @@ def test_code_that_swallows_the_interrupt_is_quarantined_and_its_threads_stay_bo
         blocks = _eventually(functools.partial(blocked_again, blocks))
         assert blocks <= 3
         _eventually(functools.partial(spinning_on, blocks))
-        clock.advance(timedelta(seconds=30))  # the task's backoff: it is claimed again (not before: its lease)
+        # the task's backoff: it is claimed again (only once given back: the jump would end its lease)
+        clock.advance(timedelta(seconds=30))
     health = engine.health()
     assert health.quarantined_workflows == ("swallower",)
     assert not health.ok
@@ -129,7 +130,8 @@ def test_code_that_swallows_the_interrupt_is_quarantined_and_its_threads_stay_bo
         clock.advance(timedelta(minutes=10))
         assert engine.wait(engine.start_workflow(healthy, x), timeout=10) == x + 1
     assert _blocks(caplog, hostile) == spinning
-    assert _workflow_threads() <= threads_before + spinning
+    # (a healthy task slowed down by the spinning threads may have its thread replaced for a while)
+    _eventually(lambda: _workflow_threads() <= threads_before + spinning)
     assert 1 <= engine.health().interrupted_threads <= spinning
     assert engine.health().threads_alive
     assert not engine.get_run(hostile).status.is_terminal
@@ -147,9 +149,12 @@ def test_code_that_swallows_the_interrupt_is_quarantined_and_its_threads_stay_bo
 
 def _regex_length(seconds: float) -> int:
     """A subject that keeps ``(a+)+$`` backtracking about ``seconds`` on this host (doubling per 'a')."""
-    started = time.perf_counter()
-    re.match(r"(a+)+$", "a" * 18 + "b")
-    took = max(time.perf_counter() - started, 1e-4)
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        re.match(r"(a+)+$", "a" * 18 + "b")
+        times.append(time.perf_counter() - started)
+    took = max(sorted(times)[1], 1e-4)
     return min(30, 18 + math.ceil(math.log2(seconds / took)))
 
 

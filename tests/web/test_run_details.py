@@ -80,7 +80,9 @@ def test_fork_from_the_api_and_from_the_run_page(make_engine: Any) -> None:
         assert response.status_code == 201 and response.json()["forked_from"] == source
         forked = response.json()["run_id"]
         assert http.get(f"/v1/runs/{forked}").json()["forked_from"] == source
-        assert http.post(f"/v1/runs/{source}/fork", json={"at": -1}).json()["error"]["type"] == "ValueError"
+        assert http.post(f"/v1/runs/{source}/fork", json={"at": -1}).json()["error"]["type"] == "BadRequest"
+        not_a_point = http.post(f"/v1/runs/{source}/fork", json={"at": 2})  # a point its history has not
+        assert not_a_point.status_code == 409 and "can be forked at" in not_a_point.json()["error"]["message"]
         assert http.post(f"/v1/runs/{source}/fork", json={"at": "x"}).status_code in (400, 422)
         assert http.post("/v1/runs/nope/fork").status_code == 404
         page = http.get(f"/runs/{forked}").text
