@@ -246,6 +246,8 @@ def _errors(codes: Iterable[int], token: bool) -> dict[str, Any]:
             answers[str(code)]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string", "enum": ["Bearer"]}}}
         if code == 405:
             answers[str(code)]["headers"] = {"Allow": {"required": True, "schema": STRING}}
+        if code == 503:  # a remote worker's poll while the most long polls are open: poll again after it
+            answers[str(code)]["headers"] = {"Retry-After": {"schema": STRING, "description": "seconds"}}
     return answers
 
 
