@@ -8,8 +8,10 @@ import json
 from datetime import datetime
 from typing import Any
 
+from dex.app.ports import MAX_QUEUE_CAPACITY
 from dex.web.charts import minute_chart
 from dex.web.errors import ApiError, bad_request
+from dex.web.inputs import form_number
 
 
 def overview(web: Any, now: datetime) -> dict[str, Any]:
@@ -56,10 +58,7 @@ def perform(web: Any, path: str, params: dict[str, str], fields: dict[str, str])
             engine.resume_queue(name, kind)
             return f"queue {name} resumed", "/queues"
         if action == "capacity":
-            try:
-                capacity = int(fields.get("capacity", ""))
-            except ValueError:
-                raise bad_request("capacity must be a whole number") from None
+            capacity = form_number(fields, "capacity", 1, MAX_QUEUE_CAPACITY)
             engine.set_queue_capacity(name, kind, capacity)
             return f"queue {name} capacity set to {capacity}", "/queues"
     elif path.startswith("/schedules/"):

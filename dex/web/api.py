@@ -65,9 +65,10 @@ def run_id(request: Request) -> str:
 
 
 async def list_runs(request: Request, web: Any) -> Response:
-    query = run_query(request.query_params)
+    query = run_query(request.query_params, web.signer)
     page, cursor = await blocking(page_of_runs, web.store, query)
-    return json({"runs": [run_document(r) for r in page], "next_cursor": cursor.encode() if cursor else None})
+    next_cursor = cursor.encode(web.signer) if cursor else None
+    return json({"runs": [run_document(r) for r in page], "next_cursor": next_cursor})
 
 
 async def get_run(request: Request, web: Any) -> Response:

@@ -57,7 +57,7 @@ async def resume_queue(request: Request, web: Any) -> Response:
 async def set_capacity(request: Request, web: Any) -> Response:
     body = await inputs.json_object(request)
     name, kind = await _existing_queue(request, web)
-    capacity = inputs.field(body, "capacity", int)
+    capacity = inputs.whole_number(body, "capacity", 1, MAX_QUEUE_CAPACITY)
     if capacity is None:
         raise ApiError(422, "ValueError", "capacity (a positive integer) is required")
     await blocking(web.engine.set_queue_capacity, name, kind, capacity)

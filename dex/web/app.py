@@ -9,6 +9,7 @@ code for). It never starts that engine: the app reads and requests, the workers 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -25,21 +26,32 @@ from dex.app.ports import QueueInfo, RunRecord, Store
 from dex.domain.errors import NotFoundError, RunNotFoundError
 from dex.remote.service import ActivityTaskService
 from dex.web import activity_tasks, api, pages
+from dex.web.body_limit import (
+    ACTIVITY_TASKS,
+    DEFAULT_MAX_ACTIVITY_TASK_BODY,
+    DEFAULT_MAX_BODY,
+    BodyLimit,
+    check_limit,
+)
 from dex.web.errors import ApiError, error_response
 from dex.web.insights import Insights, PortInsights
 from dex.web.openapi import document
 from dex.web.operations import Operation, routes
-from dex.web.security import LOOPBACK_HOSTS, Guard, route_path
+from dex.web.security import DEFAULT_SESSION_LIFETIME, LOOPBACK_HOSTS, Guard, route_path
+from dex.web.signin_limit import SignInLimiter
+from dex.web.signing import Signer
 
 STATIC = Path(__file__).parent / "static"
 
 
 class Web:
-    """What the routes serve: the engine, its store and the dashboard's insights."""
+    """What the routes serve: the engine, its store, the dashboard's insights and the signer of
+    what the app hands out (cursors, notes, sessions)."""
 
-    def __init__(self, engine: Engine, insights: Insights | None = None) -> None:
+    def __init__(self, engine: Engine, signer: Signer, insights: Insights | None = None) -> None:
         self.engine = engine
         self.store: Store = engine.store
+        self.signer = signer
         self.insights = insights if insights is not None else insights_for(engine.store)
 
     def record(self, run_id: str) -> RunRecord:
@@ -77,6 +89,10 @@ def create_app(
     extra_operations: Iterable[Operation] = (),
     allowed_hosts: Iterable[str] | None = None,
     activity_task_service: ActivityTaskService | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    max_activity_task_body_bytes: int = DEFAULT_MAX_ACTIVITY_TASK_BODY,
+    session_lifetime: timedelta = DEFAULT_SESSION_LIFETIME,
+    signin_limiter: SignInLimiter | None = None,
 ) -> Starlette:
     """The dashboard and the JSON API over ``adapter_or_engine``, as a Starlette (ASGI) app.
 
@@ -86,12 +102,22 @@ def create_app(
     ``extra_operations`` are further ``/v1`` routes, served and documented like the app's own.
     The remote workers' ``/v1/activity-tasks`` (SPEC §13) are served by ``activity_task_service``
     (by default one over the engine: its long polls wake when that engine makes activity work).
+
+    A request body larger than ``max_body_bytes`` (1 MiB), or ``max_activity_task_body_bytes``
+    (8 MiB) on ``/v1/activity-tasks/``, is refused with a 413 while it streams in, on every
+    route (:mod:`dex.web.body_limit`). The sign-in form's session lasts ``session_lifetime``;
+    ``signin_limiter`` bounds wrong tokens per client (by default 10 in 5 minutes).
     """
     if token is not None:
         if not isinstance(token, str) or not token or token != token.strip() or not token.isprintable():
             raise ValueError("token must be a non-empty printable string without surrounding spaces")
+    check_limit("max_body_bytes", max_body_bytes)
+    check_limit("max_activity_task_body_bytes", max_activity_task_body_bytes)
+    if not isinstance(session_lifetime, timedelta) or session_lifetime < timedelta(seconds=1):
+        raise ValueError(f"session_lifetime must be a timedelta of at least a second, got {session_lifetime!r}")
     engine = adapter_or_engine if isinstance(adapter_or_engine, Engine) else Engine(adapter_or_engine)
-    web = Web(engine)
+    signer = Signer.for_app(token)
+    web = Web(engine, signer)
     service = activity_task_service if activity_task_service is not None else ActivityTaskService(engine)
     workflows = {name: definition.signature for name, definition in engine.registry.workflows.items()}
     operations = [*api.operations(workflows), *activity_tasks.operations(service), *extra_operations]
@@ -119,13 +145,21 @@ def create_app(
     app_routes: list[BaseRoute] = [
         Route("/v1/openapi.json", openapi_json, methods=["GET"]),
         *routes(operations, web),
-        *pages.routes(web, token),
+        *pages.routes(web, token, signin_limiter or SignInLimiter(), session_lifetime),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     hosts = frozenset(h.lower() for h in allowed_hosts) | LOOPBACK_HOSTS if allowed_hosts else LOOPBACK_HOSTS
     app = Starlette(
         routes=app_routes,
-        middleware=[Middleware(Guard, token=token, allowed_hosts=hosts)],
+        middleware=[
+            Middleware(Guard, token=token, allowed_hosts=hosts, signer=signer),
+            # inside the guard: a request it refuses is answered before any of its body is read
+            Middleware(
+                BodyLimit,
+                default=max_body_bytes,
+                limits=((ACTIVITY_TASKS, max_activity_task_body_bytes),),
+            ),
+        ],
         exception_handlers={404: not_found, 405: not_allowed},
     )
     app.state.web = web

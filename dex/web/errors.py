@@ -24,6 +24,7 @@ from dex.domain.errors import (
     NotRegisteredError,
     SerializationError,
 )
+from dex.web.body_limit import BodyTooLarge
 
 log = logging.getLogger("dex.web")
 
@@ -55,8 +56,9 @@ def first_line(exc: BaseException) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
 
 
-# what ends a process or a task, not a request: never answered, always raised on
-PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+# what ends a process or a task, not a request: never answered, always raised on (and a body
+# that passed its limit, whose request the body limit has answered already)
+PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError, BodyTooLarge)
 
 
 def classify(exc: BaseException) -> ApiError:

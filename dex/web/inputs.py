@@ -6,8 +6,11 @@ fails for everyone. A JSON body that is not JSON (or not an object) is a 400 too
 the right form that dex refuses (an unknown status, a label dex cannot store) are the
 engine's to refuse, as a 422.
 
+A body's size is bounded before it gets here, while it streams in (:mod:`dex.web.body_limit`).
+
 The runs list pages by keyset, not by offset: a cursor names the last run shown by its
-``created_at`` and how many runs with exactly that ``created_at`` were shown already. The next
+``created_at`` and how many runs with exactly that ``created_at`` were shown already (signed,
+so that count is never a client's choice). The next
 page asks ``list_runs`` for runs created at or before that instant (served by the index on
 ``(created_at, position)``), skips the ones already shown at that instant and returns the
 rest. Runs created at one instant are few (a virtual clock in a test is the exception), so a
@@ -28,9 +31,13 @@ from urllib.parse import parse_qsl
 import attrs
 
 from dex.web.errors import bad_request
+from dex.web.signing import Signer
 
-MAX_BODY = 1 << 20  # a JSON body or form larger than this is refused (1 MiB)
 MAX_PAGE = 500
+# runs created at one instant that paging may step over: more than any real clock makes (a
+# virtual clock in a test may make a few thousand), and a bound on what one page may read
+MAX_CURSOR_OFFSET = 1_000_000
+CURSOR = "runs cursor"  # the signing purpose of cursors
 MAX_SEQ = 2**63 - 1  # the largest sequence number a history could reach (a bigint)
 
 
@@ -147,12 +154,8 @@ async def form(request: Any) -> dict[str, str]:
 
 
 async def _body(request: Any) -> bytes:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY:
-        raise bad_request(f"the body is larger than {MAX_BODY} bytes")
+    # bounded while it streams in, before any handler holds it (dex.web.body_limit)
     body: bytes = await request.body()
-    if len(body) > MAX_BODY:
-        raise bad_request(f"the body is larger than {MAX_BODY} bytes")
     return body
 
 
@@ -169,30 +172,72 @@ def field(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...], def
     return value
 
 
+def whole_number(body: Mapping[str, Any], name: str, low: int, high: int, default: int | None = None) -> int | None:
+    """An integer field of a JSON body from ``low`` to ``high`` (``default`` when absent or null);
+    a 400 naming the field and the range otherwise, before any store sees a number its column
+    cannot hold. ``49.0`` counts as 49, as JSON Schema counts it."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request(f"{name} must be an integer from {low} to {high}, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise bad_request(f"{name} must be an integer from {low} to {high}, got {str(value)[:40]}")
+    return value
+
+
+def form_number(fields: Mapping[str, str], name: str, low: int, high: int) -> int:
+    """An integer typed into a form, from ``low`` to ``high``; a 400 naming it otherwise."""
+    text = fields.get(name, "").strip()
+    if not text or len(text) > 40 or not text.lstrip("+-").isdigit():
+        raise bad_request(f"{name} must be a whole number from {low} to {high}, got {text[:40]!r}")
+    value = int(text)
+    if not low <= value <= high:
+        raise bad_request(f"{name} must be a whole number from {low} to {high}, got {value}")
+    return value
+
+
 @attrs.frozen(kw_only=True)
 class Cursor:
     """Where a page of runs ends: the last run's ``created_at`` and how many runs created at
-    exactly that instant the pages so far have shown."""
+    exactly that instant the pages so far have shown.
+
+    Given out signed (:mod:`dex.web.signing`): a cursor whose signature does not match is a 400
+    before it is read, so the count is one the API counted, never a number a client chose to
+    make the next page read a whole table. Read strictly all the same: the count is an integer
+    from 0 to ``MAX_CURSOR_OFFSET`` and the instant one whose next microsecond exists.
+    """
 
     created_at: datetime
     shown_at_instant: int
 
-    def encode(self) -> str:
+    def encode(self, signer: Signer) -> str:
         text = json.dumps({"t": self.created_at.isoformat(), "o": self.shown_at_instant})
-        return base64.urlsafe_b64encode(text.encode()).decode("ascii").rstrip("=")
+        payload = base64.urlsafe_b64encode(text.encode()).decode("ascii").rstrip("=")
+        return f"{payload}.{signer.signature(CURSOR, payload)}"
 
     @classmethod
-    def decode(cls, text: str) -> Cursor:
+    def decode(cls, text: str, signer: Signer) -> Cursor:
+        refused = bad_request("cursor is not one this API gave out (pass next_cursor of the previous page as is)")
+        payload, _, signature = text.partition(".")
+        if len(text) > 400 or not signer.verify(CURSOR, payload, signature):
+            raise refused
         try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            data = json.loads(raw)
+            data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
             created_at = datetime.fromisoformat(data["t"])
-            shown = int(data["o"])
+            shown = data["o"]
         except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
-            raise bad_request("cursor is not one this API gave out") from None
-        if created_at.tzinfo is None or shown < 0:
-            raise bad_request("cursor is not one this API gave out")
-        return cls(created_at=created_at, shown_at_instant=shown)
+            raise refused from None
+        if type(shown) is not int or not 0 <= shown <= MAX_CURSOR_OFFSET or created_at.tzinfo is None:
+            raise refused
+        cursor = cls(created_at=created_at, shown_at_instant=shown)
+        try:
+            cursor.bound()
+        except OverflowError:  # the last instant a datetime holds: nothing can follow it
+            raise refused from None
+        return cursor
 
     def bound(self) -> datetime:
         """``created_before`` for the next page: the cursor's instant included."""

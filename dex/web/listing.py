@@ -22,6 +22,7 @@ from dex.views.render import jsonable, run_json
 from dex.web import inputs
 from dex.web.errors import bad_request
 from dex.web.inputs import Cursor
+from dex.web.signing import Signer
 
 STATUSES = tuple(status.value for status in RunStatus)
 
@@ -35,10 +36,10 @@ class RunQuery:
     cursor: Cursor | None = None
 
 
-def run_query(params: Any, default_limit: int = 50) -> RunQuery:
+def run_query(params: Any, signer: Signer, default_limit: int = 50) -> RunQuery:
     """The runs list request a query string makes (``workflow``, ``status`` (repeatable),
     ``label=KEY=VALUE`` (repeatable), ``instance_id``, ``code_version``, ``created_after``,
-    ``created_before``, ``limit``, ``cursor``)."""
+    ``created_before``, ``limit``, ``cursor``, its signature checked by ``signer``)."""
     statuses = [inputs.checked(s, "status").upper() for s in params.getlist("status") if s]
     for status in statuses:
         if status not in STATUSES:
@@ -58,7 +59,7 @@ def run_query(params: Any, default_limit: int = 50) -> RunQuery:
     except (ValueError, TypeError) as exc:
         raise bad_request(str(exc)) from None
     cursor_text = inputs.one(params, "cursor")
-    return RunQuery(filter=base, limit=limit, cursor=Cursor.decode(cursor_text) if cursor_text else None)
+    return RunQuery(filter=base, limit=limit, cursor=Cursor.decode(cursor_text, signer) if cursor_text else None)
 
 
 def page_of_runs(store: Store, query: RunQuery) -> tuple[list[RunRecord], Cursor | None]:

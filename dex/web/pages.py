@@ -3,12 +3,15 @@
 Pages are Jinja2 templates with autoescaping on: every name, label, payload, message and
 stack trace goes through it, so a label ``<script>…`` is shown as text. Actions are plain
 form posts (checked for the same origin by :mod:`dex.web.security`) that redirect back with a
-note of what was done; a few lines of our own JavaScript (``static/dex.js``) ask for
+note of what was done (signed: a page shows a note only if this app wrote it, so a link cannot
+make the dashboard say anything); a few lines of our own JavaScript (``static/dex.js``) ask for
 confirmation and refresh the runs table, and nothing is loaded from the network.
 """
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,7 +27,17 @@ from dex.web.errors import classify
 from dex.web.listing import STATUSES, page_of_runs, query_string, run_query
 from dex.web.operations import blocking
 from dex.web.run_view import run_view
-from dex.web.security import COOKIE, root_of, route_path, safe_next, session_value, token_matches
+from dex.web.security import (
+    COOKIE,
+    DEFAULT_SESSION_LIFETIME,
+    root_of,
+    route_path,
+    safe_next,
+    session_cookie,
+    token_matches,
+)
+from dex.web.signin_limit import SignInLimiter
+from dex.web.signing import Signer
 
 TEMPLATES = Path(__file__).parent / "templates"
 ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True), auto_reload=False)
@@ -33,15 +46,31 @@ ENV.filters["labels"] = show_labels
 ENV.filters["took"] = lambda run: show_duration(run.completed_at - run.created_at) if run.completed_at else "-"
 
 
+NOTE = "page note"  # the signing purpose of the notes actions leave
+
+
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     body = ENV.get_template(name).render(
         request=request,
         root=root_of(request.scope),
         path=route_path(request.scope),
-        note=request.query_params.get("done"),
+        note=_note(request),
         **context,
     )
     return HTMLResponse(body, status_code=status)
+
+
+def _note(request: Request) -> str | None:
+    """The note of ``?done=`` if this app signed it (``&sig=``), else none."""
+    done, signature = request.query_params.get("done"), request.query_params.get("sig")
+    if not done or not signature or len(done) > 2000:
+        return None
+    return done if request.app.state.web.signer.verify(NOTE, done, signature) else None
+
+
+def note_query(signer: Signer, done: str) -> str:
+    """The query string that makes the next page show ``done``."""
+    return f"done={quote(done)}&sig={signer.signature(NOTE, done)}"
 
 
 def not_found_page(request: Request, message: str = "There is no such page.") -> Response:
@@ -78,7 +107,7 @@ async def runs_table(request: Request) -> Response:
 
 async def _runs_view(request: Request) -> dict[str, Any]:
     web = request.app.state.web
-    query = run_query(request.query_params)
+    query = run_query(request.query_params, web.signer)
     page, cursor = await blocking(page_of_runs, web.store, query)
     params = request.query_params
     filters = {
@@ -99,7 +128,7 @@ async def _runs_view(request: Request) -> dict[str, Any]:
         "here": here,
         # the refresh reloads this very page (the same cursor), not the first one
         "refresh": query_string({**filters, "cursor": params.get("cursor", "")}),
-        "next_page": query_string({**filters, "cursor": cursor.encode()}) if cursor else None,
+        "next_page": query_string({**filters, "cursor": cursor.encode(web.signer)}) if cursor else None,
         "first_page": query.cursor is not None,
     }
 
@@ -132,25 +161,39 @@ async def act(request: Request) -> Response:
     except BaseException as exc:  # noqa: BLE001 - shown with its status; classify re-raises PASS_THROUGH
         error = classify(exc)
         return render(request, "error.html", status=error.status, title=error.kind, message=error.message)
-    return RedirectResponse(f"{root_of(request.scope)}{back}?done={quote(done)}", status_code=303)
+    return RedirectResponse(f"{root_of(request.scope)}{back}?{note_query(web.signer, done)}", status_code=303)
 
 
-def routes(web: Any, token: str | None) -> list[BaseRoute]:
+def routes(
+    web: Any, token: str | None, limiter: SignInLimiter, session_lifetime: timedelta = DEFAULT_SESSION_LIFETIME
+) -> list[BaseRoute]:
+    """The pages' routes; the sign-in form checks ``token`` under ``limiter`` and gives out
+    sessions of ``session_lifetime``."""
+
     async def signin_form(request: Request) -> Response:
         return render(request, "signin.html", next=safe_next(request.query_params.get("next")), failed=False)
 
     async def signin(request: Request) -> Response:
+        client = request.client.host if request.client else "unknown"
+        wait = limiter.retry_after(client)
+        if token is not None and wait is not None:  # checked before the form is read: no guess counts
+            held = render(request, "signin.html", status=429, next="/", failed=False, wait=wait)
+            held.headers["Retry-After"] = str(wait)
+            return held
         fields = await inputs.form(request)
         target = safe_next(fields.get("next"))
         root = root_of(request.scope)
         if token is None:
             return RedirectResponse(root + target, status_code=303)
         if not token_matches(fields.get("token", ""), token):
+            limiter.failed(client)
             return render(request, "signin.html", status=401, next=target, failed=True)
+        limiter.succeeded(client)
         response = RedirectResponse(root + target, status_code=303)
         response.set_cookie(
             COOKIE,
-            session_value(token),
+            session_cookie(web.signer, time.time(), session_lifetime),
+            max_age=max(1, int(session_lifetime.total_seconds())),
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",  # behind TLS, never sent in the clear

@@ -8,8 +8,12 @@ page whose domain was made to resolve to 127.0.0.1 (DNS rebinding) cannot drive 
 
 With a token, every request but the sign-in form and the static files needs it: as
 ``Authorization: Bearer TOKEN`` (API clients), or as the session cookie the sign-in form sets
-(the pages). The cookie holds an HMAC of the token, not the token, and is HttpOnly and
-SameSite=Strict. Both are compared in constant time (``hmac.compare_digest``).
+(the pages). The cookie holds when it was issued and when it expires (``session_lifetime``
+after the sign-in, 12 hours by default), signed under a key derived from the token
+(:mod:`dex.web.signing`): never the token, never a value that stays good for ever, and one that
+changing the token ends. It is HttpOnly and SameSite=Strict, and Secure behind TLS. Tokens and
+signatures are compared in constant time (``hmac.compare_digest``). Wrong tokens typed into
+the sign-in form are limited per client (:mod:`dex.web.signin_limit`).
 
 A state-changing request (POST, PUT, PATCH, DELETE) is refused with a 403 when the browser
 says it comes from another origin: ``Sec-Fetch-Site: cross-site``, or an ``Origin`` (else a
@@ -19,9 +23,10 @@ says it comes from another origin: ``Sec-Fetch-Site: cross-site``, or an ``Origi
 
 from __future__ import annotations
 
-import hashlib
 import hmac
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -29,6 +34,7 @@ from starlette.datastructures import Headers
 from starlette.responses import RedirectResponse, Response
 
 from dex.web.errors import ApiError, error_response
+from dex.web.signing import Signer
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -36,6 +42,9 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 COOKIE = "dex_session"
+SESSION = "session"  # the signing purpose of session cookies
+DEFAULT_SESSION_LIFETIME = timedelta(hours=12)
+CLOCK_SKEW = 60  # seconds a cookie's issue time may lie ahead of this host's clock (replicas)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 OPEN_PATHS = ("/signin", "/static/")  # reachable without the token: the sign-in form and its assets
 # the Host names a tokenless app answers: loopback ones, and "testserver", the name Starlette's
@@ -56,9 +65,27 @@ HEADERS = (
 )
 
 
-def session_value(token: str) -> str:
-    """What the session cookie holds for ``token``: an HMAC, so the cookie never holds the token."""
-    return hmac.new(token.encode("utf-8"), b"dex web session v1", hashlib.sha256).hexdigest()
+def session_value(token: str, issued_at: float, lifetime: timedelta = DEFAULT_SESSION_LIFETIME) -> str:
+    """What the session cookie of an app with ``token`` holds for a sign-in at ``issued_at``
+    (Unix seconds): ``ISSUED.EXPIRES.SIGNATURE``, never the token."""
+    return session_cookie(Signer.for_app(token), issued_at, lifetime)
+
+
+def session_cookie(signer: Signer, issued_at: float, lifetime: timedelta) -> str:
+    issued = int(issued_at)
+    text = f"{issued}.{issued + max(1, int(lifetime.total_seconds()))}"
+    return f"{text}.{signer.signature(SESSION, text)}"
+
+
+def session_valid(value: str, signer: Signer, now: float) -> bool:
+    """Whether ``value`` is a session cookie ``signer`` made that has not expired at ``now``."""
+    issued, _, rest = value.partition(".")
+    expires, _, signature = rest.partition(".")
+    if not (issued.isdigit() and expires.isdigit() and len(issued) < 20 and len(expires) < 20):
+        return False
+    if not signer.verify(SESSION, f"{issued}.{expires}", signature):
+        return False
+    return int(issued) <= now + CLOCK_SKEW and now < int(expires)
 
 
 def token_matches(given: str, token: str) -> bool:
@@ -87,10 +114,18 @@ def host_name(host_header: str) -> str:
 class Guard:
     """The ASGI middleware that enforces the rules of the module docstring."""
 
-    def __init__(self, app: ASGIApp, token: str | None, allowed_hosts: frozenset[str] = LOOPBACK_HOSTS) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        allowed_hosts: frozenset[str] = LOOPBACK_HOSTS,
+        signer: Signer | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.app, self.token = app, token
-        self._session = session_value(token) if token else None
+        self._signer = signer if signer is not None else Signer.for_app(token)
         self._allowed_hosts = allowed_hosts
+        self._clock = clock  # the wall clock: a cookie's times must mean the same after a restart
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -130,15 +165,13 @@ class Guard:
         return RedirectResponse(root_of(scope) + "/signin?next=" + quote(target, safe=""), status_code=303)
 
     def _authenticated(self, headers: Headers) -> bool:
-        assert self.token is not None and self._session is not None
+        assert self.token is not None
         authorization = headers.get("authorization", "")
         scheme, _, given = authorization.partition(" ")
         if scheme.lower() == "bearer" and given and token_matches(given.strip(), self.token):
             return True
         cookie = _cookie(headers.get("cookie", ""), COOKIE)
-        return cookie is not None and hmac.compare_digest(
-            cookie.encode("utf-8", "surrogateescape"), self._session.encode()
-        )
+        return cookie is not None and session_valid(cookie, self._signer, self._clock())
 
     def _same_origin(self, headers: Headers, scope: Scope) -> bool:
         if headers.get("sec-fetch-site", "") == "cross-site":

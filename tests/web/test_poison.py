@@ -78,10 +78,12 @@ def test_poisoned_json_bodies_are_refused_with_their_own_error(engine: dex.Engin
     healthy_run_completes(engine, http)
 
 
-def test_a_body_that_is_not_utf8_or_too_big_is_a_400(engine: dex.Engine, http: Any) -> None:
+def test_a_body_that_is_not_utf8_is_a_400_and_one_too_big_a_413(engine: dex.Engine, http: Any) -> None:
     assert http.post("/v1/runs", content=b"\xff\xfe{", headers={"content-type": "application/json"}).status_code == 400
     big = b'{"workflow": "' + b"x" * (2 << 20) + b'"}'
-    assert http.post("/v1/runs", content=big, headers={"content-type": "application/json"}).status_code == 400
+    too_big = http.post("/v1/runs", content=big, headers={"content-type": "application/json"})
+    assert too_big.status_code == 413  # more in test_body_limit.py
+    assert too_big.json()["error"]["type"] == "PayloadTooLarge"
     form = http.post(
         "/runs/x/cancel", content=b"reason=%ff%fe", headers={"content-type": "application/x-www-form-urlencoded"}
     )
