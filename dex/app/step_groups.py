@@ -32,8 +32,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
@@ -199,34 +199,124 @@ class StepGroups:
 class GroupThreads:
     """Threads where a started engine's parked tasks go on (their groups, and what follows), so
     that the workflow round decides the next tasks while a group's transaction waits for the
-    database; several groups are under way at once (each run is in one of them at most)."""
+    database; ``threads`` groups are under way at once (each run is in one of them at most).
 
-    def __init__(self, threads: int) -> None:
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dex-steps")
-        self._running: set[Future[None]] = set()
-        self._lock = threading.Lock()
+    A group holds only steps whose recent attempts were quick, but a step's code may still
+    get stuck where nothing can stop it (a ``time.sleep``, a loop): its group's session is
+    ended at its ``lock_timeout`` and its slot given up (``dex.adapters.postgres.step_slots``),
+    but its thread stays in the code. So a group that has run ``stall`` seconds no longer
+    counts: the next groups get a thread of their own, at most ``spare`` threads beyond
+    ``threads`` at once; a thread beyond ``threads`` leaves when its group ends and none
+    waits. (With a fixed pool of two, two stuck groups held every later run's first step until
+    its workflow task's lease ran out.)"""
+
+    def __init__(
+        self,
+        threads: int,
+        *,
+        stall: float = 1.0,
+        spare: int = 8,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._threads, self._stall, self._spare, self._monotonic = threads, stall, spare, monotonic
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._started: dict[int, float] = {}  # each running group's thread: when its group began
+        self._alive = 0  # threads started that have not left
+        self._idle = 0  # threads alive and not running a group
+        self._made = 0  # for the threads' names
+        self._closed = False
+        self._overseer: threading.Thread | None = None
+        self._changed = threading.Condition()
 
     def submit(self, job: Callable[[], None]) -> bool:
         """Run ``job`` in one of the threads; False when they are closed (the engine stops)."""
-        with self._lock:
-            try:
-                future = self._pool.submit(job)
-            except RuntimeError:  # shut down
+        with self._changed:
+            if self._closed:
                 return False
-            self._running.add(future)
-        future.add_done_callback(self._ended)
+            self._jobs.append(job)
+            if self._overseer is None:
+                self._overseer = threading.Thread(target=self._oversee, name="dex-steps-overseer", daemon=True)
+                self._overseer.start()
+            self._grow()
+            self._changed.notify_all()  # an idle thread, and the overseer
         return True
 
-    def _ended(self, future: Future[None]) -> None:
-        with self._lock:
-            self._running.discard(future)
+    def _grow(self) -> bool:
+        """Start a thread if the waiting groups need one (under the condition's lock)."""
+        if self._idle >= len(self._jobs):
+            return False
+        if self._counted() >= self._threads or self._alive >= self._threads + self._spare:
+            return False
+        self._made += 1
+        thread = threading.Thread(target=self._work, name=f"dex-steps_{self._made}", daemon=True)
+        self._alive += 1
+        self._idle += 1  # as good as idle: it takes a waiting group first thing
+        thread.start()
+        return True
+
+    def _oversee(self) -> None:
+        """While groups wait for a thread, start one when a running group has run ``stall``
+        seconds (groups wait only while every counted thread is busy, so the overseer sleeps
+        but for a backlog)."""
+        with self._changed:
+            while not self._closed:
+                now = self._monotonic()
+                fresh = [began for began in self._started.values() if now - began < self._stall]
+                if self._idle >= len(self._jobs):
+                    self._changed.wait()  # nothing waits, or threads are about to take what does
+                elif fresh and self._counted() >= self._threads:
+                    self._changed.wait(min(fresh) + self._stall - now)  # until the first may stall
+                elif not self._grow():
+                    self._changed.wait()  # at the most threads: until one ends
+
+    def _work(self) -> None:
+        """A thread's loop; it starts counted as idle (by :meth:`_grow`)."""
+        me = threading.get_ident()
+        while True:
+            with self._changed:
+                while not self._jobs and not self._closed:
+                    if self._counted() > self._threads:  # a spare thread: not needed now
+                        self._leave()
+                        return
+                    self._changed.wait()
+                if not self._jobs:  # closed
+                    self._leave()
+                    return
+                job = self._jobs.popleft()
+                self._idle -= 1
+                self._started[me] = self._monotonic()
+                self._changed.notify_all()  # the overseer: a group began, one may wait behind it
+            try:
+                job()
+            except BaseException:  # a job's failure must not end the thread
+                log.exception("a group of transaction steps raised")
+            finally:
+                with self._changed:
+                    del self._started[me]
+                    self._idle += 1
+                    self._changed.notify_all()  # for close(), and the overseer
+
+    def _counted(self) -> int:
+        """The threads alive but those whose group has run ``stall`` seconds (under the lock)."""
+        now = self._monotonic()
+        return self._alive - sum(1 for began in self._started.values() if now - began >= self._stall)
+
+    def _leave(self) -> None:  # under the condition's lock
+        self._alive -= 1
+        self._idle -= 1
+        self._changed.notify_all()
 
     def close(self, deadline: float) -> None:
-        """Take no more jobs; wait until ``deadline`` (``time.monotonic()``) for those under way."""
-        with self._lock:
-            self._pool.shutdown(wait=False)
-            running = list(self._running)
-        wait(running, timeout=max(0.0, deadline - time.monotonic()))
+        """Take no more jobs; wait until ``deadline`` (``time.monotonic()``) for those under way
+        and those waiting for a thread."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+            while self._started or self._jobs:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(left)
 
 
 @attrs.frozen

@@ -32,6 +32,7 @@ from dex.adapters.postgres.connection import DatabaseConnectionError
 from dex.adapters.postgres.step_slots import AttemptLost, StepSlots
 from dex.app.clock import SystemClock
 from dex.app.registry import ACTIVITY_ATTRIBUTE
+from tests.integration.step_groups import count_groups
 
 pytestmark = pytest.mark.postgres
 
@@ -79,13 +80,25 @@ def waits_for_the_others(conn: Any, note: str) -> str:
     return note
 
 
+@_bounded
+@dex.transaction(name="stuck-when-told")
+def stuck_when_told(conn: Any, note: str) -> str:
+    conn.execute(f"INSERT INTO {STATE['table']} (note) VALUES (%s)", [note])
+    with STATE["lock"]:
+        stuck = STATE["stuck"] > 0  # the first so many attempts from now on are stuck
+        STATE["stuck"] -= stuck
+    if stuck:
+        RELEASE.wait(120)
+    return note
+
+
 @dex.workflow(name="one-step-of")
 async def one_step_of(ctx: dex.WorkflowContext, step: str, note: str) -> str:
     result: str = await ctx.activity(step, note)
     return result
 
 
-STEPS = [stuck_in_python, stuck_async, writes_note, waits_for_the_others]
+STEPS = [stuck_in_python, stuck_async, writes_note, waits_for_the_others, stuck_when_told]
 
 
 @pytest.fixture
@@ -95,7 +108,7 @@ def table(pg_dsn: str, pg_schema: str) -> Iterator[str]:
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {sql.Identifier(pg_schema).as_string(None)}")
         conn.execute(f"CREATE TABLE {name} (id serial PRIMARY KEY, note text)")
     STATE.clear()
-    STATE.update(dsn=pg_dsn, table=name)
+    STATE.update(dsn=pg_dsn, table=name, lock=threading.Lock(), stuck=0)
     RELEASE.clear()
     yield name
     RELEASE.set()  # whatever happened, no thread stays stuck past the test
@@ -156,6 +169,45 @@ def test_more_stuck_steps_than_slots_leave_a_healthy_runs_step_to_complete(
         engine.stop(timeout=10)
     assert _notes(table) == ["after", "healthy"]  # nothing a stuck step wrote stayed
     assert engine.health().lost_step_slots == 0
+
+
+def test_groups_stuck_in_python_leave_the_next_runs_steps_to_their_own_groups(
+    make_adapter: Callable[..., PostgresAdapter], table: str
+) -> None:
+    """A step quick enough to run in groups (first attempts inside their workflow tasks) gets
+    stuck in two groups, one after the other: as many as the engine has group threads. The next
+    runs' steps still go in groups, on threads of their own, and complete; the stuck groups'
+    slots are counted as lost once their sessions are ended; released, nothing they ran stays."""
+    adapter = make_adapter(clock=SystemClock())
+    groups = count_groups(adapter)
+    engine = dex.Engine(adapter, [one_step_of], STEPS, inline_activity_seconds=0.5)
+    engine.start()
+    try:
+        for i in range(3):  # quick: from the second on, in groups
+            assert engine.wait(engine.start_workflow(one_step_of, "stuck-when-told", f"warm-{i}"), timeout=30)
+        assert groups, "the warm-up steps were to run in groups"
+        for i in range(2):
+            seen = len(groups)
+            with STATE["lock"]:
+                STATE["stuck"] = 1
+            stuck = engine.start_workflow(one_step_of, "stuck-when-told", f"stuck-{i}")
+            # its group is under way, stuck
+            assert _eventually(lambda seen=seen: STATE["stuck"] == 0 and len(groups) > seen), (stuck, groups)
+        before = len(groups)
+        healthy = [engine.start_workflow(one_step_of, "stuck-when-told", f"healthy-{i}") for i in range(5)]
+        assert [engine.wait(run_id, timeout=30) for run_id in healthy] == [f"healthy-{i}" for i in range(5)]
+        assert sum(groups[before:]) >= 5, groups  # in groups, not taken over after their leases
+        assert _eventually(lambda: engine.health().lost_step_slots == 2), engine.health()
+        RELEASE.set()
+        assert _eventually(lambda: engine.health().lost_step_slots == 0), engine.health()
+        after = engine.start_workflow(one_step_of, "writes-note", "after")
+        assert engine.wait(after, timeout=30) == "after"
+    finally:
+        RELEASE.set()
+        engine.stop(timeout=10)
+    notes = _notes(table)
+    assert [note for note in notes if note.startswith("healthy")] == [f"healthy-{i}" for i in range(5)]
+    assert notes.count("stuck-0") <= 1 and notes.count("stuck-1") <= 1  # run again as tasks, once
 
 
 def test_the_step_slots_are_the_adapters_own_setting_not_what_the_pool_leaves(
