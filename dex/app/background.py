@@ -345,7 +345,7 @@ class Background:
                 log.warning("stop: %d engine thread(s) did not end within %g s: %s", len(stuck), timeout, names)
             else:
                 # tasks a last completion claimed for us after the workflow thread left
-                while self.workflow_worker.poll_once(claim=False):
+                while self.workflow_worker.poll_once(claim=False, close=False):  # forget() closes
                     pass
             self.buffer.flush()
             if len(self.buffer):  # outcomes of answered steps the store declined (dex.app.answers)
@@ -353,7 +353,8 @@ class Background:
         except Exception:  # the store is down: what is unwritten comes back when its leases expire
             log.exception("the final flush failed; unwritten results will be redone after their leases expire")
         finally:
-            self.workflow_worker.forget()
+            # closing runs workflow code (finally blocks), which no watchdog watches now
+            self.workflow_worker.forget(timeout=max(0.5, deadline - time.monotonic()))
             try:
                 self.leader.release()
             except Exception:  # the lease lapses on its own

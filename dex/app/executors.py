@@ -2,13 +2,22 @@
 and the history after it; or, when none is kept (or it no longer stands where the stored history
 ends), the whole history, replayed.
 
-Executors hold live coroutines: one that is dropped is closed at once, replay-silent (SPEC §8),
-never left to the garbage collector, whose closing would run its code's ``finally`` blocks as
-if live. Every close goes through the worker's :class:`Closer`: closing runs workflow code,
-which may refuse to stop (it catches the close and awaits again, forever); such a coroutine is
-given up after a few throws (``dex.domain.coroutines.CLOSE_THROWS``), so a close always ends —
-in the flusher, too, which closes what the cache evicts — and the closer counts, logs and
-reports it (``Engine.health().abandoned_executors``, ``dex_abandoned_executors_total``).
+Executors hold live coroutines: one that is dropped is closed by the worker, by the end of its
+round, replay-silent (SPEC §8), never left to the garbage collector, whose closing would run
+its code's ``finally`` blocks as if live. Every close goes through the worker's
+:class:`Closer`, because closing runs workflow code (its ``except`` and ``finally`` blocks),
+which may misbehave like any workflow code:
+
+- it may refuse to stop (catch the close and await again, for ever): such a coroutine is given
+  up after a few throws (``dex.domain.coroutines.CLOSE_THROWS``), and the closer counts, logs
+  and reports it (``Engine.health().abandoned_executors``, ``dex_abandoned_executors_total``);
+- it may block (a CPU loop in a ``finally``): so executors are not closed where they are
+  dropped — the flusher evicting from the cache, the watchdog handing a round over, an
+  activity's thread answering a step — but queued, and closed by the workflow worker at the
+  start and end of its rounds, each close watched like any stretch of workflow code
+  (``dex.app.watchdog``). The flusher never runs workflow code, and a close that blocks is
+  interrupted and its thread replaced; the engine's ``stop()`` closes what is left in a thread
+  of its own, for at most its timeout.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import logging
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 
 import attrs
@@ -117,6 +127,7 @@ class Closer:
     def __init__(self, telemetry: Telemetry | None = None) -> None:
         self._telemetry: Telemetry = telemetry if telemetry is not None else TelemetryHub()
         self._abandoned = 0
+        self._dropped: list[WorkflowExecutor] = []  # to be closed by the workflow worker's thread
         self._lock = threading.Lock()
 
     @property
@@ -124,7 +135,35 @@ class Closer:
         """Coroutines that refused to close, abandoned so far (by this worker)."""
         return self._abandoned
 
+    def __len__(self) -> int:
+        """How many dropped executors wait to be closed."""
+        return len(self._dropped)
+
     def __call__(self, executor: WorkflowExecutor) -> None:
+        """``executor`` is dropped: queue it for :meth:`close_dropped` (from any thread; no code runs here)."""
+        with self._lock:
+            self._dropped.append(executor)
+
+    def all(self, executors: Iterable[WorkflowExecutor]) -> None:
+        """Each of ``executors`` is dropped (see ``__call__``)."""
+        executors = list(executors)
+        with self._lock:
+            self._dropped.extend(executors)
+
+    def close_dropped(self, watched: Callable[[WorkflowExecutor], AbstractContextManager[object]] | None = None) -> int:
+        """Close the executors dropped so far, each inside ``watched(executor)`` (the workflow
+        worker's watch, when a watchdog runs); return how many."""
+        with self._lock:
+            dropped, self._dropped = self._dropped, []
+        for executor in dropped:
+            if watched is None:
+                self._close(executor)
+            else:
+                with watched(executor):
+                    self._close(executor)
+        return len(dropped)
+
+    def _close(self, executor: WorkflowExecutor) -> None:
         """Close ``executor`` (silently: its code issues nothing); one that fails to close is logged."""
         try:
             refused = executor.close()
@@ -146,11 +185,6 @@ class Closer:
         hook = getattr(self._telemetry, "executors_abandoned", None)  # sinks written before it lack it
         if hook is not None:
             hook(executor.workflow_name, refused)
-
-    def all(self, executors: Iterable[WorkflowExecutor]) -> None:
-        """Close each of ``executors`` (one that fails to close does not stop the rest)."""
-        for executor in executors:
-            self(executor)
 
 
 class ExecutorCache:
@@ -241,7 +275,7 @@ def round_inputs(
             for (task, given), entry in zip(handed, cached, strict=True)
         ]
     except BaseException:
-        # a dropped executor is closed at once, replay-silent (SPEC §8): left to the garbage
+        # a dropped executor is closed by the worker, replay-silent (SPEC §8): left to the garbage
         # collector, its code's finally blocks would run as if live
         close.all(entry.executor for entry in cached if entry is not None)
         raise
@@ -276,7 +310,7 @@ def start_point(
             item = store.load_workflow_tasks([(task, cached.last_seq if cached else 0)], now)[0]
         except BaseException:
             if cached is not None:
-                close(cached.executor)  # dropped: closed at once, not by the garbage collector (SPEC §8)
+                close(cached.executor)  # dropped: closed by the worker, not by the garbage collector (SPEC §8)
             raise
     if isinstance(item, Exception):
         if cached is not None:

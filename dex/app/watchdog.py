@@ -96,16 +96,22 @@ class _Watch:
         "executor",
         "fired",
         "interrupted_at",
+        "nested",
         "replaced",
+        "run_id",
         "since",
         "spinning",
         "task",
         "thread",
+        "workflow",
     )
 
-    def __init__(self, dog: Watchdog, task: WorkflowTask, executor: WorkflowExecutor | None) -> None:
-        self._dog, self.task, self.executor = dog, task, executor
-        self.thread, self.since, self.fired, self.replaced = 0, 0.0, False, False
+    def __init__(
+        self, dog: Watchdog, task: WorkflowTask | None, executor: WorkflowExecutor | None, workflow: str, run_id: str
+    ) -> None:
+        # task None: the close of a dropped executor (no task to give back)
+        self._dog, self.task, self.executor, self.workflow, self.run_id = dog, task, executor, workflow, run_id
+        self.thread, self.since, self.fired, self.replaced, self.nested = 0, 0.0, False, False, False
         self.cpu = self.interrupted_at = 0.0
         self.spinning = False  # still running after its interrupt (reported to the quarantine)
 
@@ -114,10 +120,15 @@ class _Watch:
         # the GIL from code that waited for it
         self.thread, self.since, self.cpu = threading.get_ident(), self._dog._clock(), time.thread_time()
         with self._dog._lock:
-            self._dog._watches[self.thread] = self
+            # inside a watched stretch already: that one watches this too
+            self.nested = self.thread in self._dog._watches
+            if not self.nested:
+                self._dog._watches[self.thread] = self
 
     def __exit__(self, *exc_info: object) -> None:
         dog = self._dog
+        if self.nested:
+            return
         with dog._lock:  # from here on the watchdog cannot fire on this stretch
             if dog._watches.get(self.thread) is self:
                 del dog._watches[self.thread]
@@ -173,7 +184,13 @@ class Watchdog:
 
     def watch(self, task: WorkflowTask, executor: WorkflowExecutor | None) -> _Watch:
         """A context manager around a stretch of ``task``'s workflow code, run in the calling thread."""
-        return _Watch(self, task, executor)
+        return _Watch(self, task, executor, task.workflow_name, task.run_id)
+
+    def watch_close(self, executor: WorkflowExecutor) -> _Watch:
+        """A context manager around the close of a dropped ``executor`` (which runs its code's
+        ``finally`` blocks), run in the calling thread: one that blocks is interrupted and its
+        thread replaced as a blocked task's is, with no task to give back."""
+        return _Watch(self, None, executor, executor.workflow_name, executor.run_id)
 
     def gave_up(self, task: WorkflowTask) -> bool:
         """Whether this claim of ``task`` was given back while its code blocked."""
@@ -222,7 +239,8 @@ class Watchdog:
                 if now - watch.since <= self.deadline:
                     continue
                 watch.fired = True
-                self._fired.add((watch.task.task_id, watch.task.lease.version))
+                if watch.task is not None:
+                    self._fired.add((watch.task.task_id, watch.task.lease.version))
                 if watch.executor is not None:
                     watch.executor.abandon()
                 held = None
@@ -255,7 +273,7 @@ class Watchdog:
         _interrupt(watch.thread)
         if not watch.spinning:
             watch.spinning = True
-            self.quarantine.interrupted(watch.thread, watch.task.workflow_name, watch.task.run_id)
+            self.quarantine.interrupted(watch.thread, watch.workflow, watch.run_id)
 
     def _held_gil(self, cpu: float, held: float) -> str | None:
         """Why code that ran ``held`` seconds while the watchdog could not run, its thread using
@@ -275,19 +293,18 @@ class Watchdog:
         """A stretch of workflow code ended past the deadline before the watchdog fired on it
         (its result is written as usual): between two ticks, or while C code of it held the
         GIL, so that the watchdog could not run. Counted as a block of its workflow."""
-        task = watch.task
         starved = self._clock() - self._stepped > self.deadline
         beyond = self._held_gil(cpu, held) if starved else None
         log.warning(
             "the workflow code of run %s (%s) held its thread for %.1f s, past the deadline of %g s%s",
-            task.run_id,
-            task.workflow_name,
+            watch.run_id,
+            watch.workflow,
             held,
             self.deadline,
             f"; {beyond}" if beyond else "",
-            extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
+            extra={"run_id": watch.run_id, "workflow_name": watch.workflow},
         )
-        self.quarantine.blocked(task.workflow_name, task.run_id, beyond)
+        self.quarantine.blocked(watch.workflow, watch.run_id, beyond)
 
     def _replace(self, watch: _Watch, at_most: int | None = None) -> bool:
         """Retire the thread running ``watch`` (it leaves once its code returns) and start a fresh
@@ -309,13 +326,18 @@ class Watchdog:
 
     def _blocked(self, watch: _Watch, where: str, held_gil: str | None) -> None:
         self._replace(watch)
-        task = watch.task
-        self._worker.retry_later(
-            task,
-            f"its workflow code blocked the task for more than {self.deadline:g} s, at {where}"
-            + (f"; {held_gil}" if held_gil else ""),
-        )
-        self.quarantine.blocked(task.workflow_name, task.run_id, held_gil)
+        blocked = f"for more than {self.deadline:g} s, at {where}" + (f"; {held_gil}" if held_gil else "")
+        if watch.task is not None:
+            self._worker.retry_later(watch.task, f"its workflow code blocked the task {blocked}")
+        else:  # a close: the run lost nothing (its next task replays it), the thread is replaced
+            log.warning(
+                "closing the executor of run %s (%s), its workflow code blocked %s",
+                watch.run_id,
+                watch.workflow,
+                blocked,
+                extra={"run_id": watch.run_id, "workflow_name": watch.workflow},
+            )
+        self.quarantine.blocked(watch.workflow, watch.run_id, held_gil)
 
     def _revive(self) -> int:
         if self._stopping.is_set():

@@ -135,9 +135,26 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
         with self._handed_lock:
             self._handed.extend(zip(tasks, inputs, strict=True))
 
-    def poll_once(self, claim: bool = True) -> int:
+    def poll_once(self, claim: bool = True, *, close: bool = True) -> int:
         """Execute up to one batch of workflow tasks (handed ones first, then, with ``claim``,
-        claimed ones); return how many ran."""
+        claimed ones); return how many ran. Then, with ``close``, close the executors dropped
+        meanwhile, here or by other threads (:class:`~dex.app.executors.Closer`)."""
+        try:
+            return self._poll(claim)
+        finally:
+            if close and len(self.closer):
+                self.close_dropped()
+
+    def close_dropped(self) -> int:
+        """Close the executors dropped so far, in this thread, each watched like workflow code
+        (its ``finally`` blocks run, and may block); return how many."""
+        return self.closer.close_dropped(self._watched_close if self.watchdog is not None else None)
+
+    def _watched_close(self, executor: WorkflowExecutor) -> AbstractContextManager[object]:
+        watchdog = self.watchdog
+        return watchdog.watch_close(executor) if watchdog is not None else nullcontext()
+
+    def _poll(self, claim: bool) -> int:
         names = self.names
         if not names:
             return 0
@@ -195,7 +212,7 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
                 self._rounds.pop(ident, None)
                 left, done = list(round_.jobs), round_.take()
                 round_.jobs.clear()
-            # dropped: closed at once
+            # dropped: closed at the end of this round
             self.closer.all(job.preloaded.cached.executor for job in left if job.preloaded.cached is not None)
             if done:  # also when a later task of the round raised: what is decided is written
                 self._buffer.add_workflow_results(done)
@@ -381,10 +398,24 @@ class WorkflowWorker(GroupedSteps, AnsweredSteps):
         self.holds += failure is not None
         return give_back(self._store, self._telemetry, self._rng, task, reason, exc, failure)
 
-    def forget(self) -> None:
-        """Close every executor this worker holds (the engine stops)."""
+    def forget(self, timeout: float | None = None) -> None:
+        """Close every executor this worker holds (the engine stops): in the calling thread, or,
+        with ``timeout``, in a thread of their own for at most that long (code that blocks in a
+        ``finally`` block, unwatched now, must not hold the stop up)."""
         self.cache.clear()
         self.closer.all(entry.executor for entry in self._unwritten.clear())
+        if timeout is None:
+            self.close_dropped()
+            return
+        closing = threading.Thread(target=self.close_dropped, name="dex-closing", daemon=True)
+        closing.start()
+        closing.join(timeout)
+        if closing.is_alive():
+            log.warning(
+                "closing the dropped workflow executors did not end within %g s (workflow code blocks in a "
+                "finally block); left to a thread of its own",
+                timeout,
+            )
 
     def written(self, task: WorkflowTask, applied: bool) -> None:
         """The buffer wrote our result for ``task``: keep its executor if the store applied it."""

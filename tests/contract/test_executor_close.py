@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.executors import ExecutorCache
+from dex.app.executors import Closer, ExecutorCache
 
 finals: list[bool] = []  # ctx.is_replaying in each run of the finally block
 effects: list[str] = []  # side effects that really ran
@@ -113,8 +113,11 @@ def test_evicted_executors_are_closed_silently(make_engine: Any) -> None:
     cache: ExecutorCache = engine.workflow_worker.cache
     entry = cache.take(run_id)
     assert entry is not None
-    small = ExecutorCache(0)
-    small.put(run_id, entry.executor, entry.last_seq)  # evicted at once
+    closer = Closer()
+    small = ExecutorCache(0, closer)
+    small.put(run_id, entry.executor, entry.last_seq)  # evicted at once: dropped
+    assert finals == [] and len(closer) == 1  # no workflow code runs in the thread that evicts
+    assert closer.close_dropped() == 1  # the worker's thread closes it
     assert finals == [True]
     assert effects == []
 
@@ -129,9 +132,11 @@ def test_an_executor_replaced_in_the_cache_is_closed_silently(make_engine: Any) 
     assert newer is not None
     cache.put(run_id, entry.executor, entry.last_seq)
     cache.put(run_id, newer.executor, newer.last_seq)  # the first one is dropped
+    engine.workflow_worker.close_dropped()
     assert finals == [True]
     assert effects == []
     cache.clear()
+    engine.workflow_worker.close_dropped()
 
 
 # -- code that refuses to close (issue 44, finding 1) -------------------------------------------
@@ -216,3 +221,51 @@ def test_a_started_engine_with_code_that_refuses_to_close_goes_on_and_stops(make
     stopping.join(60)
     assert not stopping.is_alive()  # stop() returned (it never did while the close spun)
     assert not engine.get_run(hostile).status.is_terminal
+
+
+spinning = {"on": False}
+
+
+@dex.workflow
+async def spins_in_finally(ctx: dex.WorkflowContext) -> str:
+    try:
+        await ctx.wait_for_event("go")
+        return "went"
+    finally:
+        while spinning["on"]:  # a CPU loop in the code its close runs
+            pass
+
+
+def test_a_close_that_blocks_is_interrupted_by_the_watchdog_and_the_engine_goes_on(
+    make_engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dex")
+    spinning["on"] = True
+    engine: dex.Engine = make_engine(
+        [spins_in_finally, healthy],
+        [plus_one],
+        executor_cache_size=1,
+        poll_interval=0.01,
+        workflow_task_deadline=0.5,
+    )
+    engine.start()
+    try:
+        blocking = engine.start_workflow(spins_in_finally)
+        deadline = time.monotonic() + 10
+        while "WorkflowTaskCompleted" not in [event.kind for event in engine.history(blocking)]:
+            assert time.monotonic() < deadline, "the run never waited for its event"
+            time.sleep(0.01)
+        # healthy runs evict its executor: its close spins, in the workflow worker's thread (never
+        # the flusher's), where the watchdog interrupts it and a fresh thread goes on
+        for x in range(3):
+            ok = engine.start_workflow(healthy, x)
+            assert engine.wait(ok, timeout=10) == x + 1
+        while not any("closing the executor of run " + blocking in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline + 10, "the blocked close was not reported"
+            time.sleep(0.01)
+        assert engine.health().threads_alive
+    finally:
+        spinning["on"] = False
+    # its run lost nothing: the next task replays it on a fresh executor
+    engine.send_event(blocking, "go")
+    assert engine.wait(blocking, timeout=10) == "went"
