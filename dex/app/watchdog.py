@@ -18,6 +18,11 @@ ticked by its own thread, notices one that runs past the deadline
   of the blocked round (``WorkflowWorker.hand_over``), so other runs go on at once. The old
   thread leaves when the blocked call returns.
 
+The close of a dropped executor runs its code's ``finally`` blocks, which may block as well:
+the workflow worker closes executors inside a watch too (:meth:`Watchdog.watch_close`), and
+one past the deadline is interrupted and its thread replaced the same way, with no task to
+give back (the run's next task replays it).
+
 Other runs do not wait for the deadline, though: code that has held its thread for ``stall``
 seconds (a second, at most a quarter of the deadline) already has its thread retired and
 replaced and the rest of its round handed over, without failing its task — a slow task that
