@@ -34,14 +34,14 @@ FILTERS = (
     Param(
         name="status",
         repeated=True,
-        schema={"type": "string", "enum": [*STATUSES, *(status.lower() for status in STATUSES)]},
-        description="Only runs in this status (repeatable; upper or lower case)",
+        schema={"type": "string", "enum": [*STATUSES, *(status.lower() for status in STATUSES), ""]},
+        description="Only runs in this status (repeatable; upper or lower case; a blank one is ignored)",
     ),
     Param(
         name="label",
         repeated=True,
-        schema={"type": "string", "pattern": "^[^=\\x00]+=[^\\x00]*$"},
-        description="KEY=VALUE: only runs with this label (repeatable; all must match)",
+        schema={"type": "string", "pattern": "^([^=\\x00]+=[^\\x00]*)?$"},
+        description="KEY=VALUE: only runs with this label (repeatable; all must match; a blank one is ignored)",
     ),
     Param(name="instance_id", schema=TEXT, description="Only runs with this instance id"),
     Param(

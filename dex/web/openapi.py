@@ -25,7 +25,7 @@ TEXT = {"type": "string", "pattern": NO_NUL}  # any text PostgreSQL can store
 NAME = {"type": "string", "pattern": NAME_PATTERN.pattern}  # a workflow, event or schedule name
 QUEUE_NAME = {"type": "string", "pattern": QUEUE_PATTERN.pattern}
 KEY = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": NO_NUL}  # instance id, concurrency key
-LABELS = {"type": "object", "additionalProperties": TEXT, "description": "text keys to text values"}
+LABELS = {"type": "object", "propertyNames": TEXT, "additionalProperties": TEXT, "description": "text to text"}
 PRIORITY = {"type": "integer", "minimum": 0, "maximum": 100}
 STATUSES = [status.value for status in RunStatus]
 

@@ -46,8 +46,8 @@ class Param:
         if self.where == "path":
             validation.check_text(request.path_params[self.name], self.schema, where)
             return
-        if self.repeated:  # an empty value is an empty list (?status=), as a form sends it
-            texts = [text for text in request.query_params.getlist(self.name) if text != ""]
+        if self.repeated:
+            texts = request.query_params.getlist(self.name)
         else:
             texts = [request.query_params[self.name]] if self.name in request.query_params else []
         for text in texts:

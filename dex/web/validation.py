@@ -37,6 +37,7 @@ KEYWORDS = frozenset(
         "properties",
         "required",
         "additionalProperties",
+        "propertyNames",
         "items",
         "minItems",
         "maxItems",
@@ -149,16 +150,17 @@ def _object_problem(value: dict[str, Any], schema: Mapping[str, Any], where: str
             return f"{prefix}{name} is required"
     properties: Mapping[str, Any] = schema.get("properties", {})
     extra = schema.get("additionalProperties", True)
+    names = schema.get("propertyNames")
     for key, item in value.items():
+        problem = _problem(key, names, f"a key of {where or 'the body'}") if names is not None else None
+        if problem is not None:
+            return problem
         if key in properties:
             problem = _problem(item, properties[key], prefix + key)
         elif extra is False:
             problem = f"{where or 'the body'} has no field {_shown(key)}"
-        elif isinstance(extra, Mapping):  # a JSON key is a string: held to what any text is
-            key_problem = _problem(key, {"type": "string", "pattern": NO_NUL}, f"a key of {where or 'the body'}")
-            problem = key_problem or _problem(item, extra, f"{prefix}{_shown(key)}")
-        else:
-            problem = None
+        elif isinstance(extra, Mapping):
+            problem = _problem(item, extra, f"{prefix}{_shown(key)}")
         if problem is not None:
             return problem
     return None

@@ -78,7 +78,7 @@ def schemas_in(schema: Any) -> Any:
     for key in ("properties",):
         for inner in schema.get(key, {}).values():
             yield from schemas_in(inner)
-    for key in ("items", "additionalProperties"):
+    for key in ("items", "additionalProperties", "propertyNames"):
         if isinstance(schema.get(key), dict):
             yield from schemas_in(schema[key])
     for inner in schema.get("anyOf", ()):
