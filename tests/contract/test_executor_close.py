@@ -17,6 +17,7 @@ import pytest
 
 import dex
 from dex.app.executors import Closer, ExecutorCache
+from dex.observability.prometheus import PrometheusTelemetry
 
 finals: list[bool] = []  # ctx.is_replaying in each run of the finally block
 effects: list[str] = []  # side effects that really ran
@@ -202,6 +203,8 @@ def test_a_started_engine_with_code_that_refuses_to_close_goes_on_and_stops(make
     engine: dex.Engine = make_engine(
         [sleeps_through_close, healthy], [plus_one], executor_cache_size=1, poll_interval=0.01
     )
+    metrics = PrometheusTelemetry()
+    engine.telemetry.attach(metrics)
     engine.start()
     hostile = engine.start_workflow(sleeps_through_close)
     deadline = time.monotonic() + 10
@@ -216,6 +219,8 @@ def test_a_started_engine_with_code_that_refuses_to_close_goes_on_and_stops(make
     health = engine.health()
     assert health.abandoned_executors >= 1
     assert health.threads_alive
+    total = metrics.registry.get_sample_value("dex_abandoned_executors_total", {"workflow": "sleeps_through_close"})
+    assert total == health.abandoned_executors
     stopping = threading.Thread(target=engine.stop, kwargs={"timeout": 5})
     stopping.start()
     stopping.join(60)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import dex
+from dex.observability.prometheus import PrometheusTelemetry
 from dex.testing import VirtualClock
 
 spin = {"on": True}
@@ -87,10 +88,11 @@ def _workflow_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name == "dex-workflow-worker")
 
 
-def _started(make_engine: Any) -> dex.Engine:
+def _started(make_engine: Any, metrics: PrometheusTelemetry) -> dex.Engine:
     engine: dex.Engine = make_engine(
         [swallower, backtracks, healthy], [quick], poll_interval=0.01, workflow_task_deadline=0.5
     )
+    engine.telemetry.attach(metrics)
     engine.start()
     return engine
 
@@ -99,7 +101,8 @@ def test_code_that_swallows_the_interrupt_is_quarantined_and_its_threads_stay_bo
     make_engine: Any, clock: VirtualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dex")
-    engine = _started(make_engine)
+    metrics = PrometheusTelemetry()
+    engine = _started(make_engine, metrics)
     threads_before = _workflow_threads()
     hostile = engine.start_workflow(swallower)
 
@@ -133,6 +136,8 @@ def test_code_that_swallows_the_interrupt_is_quarantined_and_its_threads_stay_bo
     # (a healthy task slowed down by the spinning threads may have its thread replaced for a while)
     _eventually(lambda: _workflow_threads() <= threads_before + spinning)
     assert 1 <= engine.health().interrupted_threads <= spinning
+    assert metrics.registry.get_sample_value("dex_interrupted_threads") == engine.health().interrupted_threads
+    assert metrics.registry.get_sample_value("dex_workflow_quarantined", {"workflow": "swallower"}) == 1
     assert engine.health().threads_alive
     assert not engine.get_run(hostile).status.is_terminal
 
@@ -163,12 +168,14 @@ def test_code_that_holds_the_gil_past_the_deadline_is_quarantined_at_once(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dex")
     regex["length"] = _regex_length(1.5)  # three deadlines: the watchdog cannot run meanwhile
-    engine = _started(make_engine)
+    metrics = PrometheusTelemetry()
+    engine = _started(make_engine, metrics)
     first = engine.start_workflow(backtracks)
 
     _eventually(lambda: engine.health().quarantined_workflows)
     assert engine.health().quarantined_workflows == ("backtracks",)
     assert any("held the GIL" in r.getMessage() for r in caplog.records)
+    assert metrics.registry.get_sample_value("dex_workflow_quarantined", {"workflow": "backtracks"}) == 1
 
     # no task of it runs here again (a frozen process each time); the rest goes on
     second = engine.start_workflow(backtracks)
