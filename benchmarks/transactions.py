@@ -74,7 +74,9 @@ def run_dex(
             await ctx.activity(insert, ctx.run_id, step)
         return x
 
-    adapter = PostgresAdapter(dsn, schema=schema, max_connections=16)
+    # ten steps at once, on connections of their own, as when they ran on a pool of 16 (its size
+    # less the engine's six); the pool as it was
+    adapter = PostgresAdapter(dsn, schema=schema, max_connections=16, step_connections=10)
     _create_table(dsn, schema)
     engine = dex.Engine(adapter, [three], [insert])
     engine.start()
