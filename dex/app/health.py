@@ -4,7 +4,7 @@ clients can hold (SPEC §8; docs/operations.md "Health").
 Each figure is read from the component that owns it when ``health()`` is called; nothing is
 kept here. A figure that is not zero names something an operator should look at: a workflow
 coroutine that refused to close, a task thread the watchdog interrupted that still runs, a
-transaction step slot held by an attempt whose lease was lost, the remote workers' long polls
+transaction step attempt still running after its lease was lost, the remote workers' long polls
 at their limit.
 """
 
@@ -28,7 +28,9 @@ class EngineHealth:
     quarantined_workflows: tuple[str, ...] = ()
     """Workflow names this process no longer runs: their code blocked tasks beyond the watchdog."""
     lost_step_slots: int = 0
-    """Transaction step slots still held by attempts whose lease was lost."""
+    """Transaction step attempts still running after their lease was lost (stuck in their own
+    code past their ``lock_timeout``: their session was ended, their slot given to the next
+    step, and what they return will be dropped)."""
     long_polls_open: int = 0
     """Remote workers' long polls open now (``/v1/activity-tasks/poll``, gRPC ``Poll``)."""
     long_polls_limit: int = 0
