@@ -139,7 +139,6 @@ def test_what_a_step_does_to_its_session_stays_with_the_step(
         [poisoner, healthy, sync_reporter],
         [changes_its_session, counts, plain, reports_its_session_sync],
         inline_activity_seconds=0.5,
-        activity_concurrency=1,  # one step at a time: the next one gets the poisoned session
     )
     engine.start()
     try:
@@ -148,6 +147,7 @@ def test_what_a_step_does_to_its_session_stays_with_the_step(
             assert engine.wait(engine.start_workflow(poisoner, POISONS[poison]), timeout=30) == "changed"
         assert groups, "the second poisoning step was to run in a group"
         assert _sessions(adapter) == [clean] * POOL
+        # the next step's session is the one given back last (the poisoned one), restored
         assert engine.wait(engine.start_workflow(sync_reporter), timeout=30)[1:] == list(clean)
         run_ids = [engine.start_workflow(healthy, i) for i in range(30)]
         assert [engine.wait(run_id, timeout=30) for run_id in run_ids] == [2 * i + 1 for i in range(30)]
