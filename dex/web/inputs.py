@@ -66,7 +66,8 @@ def moment(params: Mapping[str, str], name: str) -> datetime | None:
     if text is None:
         return None
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "+"))
+        # RFC 3339 allows a lower-case t and z too (the OpenAPI document's date-time)
+        value = datetime.fromisoformat(text.upper().replace("Z", "+00:00").replace(" ", "+"))
     except ValueError:
         raise bad_request(f"{name} must be an ISO 8601 time, got {text[:60]!r}") from None
     if value.tzinfo is None:

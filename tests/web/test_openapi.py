@@ -132,6 +132,9 @@ def test_what_the_document_rules_out_is_a_400_naming_the_field_and_nothing_is_ma
         answer = http.get(url)
         assert answer.status_code == 400 and field in answer.json()["error"]["message"], (url, answer.text)
     assert engine.list_runs() == []  # nothing was made
+    # RFC 3339, as the document's date-time says: lower-case t and z, and a "+" a query turned to a space
+    for moment in ("2020-01-01t00:00:00z", "2020-01-01T00:00:00.5+01:00", "2020-01-01T00:00:00 01:00"):
+        assert http.get("/v1/runs", params={"created_after": moment}).status_code == 200, moment
     # and what the document allows is taken: 7.0 is an integer, as JSON Schema counts it
     started = http.post("/v1/runs", json={"workflow": "web-checkout", "args": [5], "priority": 7.0})
     assert started.status_code == 201, started.text
