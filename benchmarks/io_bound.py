@@ -127,12 +127,8 @@ def keep_the_gil_while_starting() -> None:
     def execute(self: Any, conn: Any, params: Any) -> Any:
         self.check(params)
         pgconn = conn.pgconn
-        with self._lock:
-            ready = conn in self._ready
         with conn.lock:
-            if not ready:
-                self._prepare(conn)
-            pgconn.send_query_prepared(self.name, params, self.formats)
+            pgconn.send_query_params(self.query, params, self.types, self.formats)
             poll_keeping_the_gil(pgconn.socket, 2)  # up to 2 ms with the GIL held; then as usual
             while True:
                 pgconn.consume_input()
