@@ -1,4 +1,4 @@
-"""A dex activity worker that uses only the HTTP API (SPEC §13) and the standard library.
+"""A dex activity worker that uses only the HTTP API (docs/reference/contract.md §13) and the standard library.
 
 The same protocol as ``remote_worker.js``: long-poll for the activity names it knows, run each
 task while a thread heartbeats (and notes ``cancel_requested``), report the result or the error.
