@@ -70,7 +70,7 @@ def test_pooled_sessions_carry_time_limits_and_custom_plans(
     app_dsn: str, pg_schema: str, adapters: list[PostgresAdapter]
 ) -> None:
     adapters.append(PostgresAdapter(app_dsn, schema=pg_schema))
-    with adapters[0]._transaction() as conn:
+    with adapters[0].reading() as conn, conn.transaction():
         settings = dict(
             conn.execute(
                 "SELECT name, setting FROM pg_settings WHERE name IN"
@@ -116,7 +116,7 @@ def test_a_session_stalled_inside_a_transaction_is_ended_and_its_locks_released(
 
     def stall() -> None:  # a process that locks a run, then hangs (a stopped VM, a debugger)
         try:
-            with adapter._transaction() as conn:
+            with adapter.reading() as conn, conn.transaction():
                 conn.execute(
                     sql.SQL("SELECT 1 FROM {}.runs WHERE run_id = %s FOR UPDATE").format(sql.Identifier(pg_schema)),
                     [run_id],

@@ -1,40 +1,31 @@
 """PostgresAdapter: every port of :mod:`dex.app.ports` over a PostgreSQL schema.
 
-Each method is one short transaction on a pooled connection: a single statement in the pool's autocommit
-mode, or a ``conn.transaction()`` block (commits when the block ends, rolls back on an exception). The SQL
-lives in one module per concern; this class owns the pool, the clock and the cache of queues known to exist.
+The adapter is composed of parts, each given what it uses when it is made: the connections
+(:class:`~.database.Database`), the schema's statements, the start statement and the cache of
+queues known to exist (:class:`~.queues.PostgresQueues`). Runs are :class:`~.runs.PostgresRuns`;
+the task queues :class:`~.tasks.PostgresWorkflowTasks` and :class:`~.tasks.PostgresActivityTasks`;
+schedules :class:`~.schedules.PostgresSchedules`; forks :class:`~.forks.PostgresForks`; transaction
+steps :mod:`.step_store`. The adapter builds them, holds them and implements each port by one
+call of the part that owns it. Each port call is one short transaction on a pooled connection: a
+single statement in the pool's autocommit mode, or a ``conn.transaction()`` block.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Collection, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
 import psycopg
-from psycopg_pool import PoolTimeout
 
-from dex.adapters.postgres import (
-    activity_outcomes,
-    activity_tasks,
-    dispatch,
-    forks,
-    queues,
-    runs,
-    workflow_tasks,
-)
+from dex.adapters.postgres import direct, runs
 from dex.adapters.postgres.async_sessions import AsyncSessions
-from dex.adapters.postgres.connection import (
-    DatabaseConnectionError,
-    KeptConnection,
-    connect,
-    describe_dsn,
-    open_pool,
-    prepare_conninfo,
-)
-from dex.adapters.postgres.refusals import refusals
-from dex.adapters.postgres.remote_tasks import PostgresRemoteTasks
+from dex.adapters.postgres.connection import KeptConnection, connect, describe_dsn, open_pool, prepare_conninfo
+from dex.adapters.postgres.database import Database
+from dex.adapters.postgres.forks import PostgresForks
+from dex.adapters.postgres.queues import PostgresQueues
+from dex.adapters.postgres.runs import PostgresRuns
+from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.adapters.postgres.schema import Statements, migrate
 from dex.adapters.postgres.sessions import (
     IDLE_IN_TRANSACTION_TIMEOUT,
@@ -47,10 +38,9 @@ from dex.adapters.postgres.sessions import (
 from dex.adapters.postgres.step_sessions import StepSessions
 from dex.adapters.postgres.step_slots import StepSlots
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
+from dex.adapters.postgres.tasks import PostgresActivityTasks, PostgresWorkflowTasks
 from dex.app.clock import SystemClock
 from dex.app.ports import (
-    ACTIVITY,
-    WORKFLOW,
     ActivityOutcome,
     ActivitySlots,
     ActivityTask,
@@ -60,18 +50,21 @@ from dex.app.ports import (
     QueueInfo,
     RunFilter,
     RunRecord,
+    TransactionStep,
     WorkflowTask,
 )
+from dex.app.schedule_ports import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
+from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.errors import DexError
+from dex.domain.forks import Fork
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
-from dex.serialization.history import decode_block
 from dex.views.secrets import redact_dsn
 
 
-class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransactionSteps):
+class PostgresAdapter:
     """A store in PostgreSQL; several adapters (in one or many processes) may share a schema.
 
     ``dsn`` is a libpq connection string or URL. The schema is created or upgraded on
@@ -127,8 +120,8 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
         if not isinstance(step_connections, int) or isinstance(step_connections, bool) or step_connections < 1:
             raise ValueError(f"step_connections must be an integer of at least 1, got {step_connections!r}")
         self._clock: Clock = clock if clock is not None else SystemClock()
-        self._q = Statements(schema)
-        self._create_run = runs.create_run_statement(self._q)
+        self._q = q = Statements(schema)
+        create_statement = runs.create_run_statement(q)
         conninfo = prepare_conninfo(dsn, connect_timeout)
         # one plain connection first: a bad DSN or a server that is down fails here, at once
         with connect(conninfo) as conn:
@@ -144,10 +137,10 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
             configure=session_settings(statement_timeout, idle_in_transaction_timeout),
         )
         self._kept = KeptConnection(self._pool)  # one session for the application's starts
-        self._conninfo = conninfo
+        self._db = db = Database(self._pool, self._kept, describe_dsn(conninfo))
+        self._shown_dsn = redact_dsn(dsn)  # what repr shows: never the password
         # transaction steps: their slots and their own connections, kept between steps (a step's
         # function may change its session: it is restored before the next step has it)
-        self._step_slots = StepSlots(step_connections, pool_timeout)
         self._step_sessions = StepSessions(
             conninfo,
             settings_query(statement_timeout, idle_in_transaction_timeout),
@@ -160,10 +153,23 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
             restore_query(statement_timeout, idle_in_transaction_timeout),
             keep=step_connections,
         )
-        self._where = describe_dsn(conninfo)
-        self._shown_dsn = redact_dsn(dsn)  # what repr shows: never the password
-        self._known_queues: set[tuple[str, str]] = set()
-        self._known_lock = threading.Lock()
+        self._queues = queues = PostgresQueues(db, q)
+        self._runs = PostgresRuns(db, q, create_statement, queues)
+        self._workflow_tasks = PostgresWorkflowTasks(db, q, queues)
+        self._activity_tasks = PostgresActivityTasks(db, q)
+        self._schedules = PostgresSchedules(db, q, create_statement, queues)
+        self._forks = PostgresForks(db, q, queues)
+        self._steps = TransactionSteps(
+            db,
+            q,
+            create_statement,
+            queues,
+            clock=self._clock,
+            conninfo=conninfo,
+            step_slots=StepSlots(step_connections, pool_timeout),
+            step_sessions=self._step_sessions,
+            async_sessions=self._async_sessions,
+        )
 
     def __repr__(self) -> str:
         return f"PostgresAdapter({self._shown_dsn!r}, schema={self._q.schema!r})"
@@ -183,239 +189,209 @@ class PostgresAdapter(forks.PostgresForks, PostgresRemoteTasks, PostgresTransact
         self._async_sessions.close()
         self._pool.close()
 
-    @contextmanager
-    def _statement(self, kept: bool = False) -> Iterator[psycopg.Connection]:
-        """A connection for operations that are one statement: the pool's connections are in
-        autocommit, so no BEGIN and COMMIT round trips go around it (a single statement is
-        atomic on its own). With ``kept``, the connection kept for starts (KeptConnection)."""
-        try:
-            with self._kept.connection() if kept else self._pool.connection() as conn:
-                yield conn
-        except PoolTimeout as exc:
-            raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
-
     def reading(self) -> AbstractContextManager[psycopg.Connection]:
         """A connection of the pool (autocommit: each statement a transaction of its own) for
         reads of dex's own modules that have no port, such as the dashboard's insights
         (``dex.web.pg_insights``). ``DatabaseConnectionError`` if none comes free."""
-        return self._statement()
-
-    @contextmanager
-    def _transaction(self, pipeline: bool = False) -> Iterator[psycopg.Connection]:
-        """A transaction; with ``pipeline``, statements whose results are not read are sent
-        without waiting for each answer (psycopg's pipeline mode: fewer network round trips)."""
-        with self._connection() as conn, dispatch.begin(conn, pipeline):
-            yield conn
-
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection]:
-        """A pooled connection, for a transaction (:func:`.dispatch.begin`) and what is read after it."""
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except PoolTimeout as exc:
-            # no connection came free, or none could be made: the server is down or overloaded
-            raise DatabaseConnectionError(f"no connection to PostgreSQL at {self._where}: {exc}") from None
+        return self._db.statement()
 
     # -- runs ------------------------------------------------------------------------------
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
-        self._ensure_queues([(created.queue, WORKFLOW)])
-        with self._statement(kept=True) as conn:  # one statement per attempt; see runs.create_run
-            return runs.create_run(conn, self._q, self._create_run, run_id, created, now)[0]
+        return self._runs.create_run(run_id, created, now)
 
     def create_run_then_claim(
         self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
     ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
-        self._ensure_queues([(created.queue, WORKFLOW)])
-        with self._statement(kept=True) as conn:
-            return runs.create_run(conn, self._q, self._create_run, run_id, created, now, claim)
+        return self._runs.create_run_then_claim(run_id, created, now, claim)
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        with self._statement() as conn:
-            return runs.get_run(conn, self._q, run_id)
+        return self._runs.get_run(run_id)
 
     def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
-        if not run_ids:
-            return []
-        with self._statement() as conn:
-            return runs.get_runs(conn, self._q, run_ids)
+        return self._runs.get_runs(run_ids)
 
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
-        with self._statement() as conn:
-            return runs.list_runs(conn, self._q, run_filter)
+        return self._runs.list_runs(run_filter)
 
     def load_history(self, run_id: str) -> list[ev.HistoryEvent]:
-        with self._statement() as conn:
-            encoded = runs.load_history(conn, self._q, run_id)
-        return [event for data in encoded for event in decode_block(data)]
+        return self._runs.load_history(run_id)
 
     def load_history_after(self, run_id: str, after_seq: int, limit: int) -> list[ev.HistoryEvent]:
-        if limit <= 0:
-            return []
-        after_seq, limit = max(-1, min(after_seq, 2**62)), min(limit, 2**31)  # no sum leaves a bigint
-        with self._statement() as conn:
-            encoded = runs.load_history_after(conn, self._q, run_id, after_seq, limit)
-        events = (event for data in encoded for event in decode_block(data))
-        return [event for event in events if event.sequence_number > after_seq][:limit]
+        return self._runs.load_history_after(run_id, after_seq, limit)
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
-        with self._transaction() as conn:
-            runs.send_message(conn, self._q, run_id, message, now)
+        self._runs.send_message(run_id, message, now)
 
     def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
-        with refusals(), self._transaction() as conn:
-            return runs.send_messages(conn, self._q, list(items), now)
+        return self._runs.send_messages(items, now)
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
-        with self._transaction() as conn:
-            runs.request_transition(conn, self._q, run_id, target, message, now)
+        self._runs.request_transition(run_id, target, message, now)
+
+    def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
+        return self._runs.delete_finished_runs(completed_before, limit)
+
+    def create_fork(self, fork: Fork, now: datetime) -> str:
+        return self._forks.create_fork(fork, now)
 
     # -- workflow tasks ----------------------------------------------------------------------
     def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
-        with self._transaction() as conn:
-            return workflow_tasks.schedule_workflow_tasks(conn, self._q, now, limit)
+        return self._workflow_tasks.schedule_workflow_tasks(now, limit)
 
     def claim_workflow_tasks(
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[WorkflowTask]:
-        with self._statement() as conn:
-            return workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
+        return self._workflow_tasks.claim_workflow_tasks(names, owner, now, lease, limit)
 
     def load_workflow_task(
         self, task: WorkflowTask, now: datetime, after_seq: int = 0
     ) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
-        with self._statement() as conn:
-            return workflow_tasks.load_workflow_task(conn, self._q, task, now, after_seq)
+        return self._workflow_tasks.load_workflow_task(task, now, after_seq)
 
     def load_workflow_tasks(self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime) -> list[Loaded]:
-        with self._statement() as conn:
-            return workflow_tasks.load_workflow_tasks(conn, self._q, requests, now)
+        return self._workflow_tasks.load_workflow_tasks(requests, now)
 
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
     ) -> list[bool]:
-        return self._complete_workflow_tasks(results, now, None)[0]
+        return self._workflow_tasks.complete(results, now, None)[0]
 
     def complete_workflow_tasks_then_claim(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim
     ) -> tuple[list[bool], list[ActivityTask]]:
-        return self._complete_workflow_tasks(results, now, claim)
+        return self._workflow_tasks.complete(results, now, claim)
 
     def retry_workflow_tasks(
         self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime, failure: FailureInfo | None = None
     ) -> list[bool]:
-        if not retries:
-            return []
-        with self._statement() as conn:
-            return workflow_tasks.retry_workflow_tasks(conn, self._q, retries, failure)
-
-    def _complete_workflow_tasks(
-        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim | None
-    ) -> tuple[list[bool], list[ActivityTask]]:
-        # queues the results start using get their rows and partitions first, in transactions
-        # of their own (DDL), so that the batch itself only inserts rows
-        needed = [(spec.queue, ACTIVITY) for _, result in results for spec in result.activity_tasks]
-        needed += [(child.created.queue, WORKFLOW) for _, result in results for child in result.child_runs]
-        with refusals():  # the buffer splits a refused batch; see refusals.py
-            self._ensure_queues(needed)
-            return self._complete_workflow_tasks_in_one(results, now, claim)
-
-    def _complete_workflow_tasks_in_one(
-        self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime, claim: Claim | None
-    ) -> tuple[list[bool], list[ActivityTask]]:
-        with self._connection() as conn:
-            return dispatch.complete_workflow_tasks_then_claim(conn, self._q, results, now, claim)
+        return self._workflow_tasks.retry_workflow_tasks(retries, now, failure)
 
     # -- activity tasks ------------------------------------------------------------------------
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
-        with self._transaction() as conn:
-            return activity_tasks.schedule_activity_tasks(conn, self._q, now, limit)
+        return self._activity_tasks.schedule_activity_tasks(now, limit)
 
     def claim_activity_tasks(
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[ActivityTask]:
-        with self._statement() as conn:
-            return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
+        return self._activity_tasks.claim_activity_tasks(names, owner, now, lease, limit)
+
+    def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
+        return self._activity_tasks.find_activity_tasks(task_ids)
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
-        with refusals(), self._statement() as conn:
-            return activity_tasks.extend_activity_leases(conn, self._q, tasks, now, lease)
+        return self._activity_tasks.extend_activity_leases(tasks, now, lease)
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
-        return self._complete_activity_tasks(outcomes, now, None)[0]
+        return self._activity_tasks.complete(outcomes, now, None)[0]
 
     def complete_activity_tasks_then_claim(
         self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim
     ) -> tuple[list[bool], list[WorkflowTask], list[Loaded]]:
-        return self._complete_activity_tasks(outcomes, now, claim)
+        return self._activity_tasks.complete(outcomes, now, claim)
 
-    def _complete_activity_tasks(
-        self, outcomes: Sequence[ActivityOutcome], now: datetime, claim: Claim | None
-    ) -> tuple[list[bool], list[WorkflowTask], list[Loaded]]:
-        if activity_outcomes.all_finished(outcomes):  # one call of the schema's function
-            with refusals(), self._statement() as conn:
-                return activity_outcomes.complete_finished(conn, self._q, outcomes, now, claim)
-        with refusals(), self._connection() as conn:  # see refusals.py
-            return dispatch.complete_activity_tasks_then_claim(conn, self._q, outcomes, now, claim)
+    # -- transaction steps ---------------------------------------------------------------------
+    @property
+    def lost_step_slots(self) -> int:
+        return self._steps.lost_step_slots
 
-    # -- queues ------------------------------------------------------------------------------
-    def _ensure_queues(self, wanted: Iterable[tuple[str, str]]) -> None:
-        with self._known_lock:
-            missing = sorted(set(wanted) - self._known_queues)
-        for name, kind in missing:
-            self.ensure_queue(name, kind)
+    def complete_in_transaction(self, step: TransactionStep) -> bool:
+        return self._steps.complete_in_transaction(step)
 
+    def checkpoint_steps(self, items: Sequence[StepCheckpoint], now: datetime) -> list[CheckpointOutcome]:
+        return self._steps.checkpoint_steps(items, now)
+
+    def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        return self._steps.create_run_in(connection, run_id, created, now)
+
+    def send_message_in(self, connection: object, run_id: str, message: ev.Message, now: datetime) -> None:
+        self._steps.send_message_in(connection, run_id, message, now)
+
+    # -- schedules -----------------------------------------------------------------------------
+    def create_schedule(self, record: ScheduleRecord) -> None:
+        self._schedules.create_schedule(record)
+
+    def update_schedule(
+        self, definition: ScheduleDefinition, next_fire_at: datetime | None, due_at: datetime | None
+    ) -> None:
+        self._schedules.update_schedule(definition, next_fire_at, due_at)
+
+    def delete_schedule(self, name: str) -> None:
+        self._schedules.delete_schedule(name)
+
+    def set_schedule_paused(
+        self, name: str, paused: bool, note: str, next_fire_at: datetime | None, due_at: datetime | None
+    ) -> None:
+        self._schedules.set_schedule_paused(name, paused, note, next_fire_at, due_at)
+
+    def get_schedule(self, name: str) -> ScheduleRecord | None:
+        return self._schedules.get_schedule(name)
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        return self._schedules.list_schedules()
+
+    def due_schedules(self, now: datetime, limit: int) -> tuple[list[ScheduleRecord], datetime | None]:
+        return self._schedules.due_schedules(now, limit)
+
+    def advance_schedule(self, advance: ScheduleAdvance, now: datetime) -> tuple[bool, str | None]:
+        return self._schedules.advance_schedule(advance, now)
+
+    def trigger_schedule(self, name: str, start: ScheduledStart, now: datetime) -> str:
+        return self._schedules.trigger_schedule(name, start, now)
+
+    # -- queues, leadership and maintenance -----------------------------------------------------
     def ensure_queue(self, name: str, kind: str, capacity: int = 100) -> None:
-        queues.check_queue(name, kind, capacity)
-        with self._known_lock:
-            if (name, kind) in self._known_queues:
-                return
-        with self._transaction() as conn:
-            queues.ensure_queue(conn, self._q, name, kind, capacity)
-        with self._known_lock:  # queues are never deleted, so once known, always known
-            self._known_queues.add((name, kind))
+        self._queues.ensure_queue(name, kind, capacity)
 
     def create_queue(self, name: str, kind: str, capacity: int) -> None:
-        queues.check_queue(name, kind, capacity)
-        with self._transaction() as conn:
-            queues.create_queue(conn, self._q, name, kind, capacity)
-        with self._known_lock:
-            self._known_queues.add((name, kind))
+        self._queues.create_queue(name, kind, capacity)
 
     def set_queue_paused(self, name: str, kind: str, paused: bool) -> None:
-        queues.check_queue(name, kind, 1)
-        with self._transaction() as conn:
-            queues.update_queue(conn, self._q, name, kind, "paused", bool(paused))
+        self._queues.set_queue_paused(name, kind, paused)
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
-        queues.check_queue(name, kind, capacity)
-        with self._transaction() as conn:
-            queues.update_queue(conn, self._q, name, kind, "capacity", capacity)
+        self._queues.set_queue_capacity(name, kind, capacity)
 
     def list_queues(self) -> list[QueueInfo]:
-        with self._statement() as conn:
-            return queues.list_queues(conn, self._q)
+        return self._queues.list_queues()
 
     def activity_slots(self) -> list[ActivitySlots]:
-        with self._statement() as conn:
-            return queues.activity_slots(conn, self._q)
+        return self._queues.activity_slots()
 
-    # -- leadership and maintenance -------------------------------------------------------------
     def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:
-        with self._statement() as conn:
-            return queues.try_lead(conn, self._q, node_id, now, ttl)
+        return self._queues.try_lead(node_id, now, ttl)
 
     def release_leadership(self, node_id: str) -> None:
-        with self._transaction() as conn:
-            queues.release_leadership(conn, self._q, node_id)
-
-    def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
-        with self._transaction() as conn:
-            return runs.delete_finished_runs(conn, self._q, completed_before, limit)
+        self._queues.release_leadership(node_id)
 
     def next_due_time(self, now: datetime) -> datetime | None:
-        with self._statement() as conn:
-            return queues.next_due_time(conn, self._q, now)
+        return self._queues.next_due_time(now)
+
+
+class TransactionSteps(PostgresTransactionSteps):
+    """The transaction-step ports (:mod:`.step_store`) as a part made with what they use: the
+    step store's class declares its collaborators as attributes, which this constructor gives.
+    (That class extends :class:`~.schedules.PostgresSchedules` for its statements, start
+    statement and cache of queues; the adapter's schedules are a part of their own.)"""
+
+    def __init__(
+        self,
+        db: Database,
+        q: Statements,
+        create_statement: direct.DirectStatement,
+        queues: PostgresQueues,
+        *,
+        clock: Clock,
+        conninfo: str,
+        step_slots: StepSlots,
+        step_sessions: StepSessions,
+        async_sessions: AsyncSessions,
+    ) -> None:
+        super().__init__(db, q, create_statement, queues)
+        self._clock = clock
+        self._conninfo = conninfo
+        self._step_slots = step_slots
+        self._step_sessions = step_sessions
+        self._async_sessions = async_sessions
 
 
 def _migrate(conn: psycopg.Connection, schema: str) -> None:

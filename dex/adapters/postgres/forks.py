@@ -14,18 +14,18 @@ decides a clash on the instance id (``ON CONFLICT DO NOTHING``, as ``create_run`
 racing with ours waits for our commit). The completion then locks the fork's row and takes
 the rows it makes, as for any result.
 
-Part of :class:`dex.adapters.postgres.PostgresAdapter`.
+:class:`PostgresForks` is a part of :class:`dex.adapters.postgres.PostgresAdapter`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from datetime import datetime
 
 import psycopg
 
 from dex.adapters.postgres import completion
+from dex.adapters.postgres.database import Database
+from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.rows import history_row, inbox_row, insert_history, labels_json
 from dex.adapters.postgres.schema import LIVE, Statements
 from dex.app.ports import ACTIVITY, WORKFLOW, Lease, WorkflowTask
@@ -46,16 +46,12 @@ _INSERT_RUN = (
 
 
 class PostgresForks:
-    """The fork operation of the PostgreSQL adapter (a part of it: it uses the adapter's
-    transactions and its cache of queues)."""
+    """The fork port of the PostgreSQL adapter."""
 
-    _q: Statements
-
-    def _transaction(self, pipeline: bool = False) -> AbstractContextManager[psycopg.Connection]:
-        raise NotImplementedError  # the adapter's
-
-    def _ensure_queues(self, wanted: Iterable[tuple[str, str]]) -> None:
-        raise NotImplementedError  # the adapter's
+    def __init__(self, db: Database, q: Statements, queues: PostgresQueues) -> None:
+        self._db = db
+        self._q = q
+        self._queues = queues
 
     def create_fork(self, fork: Fork, now: datetime) -> str:
         # the queues the fork uses get their rows and partitions first, in transactions of
@@ -63,8 +59,8 @@ class PostgresForks:
         needed = [(fork.created.queue, WORKFLOW)]
         needed += [(task.queue, ACTIVITY) for task in fork.activity_tasks]
         needed += [(child.created.queue, WORKFLOW) for child in fork.child_runs]
-        self._ensure_queues(needed)
-        with self._transaction() as conn:
+        self._queues.ensure_all(needed)
+        with self._db.transaction() as conn:
             create_fork(conn, self._q, fork, now)
         return fork.run_id
 

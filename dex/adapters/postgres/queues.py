@@ -1,5 +1,9 @@
 """Queue administration, the leadership lease and the due-time query.
 
+:class:`PostgresQueues` is the adapter's part that runs them, and keeps the set of queues known
+to exist, so that a start or a completion creates a queue's row and partition (DDL, in a
+transaction of its own) only the first time it uses the queue.
+
 A queue is a row of ``queues`` plus a partition of its kind's task table. The partition is
 created in the same transaction that inserts the row, and only by the transaction whose
 insert succeeded: a concurrent creator waits on the uncommitted row, finds the conflict and
@@ -9,10 +13,13 @@ parent is taken once per queue, not on every ``ensure_queue``.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 import psycopg
 
+from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.schema import Statements, create_partition
 from dex.app.ports import QUEUE_KINDS, ActivitySlots, QueueInfo, queue_capacity
 from dex.domain.definitions import validate_queue
@@ -125,3 +132,69 @@ def next_due_time(conn: psycopg.Connection, q: Statements, now: datetime) -> dat
         {"now": now},
     ).fetchone()
     return row[0] if row is not None else None
+
+
+class PostgresQueues:
+    """The queue administration, leadership and due-time ports of the PostgreSQL adapter, and
+    the cache of queues known to exist that its other parts consult before they write."""
+
+    def __init__(self, db: Database, q: Statements) -> None:
+        self._db = db
+        self._q = q
+        self._known: set[tuple[str, str]] = set()
+        # the parts' threads (starts, flushers, scheduler) consult the cache at once
+        self._known_lock = threading.Lock()
+
+    def ensure_all(self, wanted: Iterable[tuple[str, str]]) -> None:
+        """Make sure each (name, kind) queue exists; only those not yet known cost a transaction."""
+        with self._known_lock:
+            missing = sorted(set(wanted) - self._known)
+        for name, kind in missing:
+            self.ensure_queue(name, kind)
+
+    def ensure_queue(self, name: str, kind: str, capacity: int = 100) -> None:
+        check_queue(name, kind, capacity)
+        with self._known_lock:
+            if (name, kind) in self._known:
+                return
+        with self._db.transaction() as conn:
+            ensure_queue(conn, self._q, name, kind, capacity)
+        with self._known_lock:  # queues are never deleted, so once known, always known
+            self._known.add((name, kind))
+
+    def create_queue(self, name: str, kind: str, capacity: int) -> None:
+        check_queue(name, kind, capacity)
+        with self._db.transaction() as conn:
+            create_queue(conn, self._q, name, kind, capacity)
+        with self._known_lock:
+            self._known.add((name, kind))
+
+    def set_queue_paused(self, name: str, kind: str, paused: bool) -> None:
+        check_queue(name, kind, 1)
+        with self._db.transaction() as conn:
+            update_queue(conn, self._q, name, kind, "paused", bool(paused))
+
+    def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
+        check_queue(name, kind, capacity)
+        with self._db.transaction() as conn:
+            update_queue(conn, self._q, name, kind, "capacity", capacity)
+
+    def list_queues(self) -> list[QueueInfo]:
+        with self._db.statement() as conn:
+            return list_queues(conn, self._q)
+
+    def activity_slots(self) -> list[ActivitySlots]:
+        with self._db.statement() as conn:
+            return activity_slots(conn, self._q)
+
+    def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:
+        with self._db.statement() as conn:
+            return try_lead(conn, self._q, node_id, now, ttl)
+
+    def release_leadership(self, node_id: str) -> None:
+        with self._db.transaction() as conn:
+            release_leadership(conn, self._q, node_id)
+
+    def next_due_time(self, now: datetime) -> datetime | None:
+        with self._db.statement() as conn:
+            return next_due_time(conn, self._q, now)

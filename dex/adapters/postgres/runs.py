@@ -7,6 +7,8 @@ it ``FOR SHARE``. The two conflict, so a message can never slip into the inbox o
 is ending in a concurrent transaction (the inserter waits, then sees the run has ended). The
 one exception is a message sent in the application's own transaction (:func:`send_message`).
 The tables hold no foreign keys (migration 3): these locks are what keep a run's rows with it.
+
+:class:`PostgresRuns` is the adapter's part that runs these functions on its connections.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import psycopg
 from psycopg import sql
 
 from dex.adapters.postgres import direct
+from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.direct import BOOL, BYTEA, INT4, JSONB, TEXT, TEXT_ARRAY, TIMESTAMPTZ
+from dex.adapters.postgres.queues import PostgresQueues
+from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.rows import (
     RUN_COLUMNS,
     history_row,
@@ -30,11 +35,12 @@ from dex.adapters.postgres.rows import (
     run_record,
 )
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, TERMINAL, Statements
-from dex.app.ports import Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
+from dex.app.ports import WORKFLOW, Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, requested
 from dex.domain.task import InboxMessage
+from dex.serialization.history import decode_block
 
 
 @attrs.frozen(kw_only=True)
@@ -394,3 +400,72 @@ def delete_finished_runs(conn: psycopg.Connection, q: Statements, completed_befo
         [completed_before, limit],
     ).fetchone()
     return int(deleted[0]) if deleted is not None else 0
+
+
+class PostgresRuns:
+    """The run-store ports of the PostgreSQL adapter: starts, reads of runs and histories,
+    messages, status requests and the retention of finished runs."""
+
+    def __init__(
+        self, db: Database, q: Statements, create_statement: direct.DirectStatement, queues: PostgresQueues
+    ) -> None:
+        self._db = db
+        self._q = q
+        self._create = create_statement
+        self._queues = queues
+
+    def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
+        self._queues.ensure_all([(created.queue, WORKFLOW)])
+        with self._db.statement(kept=True) as conn:  # one statement per attempt; see create_run
+            return create_run(conn, self._q, self._create, run_id, created, now)[0]
+
+    def create_run_then_claim(
+        self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
+    ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
+        self._queues.ensure_all([(created.queue, WORKFLOW)])
+        with self._db.statement(kept=True) as conn:
+            return create_run(conn, self._q, self._create, run_id, created, now, claim)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        with self._db.statement() as conn:
+            return get_run(conn, self._q, run_id)
+
+    def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        if not run_ids:
+            return []
+        with self._db.statement() as conn:
+            return get_runs(conn, self._q, run_ids)
+
+    def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
+        with self._db.statement() as conn:
+            return list_runs(conn, self._q, run_filter)
+
+    def load_history(self, run_id: str) -> list[ev.HistoryEvent]:
+        with self._db.statement() as conn:
+            encoded = load_history(conn, self._q, run_id)
+        return [event for data in encoded for event in decode_block(data)]
+
+    def load_history_after(self, run_id: str, after_seq: int, limit: int) -> list[ev.HistoryEvent]:
+        if limit <= 0:
+            return []
+        after_seq, limit = max(-1, min(after_seq, 2**62)), min(limit, 2**31)  # no sum leaves a bigint
+        with self._db.statement() as conn:
+            encoded = load_history_after(conn, self._q, run_id, after_seq, limit)
+        events = (event for data in encoded for event in decode_block(data))
+        return [event for event in events if event.sequence_number > after_seq][:limit]
+
+    def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
+        with self._db.transaction() as conn:
+            send_message(conn, self._q, run_id, message, now)
+
+    def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
+        with refusals(), self._db.transaction() as conn:
+            return send_messages(conn, self._q, list(items), now)
+
+    def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
+        with self._db.transaction() as conn:
+            request_transition(conn, self._q, run_id, target, message, now)
+
+    def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
+        with self._db.transaction() as conn:
+            return delete_finished_runs(conn, self._q, completed_before, limit)

@@ -7,13 +7,12 @@ nothing), and, when it applied and the fire starts a run, the schema's ``create_
 same transaction. Two statements per fire, whatever the number of engines; the leader's read
 of the due rows is one statement per step, and followers read nothing.
 
-Part of :class:`dex.adapters.postgres.PostgresAdapter`.
+:class:`PostgresSchedules` is a part of :class:`dex.adapters.postgres.PostgresAdapter`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +20,8 @@ import psycopg
 import psycopg.errors
 
 from dex.adapters.postgres import direct, runs
+from dex.adapters.postgres.database import Database
+from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.rows import labels_json
 from dex.adapters.postgres.schema import Statements
@@ -92,20 +93,19 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
 
 
 class PostgresSchedules:
-    """The schedule-store operations of the PostgreSQL adapter (a part of it: it uses the
-    adapter's connections, statements and start function)."""
+    """The schedule-store ports of the PostgreSQL adapter. A fire that starts a run starts it
+    with the adapter's start statement (``create_statement``), in the fire's transaction."""
 
-    _q: Statements
-    _create_run: direct.DirectStatement
-
-    def _statement(self, kept: bool = False) -> AbstractContextManager[psycopg.Connection]:
-        raise NotImplementedError  # the adapter's
-
-    def _transaction(self, pipeline: bool = False) -> AbstractContextManager[psycopg.Connection]:
-        raise NotImplementedError  # the adapter's
+    def __init__(
+        self, db: Database, q: Statements, create_statement: direct.DirectStatement, queues: PostgresQueues
+    ) -> None:
+        self._db = db
+        self._q = q
+        self._create_run = create_statement
+        self._queues = queues
 
     def _ensure_queues(self, wanted: Iterable[tuple[str, str]]) -> None:
-        raise NotImplementedError  # the adapter's
+        self._queues.ensure_all(wanted)
 
     def create_schedule(self, record: ScheduleRecord) -> None:
         q = self._q
@@ -113,7 +113,7 @@ class PostgresSchedules:
         params += [record.created_at, record.paused, record.note, record.next_fire_at, record.due_at]
         with refusals():  # outside: a clash of names is not refused data
             try:
-                with self._statement() as conn:
+                with self._db.statement() as conn:
                     conn.execute(
                         q(
                             "INSERT INTO {s}.schedules (" + _DEFINITION + ", created_at, paused, note, next_fire_at,"
@@ -130,7 +130,7 @@ class PostgresSchedules:
         columns = [c.strip() for c in _DEFINITION.split(",")][1:]
         assignments = ", ".join(f"{c} = %s" for c in columns)
         params = [*_definition_params(definition)[1:], next_fire_at, due_at, definition.name]
-        with refusals(), self._statement() as conn:
+        with refusals(), self._db.statement() as conn:
             cursor = conn.execute(
                 self._q("UPDATE {s}.schedules SET " + assignments + ", next_fire_at = %s, due_at = %s WHERE name = %s"),
                 params,
@@ -139,7 +139,7 @@ class PostgresSchedules:
                 raise NotFoundError(f"no schedule named {definition.name!r}")
 
     def delete_schedule(self, name: str) -> None:
-        with self._statement() as conn:
+        with self._db.statement() as conn:
             cursor = conn.execute(self._q("DELETE FROM {s}.schedules WHERE name = %s"), [name])
             if cursor.rowcount == 0:
                 raise NotFoundError(f"no schedule named {name!r}")
@@ -147,7 +147,7 @@ class PostgresSchedules:
     def set_schedule_paused(
         self, name: str, paused: bool, note: str, next_fire_at: datetime | None, due_at: datetime | None
     ) -> None:
-        with refusals(), self._statement() as conn:
+        with refusals(), self._db.statement() as conn:
             cursor = conn.execute(
                 self._q(
                     "UPDATE {s}.schedules SET paused = %s, note = %s, next_fire_at = %s, due_at = %s WHERE name = %s"
@@ -158,12 +158,12 @@ class PostgresSchedules:
                 raise NotFoundError(f"no schedule named {name!r}")
 
     def get_schedule(self, name: str) -> ScheduleRecord | None:
-        with self._statement() as conn:
+        with self._db.statement() as conn:
             row = conn.execute(self._q("SELECT " + _COLUMNS + " FROM {s}.schedules WHERE name = %s"), [name]).fetchone()
         return _record(row) if row is not None else None
 
     def list_schedules(self) -> list[ScheduleRecord]:
-        with self._statement() as conn:
+        with self._db.statement() as conn:
             rows = conn.execute(self._q("SELECT " + _COLUMNS + " FROM {s}.schedules ORDER BY name")).fetchall()
         return [_record(row) for row in rows]
 
@@ -178,7 +178,7 @@ class PostgresSchedules:
             " l AS (SELECT min(due_at) AS following FROM {s}.schedules WHERE NOT paused AND due_at > %(now)s)"
             " SELECT " + qualified + ", l.following FROM l LEFT JOIN d ON true"
         )
-        with self._statement() as conn:
+        with self._db.statement() as conn:
             rows = conn.execute(self._q(statement), {"now": now, "limit": limit}).fetchall()
         following = rows[0][-1] if rows else None
         return [_record(row[:-1]) for row in rows if row[0] is not None], following
@@ -188,7 +188,7 @@ class PostgresSchedules:
         if start is not None:
             self._ensure_queues([(start.created.queue, WORKFLOW)])
         q = self._q
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             # the compare-and-set; with a start, the run it proposes becomes the last run
             row = conn.execute(
                 q(
@@ -219,7 +219,7 @@ class PostgresSchedules:
 
     def trigger_schedule(self, name: str, start: ScheduledStart, now: datetime) -> str:
         self._ensure_queues([(start.created.queue, WORKFLOW)])
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             cursor = conn.execute(
                 self._q("UPDATE {s}.schedules SET last_fire_at = %s, last_run_id = %s WHERE name = %s"),
                 [start.fire_at, start.run_id, name],
