@@ -1,21 +1,27 @@
 """The asyncio face of the engine: the same calls, awaitable, never blocking the event loop.
 
-Store calls run in the default executor (``asyncio.to_thread``), so an application serving
-requests on an event loop (FastAPI, aiohttp) can start, signal and wait for runs without
-stalling its loop. ``wait_async`` polls with ``asyncio.sleep``, backing off up to 50 ms, and
-retries a read that the store failed until its own deadline, as ``wait`` does.
+:class:`AsyncCalls` is the service behind ``Engine``'s ``*_async`` methods: it runs the same
+services the blocking calls use. Store calls run in the default executor
+(``asyncio.to_thread``), so an application serving requests on an event loop (FastAPI,
+aiohttp) can start, signal and wait for runs without stalling its loop. ``wait_async`` polls
+with ``asyncio.sleep``, backing off up to 50 ms, and retries a read that the store failed
+until its own deadline, as ``wait`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
-from typing import Any, Protocol, cast
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
 
+from dex.app.fork import Forks
 from dex.app.info import RunInfo
-from dex.app.reads import ReadFailures, outcome_of, wait_seconds
+from dex.app.messages import RunMessages
+from dex.app.ports import RunFilter
+from dex.app.reads import ReadFailures, RunReads, outcome_of, wait_seconds
+from dex.app.starts import Starts
 from dex.app.transaction_ports import LoopConnection
 from dex.domain import events as ev
 from dex.domain.definitions import validate_text
@@ -23,58 +29,17 @@ from dex.domain.errors import DexError
 from dex.domain.status import RunStatus
 
 
-class EngineCalls(Protocol):
-    """The blocking calls of :class:`dex.Engine` that the awaitable ones run in a thread (the
-    engine mixes :class:`AsyncEngineMixin` in, so it sits above this module)."""
+class AsyncCalls:
+    """Awaitable versions of the engine's calls (each ``Engine.<call>_async`` is ``<call>``
+    here), over the services its blocking calls use."""
 
-    def start_workflow(
-        self,
-        fn_or_name: Callable[..., Any] | str,
-        *args: Any,
-        instance_id: str | None = None,
-        queue: str | None = None,
-        priority: int = 0,
-        concurrency_key: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        connection: Any = None,
-    ) -> str: ...
+    def __init__(self, starts: Starts, messages: RunMessages, reads: RunReads, forks: Forks) -> None:
+        self._starts = starts
+        self._messages = messages
+        self._reads = reads
+        self._forks = forks
 
-    def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None: ...
-
-    def cancel(self, run_id: str, reason: str = "") -> None: ...
-
-    def suspend(self, run_id: str) -> None: ...
-
-    def resume(self, run_id: str) -> None: ...
-
-    def get_run(self, run_id: str) -> RunInfo: ...
-
-    def list_runs(
-        self,
-        *,
-        workflow_name: str | None = None,
-        statuses: Iterable[RunStatus | str] | None = None,
-        labels: Mapping[str, str] | None = None,
-        instance_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 100,
-        code_version: str | None = None,
-    ) -> list[RunInfo]: ...
-
-    def history(self, run_id: str) -> list[ev.HistoryEvent]: ...
-
-    def fork(self, run_id: str, at: int | None = None, queue: str | None = None) -> str: ...
-
-
-class AsyncEngineMixin:
-    """Awaitable versions of the engine's calls (mixed into :class:`dex.Engine`)."""
-
-    @property
-    def _sync(self) -> EngineCalls:
-        return cast(EngineCalls, self)
-
-    async def start_workflow_async(
+    async def start_workflow(
         self,
         fn_or_name: Callable[..., Any] | str,
         *args: Any,
@@ -88,69 +53,44 @@ class AsyncEngineMixin:
         """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (SPEC §9)."""
         bound = _bound(connection)
         return await asyncio.to_thread(
-            lambda: self._sync.start_workflow(
-                fn_or_name,
-                *args,
-                instance_id=instance_id,
-                queue=queue,
-                priority=priority,
-                concurrency_key=concurrency_key,
-                labels=labels,
-                connection=bound,
-            )
+            self._starts.start_workflow,
+            fn_or_name,
+            args,
+            instance_id,
+            queue,
+            priority,
+            concurrency_key,
+            labels,
+            bound,
         )
 
-    async def send_event_async(
-        self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None
-    ) -> None:
+    async def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None:
         bound = _bound(connection)
-        await asyncio.to_thread(lambda: self._sync.send_event(run_id, event_id, payload, connection=bound))
+        await asyncio.to_thread(lambda: self._messages.send_event(run_id, event_id, payload, connection=bound))
 
-    async def cancel_async(self, run_id: str, reason: str = "") -> None:
-        await asyncio.to_thread(self._sync.cancel, run_id, reason)
+    async def cancel(self, run_id: str, reason: str = "") -> None:
+        await asyncio.to_thread(self._messages.cancel, run_id, reason)
 
-    async def suspend_async(self, run_id: str) -> None:
-        await asyncio.to_thread(self._sync.suspend, run_id)
+    async def suspend(self, run_id: str) -> None:
+        await asyncio.to_thread(self._messages.suspend, run_id)
 
-    async def resume_async(self, run_id: str) -> None:
-        await asyncio.to_thread(self._sync.resume, run_id)
+    async def resume(self, run_id: str) -> None:
+        await asyncio.to_thread(self._messages.resume, run_id)
 
-    async def get_run_async(self, run_id: str) -> RunInfo:
-        return await asyncio.to_thread(self._sync.get_run, run_id)
+    async def get_run(self, run_id: str) -> RunInfo:
+        return await asyncio.to_thread(self._reads.get_run, run_id)
 
-    async def list_runs_async(
-        self,
-        *,
-        workflow_name: str | None = None,
-        statuses: Iterable[RunStatus | str] | None = None,
-        labels: Mapping[str, str] | None = None,
-        instance_id: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 100,
-        code_version: str | None = None,
-    ) -> list[RunInfo]:
-        return await asyncio.to_thread(
-            lambda: self._sync.list_runs(
-                workflow_name=workflow_name,
-                statuses=statuses,
-                labels=labels,
-                instance_id=instance_id,
-                created_after=created_after,
-                created_before=created_before,
-                limit=limit,
-                code_version=code_version,
-            )
-        )
+    async def list_runs(self, run_filter: RunFilter) -> list[RunInfo]:
+        return await asyncio.to_thread(self._reads.list_runs, run_filter)
 
-    async def history_async(self, run_id: str) -> list[ev.HistoryEvent]:
-        return await asyncio.to_thread(self._sync.history, run_id)
+    async def history(self, run_id: str) -> list[ev.HistoryEvent]:
+        return await asyncio.to_thread(self._reads.history, run_id)
 
-    async def fork_async(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
+    async def fork(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
         """``fork`` (SPEC §11)."""
-        return await asyncio.to_thread(self._sync.fork, run_id, at, queue)
+        return await asyncio.to_thread(self._forks.fork, run_id, at, queue)
 
-    async def wait_async(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
+    async def wait(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
         """Like ``wait``: the result, or WorkflowFailedError / WorkflowCancelledError / TimeoutError.
 
         A store error (anything but a ``DexError``) is retried until the deadline, as ``wait`` does.
@@ -163,7 +103,7 @@ class AsyncEngineMixin:
         status: RunStatus | None = None
         while True:
             try:
-                info = await self.get_run_async(run_id)
+                info = await self.get_run(run_id)
             except DexError:
                 raise  # an answer (no such run), not a failure of the store
             except Exception as exc:  # noqa: BLE001 - the store failed (a connection, a timeout): read again

@@ -1,6 +1,13 @@
 """The engine facade (SPEC §5): start, signal, inspect and wait for runs; run the workers.
-``Engine.drain()`` runs every step inline, in the caller's thread; the threads of a started
-engine and the rounds they run are :mod:`dex.app.background`."""
+
+``Engine`` builds the runtime (workers, buffer, schedulers, the threads of a started engine:
+:mod:`dex.app.background`) and, over it, the services its public calls delegate to, one line
+each: :class:`~dex.app.starts.Starts`, :class:`~dex.app.messages.RunMessages`,
+:class:`~dex.app.reads.RunReads`, :class:`~dex.app.queue_api.QueueAdmin`,
+:class:`~dex.app.schedule_api.ScheduleCalls`, :class:`~dex.app.fork.Forks` and their asyncio
+face, :class:`~dex.app.aio.AsyncCalls`. Each service receives what it uses when it is built
+(the store, the registry, callbacks such as "nudge the scheduler") and reads nothing of the
+engine's. ``Engine.drain()`` runs every step inline, in the caller's thread."""
 
 from __future__ import annotations
 
@@ -12,12 +19,10 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from dex.app.activity_worker import ActivityWorker
-from dex.app.aio import AsyncEngineMixin
+from dex.app.aio import AsyncCalls
 from dex.app.async_activities import AsyncRunner
-from dex.app.background import SCHEDULER, Background, timing
-from dex.app.buffer import ResultBuffer
-from dex.app.fork import ForkEngineMixin
+from dex.app.background import SCHEDULER, Runtime, timing
+from dex.app.fork import Forks
 from dex.app.health import EngineHealth
 from dex.app.held import holds_runs
 from dex.app.ids import new_run_id
@@ -25,33 +30,27 @@ from dex.app.info import RunInfo
 from dex.app.inline import QueueView
 from dex.app.leases import validate_activity_lease
 from dex.app.long_polls import LongPollGates, LongPolls
-from dex.app.ports import DEFAULT_ACTIVITY_LEASE, AnsweredStep, Store, WorkflowTask
-from dex.app.queue_api import QueueEngineMixin
-from dex.app.reads import RunReads, run_filter, run_id_of
+from dex.app.messages import RunMessages
+from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store
+from dex.app.queue_api import QueueAdmin
+from dex.app.reads import RunReads, run_filter
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
-from dex.app.schedule_api import ScheduleEngineMixin
-from dex.app.schedule_spec import Schedule
+from dex.app.schedule_api import ScheduleAdmin, ScheduleCalls, drain_bound, drain_jump
+from dex.app.schedule_spec import Schedule, ScheduleInfo
+from dex.app.schedules import ScheduleRunner
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
-from dex.app.starts import StartEngineMixin
+from dex.app.starts import Starts
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
-from dex.app.workflow_worker import WorkflowWorker
 from dex.domain import events as ev
-from dex.domain.definitions import (
-    PayloadConverter,
-    validate_key,
-    validate_name,
-    validate_queue,
-    validate_text,
-)
+from dex.domain.definitions import PayloadConverter, validate_key, validate_text
 from dex.domain.errors import InvalidStateError
 from dex.domain.status import RunStatus
-from dex.domain.task import WorkflowTaskResult
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
 
 
-class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngineMixin, AsyncEngineMixin):
+class Engine:
     """Runs the registered workflows and activities over one store (an adapter)."""
 
     def __init__(
@@ -101,106 +100,97 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
         # activity tasks are claimed under this short lease (at most their lock_timeout), which
         # the activity thread keeps extending while their attempts run (dex/app/leases.py)
         activity_lease = validate_activity_lease(activity_lease)
-        self.buffer = ResultBuffer(
-            adapter,
-            on_flush=self._flushed,
-            on_written=self._workflow_written,
-            telemetry=self.telemetry,
-            activity_lease=activity_lease,
-        )
         self._async = AsyncRunner()
         self.leader = LeaderElection(adapter, self.node_id, ttl=leader_lease, telemetry=self.telemetry)
         self.workflow_scheduler = WorkflowTaskScheduler(adapter)
         self.activity_scheduler = ActivityTaskScheduler(adapter)
         self.maintenance = RetentionMaintenance(adapter, retention=retention)
-        self._init_schedules(adapter, schedules, self.code_version)  # SPEC §10; self.schedules is stepped by the leader
-        self.workflow_worker = WorkflowWorker(
-            adapter,
-            self.registry,
-            self.converter,
-            self.buffer,
-            self.node_id,
-            lease=workflow_task_lease,
-            cache_size=executor_cache_size,
-            telemetry=self.telemetry,
-            tracing=self.tracing,
+        # the schedules' fires, stepped by the leader (SPEC §10)
+        self.schedules = ScheduleRunner(
+            adapter, telemetry=self.telemetry, rng=self._rng, code_version=self.code_version
         )
-        self.workflow_worker.holds_runs = holds_runs_
-        self.buffer.give_back = self.workflow_worker.retry_later  # a result the store refuses outright
         # the application's calls (start, send, transitions) go first: see runner.Foreground
         self.foreground = Foreground()
-        self.workflow_worker.foreground = self.foreground
-        self.activity_worker = ActivityWorker(
-            adapter,
-            self.registry,
-            self.converter,
-            self.buffer,
-            self.node_id,
-            rng=self._rng,
-            async_runner=self._async,
-            telemetry=self.telemetry,
-            tracing=self.tracing,
-            lease=activity_lease,
-        )
         self._drain_lock = threading.Lock()
         inline = (inline_activity_seconds, chained_activity_seconds)
         inline_seconds, window, deadline = timing(inline, batch_window, workflow_task_deadline, workflow_task_lease)
         self._queue_view = QueueView(adapter.activity_slots)
-        # the threads of a started engine (Engine.start) and the rounds they run
-        self._background = Background(
+        # the buffer, the workers and the threads of a started engine (Engine.start), built in
+        # one place (dex.app.background)
+        self._background = Runtime(
             adapter,
+            self.registry,
+            self.converter,
             node_id=self.node_id,
             leader=self.leader,
             workflow_scheduler=self.workflow_scheduler,
             activity_scheduler=self.activity_scheduler,
             maintenance=self.maintenance,
             schedules=self.schedules,
-            workflow_worker=self.workflow_worker,
-            activity_worker=self.activity_worker,
-            buffer=self.buffer,
             async_runner=self._async,
             queue_view=self._queue_view,
+            foreground=self.foreground,
             telemetry=self.telemetry,
+            tracing=self.tracing,
+            rng=self._rng,
             poll_interval=poll_interval,
             activity_concurrency=activity_concurrency,
+            workflow_task_lease=workflow_task_lease,
+            activity_lease=activity_lease,
+            executor_cache_size=executor_cache_size,
+            holds_runs=holds_runs_,
             inline_seconds=inline_seconds,
             window=window,
             deadline=deadline,
+            on_flushed=self._reads.flushed,  # wakes wait(): a run of ours may have just ended
+            on_completed=self._reads.written,
         )
+        self.buffer = self._background.buffer
+        self.workflow_worker = self._background.workflow_worker
+        self.activity_worker = self._background.activity_worker
+        # the services the public calls delegate to
+        self._starts = Starts(
+            adapter,
+            self.registry,
+            self.converter,
+            tracing=self.tracing,
+            foreground=self.foreground,
+            rng=self._rng,
+            code_version=self.code_version,
+            create_run=self._create_run,
+            started=self._reads.started,
+        )
+        self._messages = RunMessages(
+            adapter,
+            self.converter,
+            foreground=self.foreground,
+            send_message=self.buffer.send_message,
+            nudge_scheduler=self._nudge_scheduler,
+        )
+        self._queues = QueueAdmin(adapter, self._queue_view, queues_changed=self._background.queues_changed)
+        self._schedule_calls = ScheduleCalls(
+            ScheduleAdmin(adapter, self._rng, self.code_version),
+            self.schedules,
+            self.registry,
+            self.converter,
+            nudge_scheduler=self._nudge_scheduler,
+        )
+        self._forks = Forks(
+            adapter,
+            code_version=self.code_version,
+            foreground=self.foreground,
+            started=self._reads.started,
+            nudge_scheduler=self._nudge_scheduler,
+        )
+        self._aio = AsyncCalls(self._starts, self._messages, self._reads, self._forks)
+        self._schedule_calls.declare(schedules)  # created, or updated (SPEC §10)
         for definition in self.registry.workflows.values():
             adapter.ensure_queue(definition.queue, "workflow")
         for activity in self.registry.activities.values():
             adapter.ensure_queue(activity.queue, "activity")
 
-    def _flushed(self, left: frozenset[str]) -> None:
-        self._background.flushed(left)  # wakes the threads the flush left work for
-        self._reads.flushed()  # wakes wait(): a run of ours may have just ended
-
-    def _workflow_written(self, task: WorkflowTask, result: WorkflowTaskResult, applied: bool) -> None:
-        if applied and not isinstance(task, AnsweredStep):
-            self._background.task_written()
-        if applied and result.completion is not None:
-            self._reads.written(task.run_id, task.workflow_name, result.completion)
-        self.workflow_worker.written(task, applied)
-
-    # -- runs ---------------------------------------------------------------------------------
-    def start_workflow(
-        self,
-        fn_or_name: Callable[..., Any] | str,
-        *args: Any,
-        instance_id: str | None = None,
-        queue: str | None = None,
-        priority: int = 0,
-        concurrency_key: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        connection: Any = None,
-    ) -> str:
-        """Create a run and return its id (or the id of the live run with this ``instance_id``); with
-        ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (SPEC §9)."""
-        definition = self.registry.workflow(fn_or_name)  # a name no workflow can have: says why
-        definition.signature.check_arity(len(args), f"workflow {definition.name!r}")
-        queue = validate_queue(queue) if queue is not None else definition.queue
-        return self._start(definition.name, queue, args, instance_id, priority, concurrency_key, labels, connection)
+    def _nudge_scheduler(self) -> None:
+        self._background.nudge(SCHEDULER)
 
     def _create_run(self, created: ev.RunCreated) -> str:
         """Create the run; on a started engine, claim its first workflow task at once if it may
@@ -220,39 +210,71 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
             self._background.nudge(SCHEDULER)
         return run_id
 
+    # -- runs ---------------------------------------------------------------------------------
+    def start_workflow(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        *args: Any,
+        instance_id: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        connection: Any = None,
+    ) -> str:
+        """Create a run and return its id (or the id of the live run with this ``instance_id``); with
+        ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (SPEC §9)."""
+        return self._starts.start_workflow(
+            fn_or_name, args, instance_id, queue, priority, concurrency_key, labels, connection
+        )
+
+    def start_by_name(
+        self,
+        name: str,
+        args: Iterable[Any] = (),
+        *,
+        instance_id: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        """Start a run of the workflow named ``name``, its arguments a sequence. On an engine
+        that registers workflows this is ``start_workflow`` (an unknown name:
+        ``NotRegisteredError``); on one without any code (``dex web`` over a database) the run
+        is made for the engines that have it, on ``queue``, else the queue of the newest run
+        of that name, else ``"default"`` (the decorators' default), its arguments checked by
+        the code that runs it."""
+        return self._starts.start_by_name(
+            name,
+            args,
+            instance_id=instance_id,
+            queue=queue,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            labels=labels,
+        )
+
     def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None:
         """Deliver an external event to a run; it is buffered until the run waits for it. With
         ``connection``, in that connection's transaction (as ``start_workflow``)."""
-        run_id = run_id_of(run_id)
-        validate_name(event_id, "event id")
-        message = ev.ExternalEventReceived(event_id=event_id, payload=self.converter.encode(payload))
-        with self.foreground.calling():
-            if connection is not None:
-                self.store.send_message_in(connection, run_id, message, self.store.clock.now())
-            else:
-                self.buffer.send_message(run_id, message)
-        self._background.nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
+        self._messages.send_event(run_id, event_id, payload, connection=connection)
 
     def cancel(self, run_id: str, reason: str = "") -> None:
         """Ask a run to stop at its next await and end CANCELLED."""
-        message = ev.RunCancelled(reason=validate_text(reason, "reason"))
-        self._transition(run_id_of(run_id), RunStatus.CANCELLED, message)
+        self._messages.cancel(run_id, reason)
 
     def suspend(self, run_id: str) -> None:
         """Hold back a running run's new events until ``resume``."""
-        self._transition(run_id_of(run_id), RunStatus.SUSPENDED, ev.RunSuspended())
+        self._messages.suspend(run_id)
 
     def resume(self, run_id: str) -> None:
         """Release a suspended run's held events, in order."""
-        self._transition(run_id_of(run_id), RunStatus.RUNNING, ev.RunResumed())
-
-    def _transition(self, run_id: str, target: RunStatus, message: ev.Message) -> None:
-        with self.foreground.calling():
-            self.store.request_transition(run_id, target, message, self.store.clock.now())
-        self._background.nudge(SCHEDULER)  # the scheduler makes the workflow task; it wakes the worker
+        self._messages.resume(run_id)
 
     def get_run(self, run_id: str) -> RunInfo:
-        return self._reads.get_run(run_id_of(run_id))
+        """The run, as a ``RunInfo`` (its result decoded with the workflow's return hint)."""
+        return self._reads.get_run(run_id)
 
     def list_runs(
         self,
@@ -273,15 +295,167 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
 
     def history(self, run_id: str) -> list[ev.HistoryEvent]:
         """The run's history events, oldest first."""
-        return self.store.load_history(run_id_of(run_id))
+        return self._reads.history(run_id)
 
     def export_history(self, run_id: str) -> bytes:
         """The run's history as a protobuf ``WorkflowHistory`` (``dex.testing.load_history`` reads it)."""
-        return self._reads.export_history(run_id_of(run_id))
+        return self._reads.export_history(run_id)
 
     def wait(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
         """Block until the run ends; return its result or raise its failure."""
-        return self._reads.wait(run_id_of(run_id), timeout)
+        return self._reads.wait(run_id, timeout)
+
+    def fork(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
+        """Start a new run of ``run_id``'s workflow and input whose history is the original's up
+        to ``at`` (the sequence number of a ``WorkflowTaskCompleted``, or 1: from the start;
+        default: the end of the last workflow task before the run ended, for a live run its
+        last one), and return its id (``RunInfo.forked_from`` names the original).
+
+        The steps recorded up to there are not repeated; those pending there (activities,
+        timers, children) are started again, and the events the original received after it
+        are delivered again (see :mod:`dex.domain.forks` and the guide, "Deploying new
+        code"). ``queue`` puts the fork on another workflow queue. A fork keeps the original's
+        instance id: InvalidStateError while a live run holds it. RunNotFoundError for an
+        unknown run, TypeError or ValueError for a bad ``at`` or ``queue``; nothing is written
+        then.
+        """
+        return self._forks.fork(run_id, at, queue)
+
+    # -- asyncio ------------------------------------------------------------------------------
+    async def start_workflow_async(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        *args: Any,
+        instance_id: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        concurrency_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        connection: Any = None,
+    ) -> str:
+        """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (SPEC §9)."""
+        return await self._aio.start_workflow(
+            fn_or_name,
+            *args,
+            instance_id=instance_id,
+            queue=queue,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            labels=labels,
+            connection=connection,
+        )
+
+    async def send_event_async(
+        self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None
+    ) -> None:
+        """``send_event``; ``connection`` is a ``psycopg.AsyncConnection`` here."""
+        await self._aio.send_event(run_id, event_id, payload, connection=connection)
+
+    async def cancel_async(self, run_id: str, reason: str = "") -> None:
+        """``cancel``, awaitable."""
+        await self._aio.cancel(run_id, reason)
+
+    async def suspend_async(self, run_id: str) -> None:
+        """``suspend``, awaitable."""
+        await self._aio.suspend(run_id)
+
+    async def resume_async(self, run_id: str) -> None:
+        """``resume``, awaitable."""
+        await self._aio.resume(run_id)
+
+    async def get_run_async(self, run_id: str) -> RunInfo:
+        """``get_run``, awaitable."""
+        return await self._aio.get_run(run_id)
+
+    async def list_runs_async(
+        self,
+        *,
+        workflow_name: str | None = None,
+        statuses: Iterable[RunStatus | str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        instance_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 100,
+        code_version: str | None = None,
+    ) -> list[RunInfo]:
+        """``list_runs``, awaitable."""
+        return await self._aio.list_runs(
+            run_filter(workflow_name, statuses, labels, instance_id, created_after, created_before, limit, code_version)
+        )
+
+    async def history_async(self, run_id: str) -> list[ev.HistoryEvent]:
+        """``history``, awaitable."""
+        return await self._aio.history(run_id)
+
+    async def fork_async(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
+        """``fork`` (SPEC §11)."""
+        return await self._aio.fork(run_id, at, queue)
+
+    async def wait_async(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
+        """Like ``wait``: the result, or WorkflowFailedError / WorkflowCancelledError / TimeoutError.
+
+        A store error (anything but a ``DexError``) is retried until the deadline, as ``wait`` does.
+        """
+        return await self._aio.wait(run_id, timeout)
+
+    # -- queues -------------------------------------------------------------------------------
+    def create_queue(self, name: str, kind: str, capacity: int = 100) -> None:
+        """Create a queue of ``kind`` ("workflow" or "activity") with ``capacity`` slots."""
+        self._queues.create_queue(name, kind, capacity)
+
+    def pause_queue(self, name: str, kind: str) -> None:
+        """Stop claiming the queue's tasks until ``resume_queue``."""
+        self._queues.pause_queue(name, kind)
+
+    def resume_queue(self, name: str, kind: str) -> None:
+        """Claim the queue's tasks again."""
+        self._queues.resume_queue(name, kind)
+
+    def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
+        """How many of the queue's tasks may run at once."""
+        self._queues.set_queue_capacity(name, kind, capacity)
+
+    def list_queues(self) -> list[QueueInfo]:
+        """Every queue, with its status, capacity and depth."""
+        return self._queues.list_queues()
+
+    # -- schedules ----------------------------------------------------------------------------
+    def create_schedule(self, schedule: Schedule) -> None:
+        """Store a new schedule; InvalidStateError when one has this name."""
+        self._schedule_calls.create_schedule(schedule)
+
+    def update_schedule(self, schedule: Schedule) -> None:
+        """Replace a schedule's definition, keeping its paused state, note and last fire."""
+        self._schedule_calls.update_schedule(schedule)
+
+    def delete_schedule(self, name: str) -> None:
+        """Delete the schedule (a declared one comes back at the next engine start)."""
+        self._schedule_calls.delete_schedule(name)
+
+    def pause_schedule(self, name: str, note: str = "") -> None:
+        """Pause the schedule, with an operator's ``note``: its fires are skipped until resumed."""
+        self._schedule_calls.pause_schedule(name, note)
+
+    def resume_schedule(self, name: str) -> None:
+        """Resume the schedule from now: the fires due while it was paused are skipped."""
+        self._schedule_calls.resume_schedule(name)
+
+    def trigger_schedule(self, name: str) -> str:
+        """Start one run of the schedule now, whatever the time, pause or overlap; its run id."""
+        return self._schedule_calls.trigger_schedule(name)
+
+    def backfill_schedule(self, name: str, start: datetime, end: datetime) -> list[str]:
+        """Start a run for every fire time in ``[start, end)`` that has none yet; their ids."""
+        return self._schedule_calls.backfill_schedule(name, start, end)
+
+    def get_schedule(self, name: str) -> ScheduleInfo:
+        """The schedule; NotFoundError for an unknown name."""
+        return self._schedule_calls.get_schedule(name)
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        """Every schedule."""
+        return self._schedule_calls.list_schedules()
 
     # -- running ------------------------------------------------------------------------------
     def drain(self, advance_time: bool = True, until: datetime | timedelta | None = None) -> None:
@@ -294,7 +468,7 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
         after three jumps in a row whose rounds only held runs, it returns.
         """
         with self._drain_lock:
-            bound = self._drain_bound(until)
+            bound = drain_bound(self.store, until)
             holding = 0  # rounds in a row that did nothing but hold runs
             while True:
                 holds = self.workflow_worker.holds
@@ -304,7 +478,9 @@ class Engine(StartEngineMixin, ScheduleEngineMixin, QueueEngineMixin, ForkEngine
                 holding += self.workflow_worker.holds > holds
                 if self.schedules.step(bound):
                     continue
-                if holding >= 3 or not self._drain_jump(advance_time, bound if until is not None else None):
+                if holding >= 3 or not drain_jump(
+                    self.store, self.schedules, advance_time, bound if until is not None else None
+                ):
                     return
 
     def _drain_round(self) -> bool:

@@ -1,31 +1,45 @@
 """``Engine.fork`` (SPEC §11): a new run that goes on from a point of another run's history.
 
 What a fork copies and what it starts again is the domain's (:mod:`dex.domain.forks`); this
-module reads the original, checks the fork point, and has the store create the fork in one
-write (``RunStore.create_fork``), so a fork that fails leaves nothing behind. A mixin of its
-own, as the queue and schedule calls are, so that the engine facade stays one screenful.
+module's :class:`Forks` (the service behind the engine's call) reads the original, checks the
+fork point, and has the store create the fork in one write (``RunStore.create_fork``), so a
+fork that fails leaves nothing behind.
 """
 
 from __future__ import annotations
 
-from dex.app.background import SCHEDULER, Background
+from collections.abc import Callable
+
 from dex.app.ids import new_run_id
 from dex.app.ports import Store
-from dex.app.reads import RunReads, run_id_of
+from dex.app.reads import run_id_of
 from dex.app.runner import Foreground
 from dex.domain.definitions import validate_queue
 from dex.domain.errors import RunNotFoundError
 from dex.domain.forks import fork_point, plan_fork
 
 
-class ForkEngineMixin:
-    """``Engine.fork``."""
+class Forks:
+    """Forks the runs of ``store``.
 
-    store: Store
-    code_version: str | None
-    foreground: Foreground
-    _reads: RunReads
-    _background: Background
+    Each fork records ``code_version``; ``started`` is told each fork made (its id), as a
+    start tells it; ``nudge_scheduler`` wakes the scheduler of a started engine.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        code_version: str | None,
+        foreground: Foreground,
+        started: Callable[[str], None],
+        nudge_scheduler: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._code_version = code_version
+        self._foreground = foreground
+        self._started = started
+        self._nudge_scheduler = nudge_scheduler
 
     def fork(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
         """Start a new run of ``run_id``'s workflow and input whose history is the original's up
@@ -45,12 +59,12 @@ class ForkEngineMixin:
         if at is not None and (isinstance(at, bool) or not isinstance(at, int)):
             raise TypeError(f"at must be an int (a sequence number of the history) or None, got {type(at).__name__}")
         queue = validate_queue(queue) if queue is not None else None
-        with self.foreground.calling():
-            if self.store.get_run(run_id) is None:
+        with self._foreground.calling():
+            if self._store.get_run(run_id) is None:
                 raise RunNotFoundError(f"no run with id {run_id!r}")  # as get_run says it
-            history = self.store.load_history(run_id)
+            history = self._store.load_history(run_id)
             point = fork_point(history, at, run_id)
-            now = self.store.clock.now()
+            now = self._store.clock.now()
             # the fork records this engine's code version; the command line's engine names
             # none, and then the fork keeps the original's
             fork = plan_fork(
@@ -59,10 +73,10 @@ class ForkEngineMixin:
                 run_id=new_run_id(),
                 forked_from=run_id,
                 queue=queue,
-                code_version=self.code_version,
+                code_version=self._code_version,
                 now=now,
             )
-            fork_id = self.store.create_fork(fork, now)
-        self._reads.started(fork_id)
-        self._background.nudge(SCHEDULER)  # its activity tasks and due messages wait for the scheduler
+            fork_id = self._store.create_fork(fork, now)
+        self._started(fork_id)
+        self._nudge_scheduler()  # its activity tasks and due messages wait for the scheduler
         return fork_id

@@ -1,41 +1,44 @@
-"""``Engine``'s queue administration (SPEC §6): create, pause, resume and size queues.
+"""``Engine``'s queue administration (SPEC §6): :class:`QueueAdmin`, the service behind
+``create_queue``, ``pause_queue``, ``resume_queue``, ``set_queue_capacity`` and ``list_queues``.
 
-A mixin of its own so that the engine facade stays one screenful of run calls; each change
-drops the engine's cached view of the queues (inline activities read it), and a change that
-can free slots tells the coordinator, which may claim again at once.
+Each change drops the engine's cached view of the queues (inline activities read it), and a
+change that can free slots tells the engine's runtime (``queues_changed``), which may claim
+again at once.
 """
 
 from __future__ import annotations
 
-from dex.app.background import Background
+from collections.abc import Callable
+
 from dex.app.inline import QueueView
 from dex.app.ports import QueueInfo, Store, queue_capacity, queue_kind
 
 
-class QueueEngineMixin:
-    """``Engine``'s queue methods."""
+class QueueAdmin:
+    """Creates, pauses, resumes and sizes the queues of ``store``."""
 
-    store: Store
-    _queue_view: QueueView
-    _background: Background
+    def __init__(self, store: Store, queue_view: QueueView, *, queues_changed: Callable[[], None]) -> None:
+        self._store = store
+        self._queue_view = queue_view
+        self._queues_changed = queues_changed
 
     def create_queue(self, name: str, kind: str, capacity: int = 100) -> None:
-        self.store.create_queue(name, queue_kind(kind), queue_capacity(capacity))
+        self._store.create_queue(name, queue_kind(kind), queue_capacity(capacity))
         self._queue_view.invalidate()
 
     def pause_queue(self, name: str, kind: str) -> None:
-        self.store.set_queue_paused(name, queue_kind(kind), True)
+        self._store.set_queue_paused(name, queue_kind(kind), True)
         self._queue_view.invalidate()
 
     def resume_queue(self, name: str, kind: str) -> None:
-        self.store.set_queue_paused(name, queue_kind(kind), False)
+        self._store.set_queue_paused(name, queue_kind(kind), False)
         self._queue_view.invalidate()
-        self._background.queues_changed()
+        self._queues_changed()
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
-        self.store.set_queue_capacity(name, queue_kind(kind), queue_capacity(capacity))
+        self._store.set_queue_capacity(name, queue_kind(kind), queue_capacity(capacity))
         self._queue_view.invalidate()
-        self._background.queues_changed()
+        self._queues_changed()
 
     def list_queues(self) -> list[QueueInfo]:
-        return self.store.list_queues()
+        return self._store.list_queues()

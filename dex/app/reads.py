@@ -1,6 +1,7 @@
-"""The engine's read side: runs as ``RunInfo``, exported histories, and waiting for a run to end.
+"""The engine's read side: runs as ``RunInfo``, histories, and waiting for a run to end.
 
-Nothing here writes. ``wait`` is woken by this engine's own flushes (``flushed``) and answers
+:class:`RunReads` is the service behind ``Engine.get_run``, ``list_runs``, ``history``,
+``export_history`` and ``wait`` (the engine facade delegates each call to it). Nothing here writes. ``wait`` is woken by this engine's own flushes (``flushed``) and answers
 from the outcomes those flushes wrote (``written``) when the run is one this engine ended, so
 waiting for the runs an engine works on itself costs no round trip.
 
@@ -47,7 +48,10 @@ log = logging.getLogger("dex.reads")
 
 
 class RunReads:
-    """Reads runs from ``store``, decoding results with the registered workflows' return hints."""
+    """Reads runs from ``store``, decoding results with the registered workflows' return hints.
+
+    Each public method checks the run id it is given (:func:`run_id_of`) and raises what the
+    engine's call of the same name raises."""
 
     def __init__(self, store: Store, registry: Registry, converter: PayloadConverter, *, read_ahead: int = 128) -> None:
         self._store, self._registry, self._converter = store, registry, converter
@@ -84,15 +88,21 @@ class RunReads:
             self._progress.notify_all()
 
     def get_run(self, run_id: str) -> RunInfo:
+        run_id = run_id_of(run_id)
         record = self._store.get_run(run_id)
         if record is None:
             raise RunNotFoundError(f"no run with id {run_id!r}")
         return self._info(record)
 
     def list_runs(self, run_filter: RunFilter) -> list[RunInfo]:
+        """The runs ``run_filter`` (made by :func:`run_filter`, which checks its arguments) matches."""
         return [self._info(record) for record in self._store.list_runs(run_filter)]
 
+    def history(self, run_id: str) -> list[ev.HistoryEvent]:
+        return self._store.load_history(run_id_of(run_id))
+
     def export_history(self, run_id: str) -> bytes:
+        run_id = run_id_of(run_id)
         record = self._store.get_run(run_id)
         if record is None:
             raise RunNotFoundError(f"no run with id {run_id!r}")
@@ -104,6 +114,7 @@ class RunReads:
         A store error (anything but a ``DexError``) is retried until the deadline; a
         ``TimeoutError`` raised while the store fails says so and chains its last error.
         """
+        run_id = run_id_of(run_id)
         timeout = wait_seconds(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.002

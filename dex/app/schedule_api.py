@@ -2,20 +2,20 @@
 
 :class:`ScheduleAdmin` does each over a store alone (the CLI uses it without an engine: the
 arguments are stored encoded, so no workflow code is needed to start a schedule's run);
-:class:`ScheduleEngineMixin` gives ``Engine`` the same methods plus the ones that need the
-registry (making a stored definition from a :class:`Schedule`), and keeps the engine's
-:class:`~dex.app.schedules.ScheduleRunner` informed of changes.
+:class:`ScheduleCalls`, the service behind ``Engine``'s schedule methods, adds what needs the
+registry (making a stored definition from a :class:`Schedule`) and keeps the engine's
+:class:`~dex.app.schedules.ScheduleRunner` informed of changes. :func:`drain_bound` and
+:func:`drain_jump` are how ``Engine.drain`` bounds the fires it starts and moves a virtual clock.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 import attrs
 
-from dex.app.background import SCHEDULER, Background
 from dex.app.clock import VirtualClock
 from dex.app.ports import RunFilter, Store
 from dex.app.registry import Registry
@@ -23,7 +23,6 @@ from dex.app.schedule_ports import ScheduleDefinition, ScheduleRecord
 from dex.app.schedule_spec import Schedule, ScheduleInfo
 from dex.app.schedule_times import next_fire
 from dex.app.schedules import ScheduleRunner, due_at, instance_id, scheduled_start, trigger_instance_id
-from dex.app.telemetry import TelemetryHub
 from dex.domain.definitions import PayloadConverter, validate_name, validate_text
 from dex.domain.errors import InvalidStateError, NotFoundError
 
@@ -127,64 +126,42 @@ class ScheduleAdmin:
         return [ScheduleInfo.of(record) for record in self.store.list_schedules()]
 
 
-class ScheduleEngineMixin:
-    """``Engine``'s schedule methods (SPEC §10)."""
+class ScheduleCalls:
+    """``Engine``'s schedule methods (SPEC §10), over ``admin``'s store.
 
-    store: Store
-    telemetry: TelemetryHub
-    registry: Registry
-    converter: PayloadConverter
-    schedules: ScheduleRunner
-    _schedule_admin: ScheduleAdmin
-    _rng: random.Random
-    _background: Background
+    ``runner`` is the engine's :class:`~dex.app.schedules.ScheduleRunner`, woken when a
+    schedule changes (its next fire may have moved); ``nudge_scheduler`` wakes the task
+    scheduler of a started engine, which makes the workflow tasks of the runs a call started.
+    """
 
-    def _init_schedules(self, store: Store, declared: Iterable[Schedule], code_version: str | None = None) -> None:
-        """The runner and the admin; then the declared schedules, created or updated."""
-        self.schedules = ScheduleRunner(store, telemetry=self.telemetry, rng=self._rng, code_version=code_version)
-        self._schedule_admin = ScheduleAdmin(store, self._rng, code_version)
-        self._declare_schedules(declared)
-
-    def _nudge_scheduler(self) -> None:
-        self._background.nudge(SCHEDULER)
-
-    def _drain_bound(self, until: datetime | timedelta | None) -> datetime:
-        """The latest fire ``drain`` may start: ``until``, or the clock's time now."""
-        now = self.store.clock.now()
-        if until is None:
-            return now
-        if isinstance(until, timedelta):
-            return now + until
-        return _aware(until, "until")
-
-    def _drain_jump(self, advance_time: bool, until: datetime | None) -> bool:
-        """Jump a VirtualClock to where ``drain`` goes on: the next timer, retry or lease
-        expiry; with ``until``, also the next schedule fire, none of them past ``until``, and
-        then ``until``. False: nothing left to jump to (drain returns)."""
-        clock = self.store.clock
-        if not advance_time or not isinstance(clock, VirtualClock):
-            return False
-        now = clock.now()
-        due = self.store.next_due_time(now)
-        if until is not None:
-            moments = [m for m in (due, self.schedules.next_due(now)) if m is not None and m <= until]
-            due = min(moments) if moments else (until if now < until else None)
-        if due is None:
-            return False
-        clock.advance_to(due)
-        return True
+    def __init__(
+        self,
+        admin: ScheduleAdmin,
+        runner: ScheduleRunner,
+        registry: Registry,
+        converter: PayloadConverter,
+        *,
+        nudge_scheduler: Callable[[], None],
+    ) -> None:
+        self._admin = admin
+        self._store = admin.store
+        self._runner = runner
+        self._registry = registry
+        self._converter = converter
+        self._nudge_scheduler = nudge_scheduler
 
     def _definition(self, schedule: Schedule) -> ScheduleDefinition:
         if not isinstance(schedule, Schedule):
             raise TypeError(f"expected a dex.Schedule, got {type(schedule).__name__}")
-        workflow = self.registry.workflow(schedule.workflow)  # NotRegisteredError: say so now
+        workflow = self._registry.workflow(schedule.workflow)  # NotRegisteredError: say so now
         workflow.signature.check_arity(len(schedule.args), f"schedule {schedule.name!r}: workflow {workflow.name!r}")
-        definition = schedule.definition(self.converter)
+        definition = schedule.definition(self._converter)
         return attrs.evolve(definition, queue=schedule.queue or workflow.queue)
 
-    def _declare_schedules(self, schedules: Iterable[Schedule]) -> None:
+    def declare(self, schedules: Iterable[Schedule]) -> None:
         """Create or update the schedules given to ``Engine(schedules=)``; an operator's pause
         or resume stands (only a new schedule takes the declared ``paused``)."""
+        schedules = tuple(schedules)
         declared = [self._definition(s) for s in schedules]
         names = [d.name for d in declared]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -192,57 +169,85 @@ class ScheduleEngineMixin:
             raise ValueError(f"two schedules are named {duplicates[0]!r} in Engine(schedules=)")
         paused = {s.name: s.paused for s in schedules}
         for definition in declared:
-            record = self.store.get_schedule(definition.name)
+            record = self._store.get_schedule(definition.name)
             if record is None:
                 try:
-                    self._schedule_admin.create(definition, paused=paused[definition.name])
+                    self._admin.create(definition, paused=paused[definition.name])
                     continue
                 except InvalidStateError:  # another engine starting with us created it first
-                    record = self.store.get_schedule(definition.name)
+                    record = self._store.get_schedule(definition.name)
             if record is not None and record.definition != definition:
-                self._schedule_admin.update(definition)
-        self.schedules.wake()
+                self._admin.update(definition)
+        self._runner.wake()
 
     def create_schedule(self, schedule: Schedule) -> None:
         """Store a new schedule; InvalidStateError when one has this name."""
-        self._schedule_admin.create(self._definition(schedule), paused=schedule.paused)
+        self._admin.create(self._definition(schedule), paused=schedule.paused)
         self._changed()
 
     def update_schedule(self, schedule: Schedule) -> None:
         """Replace a schedule's definition, keeping its paused state, note and last fire."""
-        self._schedule_admin.update(self._definition(schedule))
+        self._admin.update(self._definition(schedule))
         self._changed()
 
     def delete_schedule(self, name: str) -> None:
-        self._schedule_admin.delete(name)
+        self._admin.delete(name)
         self._changed()
 
     def pause_schedule(self, name: str, note: str = "") -> None:
-        self._schedule_admin.pause(name, note)
+        self._admin.pause(name, note)
         self._changed()
 
     def resume_schedule(self, name: str) -> None:
-        self._schedule_admin.resume(name)
+        self._admin.resume(name)
         self._changed()
 
     def trigger_schedule(self, name: str) -> str:
         """Start one run of the schedule now, whatever the time, pause or overlap; its run id."""
-        run_id = self._schedule_admin.trigger(name)
+        run_id = self._admin.trigger(name)
         self._nudge_scheduler()
         return run_id
 
     def backfill_schedule(self, name: str, start: datetime, end: datetime) -> list[str]:
         """Start a run for every fire time in ``[start, end)`` that has none yet; their ids."""
-        run_ids = self._schedule_admin.backfill(name, start, end)
+        run_ids = self._admin.backfill(name, start, end)
         self._nudge_scheduler()
         return run_ids
 
     def get_schedule(self, name: str) -> ScheduleInfo:
-        return self._schedule_admin.get(name)
+        return self._admin.get(name)
 
     def list_schedules(self) -> list[ScheduleInfo]:
-        return self._schedule_admin.list()
+        return self._admin.list()
 
     def _changed(self) -> None:
-        self.schedules.wake()
+        self._runner.wake()
         self._nudge_scheduler()
+
+
+def drain_bound(store: Store, until: datetime | timedelta | None) -> datetime:
+    """The latest fire ``drain`` may start: ``until``, or the store's clock's time now."""
+    now = store.clock.now()
+    if until is None:
+        return now
+    if isinstance(until, timedelta):
+        return now + until
+    return _aware(until, "until")
+
+
+def drain_jump(store: Store, runner: ScheduleRunner, advance_time: bool, until: datetime | None) -> bool:
+    """Jump a VirtualClock to where ``drain`` goes on: the next timer, retry or lease
+    expiry; with ``until``, also ``runner``'s next schedule fire, none of them past ``until``,
+    and then ``until``. False: nothing left to jump to (drain returns)."""
+    clock = store.clock
+    if not advance_time or not isinstance(clock, VirtualClock):
+        return False
+    now = clock.now()
+    due = store.next_due_time(now)
+    if until is not None:
+        moments = [m for m in (due, runner.next_due(now)) if m is not None and m <= until]
+        due = min(moments) if moments else (until if now < until else None)
+    if due is None:
+        return False
+    clock.advance_to(due)
+    return True

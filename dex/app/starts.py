@@ -1,21 +1,21 @@
-"""How ``Engine`` makes a run (SPEC §5, §12): ``start_workflow``'s checks done, the run's
-``RunCreated`` built and written; and ``start_by_name``, a start by workflow name for an
-engine that may not have the workflow's code (the dashboard's JSON API over a database).
+"""How ``Engine`` makes a run (SPEC §5, §12): :class:`Starts`, the service behind
+``start_workflow`` and ``start_by_name`` (a start by workflow name for an engine that may not
+have the workflow's code: the dashboard's JSON API over a database).
 
-A mixin of the engine facade, which keeps the one path every start takes: the arguments
-encoded, the keys checked, the trace opened, the run created in this engine's way
-(``Engine._create_run``) or in the caller's transaction (``connection``).
+Every start takes one path: the arguments checked and encoded, the keys checked, the trace
+opened, the run created in the engine's way (the ``create_run`` it is given, which on a
+started engine may claim the run's first task at once) or in the caller's transaction
+(``connection``), and the run remembered for ``wait`` (``started``).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from dex.app.ids import new_run_id
 from dex.app.ports import RunFilter, Store
-from dex.app.reads import RunReads
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
 from dex.app.tracing import Tracing
@@ -31,23 +31,53 @@ from dex.domain.definitions import (
 from dex.domain.steps import encode_arguments, normalize_labels
 
 
-class StartEngineMixin:
-    """``Engine``'s way of making runs."""
+class Starts:
+    """Makes runs over ``store`` for the workflows of ``registry``.
 
-    store: Store
-    registry: Registry
-    converter: PayloadConverter
-    tracing: Tracing
-    foreground: Foreground
-    code_version: str | None
-    _rng: random.Random
-    _reads: RunReads
+    ``create_run`` writes a run's ``RunCreated`` outside any caller's transaction and returns
+    its id; ``started`` is told each run made (its id), so that a wait may read its end ahead.
+    ``code_version`` is recorded in every run; ``rng`` draws each run's random seed.
+    """
 
-    def _create_run(self, created: ev.RunCreated) -> str:
-        raise NotImplementedError  # the engine's
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        converter: PayloadConverter,
+        *,
+        tracing: Tracing,
+        foreground: Foreground,
+        rng: random.Random,
+        code_version: str | None,
+        create_run: Callable[[ev.RunCreated], str],
+        started: Callable[[str], None],
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._converter = converter
+        self._tracing = tracing
+        self._foreground = foreground
+        self._rng = rng
+        self._code_version = code_version
+        self._create_run = create_run
+        self._started = started
 
-    def start_workflow(self, fn_or_name: Any, *args: Any, **options: Any) -> str:
-        raise NotImplementedError  # the engine's
+    def start_workflow(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        instance_id: str | None,
+        queue: str | None,
+        priority: int,
+        concurrency_key: str | None,
+        labels: Mapping[str, str] | None,
+        connection: Any,
+    ) -> str:
+        """``Engine.start_workflow``, its arguments passed by position (the start path is hot)."""
+        definition = self._registry.workflow(fn_or_name)  # a name no workflow can have: says why
+        definition.signature.check_arity(len(args), f"workflow {definition.name!r}")
+        queue = validate_queue(queue) if queue is not None else definition.queue
+        return self._start(definition.name, queue, args, instance_id, priority, concurrency_key, labels, connection)
 
     def start_by_name(
         self,
@@ -60,26 +90,15 @@ class StartEngineMixin:
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> str:
-        """Start a run of the workflow named ``name``, its arguments a sequence. On an engine
-        that registers workflows this is ``start_workflow`` (an unknown name:
-        ``NotRegisteredError``); on one without any code (``dex web`` over a database) the run
-        is made for the engines that have it, on ``queue``, else the queue of the newest run
-        of that name, else ``"default"`` (the decorators' default), its arguments checked by
-        the code that runs it."""
+        """``Engine.start_by_name``: with registered workflows, ``start_workflow``; without
+        any code, the run is made on ``queue``, else the queue of the newest run of that name,
+        else ``"default"``."""
         args = tuple(args)
-        if self.registry.workflows:
-            return self.start_workflow(
-                name,
-                *args,
-                instance_id=instance_id,
-                queue=queue,
-                priority=priority,
-                concurrency_key=concurrency_key,
-                labels=labels,
-            )
+        if self._registry.workflows:
+            return self.start_workflow(name, args, instance_id, queue, priority, concurrency_key, labels, None)
         validate_name(name, "workflow name")
         if queue is None:
-            newest = self.store.list_runs(RunFilter(workflow_name=name, limit=1))
+            newest = self._store.list_runs(RunFilter(workflow_name=name, limit=1))
             queue = newest[0].queue if newest else DEFAULT_QUEUE
         # the keys, priority and labels are checked before anything is written, as for any start,
         # and the store's create_run makes the queue if it is new
@@ -99,8 +118,8 @@ class StartEngineMixin:
         # a NUL would be cut off by libpq (two ids colliding) or fail a write: refused here
         instance_id = validate_key(instance_id, "instance_id")
         concurrency_key = validate_key(concurrency_key, "concurrency_key")
-        payloads = encode_arguments(self.converter, args)
-        with self.tracing.start_run(name, {"dex.workflow": name}) as trace_context:
+        payloads = encode_arguments(self._converter, args)
+        with self._tracing.start_run(name, {"dex.workflow": name}) as trace_context:
             created = ev.RunCreated(
                 workflow_name=name,
                 input=payloads,
@@ -111,12 +130,12 @@ class StartEngineMixin:
                 labels=normalize_labels(labels),
                 random_seed=self._rng.getrandbits(64),
                 trace_context=trace_context,
-                code_version=self.code_version,
+                code_version=self._code_version,
             )
-            with self.foreground.calling():
+            with self._foreground.calling():
                 if connection is not None:  # its scheduler finds it once the caller has committed
-                    run_id = self.store.create_run_in(connection, new_run_id(), created, self.store.clock.now())
+                    run_id = self._store.create_run_in(connection, new_run_id(), created, self._store.clock.now())
                 else:
                     run_id = self._create_run(created)
-        self._reads.started(run_id)
+        self._started(run_id)
         return run_id
