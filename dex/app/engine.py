@@ -3,7 +3,7 @@
 ``Engine`` builds the runtime (workers, buffer, schedulers, the threads of a started engine:
 :mod:`dex.app.background`) and, over it, the services its public calls delegate to, one line
 each: :class:`~dex.app.starts.Starts`, :class:`~dex.app.messages.RunMessages`,
-:class:`~dex.app.reads.RunReads`, :class:`~dex.app.queue_api.QueueAdmin`,
+:class:`~dex.app.reads.RunReads`, :class:`~dex.app.queue_api.Queues`,
 :class:`~dex.app.schedule_api.ScheduleCalls`, :class:`~dex.app.fork.Forks` and their asyncio
 face, :class:`~dex.app.aio.AsyncCalls`. Each service receives what it uses when it is built
 (the store, the registry, callbacks such as "nudge the scheduler") and reads nothing of the
@@ -32,7 +32,7 @@ from dex.app.leases import validate_activity_lease
 from dex.app.long_polls import LongPollGates, LongPolls
 from dex.app.messages import RunMessages
 from dex.app.ports import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store
-from dex.app.queue_api import QueueAdmin
+from dex.app.queue_api import Queues
 from dex.app.reads import RunReads, run_filter
 from dex.app.registry import Registry
 from dex.app.runner import Foreground
@@ -167,7 +167,7 @@ class Engine:
             send_message=self.buffer.send_message,
             nudge_scheduler=self._nudge_scheduler,
         )
-        self._queues = QueueAdmin(adapter, self._queue_view, queues_changed=self._background.queues_changed)
+        self._queues = Queues(adapter, self._queue_view, queues_changed=self._background.queues_changed)
         self._schedule_calls = ScheduleCalls(
             ScheduleAdmin(adapter, self._rng, self.code_version),
             self.schedules,

@@ -1,4 +1,4 @@
-"""``Engine``'s queue administration (SPEC §6): :class:`QueueAdmin`, the service behind
+"""``Engine``'s queue administration (SPEC §6): :class:`Queues`, the service behind
 ``create_queue``, ``pause_queue``, ``resume_queue``, ``set_queue_capacity`` and ``list_queues``.
 
 Each change drops the engine's cached view of the queues (inline activities read it), and a
@@ -14,7 +14,7 @@ from dex.app.inline import QueueView
 from dex.app.ports import QueueInfo, Store, queue_capacity, queue_kind
 
 
-class QueueAdmin:
+class Queues:
     """Creates, pauses, resumes and sizes the queues of ``store``."""
 
     def __init__(self, store: Store, queue_view: QueueView, *, queues_changed: Callable[[], None]) -> None:
