@@ -1,4 +1,4 @@
-"""Running a transaction step's attempt (``@dex.transaction``, SPEC §9).
+"""Running a transaction step's attempt (``@dex.transaction``).
 
 An ordinary activity's attempt produces an outcome that the result buffer writes later. A
 transaction step's attempt instead hands the store a :class:`~dex.app.ports.TransactionStep`:
@@ -16,15 +16,17 @@ attempt ends in one of three ways:
 * given back: the store failed otherwise (a connection lost, a full pool, a bug of dex's):
   everything rolled back, and the task is given back to run again *as the same attempt*
   (a retry that does not count, ``ActivityOutcome.counts``), after a backoff that grows with
-  such give-backs. A store outage never uses up a step's attempts (SPEC §8).
+  such give-backs. A store outage never uses up a step's attempts.
 
-The function gets a guarded connection (:mod:`dex.app.transactions`): committing, rolling back
-or closing it is a terminal failure naming the step, even when the function swallows the error.
+The function gets the store's connection as it is (a real ``psycopg.Connection`` on
+PostgreSQL); refusing what would end its transaction is the store's part, which knows the
+connection (on PostgreSQL, :mod:`dex.adapters.postgres.step_connections`): committing, rolling
+back or closing it is a terminal failure naming the step, even when the function swallows the
+error.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -34,10 +36,9 @@ import attrs
 
 from dex.app.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.ports import ActivityOutcome, ActivityTask, StepFailed, TransactionStep, TransactionSteps
-from dex.app.transactions import GuardedAsyncConnection, GuardedConnection
 from dex.domain.definitions import ActivityDefinition, PayloadConverter
 from dex.domain.errors import SerializationError
-from dex.domain.values import FailureInfo, Payload, TerminalError
+from dex.domain.values import FailureInfo, Payload
 
 log = logging.getLogger("dex.worker")
 
@@ -48,26 +49,6 @@ class Written:
 
     task: ActivityTask
     committed: bool
-
-
-def _guarded(conn: Any, step: str) -> GuardedConnection | GuardedAsyncConnection:
-    if inspect.iscoroutinefunction(getattr(conn, "commit", None)):
-        return GuardedAsyncConnection(conn, step)
-    return GuardedConnection(conn, step)
-
-
-def _undo(guard: GuardedConnection | GuardedAsyncConnection) -> None:
-    """Set back the connection's attributes the function set (``_Guard.undo``); one that cannot
-    be set back fails the attempt (its transaction rolls back) rather than reach dex's statements."""
-    try:
-        guard.undo()
-    except Exception as exc:  # noqa: BLE001 - the connection is not as dex left it: the attempt fails
-        raise StepFailed(exc) from None
-
-
-def _misuse(guard: GuardedConnection | GuardedAsyncConnection) -> None:
-    if guard.misused is not None:  # the function swallowed the error: it is a failure all the same
-        raise StepFailed(TerminalError(guard.misused))
 
 
 class TransactionAttempts:
@@ -97,15 +78,13 @@ class TransactionAttempts:
         work = self.work_of(definition, args)
 
         async def async_work(conn: Any) -> Payload:
-            guard, started = _guarded(conn, name), time.perf_counter()
+            started = time.perf_counter()
             try:
-                value = await fn(guard, *args)
+                value = await fn(conn, *args)
             except BaseException as exc:  # noqa: BLE001 - as above; BaseException must not stop the loop
                 raise StepFailed(exc) from None
             finally:
                 self._took(name, time.perf_counter() - started)
-                _undo(guard)
-            _misuse(guard)
             return self._encode(value)
 
         step = TransactionStep(
@@ -141,7 +120,7 @@ class TransactionAttempts:
     def work_of(
         self, definition: ActivityDefinition, args: Sequence[Any], context: ActivityTask | None = None
     ) -> Callable[[Any], Payload]:
-        """A synchronous step's work: its function on the guarded connection, the result encoded
+        """A synchronous step's work: its function on the store's connection, the result encoded
         (:class:`StepFailed` when the function failed); with ``context``, under that attempt's
         activity context (``heartbeat()`` only reports True: the step holds its row locks)."""
         fn, name = definition.fn, definition.name
@@ -154,18 +133,16 @@ class TransactionAttempts:
         )
 
         def work(conn: Any) -> Payload:
-            guard, started = _guarded(conn, name), time.perf_counter()
+            started = time.perf_counter()
             token = None if activity is None else set_activity_context(activity)
             try:
-                value = fn(guard, *args)
+                value = fn(conn, *args)
             except BaseException as exc:  # noqa: BLE001 - whatever the function raised fails the attempt
                 raise StepFailed(exc) from None
             finally:
                 self._took(name, time.perf_counter() - started)
                 if token is not None:
                     reset_activity_context(token)
-                _undo(guard)
-            _misuse(guard)
             return self._encode(value)
 
         return work

@@ -123,17 +123,3 @@ def test_adapters_a_step_registers_go_with_the_step(
     finally:
         engine.stop(timeout=10)
     assert [r.getMessage() for r in caplog.records if r.name == "dex.runner" and r.levelno >= logging.WARNING] == []
-
-
-def test_a_connection_without_a_map_of_adapters_is_left_as_it_is() -> None:
-    from dex.app.transactions import GuardedConnection
-
-    class Bare:
-        def execute(self, query: str) -> str:
-            return query
-
-    bare = Bare()
-    guard = GuardedConnection(bare, "bare-step")
-    assert guard.execute("SELECT 1") == "SELECT 1"
-    guard.undo()
-    assert not hasattr(bare, "_adapters")

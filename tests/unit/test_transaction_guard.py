@@ -1,8 +1,13 @@
-"""The guard on a transaction step's connection (``dex.app.transactions``): a statement that would
-end dex's transaction is refused before it is sent, through the connection or one of its cursors
-(the store also finds one that got past it, ``tests/integration/test_transaction_poisons.py``);
-savepoints and everything else pass; an attribute the function sets, and the cursor class, are
-set back by ``undo``."""
+"""What refuses to end a transaction step's transaction, without a database:
+
+* the PostgreSQL adapter's reading of a statement (``step_connections.ends_the_transaction``):
+  a statement that would end dex's transaction is found wherever it stands in the text, and
+  savepoints and everything else pass (the real connections refuse them before they are sent:
+  ``tests/integration/test_transaction_connections.py``, ``test_transaction_poisons.py``);
+* the in-memory adapter's stand-in for the factory's connection (``memory.step_connection``):
+  commit, rollback, close and ``with`` refused with a terminal error naming the step, remembered
+  when the function swallows it, and everything else handed through to whatever object the
+  factory returned."""
 
 from __future__ import annotations
 
@@ -10,19 +15,10 @@ from typing import Any
 
 import pytest
 
-from dex.app.transactions import GuardedConnection
+from dex.adapters.memory.step_connection import run_held
+from dex.adapters.postgres.step_connections import ends_the_transaction
+from dex.app.ports import StepFailed
 from dex.domain.values import TerminalError
-
-
-class _Connection:
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-        self.row_factory = "tuples"
-
-    def execute(self, query: Any, params: Any = None) -> str:
-        self.sent.append(query)
-        return "cursor"
-
 
 ENDS = [
     "COMMIT",
@@ -70,111 +66,75 @@ PASSES = [
 
 
 @pytest.mark.parametrize("query", ENDS)
-def test_a_statement_that_ends_the_transaction_is_refused_before_it_is_sent(query: Any) -> None:
-    conn = _Connection()
-    guard = GuardedConnection(conn, "record-order")
-    with pytest.raises(TerminalError, match="record-order") as refused:
-        guard.execute(query)
-    assert conn.sent == [] and guard.misused is not None  # remembered even if the function swallows it
-    assert str(refused.value).isprintable()
+def test_a_statement_that_ends_the_transaction_is_found(query: Any) -> None:
+    assert ends_the_transaction(query) is not None
 
 
 @pytest.mark.parametrize("query", PASSES)
 def test_savepoints_and_other_statements_pass(query: Any) -> None:
-    conn = _Connection()
-    guard = GuardedConnection(conn, "record-order")
-    assert guard.execute(query, [1]) == "cursor"
-    assert conn.sent == [query] and guard.misused is None
+    assert ends_the_transaction(query) is None
 
 
-def test_the_error_names_the_statement_that_ends_the_transaction_past_the_part_it_shows() -> None:
-    guard = GuardedConnection(_Connection(), "step")
+def test_the_statement_found_is_named_past_the_first_characters() -> None:
     query = "INSERT INTO orders (note) VALUES ('a note long enough to be cut'); prepare\n transaction 'x'"
-    with pytest.raises(TerminalError) as refused:
-        guard.execute(query)
-    message = str(refused.value)
-    assert "which ends the transaction with PREPARE TRANSACTION" in message and "INSERT INTO" in message
+    assert ends_the_transaction(query) == "PREPARE\n TRANSACTION"
 
 
 def test_a_composed_query_is_read_as_the_text_it_stands_for() -> None:
     from psycopg import sql
 
-    conn = _Connection()
-    guard = GuardedConnection(conn, "step")
-    with pytest.raises(TerminalError, match=r"called conn\.execute"):
-        guard.execute(sql.SQL("SELECT {}; {}").format(sql.Literal(1), sql.SQL("COMMIT")))
-    assert conn.sent == []
-    passes = sql.SQL("SELECT {}").format(sql.Literal(";COMMIT"))  # a value, quoted
-    assert guard.execute(passes) == "cursor" and conn.sent == [passes]
+    assert ends_the_transaction(sql.SQL("SELECT {}; {}").format(sql.Literal(1), sql.SQL("COMMIT"))) == "COMMIT"
+    assert ends_the_transaction(sql.SQL("SELECT {}").format(sql.Literal(";COMMIT"))) is None  # a value, quoted
 
 
-def test_an_attribute_the_function_sets_is_set_back_by_undo() -> None:
-    conn = _Connection()
-    guard = GuardedConnection(conn, "record-order")
-    guard.row_factory = "dicts"
-    guard.row_factory = "namedtuples"
-    guard.prepare_threshold = 0  # an attribute the connection did not have: removed again
-    assert conn.row_factory == "namedtuples" and conn.prepare_threshold == 0  # type: ignore[attr-defined]
-    guard.undo()
-    assert conn.row_factory == "tuples" and not hasattr(conn, "prepare_threshold")
+class _Factory:
+    """Whatever a test's factory returns: here, no driver at all; its ``adapters`` and
+    ``_adapters`` (which the guard in the application layer once replaced, and failed on) are
+    not the stand-in's business."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.ended: list[str] = []
+
+    @property
+    def adapters(self) -> object:
+        raise RuntimeError("not a psycopg connection")
+
+    @property
+    def _adapters(self) -> object:
+        raise RuntimeError("not a psycopg connection")
+
+    def execute(self, query: str) -> str:
+        self.sent.append(query)
+        return "cursor"
+
+    def commit(self) -> None:
+        self.ended.append("commit")
 
 
-class _Cursor:
-    def __init__(self, connection: Any) -> None:
-        self.connection = connection
+@pytest.mark.parametrize("how", ["commit", "rollback", "close", "__enter__", "__aenter__"])
+def test_the_memory_stand_in_refuses_what_ends_the_transaction_even_when_swallowed(how: str) -> None:
+    conn = _Factory()
 
-    def execute(self, query: Any, params: Any = None) -> str:
-        self.connection.sent.append(query)
-        return "executed"
+    def work(held: Any) -> str:
+        held.execute("INSERT 1")
+        with pytest.raises(TerminalError, match=rf"transaction step 'record-order' called conn\.{how}"):
+            getattr(held, how)()
+        return "swallowed"
 
-    def executemany(self, query: Any, params: Any) -> str:
-        self.connection.sent.append(query)
-        return "executed many"
-
-
-class _AsyncCursor(_Cursor):
-    async def execute(self, query: Any, params: Any = None) -> str:  # type: ignore[override]
-        self.connection.sent.append(query)
-        return "executed"
-
-    async def executemany(self, query: Any, params: Any) -> str:  # type: ignore[override]
-        self.connection.sent.append(query)
-        return "executed many"
+    with pytest.raises(StepFailed) as failed:
+        run_held(conn, "record-order", work)
+    assert isinstance(failed.value.cause, TerminalError) and "record-order" in str(failed.value.cause)
+    assert conn.sent == ["INSERT 1"] and conn.ended == []  # the adapter's to commit, not the step's
 
 
-class _CursorConnection(_Connection):
-    """A connection that makes its cursors with ``cursor_factory``, as psycopg's do."""
+def test_the_memory_stand_in_hands_everything_else_through() -> None:
+    conn = _Factory()
 
-    def __init__(self, factory: type) -> None:
-        super().__init__()
-        self.cursor_factory = factory
+    def work(held: Any) -> Any:
+        held.note = "set on the factory's connection"
+        return held.execute("SELECT 1")
 
-    def cursor(self) -> Any:
-        return self.cursor_factory(self)
-
-
-@pytest.mark.parametrize("query", ENDS)
-def test_a_cursor_of_the_connection_refuses_what_ends_the_transaction(query: Any) -> None:
-    conn = _CursorConnection(_Cursor)
-    guard = GuardedConnection(conn, "step")
-    for call in ("execute", "executemany"):
-        with pytest.raises(TerminalError, match=rf"transaction step 'step' called conn\.cursor\.{call}\("):
-            getattr(guard.cursor(), call)(query, [])
-    assert conn.sent == [] and guard.misused is not None
-    assert guard.cursor().execute("SELECT 1") == "executed"  # everything else passes
-    assert isinstance(guard.cursor(), _Cursor)  # still the class the connection makes
-    guard.undo()
-    assert conn.cursor_factory is _Cursor and not hasattr(conn, "_dex_step_guard")
-    assert conn.cursor().execute(query) == "executed"  # dex's own statements after the step
-
-
-def test_an_async_cursor_refuses_what_ends_the_transaction() -> None:
-    import asyncio
-
-    conn = _CursorConnection(_AsyncCursor)
-    guard = GuardedConnection(conn, "step")
-    with pytest.raises(TerminalError, match=r"called conn\.cursor\.execute"):
-        asyncio.run(guard.cursor().execute("ROLLBACK"))
-    assert asyncio.run(guard.cursor().execute("SAVEPOINT a")) == "executed"
-    guard.undo()
-    assert conn.cursor_factory is _AsyncCursor and conn.sent == ["SAVEPOINT a"]
+    assert run_held(conn, "step", work) == "cursor"
+    assert conn.note == "set on the factory's connection"  # type: ignore[attr-defined]
+    assert run_held(None, "step", lambda held: held) is None  # no factory: nothing to hold

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from dex.adapters.memory import storable
+from dex.adapters.memory import step_connection, storable
 from dex.adapters.memory.forks import MemoryForks
 from dex.adapters.memory.runs import MemoryRuns
 from dex.adapters.memory.schedules import MemorySchedules
@@ -108,10 +108,10 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryForks):
         try:
             try:
                 if step.async_work is not None and step.run_async is not None:
-                    result = step.run_async(step.async_work(conn))
+                    result = step.run_async(step_connection.run_held_async(conn, task.name, step.async_work))
                 else:
                     assert step.work is not None
-                    result = step.work(conn)
+                    result = step_connection.run_held(conn, task.name, step.work)
             except StepFailed as failed:
                 raise _without_connection(failed, conn, task.name) from failed.cause
             applied = self.complete_activity_tasks([ActivityOutcome(task=task, result=result)], self._clock.now())[0]
@@ -138,7 +138,7 @@ class InMemoryAdapter(MemorySchedules, MemoryRuns, MemoryForks):
                 return None
         conn = self._connection()
         try:
-            result = item.work(conn)
+            result = step_connection.run_held(conn, item.step.name, item.work)
         except StepFailed as failed:
             _end(conn, "rollback")
             return _without_connection(failed, conn, item.step.name).cause

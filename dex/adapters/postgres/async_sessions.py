@@ -8,7 +8,10 @@ workflow ran at ~55 workflows/s on this machine, where three synchronous ones ru
 (BENCHMARKS.md, *Transaction steps*). Now an attempt takes an idle connection if there is one
 and gives it back after, as the pool does with its own:
 
-* a new connection gets the pool's session settings once (:func:`.sessions.settings_query`), so
+* a new connection is a :class:`~.step_connections.StepAsyncConnection` (a
+  ``psycopg.AsyncConnection`` that refuses to end the step's transaction while the step's
+  function holds it);
+* it gets the pool's session settings once (:func:`.sessions.settings_query`), so
   a step's transaction needs no ``SET LOCAL`` of its own, and its isolation level goes with the
   ``BEGIN`` psycopg sends;
 * given back, the session is restored as the pool's are after a step (:mod:`.sessions`): what the
@@ -37,6 +40,7 @@ from psycopg import pq
 
 from dex.adapters.postgres.connection import usable
 from dex.adapters.postgres.sessions import missing_prepared
+from dex.adapters.postgres.step_connections import StepAsyncConnection, StepAsyncCursor
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +48,7 @@ log = logging.getLogger(__name__)
 @attrs.frozen
 class _Idle:
     loop: asyncio.AbstractEventLoop
-    conn: psycopg.AsyncConnection
+    conn: StepAsyncConnection
     since: float
 
 
@@ -66,11 +70,11 @@ class AsyncSessions:
         self._closed = False
         self._lock = threading.Lock()
 
-    async def take(self, isolation: psycopg.IsolationLevel) -> psycopg.AsyncConnection:
+    async def take(self, isolation: psycopg.IsolationLevel) -> StepAsyncConnection:
         """A connection for one step at ``isolation`` (autocommit off, no transaction open)."""
         loop, now = asyncio.get_running_loop(), self._clock()
-        found: psycopg.AsyncConnection | None = None
-        dropped: list[psycopg.AsyncConnection] = []
+        found: StepAsyncConnection | None = None
+        dropped: list[StepAsyncConnection] = []
         with self._lock:
             kept: list[_Idle] = []
             for idle in reversed(self._idle):  # the most recently used first
@@ -95,8 +99,8 @@ class AsyncSessions:
             raise
         return conn
 
-    async def _connect(self) -> psycopg.AsyncConnection:
-        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+    async def _connect(self) -> StepAsyncConnection:
+        conn = await StepAsyncConnection.connect(self._conninfo, autocommit=True, cursor_factory=StepAsyncCursor)
         try:
             await conn.execute(self._settings, prepare=False)
             await conn.set_autocommit(False)
@@ -105,7 +109,7 @@ class AsyncSessions:
             raise
         return conn
 
-    async def give_back(self, conn: psycopg.AsyncConnection) -> None:
+    async def give_back(self, conn: StepAsyncConnection) -> None:
         """Restore ``conn``'s session and keep it for the next step, or close it. Raises only a
         ``BaseException`` that is not an ``Exception`` (the step's outcome stands either way)."""
         if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -138,8 +138,17 @@ def prepare_conninfo(dsn: str, connect_timeout: float | None) -> str:
 def connect(conninfo: str) -> psycopg.Connection:
     """One connection, or :class:`DatabaseConnectionError` naming the server (the driver's
     reason scrubbed of the password, and not chained: see the module's docstring)."""
+    return connect_as(conninfo, psycopg.Connection)
+
+
+C = TypeVar("C", bound="psycopg.Connection[Any]")
+
+
+def connect_as(conninfo: str, cls: type[C], **kwargs: Any) -> C:
+    """:func:`connect` with psycopg's ``connect`` of ``cls`` (a subclass of
+    ``psycopg.Connection``), given ``kwargs``."""
     try:
-        return psycopg.connect(conninfo)
+        return cls.connect(conninfo, **kwargs)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
         text = str(exc).strip()
         reason = text.splitlines()[0] if text else type(exc).__name__

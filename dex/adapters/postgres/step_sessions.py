@@ -8,7 +8,9 @@ took one connection from them for good, and the pool's size bounded the steps to
 attempt takes an idle connection if there is one, or opens one, and gives it back after, as
 :mod:`.async_sessions` does for ``async def`` steps:
 
-* a new connection gets the pool's session settings once (:func:`.sessions.settings_query`) and
+* a new connection is a :class:`~.step_connections.StepConnection` (a ``psycopg.Connection``
+  that refuses to end the step's transaction while the step's function holds it);
+* it gets the pool's session settings once (:func:`.sessions.settings_query`) and
   the packed arrays' dumpers (:mod:`.arrays`), as the pool's ``configure`` gives its own;
 * given back, the session is restored (:func:`.sessions.session_restore`): what the function
   did to it is undone, and a session that cannot be restored, or whose prepared statements the
@@ -30,14 +32,15 @@ import attrs
 import psycopg
 
 from dex.adapters.postgres import arrays
-from dex.adapters.postgres.connection import connect, usable
+from dex.adapters.postgres.connection import connect_as, usable
+from dex.adapters.postgres.step_connections import StepConnection, StepCursor
 
 log = logging.getLogger(__name__)
 
 
 @attrs.frozen
 class _Idle:
-    conn: psycopg.Connection
+    conn: StepConnection
     since: float
 
 
@@ -59,7 +62,7 @@ class StepSessions:
         self._closed = False
         self._lock = threading.Lock()
 
-    def take(self) -> psycopg.Connection:
+    def take(self) -> StepConnection:
         """A connection in autocommit with no transaction open (``DatabaseConnectionError`` when
         none can be opened)."""
         now = self._clock()
@@ -76,8 +79,8 @@ class StepSessions:
             _close(found)  # the server closed it meanwhile, or sent something
         return self._connect()
 
-    def _connect(self) -> psycopg.Connection:
-        conn = connect(self._conninfo)
+    def _connect(self) -> StepConnection:
+        conn = connect_as(self._conninfo, StepConnection, cursor_factory=StepCursor)
         try:
             conn.autocommit = True
             arrays.register(conn)
@@ -87,7 +90,7 @@ class StepSessions:
             raise
         return conn
 
-    def give_back(self, conn: psycopg.Connection) -> None:
+    def give_back(self, conn: StepConnection) -> None:
         """Restore ``conn``'s session and keep it for the next step, or close it. Raises only a
         ``BaseException`` that is not an ``Exception`` (the step's outcome stands either way)."""
         if not usable(conn):

@@ -8,7 +8,9 @@ Each attempt (or group) holds a slot (:mod:`.step_slots`) and a connection of th
 (:mod:`.step_sessions`, :mod:`.async_sessions`), and is watched for its ``lock_timeout``
 (:mod:`.overruns`). When the watch ends its session, the slot is lost: free for the next step
 while the attempt's code may still run; whatever it returns then is dropped
-(:func:`_dropped_when_lost`)."""
+(:func:`_as_the_store_runs_it`). The step's function holds its connection while it runs
+(:mod:`.step_connections`): ending the transaction is refused, and what it set on the
+connection is set back before dex's statements run on it."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import psycopg
 from dex.adapters.postgres import checkpoints, instances, overruns, runs, transactions
 from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.schedules import PostgresSchedules
+from dex.adapters.postgres.step_connections import run_held, run_held_async
 from dex.adapters.postgres.step_sessions import StepSessions
 from dex.adapters.postgres.step_slots import Slot, StepSlots
 from dex.app.ports import ACTIVITY, WORKFLOW, Clock, TransactionStep
@@ -47,7 +50,7 @@ class PostgresTransactionSteps(PostgresSchedules):
     def complete_in_transaction(self, step: TransactionStep) -> bool:
         try:
             with self._step_slots.held() as slot:
-                step = _dropped_when_lost(step, slot)
+                step = _as_the_store_runs_it(step, slot)
                 if step.async_work is not None:
                     return transactions.complete_async(
                         self._async_sessions,
@@ -81,7 +84,7 @@ class PostgresTransactionSteps(PostgresSchedules):
         # steps then run as tasks of their own, each watched
         steps = [item.step for item in items]
         with self._step_slots.held() as slot:
-            items = [attrs.evolve(item, work=_checked(item.work, slot)) for item in items]
+            items = [attrs.evolve(item, work=_checked(item.work, item.step.name, slot)) for item in items]
             conn = self._step_sessions.take()
             try:
                 with self._watched(conn.info.backend_pid, slot, overruns.of_group(steps)):
@@ -108,28 +111,29 @@ class PostgresTransactionSteps(PostgresSchedules):
         runs.send_message(transactions.caller_connection(connection), self._q, run_id, message, now, in_caller=True)
 
 
-def _dropped_when_lost(step: TransactionStep, slot: Slot) -> TransactionStep:
-    """``step`` whose work, once it returns, raises :class:`~.step_slots.AttemptLost` if its slot
-    was lost meanwhile (its session was ended at its lock_timeout): a result that comes after the
-    lease was lost is dropped, whether or not the session's end reached it (the watch that ends
-    the session turns the error into the attempt's ``TimeoutError``)."""
+def _as_the_store_runs_it(step: TransactionStep, slot: Slot) -> TransactionStep:
+    """``step`` whose work holds its connection while the function runs (:mod:`.step_connections`)
+    and, once it returns, raises :class:`~.step_slots.AttemptLost` if its slot was lost meanwhile
+    (its session was ended at its lock_timeout): a result that comes after the lease was lost is
+    dropped, whether or not the session's end reached it (the watch that ends the session turns
+    the error into the attempt's ``TimeoutError``)."""
     if step.work is not None:
-        return attrs.evolve(step, work=_checked(step.work, slot))
+        return attrs.evolve(step, work=_checked(step.work, step.task.name, slot))
     async_work = step.async_work
     if async_work is None:
         return step
 
     async def checked(conn: Any) -> Payload:
-        result = await async_work(conn)
+        result = await run_held_async(conn, step.task.name, async_work)
         slot.check()
         return result
 
     return attrs.evolve(step, async_work=checked)
 
 
-def _checked(work: Callable[[Any], Payload], slot: Slot) -> Callable[[Any], Payload]:
+def _checked(work: Callable[[Any], Payload], name: str, slot: Slot) -> Callable[[Any], Payload]:
     def checked(conn: Any) -> Payload:
-        result = work(conn)
+        result = run_held(conn, name, work)
         slot.check()
         return result
 

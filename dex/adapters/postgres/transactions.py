@@ -225,7 +225,7 @@ def complete_async(
     assert step.async_work is not None and step.run_async is not None
 
     async def attempt() -> bool:
-        conn: psycopg.AsyncConnection = await sessions.take(_LEVELS[step.isolation])
+        conn = await sessions.take(_LEVELS[step.isolation])
         try:
             with watch(conn.info.backend_pid):
                 return await _complete_on_loop(conn, q, clock, step)
