@@ -14,6 +14,7 @@ import pytest
 
 import dex
 from dex.app.info import Outcomes
+from dex.app.reads import RunReads
 from dex.domain import events as ev
 from tests.faults import FaultyStore
 
@@ -235,16 +236,19 @@ def test_wait_for_an_unknown_run_still_raises_at_once(adapter_factory: Any) -> N
 
 def test_flushes_wake_a_wait_without_making_it_read_the_store(make_engine: Any) -> None:
     """A flush of this engine's that did not end the run is answered from memory: the store is
-    read on the wait's backoff clock (2 ms growing to 50 ms), not once per flush."""
+    read on the wait's backoff clock (2 ms growing to 50 ms), not once per flush. The engine's
+    read service is built here over the engine's store, so that the test can flush it as
+    often as it likes (what each flush of a started engine does)."""
     engine = make_engine([sleeps, receipt])
     live = engine.start_workflow(sleeps)
     engine.drain(advance_time=False)
+    run_reads = RunReads(engine.store, engine.registry, engine.converter)
     reads = counting_reads(engine)
     outcomes: list[BaseException] = []
 
     def wait() -> None:
         try:
-            engine.wait(live, timeout=0.3)
+            run_reads.wait(live, timeout=0.3)
         except TimeoutError as exc:
             outcomes.append(exc)
 
@@ -252,7 +256,7 @@ def test_flushes_wake_a_wait_without_making_it_read_the_store(make_engine: Any) 
     waiting.start()
     flushes = 0
     while waiting.is_alive():
-        engine._reads.flushed()  # what each flush of a started engine does
+        run_reads.flushed()
         flushes += 1
         time.sleep(0.0005)
     assert flushes > 100 and len(outcomes) == 1  # the run is live: the wait timed out
