@@ -20,7 +20,7 @@ from dex.web import inputs
 from dex.web.api_admin import admin_operations
 from dex.web.errors import ApiError, first_line
 from dex.web.listing import event_document, page_of_runs, run_document, run_query
-from dex.web.openapi import KEY, LABELS, NAME, PRIORITY, QUEUE_NAME, STATUSES, TEXT, nullable, run_links
+from dex.web.openapi import KEY, LABELS, NAME, PRIORITY, QUEUE_NAME, STATUSES, TEXT, links, nullable, run_links
 from dex.web.operations import Operation, Param, blocking, json
 
 MAX_HISTORY_PAGE = 10_000  # events in one page of a history
@@ -205,7 +205,10 @@ def operations(workflows: Mapping[str, Signature] | None = None) -> list[Operati
                 "type": "object",
                 "properties": {"runs": {"type": "array", "items": RUN}, "next_cursor": {"type": ["string", "null"]}},
             },
-            links=run_links("$response.body#/runs/0/run_id"),
+            links={  # the first run's calls, and the next page (its cursor handed on as given)
+                **run_links("$response.body#/runs/0/run_id"),
+                **links((("NextPage", "GET", "/v1/runs"),), **{"query.cursor": "$response.body#/next_cursor"}),
+            },
         ),
         Operation(
             method="POST",
