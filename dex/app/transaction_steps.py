@@ -16,7 +16,10 @@ attempt ends in one of three ways:
 * given back: the store failed otherwise (a connection lost, a full pool, a bug of dex's):
   everything rolled back, and the task is given back to run again *as the same attempt*
   (a retry that does not count, ``ActivityOutcome.counts``), after a backoff that grows with
-  such give-backs. A store outage never uses up a step's attempts.
+  such give-backs. A store outage never uses up a step's attempts. ``drain()``, whose virtual
+  clock skips those backoffs, raises instead once the store failed one step
+  :data:`STUCK_ROUNDS` times in a row (:attr:`TransactionAttempts.stuck`), naming the step and
+  the failure: a store that fails every time would otherwise keep it busy forever.
 
 The function gets the store's connection as it is (a real ``psycopg.Connection`` on
 PostgreSQL); refusing what would end its transaction is the store's part, which knows the
@@ -28,6 +31,7 @@ error.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,6 +55,23 @@ class Written:
     committed: bool
 
 
+# how many times in a row the store may fail one step before drain() raises, naming it
+STUCK_ROUNDS = 20
+
+
+def _described(exc: BaseException) -> str:
+    """``exc``'s type and text, or its type alone when its text cannot be had (a hostile
+    ``__str__``)."""
+    try:
+        name = type(exc).__name__
+    except BaseException:  # noqa: BLE001 - a hostile type: nothing more to say
+        return "an exception"
+    try:
+        return f"{name}: {str(exc)[:200]}"
+    except BaseException:  # noqa: BLE001 - as above
+        return name
+
+
 class TransactionAttempts:
     """Hands a transaction step's attempt to the store and says how it ended."""
 
@@ -68,6 +89,12 @@ class TransactionAttempts:
         # how long the step's function ran (not its transaction's own statements): what decides
         # whether its first attempts may run in a group (dex.app.step_groups)
         self._took = took
+        # the tasks given back STUCK_ROUNDS times or more in a row, and the store's last failure of
+        # each: what drain() raises, where a started engine waits out the backoff (a store that
+        # fails every time under drain() would otherwise be tried again forever, at once, as
+        # the virtual clock skips each backoff). Written from the attempts' threads, read by drain.
+        self._stuck: dict[int, str] = {}
+        self._lock = threading.Lock()
 
     def attempt(
         self, task: ActivityTask, definition: ActivityDefinition, args: Sequence[Any]
@@ -97,6 +124,7 @@ class TransactionAttempts:
         try:
             committed = self._store.complete_in_transaction(step)
         except StepFailed as failed:
+            self._note_decided(task)
             return self.failed(task, failed.cause)
         except BaseException as exc:
             log.warning(
@@ -108,8 +136,33 @@ class TransactionAttempts:
                 exc_info=not isinstance(exc, ConnectionError),
                 extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
             )
+            self._note_given_back(task, exc)
             return self._given_back(task)
+        self._note_decided(task)
         return Written(task=task, committed=committed)
+
+    @property
+    def stuck(self) -> str | None:
+        """A transaction step the store failed :data:`STUCK_ROUNDS` times in a row, and how it
+        failed last; None while there is none."""
+        with self._lock:
+            return next(iter(self._stuck.values()), None)
+
+    def _note_given_back(self, task: ActivityTask, exc: BaseException) -> None:
+        rounds = task.lease.version - task.attempt + 1  # its claims that did not count, this one's too
+        if rounds < STUCK_ROUNDS:
+            return
+        said = (
+            f"transaction step {task.name!r} of run {task.run_id}: the store failed it {rounds} times in a row"
+            f" (last: {_described(exc)}); it is given back and retried with backoff"
+        )
+        with self._lock:
+            self._stuck[task.task_id] = said
+
+    def _note_decided(self, task: ActivityTask) -> None:
+        if self._stuck:
+            with self._lock:
+                self._stuck.pop(task.task_id, None)
 
     def failed(self, task: ActivityTask, cause: BaseException) -> ActivityOutcome:
         """The outcome of an attempt whose function failed with ``cause``."""
