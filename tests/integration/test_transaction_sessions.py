@@ -348,3 +348,28 @@ def test_an_idle_async_session_the_server_ended_is_replaced_and_the_next_step_co
         engine.stop(timeout=10)
     assert after[0] != first[0] and after[1:] == list(_clean(pg_dsn))
     assert _engine_failures(caplog) == []
+
+
+def _servers_list(conn: psycopg.Connection) -> Any:
+    """The restore's last result on ``conn``: the session's prepared statements, as the server lists them."""
+    cursor = conn.execute(restore_query(), prepare=False)
+    while cursor.nextset():
+        pass
+    return cursor.fetchone()
+
+
+def test_psycopgs_record_of_its_prepared_statements_is_where_the_restore_reads_it(pg_dsn: str) -> None:
+    # the one piece of psycopg's private state dex reads (sessions.prepared_by_psycopg), on the
+    # versions it was checked on: failing here after an upgrade of psycopg means checking where
+    # psycopg keeps the names now, and widening sessions.PREPARED_RECORD_CHECKED
+    from dex.adapters.postgres import sessions
+
+    with psycopg.connect(pg_dsn, prepare_threshold=0, autocommit=True) as conn:
+        assert sessions.prepared_by_psycopg(conn) == set()
+        conn.execute("SELECT %s::int", [1])
+        prepared = sessions.prepared_by_psycopg(conn)
+        assert prepared is not None and len(prepared) == 1, prepared
+        assert not sessions.missing_prepared(conn, _servers_list(conn))
+        conn.pgconn.exec_(b"DEALLOCATE ALL")  # past psycopg: its record now names a statement that is gone
+        assert sessions.prepared_by_psycopg(conn) == prepared
+        assert sessions.missing_prepared(conn, _servers_list(conn))
