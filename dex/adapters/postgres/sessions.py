@@ -152,7 +152,9 @@ def missing_prepared(conn: psycopg.Connection | psycopg.AsyncConnection, row: Se
     ``row`` (the restore's last result); never where psycopg's record of them cannot be read
     (:func:`prepared_by_psycopg`)."""
     ours = prepared_by_psycopg(conn)
-    return bool(ours) and bool(ours - set(row[0] if row is not None else ()))
+    if not ours:
+        return False
+    return bool(ours - set(row[0] if row is not None else ()))
 
 
 # psycopg keeps the names of the statements it prepared on a connection in private state
