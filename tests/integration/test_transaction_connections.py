@@ -193,6 +193,8 @@ def test_what_the_step_sets_serves_it_and_is_set_back(conn: StepConnection) -> N
         c.adapters.register_dumper(str, _Refusing)
         c.prepare_threshold = None
         c.note = "an attribute of its own"
+        with pytest.raises(AttributeError):
+            c.adapters = None  # psycopg's to refuse: nothing to set back
         with c.transaction():  # a savepoint: the step's transaction goes on
             c.execute("SELECT 1")
         with pytest.raises(RuntimeError, match="refuses every str"):

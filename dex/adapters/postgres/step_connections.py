@@ -82,7 +82,10 @@ class _Holdable:
         if hold is not None and not name.startswith("_"):  # psycopg's own state is its business
             if name == "autocommit":
                 raise hold.refuse("autocommit = ...")
-            hold.changed.setdefault(name, getattr(self, name, _ABSENT))
+            before = getattr(self, name, _ABSENT)
+            super().__setattr__(name, value)
+            hold.changed.setdefault(name, before)  # once set: a refused one has nothing to set back
+            return
         super().__setattr__(name, value)
 
     @property
