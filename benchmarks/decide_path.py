@@ -24,6 +24,7 @@ from dex.app.executors import Given, Preloaded
 from dex.app.ids import new_run_id
 from dex.app.inline import InlineActivities, QueueView
 from dex.app.ports import Lease, WorkflowInput, WorkflowTask
+from dex.app.workflow_worker import Started
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage
@@ -33,7 +34,7 @@ WORKFLOW = "bench-three"
 
 
 class DecidePath:
-    """A workflow worker with inline activities, as a started engine sets one up, fed fresh
+    """A workflow worker with inline activities, as a started engine lends them, fed fresh
     runs of ``bench-three`` directly (no store round trips)."""
 
     def __init__(self) -> None:
@@ -41,9 +42,10 @@ class DecidePath:
         self.engine = dex.Engine(adapter, workflows=WORKFLOWS, activities=ACTIVITIES)
         self.worker = self.engine.workflow_worker
         activities = self.engine.activity_worker
-        self.worker.inline = InlineActivities(
+        inline = InlineActivities(
             activities, QueueView(adapter.activity_slots), self.engine.node_id, 0.005, threading.Event()
         )
+        self.started = Started(inline=inline)
         for name in self.engine.registry.activities:  # as if each had run once: inline from the start
             activities.durations.record(name, 1e-5)
         self.now = datetime.now(UTC)
@@ -68,7 +70,7 @@ class DecidePath:
         made = self.tasks(n)
         started = time.process_time()
         for task, preloaded in made:
-            result = self.worker.execute(task, preloaded=preloaded)
+            result = self.worker.execute(task, preloaded=preloaded, started=self.started)
             assert result is not None and result.completion is not None
             history_row(task.run_id, result.new_events)
         seconds = time.process_time() - started
@@ -78,7 +80,7 @@ class DecidePath:
     def check(self) -> None:
         """One run ends COMPLETED with the three-activity workflow's sixteen events and result."""
         ((task, preloaded),) = self.tasks(1)
-        result = self.worker.execute(task, preloaded=preloaded)
+        result = self.worker.execute(task, preloaded=preloaded, started=self.started)
         assert result is not None and result.completion is not None
         if result.completion.status is not RunStatus.COMPLETED or len(result.new_events) != 16:
             raise AssertionError(

@@ -55,6 +55,8 @@ class ActivityWorker:
         telemetry: Telemetry | None = None,
         tracing: Tracing | None = None,
         lease: timedelta = DEFAULT_ACTIVITY_LEASE,
+        answered: Callable[[ActivityOutcome], bool] | None = None,
+        completed_directly: Callable[[], None] | None = None,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
         self.leases = ActivityLeases(lease)  # the attempts this worker runs under a lease
@@ -71,10 +73,16 @@ class ActivityWorker:
             store, converter, async_runner.run, self._failed, self.durations.record, self.given_back
         )
         # called after a transaction step wrote its completion itself: a workflow task became due
-        self.completed_directly: Callable[[], None] | None = None
-        # set by a started engine: takes an outcome as the step it answers (dex.app.answers);
+        self._completed_directly = completed_directly
+        # takes an outcome as the step it answers, while the engine runs (dex.app.answers);
         # False: the outcome is buffered as usual
-        self.answered: Callable[[ActivityOutcome], bool] | None = None
+        self._answered = answered
+
+    @property
+    def stuck_step(self) -> str | None:
+        """A transaction step the store failed many times in a row, described; None while
+        there is none (:attr:`dex.app.transaction_steps.TransactionAttempts.stuck`)."""
+        return self._transactions.stuck
 
     @property
     def names(self) -> frozenset[str]:
@@ -212,7 +220,7 @@ class ActivityWorker:
         except BaseException:
             log.exception("could not record the end of activity %s of run %s", task.name, task.run_id)
         try:
-            if answer and self.answered is not None and self.answered(outcome):
+            if answer and self._answered is not None and self._answered(outcome):
                 self._buffer.attempt_ended(task)
                 return
         except BaseException:
@@ -247,8 +255,8 @@ class ActivityWorker:
                     task.attempt,
                     extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
                 )
-            elif self.completed_directly is not None:
-                self.completed_directly()
+            elif self._completed_directly is not None:
+                self._completed_directly()
         except BaseException:
             log.exception("could not record the end of transaction step %s of run %s", task.name, task.run_id)
 

@@ -1,21 +1,31 @@
-"""The started engine's threads: starting and stopping them (``Engine.start()``, ``Engine.stop()``).
+"""The runtime of an engine: its parts, built in one place, and the threads of a started engine
+(``Engine.start()``, ``Engine.stop()``).
+
+:class:`Runtime` builds the write buffer, the workflow and activity workers, the coordinator
+(:mod:`dex.app.coordinator`, the one owner of the scheduling state) and the rounds, each from
+constructor parameters: nothing is set on a part once it is built. What exists only while the
+engine runs — the activity pool, the transaction steps' group threads, inline activities, the
+watchdog (:mod:`dex.app.watchdog`) — is made by :meth:`Runtime.arm` (from ``start()``, or the
+simulator with simulated parts) and lent to the workflow rounds as one value
+(:class:`~dex.app.workflow_worker.Started`); ``stop()`` drops it. The buffer's dispatch ("complete,
+then claim") is this runtime, active from ``arm`` to the end of ``stop``.
 
 Five threads — scheduler, workflow worker, activity worker, two flushers — plus the activity
-pool and a watchdog (:mod:`dex.app.watchdog`). Each thread only calls one round of
-:mod:`dex.app.rounds` in a loop (:class:`dex.app.runner.PollingThread`), sleeping as long as the
-round says unless a wake-up call comes first. What to do and when is decided by the engine's
-coordinator (:mod:`dex.app.coordinator`), the one owner of the scheduling state; this module
-only carries out its commands that need a thread or the pool. ``Engine.drain()`` runs the
-components' steps inline instead, without any of this.
+pool and the watchdog's. Each thread only calls one round of :mod:`dex.app.rounds` in a loop
+(:class:`dex.app.runner.PollingThread`), sleeping as long as the round says unless a wake-up
+call comes first. What to do and when is decided by the coordinator; this module only carries
+out its commands that need a thread or the pool. ``Engine.drain()`` runs the components'
+steps inline instead, without any of this.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 
 from dex.app import coordinator as co
 from dex.app.activity_worker import ActivityWorker
@@ -23,15 +33,20 @@ from dex.app.async_activities import AsyncRunner
 from dex.app.buffer import ACTIVITY_LANE, WORKFLOW_LANE, ResultBuffer
 from dex.app.coordinator import ACTIVITIES, SCHEDULER, WORKFLOWS
 from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import ActivityOutcome, ActivityTask, Store
+from dex.app.ports import ActivityOutcome, ActivityTask, AnsweredStep, Claim, Loaded, Store, WorkflowTask
+from dex.app.registry import Registry
 from dex.app.rounds import LocalDispatch, Rounds
-from dex.app.runner import AttemptPool, Nudge, PollingThread, activity_pool
+from dex.app.runner import AttemptPool, Foreground, Nudge, PollingThread, activity_pool
 from dex.app.schedules import ScheduleRunner
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
-from dex.app.step_groups import GroupThreads
+from dex.app.step_groups import GroupThreads, StepGroups
 from dex.app.telemetry import TelemetryHub
+from dex.app.tracing import Tracing
 from dex.app.watchdog import Watchdog
-from dex.app.workflow_worker import WorkflowWorker
+from dex.app.workflow_worker import NOT_STARTED, Started, WorkflowWorker
+from dex.domain import events as ev
+from dex.domain.definitions import PayloadConverter
+from dex.domain.task import WorkflowTaskResult
 
 log = logging.getLogger("dex.engine")
 
@@ -40,7 +55,10 @@ log = logging.getLogger("dex.engine")
 # measured, 2 beat 3 and 1 in three alternated pairs each (BENCHMARKS.md, transaction steps)
 GROUP_THREADS = 2
 
-__all__ = ["ACTIVITIES", "SCHEDULER", "WORKFLOWS", "Background", "timing"]
+# the most activity tasks one claim takes (the coordinator reserves pool slots for as many)
+ACTIVITY_BATCH = 16
+
+__all__ = ["ACTIVITIES", "SCHEDULER", "WORKFLOWS", "Runtime", "timing"]
 
 
 def timing(
@@ -78,12 +96,15 @@ def _waiting(buffer: ResultBuffer, lane: str, stopping: threading.Event) -> Call
     return lambda seconds: buffer.wait_for_work(seconds, lane, stopping)
 
 
-class Background:
-    """The threads of a started engine (see the module docstring)."""
+class Runtime:
+    """The runtime of one engine (see the module docstring): its buffer, its workers, its
+    coordinator and the threads a start runs, built here and nowhere else."""
 
     def __init__(
         self,
         store: Store,
+        registry: Registry,
+        converter: PayloadConverter,
         *,
         node_id: str,
         leader: LeaderElection,
@@ -91,44 +112,117 @@ class Background:
         activity_scheduler: ActivityTaskScheduler,
         maintenance: RetentionMaintenance,
         schedules: ScheduleRunner,
-        workflow_worker: WorkflowWorker,
-        activity_worker: ActivityWorker,
-        buffer: ResultBuffer,
         async_runner: AsyncRunner,
         queue_view: QueueView,
+        foreground: Foreground,
         telemetry: TelemetryHub,
+        tracing: Tracing,
+        rng: random.Random,
         poll_interval: float,
         activity_concurrency: int,
+        workflow_task_lease: timedelta,
+        activity_lease: timedelta,
+        executor_cache_size: int,
+        holds_runs: bool,
         inline_seconds: tuple[float, float],
         window: float,
         deadline: float,
+        on_flushed: Callable[[], None],
+        on_completed: Callable[[str, str, ev.RunCompleted], None],
     ) -> None:
-        self.node_id, self.buffer, self.telemetry = node_id, buffer, telemetry
-        self.workflow_worker, self.activity_worker = workflow_worker, activity_worker
-        activity_worker.completed_directly = self.queues_changed  # a transaction step wrote its completion
+        self.node_id, self.telemetry, self.leader = node_id, telemetry, leader
+        self._store, self._registry = store, registry
+        self._on_flushed, self._on_completed = on_flushed, on_completed
         self._async, self._queue_view = async_runner, queue_view
         self._poll_interval = poll_interval
         self._activity_concurrency = activity_concurrency
         self._inline_seconds = inline_seconds
         self._deadline = deadline  # see dex.app.watchdog
+        self._lease = workflow_task_lease
+        # the threads' wake-up calls, one channel per polling thread (the flushers wait on the buffer)
         self._nudge = Nudge()
+        self._wakes = {topic: self._nudge.channel(topic) for topic in (SCHEDULER, WORKFLOWS, ACTIVITIES)}
         self._stopping = threading.Event()  # the threads' loops end (the coordinator's state says why)
+        self._stopping.set()  # nothing runs until arm(): inline activities too read it
+        self._running = threading.Event()  # from arm() to the end of stop(): the dispatch is active
         self.threads: list[PollingThread] = []
-        self._pool: AttemptPool | None = None
-        self._await_on_loop = False  # see arm()
-        self._groups: GroupThreads | None = None
-        self._wake_workflows = threading.Event()
         self.activity_listeners: list[Callable[[], None]] = []  # told when activity work is due
+        # this start's: the activity pool, the group threads, what the workflow rounds are lent
+        self._pool: AttemptPool | None = None
+        self._groups: GroupThreads | None = None
+        self._started: Started | None = None
+        self._await_on_loop = False  # see arm()
+        self._monotonic: Callable[[], float] = time.monotonic
         settings = co.Settings(
             poll_interval=poll_interval,
             window=window,
             activity_capacity=activity_concurrency,
-            activity_batch=activity_worker.batch_size,
+            activity_batch=ACTIVITY_BATCH,
             workflow_batch=workflow_scheduler.batch_size,
-            runs_activities=bool(activity_worker.names),
+            runs_activities=bool(registry.activities),
         )
         self.coordinator = co.Coordinator(settings, wake=self._wake, run=self._run_activity)
-        self.rounds = Rounds(
+        # the parts: each gets what it uses here; where two need each other (the buffer hands
+        # the workers what completions claim, the workers add to the buffer), the buffer gets
+        # this runtime's methods, which reach the part built after it
+        self.buffer = ResultBuffer(
+            store,
+            on_flush=self._flushed,
+            on_written=self._written,
+            telemetry=telemetry,
+            activity_lease=activity_lease,
+            dispatch=self,
+            give_back=self._give_back,
+        )
+        self.workflow_worker = WorkflowWorker(
+            store,
+            registry,
+            converter,
+            self.buffer,
+            node_id,
+            lease=workflow_task_lease,
+            cache_size=executor_cache_size,
+            telemetry=telemetry,
+            tracing=tracing,
+            holds_runs=holds_runs,
+            foreground=foreground,
+        )
+        self.activity_worker = ActivityWorker(
+            store,
+            registry,
+            converter,
+            self.buffer,
+            node_id,
+            rng=rng,
+            async_runner=async_runner,
+            batch_size=ACTIVITY_BATCH,
+            telemetry=telemetry,
+            tracing=tracing,
+            lease=activity_lease,
+            answered=self._answer,  # one write per activity (dex.app.answers)
+            completed_directly=self.queues_changed,  # a transaction step wrote its completion
+        )
+        self._dispatch = LocalDispatch(
+            self.coordinator,
+            self.activity_worker,
+            self.workflow_worker,
+            node_id,
+            wake_workflows=self._wakes[WORKFLOWS].set,
+            idle_after=window,
+            running=self._running,
+        )
+        self._loops = (store, leader, workflow_scheduler, activity_scheduler, maintenance, schedules)
+        self.rounds = self._rounds(time.monotonic, NOT_STARTED)
+
+    @property
+    def started(self) -> Started | None:
+        """What this start lends the workflow rounds (None while the engine does not run)."""
+        return self._started
+
+    def _rounds(self, monotonic: Callable[[], float], started: Started) -> Rounds:
+        """The rounds of one start (or of none: ``NOT_STARTED``), timed by ``monotonic``."""
+        store, leader, workflow_scheduler, activity_scheduler, maintenance, schedules = self._loops
+        return Rounds(
             self.coordinator,
             store=store,
             leader=leader,
@@ -136,13 +230,51 @@ class Background:
             activity_scheduler=activity_scheduler,
             maintenance=maintenance,
             schedules=schedules,
-            workflow_worker=workflow_worker,
-            activity_worker=activity_worker,
-            buffer=buffer,
-            telemetry=telemetry,
-            poll_interval=poll_interval,
+            workflow_worker=self.workflow_worker,
+            activity_worker=self.activity_worker,
+            buffer=self.buffer,
+            telemetry=self.telemetry,
+            poll_interval=self._poll_interval,
+            monotonic=monotonic,
+            started=started,
         )
-        self.leader = leader
+
+    # -- the buffer's dispatch ("complete, then claim": rounds.LocalDispatch) ----------------------
+    def active(self) -> bool:
+        return self._running.is_set()
+
+    def activity_claim(self) -> Claim | None:
+        return self._dispatch.activity_claim()
+
+    def activities_claimed(self, claim: Claim, tasks: list[ActivityTask]) -> None:
+        self._dispatch.activities_claimed(claim, tasks)
+
+    def workflow_claim(self, run_ids: Sequence[str]) -> Claim | None:
+        return self._dispatch.workflow_claim(run_ids)
+
+    def start_claim(self) -> Claim | None:
+        return self._dispatch.start_claim()
+
+    def workflows_claimed(
+        self, tasks: list[WorkflowTask], loaded: list[Loaded] | None = None, now: datetime | None = None
+    ) -> None:
+        self._dispatch.workflows_claimed(tasks, loaded, now)
+
+    # -- the buffer's callbacks ------------------------------------------------------------------
+    def _flushed(self, left: frozenset[str]) -> None:
+        self.flushed(left)  # wakes the threads the flush left work for
+        self._on_flushed()  # wakes wait(): a run of ours may have just ended
+
+    def _written(self, task: WorkflowTask, result: WorkflowTaskResult, applied: bool) -> None:
+        if applied and not isinstance(task, AnsweredStep):
+            self.task_written()
+        if applied and result.completion is not None:
+            self._on_completed(task.run_id, task.workflow_name, result.completion)
+        self.workflow_worker.written(task, applied)
+
+    def _give_back(self, task: WorkflowTask, reason: str, exc: BaseException | None) -> bool:
+        """A result the store refuses even as the run's failure: its task is retried later."""
+        return self.workflow_worker.retry_later(task, reason, exc)
 
     def _wake(self, topics: frozenset[str]) -> None:
         self._nudge(*topics)
@@ -155,7 +287,7 @@ class Background:
 
     def nudge(self, *topics: str) -> None:
         """This process made work for the threads of these topics (all of them, without any)."""
-        self.coordinator.handle(co.Nudged(frozenset(topics), self.rounds.monotonic()))
+        self.coordinator.handle(co.Nudged(frozenset(topics), self._monotonic()))
 
     def queues_changed(self) -> None:
         """A queue takes work again (resumed, or more capacity): schedule activities, wake all."""
@@ -168,50 +300,58 @@ class Background:
     def task_written(self) -> None:
         """The store applied the result of a workflow task of a queue (room for the next one
         there; an answered step took no slot, so its write is not one of these)."""
-        self.coordinator.handle(co.TaskWritten(self.rounds.monotonic()))
+        self.coordinator.handle(co.TaskWritten(self._monotonic()))
+
+    def inline_activities(self) -> InlineActivities | None:
+        """The inline activities the engine's options ask for (None: none run inline)."""
+        typical, chained = self._inline_seconds
+        if typical <= 0:  # 0: nothing runs inline, chained or not
+            return None
+        return InlineActivities(
+            self.activity_worker, self._queue_view, self.node_id, typical, self._stopping, chained=chained
+        )
 
     def arm(
-        self, pool: AttemptPool, *, monotonic: Callable[[], float] = time.monotonic, groups: GroupThreads | None = None
+        self,
+        pool: AttemptPool,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        groups: GroupThreads | None = None,
+        inline: InlineActivities | None = None,
+        watchdog: Watchdog | None = None,
+        await_on_loop: bool = False,
     ) -> None:
         """Get ready to run rounds: a fresh coordinator state, the pool for activity attempts,
-        eager dispatch and inline activities on. ``start()`` does it before its threads; the
-        simulator does it with a pool of its own and the virtual clock, and runs the rounds."""
+        eager dispatch on, and what the workflow rounds are lent (``inline`` activities, the
+        transaction steps' ``groups`` and the ``watchdog``, :class:`~dex.app.workflow_worker.Started`).
+        ``start()`` does it before its threads; the simulator does it with a pool of its own and
+        the virtual clock, and runs the rounds. ``await_on_loop``: ``async def`` attempts wait on
+        the event loop (``start()``); otherwise in the calling pool thread (a simulated node's
+        pool runs them when the simulator says, which a real loop would not)."""
         self._stopping.clear()
         self.coordinator.reset()
-        self.rounds.monotonic = monotonic
-        self._pool, self._groups = pool, groups
-        # async def attempts wait in the calling pool thread unless ``start()`` says otherwise: a
-        # simulated node's pool runs them when the simulator says, which a real loop would not
-        self._await_on_loop = False
-        self._nudge = Nudge()  # this start's threads only (channels of an earlier start are gone)
-        self._wake_workflows = self._nudge.channel(WORKFLOWS)
-        self.buffer.dispatch = LocalDispatch(
-            self.coordinator,
-            self.activity_worker,
-            self.workflow_worker,
-            self.node_id,
-            wake_workflows=self._wake_workflows.set,
-            idle_after=self.coordinator.settings.window,
-        )
-        self.buffer.background = True
-        self.activity_worker.answered = self._answer  # one write per activity (dex.app.answers)
-        typical, chained = self._inline_seconds
-        if typical > 0:  # 0: nothing runs inline, chained or not
-            inline = InlineActivities(
-                self.activity_worker, self._queue_view, self.node_id, typical, self._stopping, chained=chained
-            )
-            self.workflow_worker.run_inline(inline, self._groups)
+        self._monotonic = monotonic
+        self._pool, self._groups, self._await_on_loop = pool, groups, await_on_loop
+        steps = None
+        if inline is not None:
+            steps = StepGroups(self._store, inline, self._registry, self._store.clock, self._lease)
+        self._started = Started(watchdog=watchdog, inline=inline, steps=steps, groups=groups)
+        self.rounds = self._rounds(monotonic, self._started)
+        self._running.set()
+
+    def disarm(self) -> None:
+        """Eager dispatch off: adders flush themselves again and completions claim nothing, the
+        rest of the start as it was (the simulator settles its cluster so, with a drain)."""
+        self._running.clear()
 
     def _answer(self, outcome: ActivityOutcome) -> bool:
         """Answer the step an attempt's outcome is for, where this engine holds its run
-        (``WorkflowWorker.answer``; False: it does not, or the engine stops)."""
-        return not self._stopping.is_set() and self.workflow_worker.answer(outcome)
+        (``WorkflowWorker.answer``; False: it does not, or the engine does not run)."""
+        started = self._started
+        return started is not None and not self._stopping.is_set() and self.workflow_worker.answer(outcome, started)
 
     def start(self) -> None:
         """Start the threads (the engine checked that none run)."""
-        self.arm(activity_pool(self._activity_concurrency), groups=GroupThreads(GROUP_THREADS))
-        self._await_on_loop = True
-        wake_workflows = self._wake_workflows
         # before the threads start: the first task may be claimed at once
         watchdog = Watchdog(
             self.workflow_worker,
@@ -221,13 +361,19 @@ class Background:
             telemetry=self.telemetry,
             quarantine=self.workflow_worker.quarantine,
         )
-        self.workflow_worker.watchdog = watchdog
+        self.arm(
+            activity_pool(self._activity_concurrency),
+            groups=GroupThreads(GROUP_THREADS),
+            inline=self.inline_activities(),
+            watchdog=watchdog,
+            await_on_loop=True,
+        )
         rounds = self.rounds
         backoff = self._poll_interval  # a failed round is tried again after 2, 4, 8 ... poll intervals (at most 2 s)
         for name, step, wake in (
-            ("dex-scheduler", rounds.scheduler, self._nudge.channel(SCHEDULER)),
-            ("dex-workflow-worker", rounds.workflows, wake_workflows),
-            ("dex-activity-worker", rounds.activities, self._nudge.channel(ACTIVITIES)),
+            ("dex-scheduler", rounds.scheduler, self._wakes[SCHEDULER]),
+            ("dex-workflow-worker", rounds.workflows, self._wakes[WORKFLOWS]),
+            ("dex-activity-worker", rounds.activities, self._wakes[ACTIVITIES]),
         ):
             # the workflow worker's pauses for the application's calls are tens of microseconds
             fine = name == "dex-workflow-worker"
@@ -334,10 +480,8 @@ class Background:
         if self._groups is not None:  # their tasks' results go to the buffer: before its last flush
             self._groups.close(deadline)
             self._groups = None
-        self.buffer.background = False
-        self.activity_worker.answered = None
-        self.workflow_worker.run_inline(None)
-        self.workflow_worker.watchdog = None
+        self._running.clear()  # adders flush themselves again, completions claim nothing
+        self._started = None  # no step is answered, nothing runs inline, no watchdog watches
         stuck = [thread for thread in self.threads if thread.alive and not thread.retired]
         try:
             if stuck:  # the workflow worker may still be in its round: leave its tasks alone

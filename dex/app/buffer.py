@@ -58,10 +58,14 @@ EVERYTHING = frozenset({WORKFLOW, ACTIVITY, SCHEDULING})
 class Dispatch(Protocol):
     """Who runs the tasks a flush claims ("complete, then claim"): a started engine.
 
-    ``activity_claim`` reserves room for the activity tasks it asks for; the buffer always
-    answers with ``activities_claimed`` (with no tasks when the write failed), which runs what
-    was claimed and frees the rest of the reservation.
+    ``active`` says whether the engine runs now (its flushers write what is added, and
+    completions claim for it); while it does not, adders flush themselves and nothing is
+    claimed. ``activity_claim`` reserves room for the activity tasks it asks for; the buffer
+    always answers with ``activities_claimed`` (with no tasks when the write failed), which
+    runs what was claimed and frees the rest of the reservation.
     """
+
+    def active(self) -> bool: ...
 
     def activity_claim(self) -> Claim | None: ...
 
@@ -79,8 +83,10 @@ class Dispatch(Protocol):
 class ResultBuffer:
     """Writes waiting to go to the store.
 
-    With ``background`` set (a started engine has a flusher thread), adders return at once and
-    the flusher writes batches; otherwise the adder flushes itself, as ``drain()`` needs.
+    While its ``dispatch`` is active (a started engine has flusher threads), adders return at
+    once and the flushers write batches; otherwise the adder flushes itself, as ``drain()``
+    needs. ``give_back`` gives a workflow task back to be retried later
+    (``WorkflowWorker.retry_later``), for a result the store refuses even as the run's failure.
     """
 
     def __init__(
@@ -92,6 +98,8 @@ class ResultBuffer:
         on_written: Callable[[WorkflowTask, WorkflowTaskResult, bool], None] | None = None,
         telemetry: Telemetry | None = None,
         activity_lease: timedelta = DEFAULT_ACTIVITY_LEASE,
+        dispatch: Dispatch | None = None,
+        give_back: GiveBack | None = None,
     ) -> None:
         self._store = store
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
@@ -111,13 +119,20 @@ class ResultBuffer:
         self._lost_leases: set[tuple[int, int]] = set()
         self._activity_lease = activity_lease  # what a heartbeat extends a lease by (leases.py)
         self._abandoned: set[tuple[int, int]] = set()  # (task id, lease version): see abandon()
-        self.background = False
         self.discarded = 0
-        # gives a workflow task back to be retried later (WorkflowWorker.retry_later), for a
-        # result the store refuses even as the run's failure
-        self.give_back: GiveBack | None = None
-        # set by a started engine: completions then claim the next tasks in their own transaction
-        self.dispatch: Dispatch | None = None
+        self._give_back = give_back
+        self._dispatch = dispatch
+
+    @property
+    def background(self) -> bool:
+        """Whether a started engine's flushers write what is added (see the class docstring)."""
+        return self._dispatch is not None and self._dispatch.active()
+
+    @property
+    def dispatch(self) -> Dispatch | None:
+        """Who runs what completions claim, while the engine runs (else None)."""
+        dispatch = self._dispatch
+        return dispatch if dispatch is not None and dispatch.active() else None
 
     def __len__(self) -> int:
         return len(self._workflow_results) + len(self._activity_outcomes) + len(self._messages) + len(self._heartbeats)
@@ -307,7 +322,7 @@ class ResultBuffer:
 
     def _complete_activities(self, outcomes: list[ActivityOutcome], now: datetime, left: set[str]) -> list[bool]:
         """Write activity outcomes; with a dispatch, claim the workflow tasks they make due."""
-        dispatch = self.dispatch if self.background else None
+        dispatch = self.dispatch
         claim = dispatch.workflow_claim([o.task.run_id for o in outcomes]) if dispatch is not None else None
         if dispatch is None or claim is None:
             left.update(EVERYTHING)
@@ -335,12 +350,12 @@ class ResultBuffer:
         """Write workflow results; with a dispatch, claim the activity tasks they make due.
         Per result, what was written for its task (itself, or the run's failure when the store
         refused it) and whether the store applied it."""
-        dispatch = self.dispatch if self.background else None
+        dispatch = self.dispatch
         claim = dispatch.activity_claim() if dispatch is not None else None
         if dispatch is None or claim is None:
             left.update(EVERYTHING)
             return self._told(
-                results, write_workflow_results(self._store, results, now, self._on_written, self.give_back)
+                results, write_workflow_results(self._store, results, now, self._on_written, self._give_back)
             )
         try:
             applied, claimed = self._store.complete_workflow_tasks_then_claim(results, now, claim)
@@ -350,7 +365,7 @@ class ResultBuffer:
                 raise
             left.update(EVERYTHING)  # the pollers claim what the split writes make due
             return self._told(
-                results, write_workflow_results(self._store, results, now, self._on_written, self.give_back)
+                results, write_workflow_results(self._store, results, now, self._on_written, self._give_back)
             )
         # the workers learn what was written before the claimed attempts run: an attempt that
         # ends at once then finds its run's executor cached (dex.app.answers)

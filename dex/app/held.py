@@ -20,15 +20,11 @@ import logging
 import random
 from datetime import timedelta
 
-import attrs
-
 from dex.app.ports import Store, WorkflowTask
 from dex.app.telemetry import Telemetry
 from dex.domain.replay import WorkflowExecutor
 from dex.domain.retry import RetryPolicy
-from dex.domain.task import WorkflowTaskResult
 from dex.domain.values import FailureInfo
-from dex.serialization.history import encode_ahead
 
 log = logging.getLogger("dex.worker")
 
@@ -89,21 +85,3 @@ def mismatch(executor: WorkflowExecutor) -> FailureInfo | None:
 def unreadable(message: str) -> FailureInfo:
     """The failure of a task whose history this code cannot decode."""
     return FailureInfo(type="UnreadableHistoryError", message=message, terminal=True)
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message`` of a machinery error, for the log (a message that cannot be had is said so)."""
-    try:
-        text = str(exc)
-    except Exception:  # noqa: BLE001 - an exception whose __str__ raises still gets described
-        text = "<message unavailable>"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def encoded_ahead(result: WorkflowTaskResult) -> WorkflowTaskResult:
-    """The result, its block encoded now and carried on its events (else left to the flusher)."""
-    try:
-        return attrs.evolve(result, new_events=encode_ahead(result.new_events))
-    except Exception:
-        log.debug("could not encode the result of run %s ahead of its flush", result.run_id, exc_info=True)
-        return result

@@ -10,6 +10,7 @@ seed chooses, in the deterministic simulator (:mod:`dex.simulation`).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -21,7 +22,7 @@ from dex.app.ports import ACTIVITY, WORKFLOW, ActivityTask, Claim, Loaded, Store
 from dex.app.schedules import ScheduleRunner
 from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.telemetry import TelemetryHub
-from dex.app.workflow_worker import WorkflowWorker
+from dex.app.workflow_worker import NOT_STARTED, Started, WorkflowWorker
 
 
 def _pause_of(commands: Sequence[co.Command]) -> float | None:
@@ -57,6 +58,7 @@ class Rounds:
         telemetry: TelemetryHub,
         poll_interval: float,
         monotonic: Callable[[], float] = time.monotonic,
+        started: Started = NOT_STARTED,
     ) -> None:
         self.coordinator = coordinator
         self.store, self.leader, self.buffer, self.telemetry = store, leader, buffer, telemetry
@@ -65,6 +67,7 @@ class Rounds:
         self.workflow_worker, self.activity_worker = workflow_worker, activity_worker
         self.poll_interval = poll_interval
         self.monotonic = monotonic
+        self._started = started  # what this start lends the workflow rounds (WorkflowWorker.poll_once)
 
     def scheduler(self) -> float:
         """Leader election, then (leading) the schedulers and retention maintenance."""
@@ -100,7 +103,7 @@ class Rounds:
         if pause is not None:
             return pause
         started = self.monotonic()
-        worked = worker.poll_once(claim=claim)
+        worked = worker.poll_once(claim=claim, started=self._started)
         self.coordinator.handle(
             co.WorkflowRound(started, self.monotonic(), claim, worked, claim and worker.claimed_full)
         )
@@ -138,7 +141,10 @@ class LocalDispatch:
     answered. Nothing about the claim is special: the ordinary claim statement (priorities,
     pause, capacity, ``SKIP LOCKED``, a lease), made by the writer. The coordinator reserves
     the activity slots and hands the claimed attempts to the pool; the workflow tasks go to the
-    workflow worker. The queues are still polled, for work made due elsewhere."""
+    workflow worker. The queues are still polled, for work made due elsewhere.
+
+    ``running`` is set while the engine runs (from ``Runtime.arm`` to the end of its stop): only
+    then is the dispatch :meth:`active`."""
 
     def __init__(
         self,
@@ -149,10 +155,15 @@ class LocalDispatch:
         *,
         wake_workflows: Callable[[], None],
         idle_after: float = 0.0,
+        running: threading.Event | None = None,
     ) -> None:
         self._coordinator, self._activities, self._workflows = coordinator, activities, workflows
         self._owner, self._wake_workflows = owner, wake_workflows
         self._idle_after = idle_after
+        self._running = running
+
+    def active(self) -> bool:
+        return self._running is None or self._running.is_set()
 
     def activity_claim(self) -> Claim | None:
         granted = _claim_of(self._coordinator.handle(co.ReserveActivities()))

@@ -191,7 +191,27 @@ def new_node(
         background.coordinator.settings, activity_batch=rng.randint(1, 3), activity_capacity=ACTIVITY_SLOTS
     )
     pool = SimulatedPool()
-    background.arm(pool, monotonic=monotonic)
+    inline_activities = None
+    if chained:
+        # every activity too slow for the workflow thread and quick enough to chain: each runs
+        # as a task, and every step answered after it chains the run's next ones (no timing
+        # decides anything: the durations read are fixed)
+        engine.activity_worker.durations = _Chainable()
+        inline_activities = InlineActivities(
+            engine.activity_worker,
+            QueueView(store.activity_slots, ttl=0),
+            name,
+            0.1,
+            threading.Event(),
+            chained=1.0,
+        )
+    elif inline:
+        for activity in engine.registry.activities:
+            engine.activity_worker.durations.record(activity, 0.0)
+        inline_activities = InlineActivities(
+            engine.activity_worker, QueueView(store.activity_slots, ttl=0), name, 1.0, threading.Event()
+        )
+    background.arm(pool, monotonic=monotonic, inline=inline_activities)
     node = Node(name=name, engine=engine, store=store, pool=pool)
     background.coordinator.observe = node.observe
     hand = engine.workflow_worker.hand
@@ -201,30 +221,6 @@ def new_node(
         hand(tasks, loaded, now)
 
     engine.workflow_worker.hand = handed  # type: ignore[method-assign]
-    engine.workflow_worker.run_inline(None)
-    if chained:
-        # every activity too slow for the workflow thread and quick enough to chain: each runs
-        # as a task, and every step answered after it chains the run's next ones (no timing
-        # decides anything: the durations read are fixed)
-        engine.activity_worker.durations = _Chainable()
-        engine.workflow_worker.run_inline(
-            InlineActivities(
-                engine.activity_worker,
-                QueueView(store.activity_slots, ttl=0),
-                name,
-                0.1,
-                threading.Event(),
-                chained=1.0,
-            )
-        )
-    elif inline:
-        for activity in engine.registry.activities:
-            engine.activity_worker.durations.record(activity, 0.0)
-        engine.workflow_worker.run_inline(
-            InlineActivities(
-                engine.activity_worker, QueueView(store.activity_slots, ttl=0), name, 1.0, threading.Event()
-            )
-        )
     return node
 
 

@@ -349,7 +349,7 @@ class Simulator:
             if record is not None and record.status is RunStatus.SUSPENDED:
                 self.client.resume(run_id)
         engine = self.nodes[0].engine
-        engine.buffer.background = False  # the drain flushes inline
+        engine._background.disarm()  # the drain flushes inline
         self._log("settle", "drain", f"{sum(len(n.pool.hung) for n in self.nodes)} activities left hanging")
         for _ in range(SETTLE_ROUNDS):
             worked = engine.workflow_scheduler.step() + engine.activity_scheduler.step()

@@ -28,7 +28,7 @@ import attrs
 import pytest
 
 import dex
-from dex.app import answers
+from dex.app import workflow_worker
 from dex.app.ports import ActivityTask, AnsweredStep
 from dex.domain import events as ev
 from dex.testing import VirtualClock
@@ -240,7 +240,7 @@ def test_a_step_whose_claim_was_taken_over_chains_nothing(make_engine: Any, monk
     """An answered step of an activity claimed again after a lease lapsed (its claim's version
     2) runs no activity chained: one that blocks would be repeated in place after every lapse.
     (Here only the step is told its claim is a second one; the store applies it as usual.)"""
-    taken = answers.answered_step
+    taken = workflow_worker.answered_step
 
     def second_claim(*args: Any) -> Any:
         step = taken(*args)
@@ -249,13 +249,13 @@ def test_a_step_whose_claim_was_taken_over_chains_nothing(make_engine: Any, monk
         answered, given = step
         return attrs.evolve(answered, lease=attrs.evolve(answered.lease, version=2)), given
 
-    monkeypatch.setattr(answers, "answered_step", second_claim)
+    monkeypatch.setattr(workflow_worker, "answered_step", second_claim)
     engine, claims = _started(make_engine)
     run_id = engine.start_workflow(steps, 3)
     assert engine.wait(run_id, timeout=30) == 3
     assert _ran("step") == [1, 1, 1]
     assert len(claims.tasks) == 3  # each activity a task: nothing ran chained
-    monkeypatch.setattr(answers, "answered_step", taken)
+    monkeypatch.setattr(workflow_worker, "answered_step", taken)
     _healthy(engine)
 
 

@@ -269,19 +269,27 @@ def test_the_engine_checks_its_inline_setting(make_engine: Any) -> None:
     with pytest.raises(TypeError, match="inline_activity_seconds must be a number"):
         make_engine(WORKFLOWS, ACTIVITIES, inline_activity_seconds="fast")
     off = make_engine(WORKFLOWS, ACTIVITIES, inline_activity_seconds=0)
+    for name in ("inc", "flaky", "refuse"):  # known to be quick: only the setting keeps them out
+        off.activity_worker.durations.record(name, 0.001)
+    claimed = _claimed_activity_tasks(off)
     off.start()
     try:
-        assert off.workflow_worker.inline is None
+        assert off.wait(off.start_workflow(two_steps, 1), timeout=20) == 3
     finally:
         off.stop()
+    assert len(claimed) == 2  # both steps ran as tasks of their own
     on = make_engine(WORKFLOWS, ACTIVITIES)
     on.start()
     try:
-        assert on.workflow_worker.inline is not None
         assert on.wait(on.start_workflow(two_steps, 1), timeout=20) == 3
     finally:
         on.stop()
-    assert on.workflow_worker.inline is None  # stop() turns it off with the threads
+    for name in ("inc", "flaky", "refuse"):
+        on.activity_worker.durations.record(name, 0.001)
+    claimed = _claimed_activity_tasks(on)
+    healthy = on.start_workflow(two_steps, 10)
+    on.drain()  # stop() turned inline attempts off with the threads: a drain runs none
+    assert on.wait(healthy, timeout=5) == 12 and len(claimed) == 2
 
 
 def test_a_started_engine_runs_known_quick_activities_inline(adapter_factory: Any) -> None:

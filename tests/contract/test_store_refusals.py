@@ -20,10 +20,12 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
+from dex.app.buffer import ResultBuffer
 from dex.app.ports import StoreRejectedError
 from dex.domain import events as ev
 from dex.domain.state import fold
 from dex.testing import VirtualClock
+from tests.buffers import Flushers
 
 MARK = "POISON"
 LEASE = timedelta(seconds=30)
@@ -190,12 +192,15 @@ def test_a_refused_event_is_reported_to_its_sender_only(refusing: Any) -> None:
     engine, _store = refusing([listener])
     run_ids = [engine.start_workflow(listener) for _ in range(3)]
     engine.drain()
-    engine.buffer.background = True  # the senders wait for a flush: this test's, with all three
+    # a started engine's buffer: the senders wait for a flush, this test's, with all three
+    buffer = ResultBuffer(engine.store, dispatch=Flushers())
     errors: dict[int, BaseException | None] = {}
 
     def send(index: int, word: str) -> None:
         try:
-            engine.send_event(run_ids[index], "word", word)
+            buffer.send_message(
+                run_ids[index], ev.ExternalEventReceived(event_id="word", payload=engine.converter.encode(word))
+            )
             errors[index] = None
         except BaseException as exc:  # noqa: BLE001 - what the sender gets is the finding
             errors[index] = exc
@@ -203,14 +208,13 @@ def test_a_refused_event_is_reported_to_its_sender_only(refusing: Any) -> None:
     senders = [threading.Thread(target=send, args=(i, w)) for i, w in enumerate(["x", MARK, "z"])]
     for sender in senders:
         sender.start()
-    while len(engine.buffer) < 3:
+    while len(buffer) < 3:
         threading.Event().wait(0.005)
-    assert engine.buffer.flush() == 3
+    assert buffer.flush() == 3
     for sender in senders:
         sender.join(5)
     assert errors[0] is None and errors[2] is None
     assert isinstance(errors[1], StoreRejectedError)
-    engine.buffer.background = False
     engine.drain()
     assert engine.wait(run_ids[0], timeout=5) == "x" and engine.wait(run_ids[2], timeout=5) == "z"
     assert engine.get_run(run_ids[1]).status is dex.RunStatus.RUNNING  # still waiting: nothing arrived

@@ -15,6 +15,7 @@ from dex.adapters.memory import InMemoryAdapter
 from dex.app import coordinator as co
 from dex.app.rounds import LocalDispatch
 from dex.app.runner import Foreground, PollingThread
+from dex.app.workflow_worker import WorkflowWorker
 from dex.testing import VirtualClock
 
 
@@ -67,16 +68,21 @@ async def quick(ctx: dex.WorkflowContext) -> int:
     return 1
 
 
+def _worker(engine: dex.Engine, **options: Any) -> WorkflowWorker:
+    """A workflow worker over the engine's store and buffer, built with ``options``."""
+    return WorkflowWorker(engine.store, engine.registry, engine.converter, engine.buffer, engine.node_id, **options)
+
+
 def test_the_worker_says_whether_its_claim_came_back_full() -> None:
     engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick])
-    engine.workflow_worker._batch_size = 2  # a small batch to fill
+    worker = _worker(engine, batch_size=2)  # a small batch to fill
     for _ in range(3):
         engine.start_workflow(quick)
     engine.workflow_scheduler.step()
-    assert engine.workflow_worker.poll_once() == 2
-    assert engine.workflow_worker.claimed_full  # two asked, two claimed: the third may wait
-    assert engine.workflow_worker.poll_once() == 1
-    assert not engine.workflow_worker.claimed_full
+    assert worker.poll_once() == 2
+    assert worker.claimed_full  # two asked, two claimed: the third may wait
+    assert worker.poll_once() == 1
+    assert not worker.claimed_full
 
 
 def test_the_foreground_counts_calls_in_flight_and_asks_the_worker_to_step_aside() -> None:
@@ -103,13 +109,12 @@ class RecordingForeground(Foreground):
 
 def test_the_workflow_worker_steps_aside_after_each_task() -> None:
     engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), workflows=[quick])
-    assert engine.workflow_worker.foreground is engine.foreground  # the engine's calls are counted
     recording = RecordingForeground()
-    engine.workflow_worker.foreground = recording
+    worker = _worker(engine, foreground=recording)
     for _ in range(3):
         engine.start_workflow(quick)
     engine.workflow_scheduler.step()
-    assert engine.workflow_worker.poll_once() == 3
+    assert worker.poll_once() == 3
     assert recording.asked == 3
 
 

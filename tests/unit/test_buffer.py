@@ -157,18 +157,18 @@ def test_work_wakes_the_flusher_of_its_own_lane_only() -> None:
     import time
     from datetime import timedelta
 
-    from dex.app.buffer import ACTIVITY_LANE, WORKFLOW_LANE
+    from dex.app.buffer import ACTIVITY_LANE, WORKFLOW_LANE, ResultBuffer
     from dex.app.ports import ActivityTask, Lease
     from dex.domain.retry import RetryPolicy
+    from tests.buffers import Flushers
 
     store = InMemoryAdapter(clock=VirtualClock())
-    engine = dex.Engine(store, workflows=[short])
-    engine.buffer.background = True  # adders leave the writing to the flushers
+    buffer = ResultBuffer(store, dispatch=Flushers())  # adders leave the writing to the flushers
     woke: dict[str | None, float] = {}
     began = time.monotonic()
 
     def flusher(lane: str | None) -> None:
-        engine.buffer.wait_for_work(10, lane)
+        buffer.wait_for_work(10, lane)
         woke[lane] = time.monotonic() - began
 
     threads = [threading.Thread(target=flusher, args=(lane,)) for lane in (ACTIVITY_LANE, WORKFLOW_LANE, None)]
@@ -181,12 +181,12 @@ def test_work_wakes_the_flusher_of_its_own_lane_only() -> None:
         retry_policy=RetryPolicy(), lock_timeout=timedelta(minutes=5),
         lease=Lease(owner="node", until=now + timedelta(seconds=30), version=1),
     )  # fmt: skip
-    assert engine.buffer.heartbeat(task)
+    assert buffer.heartbeat(task)
     threads[0].join(5)
     threads[2].join(5)
     time.sleep(0.2)
     assert set(woke) == {ACTIVITY_LANE, None}  # the workflow lane's flusher still sleeps
-    engine.buffer.wake()  # the engine stops: every flusher wakes
+    buffer.wake()  # the engine stops: every flusher wakes
     threads[1].join(5)
     assert set(woke) == {ACTIVITY_LANE, WORKFLOW_LANE, None}
     assert woke[WORKFLOW_LANE] < 5

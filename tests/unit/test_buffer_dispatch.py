@@ -35,6 +35,9 @@ class StubDispatch:
         self.activities: list[tuple[Claim, list[ActivityTask]]] = []
         self.workflows: list[WorkflowTask] = []
 
+    def active(self) -> bool:
+        return True  # a started engine's
+
     def activity_claim(self) -> Claim | None:
         return Claim(names=frozenset({"inc"}), owner=OWNER, limit=self.activity_limit)
 
@@ -69,8 +72,7 @@ def _buffer_with_a_result(store: InMemoryAdapter, dispatch: StubDispatch) -> tup
     result = engine.workflow_worker.execute(task)
     assert result is not None
     reports: list[frozenset[str]] = []
-    buffer = ResultBuffer(store, on_flush=reports.append)
-    buffer.background, buffer.dispatch = True, dispatch
+    buffer = ResultBuffer(store, on_flush=reports.append, dispatch=dispatch)
     buffer.add_workflow_result(task, result)
     return buffer, reports
 
