@@ -16,7 +16,7 @@ from starlette.responses import Response
 from dex.remote.http_routes import activity_task_routes
 from dex.remote.service import ActivityTaskService
 from dex.remote.values import MAX_NAMES, MAX_TASKS, MAX_TEXT, MAX_WAIT_SECONDS
-from dex.web.openapi import TEXT, nullable
+from dex.web.openapi import TEXT, links, nullable
 from dex.web.operations import Handler, Operation, Param
 
 STRING = {"type": "string"}
@@ -84,8 +84,22 @@ def operations(service: ActivityTaskService) -> list[Operation]:
                     "max": {"type": "integer", "minimum": 1, "maximum": MAX_TASKS, "default": 1},
                     "wait_seconds": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS, "default": 0},
                 },
+                "examples": [{"worker_id": "mailer-1", "names": ["send-email"], "max": 1, "wait_seconds": 10}],
             },
             {"type": "array", "items": TASK},
+            # the first task's calls, under the lease the poll handed out to the worker that polled
+            links=links(
+                (
+                    ("Complete", "POST", "/v1/activity-tasks/{task_id}/complete"),
+                    ("Fail", "POST", "/v1/activity-tasks/{task_id}/fail"),
+                    ("Heartbeat", "POST", "/v1/activity-tasks/{task_id}/heartbeat"),
+                ),
+                request_body={
+                    "lease_version": "$response.body#/0/lease_version",
+                    "worker_id": "$request.body#/worker_id",
+                },
+                task_id="$response.body#/0/task_id",
+            ),
         ),
         operation(
             "/v1/activity-tasks/{task_id}/complete",

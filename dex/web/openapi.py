@@ -159,11 +159,18 @@ def operation_id(method: str, path: str) -> str:
     return method.lower() + path.replace("/", "_").replace("{", "").replace("}", "")
 
 
-def links(targets: Iterable[tuple[str, str, str]], **parameters: str) -> dict[str, Any]:
+def links(
+    targets: Iterable[tuple[str, str, str]], *, request_body: dict[str, str] | None = None, **parameters: str
+) -> dict[str, Any]:
     """OpenAPI links from an answer to the operations ``targets`` (name, method, path), their
-    path parameters taken from the answer (``run_id="$response.body#/run_id"``)."""
+    parameters taken from the answer (``run_id="$response.body#/run_id"``), and with
+    ``request_body`` fields of their bodies too."""
     return {
-        name: {"operationId": operation_id(method, path), "parameters": dict(parameters)}
+        name: {
+            "operationId": operation_id(method, path),
+            "parameters": dict(parameters),
+            **({"requestBody": request_body} if request_body is not None else {}),
+        }
         for name, method, path in targets
     }
 
