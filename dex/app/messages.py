@@ -1,4 +1,4 @@
-"""The application's messages to runs (SPEC §5, §9): :class:`RunMessages`, the service behind
+"""The application's messages to runs: :class:`RunMessages`, the service behind
 ``Engine.send_event``, ``cancel``, ``suspend`` and ``resume``.
 
 Each writes one message to a run's inbox: an external event (batched with the engine's next

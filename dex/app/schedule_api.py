@@ -127,7 +127,7 @@ class ScheduleAdmin:
 
 
 class ScheduleCalls:
-    """``Engine``'s schedule methods (SPEC §10), over ``admin``'s store.
+    """``Engine``'s schedule methods, over ``admin``'s store.
 
     ``runner`` is the engine's :class:`~dex.app.schedules.ScheduleRunner`, woken when a
     schedule changes (its next fire may have moved); ``nudge_scheduler`` wakes the task
