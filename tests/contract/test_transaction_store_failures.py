@@ -21,6 +21,7 @@ import pytest
 
 import dex
 from dex.app.transaction_ports import TransactionStep
+from dex.app.transaction_steps import STUCK_ROUNDS
 from dex.domain.errors import SerializationError
 from tests.contract import test_transaction_steps as steps
 from tests.contract.test_step_groups import Groups, _outcome, _warm
@@ -71,6 +72,23 @@ def test_a_store_failing_a_step_twice_spends_none_of_its_single_attempt(env: Env
     assert flaky.failures == 0 and flaky.calls == 5
     assert LEDGER.seen["once-0"] == [1, 1, 1]  # three runs of the function, every one attempt 1
     assert env.rows() == [(run_id, f"once-{n}") for n in range(3)]  # the failed ones rolled back
+    healthy = env.engine.start_workflow(three_steps, "healthy")
+    env.engine.drain()
+    assert len(env.engine.wait(healthy, timeout=5)) == 3
+
+
+def test_a_store_failing_a_step_every_time_makes_drain_raise_naming_it(env: Env) -> None:
+    flaky = StoreFailsAfterTheFunction(env.engine.store, "connection", failures=10**6)
+    run_id = env.engine.start_workflow(three_once, "outage")
+    with pytest.raises(RuntimeError, match="record-once") as raised:
+        env.engine.drain()  # each backoff skipped by the virtual clock: it would go on forever
+    assert run_id in str(raised.value) and "the store went away mid-step" in str(raised.value)
+    assert STUCK_ROUNDS <= flaky.calls <= STUCK_ROUNDS + 1
+    assert env.rows() == []  # every attempt rolled back
+    flaky.failures = 0  # the store is back: the same attempt commits, and a healthy run too
+    env.engine.drain()
+    assert env.engine.wait(run_id, timeout=5) == [f"outage-{n} recorded" for n in range(3)]
+    assert set(LEDGER.seen["outage-0"]) == {1}  # every run of its function was attempt 1: none spent
     healthy = env.engine.start_workflow(three_steps, "healthy")
     env.engine.drain()
     assert len(env.engine.wait(healthy, timeout=5)) == 3
