@@ -146,7 +146,7 @@ class Runtime:
         self._stopping.set()  # nothing runs until arm(): inline activities too read it
         self._running = threading.Event()  # from arm() to the end of stop(): the dispatch is active
         self.threads: list[PollingThread] = []
-        self.activity_listeners: list[Callable[[], None]] = []  # told when activity work is due
+        self._activity_listeners: list[Callable[[], None]] = []  # told when activity work is due
         # this start's: the activity pool, the group threads, what the workflow rounds are lent
         self._pool: AttemptPool | None = None
         self._groups: GroupThreads | None = None
@@ -279,11 +279,15 @@ class Runtime:
     def _wake(self, topics: frozenset[str]) -> None:
         self._nudge(*topics)
         if not topics or ACTIVITIES in topics:
-            for listener in tuple(self.activity_listeners):
+            for listener in tuple(self._activity_listeners):
                 try:
                     listener()  # a remote worker's long poll (dex.remote): activity tasks may be due
                 except Exception:
                     log.exception("a listener for activity work failed")
+
+    def on_activity_work(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (quick, never raising) when this engine makes activity tasks due."""
+        self._activity_listeners.append(listener)
 
     def nudge(self, *topics: str) -> None:
         """This process made work for the threads of these topics (all of them, without any)."""
@@ -375,11 +379,7 @@ class Runtime:
             ("dex-workflow-worker", rounds.workflows, self._wakes[WORKFLOWS]),
             ("dex-activity-worker", rounds.activities, self._wakes[ACTIVITIES]),
         ):
-            # the workflow worker's pauses for the application's calls are tens of microseconds
-            fine = name == "dex-workflow-worker"
-            self._thread(
-                PollingThread(name, step, wake.wait, wake.clear, self._stopping, backoff=backoff, fine_timers=fine)
-            )
+            self._thread(PollingThread(name, step, wake.wait, wake.clear, self._stopping, backoff=backoff))
         for name, lane in (("dex-flusher-activities", ACTIVITY_LANE), ("dex-flusher-workflows", WORKFLOW_LANE)):
             # a flusher sleeps on the buffer's own condition: it flushes as soon as there is work
             self._thread(

@@ -7,11 +7,8 @@ their next poll.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
 import queue
-import sys
 import threading
 import time
 import weakref
@@ -58,14 +55,14 @@ class Foreground:
     and the worker, after each task, sleeps ``pause`` seconds if one is: the GIL is free when
     the answer arrives. A yield without sleeping (``sleep(0)``) does not do it: the yielding
     thread takes the GIL straight back before the waiting one has woken. The pause is short
-    (50 µs); with ``DEX_FINE_TIMER_SLACK=1`` the worker's thread also asks the kernel to end
-    its sleeps on time (:func:`fine_timer_slack`; Linux's default slack lets a 50 µs sleep
-    last ~100 µs), an opt-in whose gain is in ARCHITECTURE.md "Callers first".
+    (50 µs).
     """
 
     def __init__(self, pause: float = 0.00005) -> None:
         self.pause = pause
         self._calls = 0
+        # the application's threads count their calls in and out concurrently (``+=`` is not
+        # atomic); the worker only reads the count, without it
         self._lock = threading.Lock()
 
     @contextmanager
@@ -113,12 +110,10 @@ class PollingThread:
         *,
         backoff: float = 0.1,
         max_backoff: float = 2.0,
-        fine_timers: bool = False,
     ) -> None:
         self.name = name
         self._step, self._wait, self._clear, self._stopping = step, wait, clear, stopping
         self._backoff, self._max_backoff = backoff, max_backoff
-        self._fine_timers = fine_timers  # a thread whose short sleeps must end on time (Foreground)
         self._retired = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -154,7 +149,6 @@ class PollingThread:
             self._stopping,
             backoff=self._backoff,
             max_backoff=self._max_backoff,
-            fine_timers=self._fine_timers,
         )
 
     def _run(self) -> None:
@@ -166,8 +160,6 @@ class PollingThread:
                 log.critical("%s died", self.name, exc_info=True)
 
     def _loop(self) -> None:
-        if self._fine_timers and fine_timers_opted_in():
-            fine_timer_slack()
         failures = 0
         while not self._stopping.is_set() and not self._retired.is_set():
             try:
@@ -199,31 +191,6 @@ def _name_of(exc: BaseException) -> str:
         return type(exc).__name__
     except BaseException:  # noqa: BLE001 - a hostile type: its name is not worth dying for
         return "an exception"
-
-
-_PR_SET_TIMERSLACK = 29  # <linux/prctl.h>
-
-FINE_TIMERS_ENV = "DEX_FINE_TIMER_SLACK"
-
-
-def fine_timers_opted_in() -> bool:
-    """Whether the workflow worker's thread asks for a fine timer slack: only when the
-    environment variable ``DEX_FINE_TIMER_SLACK`` is ``1`` (off by default; the gain it was
-    kept for did not show in alternated batches, see ARCHITECTURE.md "Callers first")."""
-    return os.environ.get(FINE_TIMERS_ENV) == "1"
-
-
-def fine_timer_slack(nanoseconds: int = 1000) -> bool:
-    """Let the calling thread's timed sleeps end within ``nanoseconds`` of their time instead
-    of Linux's default 50 µs (``prctl(PR_SET_TIMERSLACK)``, which applies to this thread
-    only); whether it was set. A no-op elsewhere: other kernels round sleeps their own way."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(_PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0)
-    except (OSError, AttributeError):  # no C library to ask, or one without prctl
-        return False
 
 
 ACTIVITY_THREADS = "dex-activity"  # the pool's threads are named dex-activity_0, dex-activity_1, ...
@@ -269,6 +236,8 @@ class ActivityPool(Executor):
         self._idle = threading.Semaphore(0)  # released by each thread that waits for a job
         self._workers: list[threading.Thread] = []
         self._closed = False
+        # submitting (coordinator, awaited attempts) and shutdown (stop) race: a job put after
+        # shutdown's sentinel would never run, and its callback never be called
         self._guard = threading.Lock()
         # a pool dropped without shutdown() lets its threads go (they hold no reference to it)
         weakref.finalize(self, self._jobs.put, None)

@@ -3,8 +3,6 @@ coordinator's, tests/unit/test_coordinator.py), the Foreground and the workflow 
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from typing import Any
 
@@ -14,7 +12,7 @@ import dex
 from dex.adapters.memory import InMemoryAdapter
 from dex.app import coordinator as co
 from dex.app.rounds import LocalDispatch
-from dex.app.runner import Foreground, PollingThread
+from dex.app.runner import Foreground
 from dex.app.workflow_worker import WorkflowWorker
 from dex.testing import VirtualClock
 
@@ -166,62 +164,6 @@ def test_a_scheduler_round_that_made_tasks_lets_the_worker_claim_them_at_once() 
     assert engine._background.rounds.scheduler() == 0.0  # it made a task: straight back
     assert _window_left(engine, "workflow") == 0.0  # the round's tasks are the batch: no wait
     assert "workflow" in engine._background.coordinator.state.wanted  # and the worker claims them
-
-
-def _timer_slack() -> int:
-    """This thread's timer slack in nanoseconds (``prctl(PR_GET_TIMERSLACK)``)."""
-    import ctypes
-
-    return int(ctypes.CDLL(None).prctl(30, 0, 0, 0, 0))
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is a Linux setting")
-@pytest.mark.parametrize("opted_in", [True, False])
-def test_the_workflow_workers_thread_ends_its_short_pauses_on_time_when_opted_in(
-    opted_in: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a 50 us pause under Linux's default 50 us slack sleeps twice as long; with
-    # DEX_FINE_TIMER_SLACK=1 the polling thread that runs the workflow worker asks for 1 us,
-    # and only that thread is changed; without it, no thread is
-    if opted_in:
-        monkeypatch.setenv("DEX_FINE_TIMER_SLACK", "1")
-    else:
-        monkeypatch.delenv("DEX_FINE_TIMER_SLACK", raising=False)
-    seen: dict[str, int] = {}
-    stopping = threading.Event()
-
-    def step_of(name: str) -> Any:
-        def step() -> float:
-            seen[name] = _timer_slack()
-            stopping.set()
-            return 0.0
-
-        return step
-
-    for name, fine in (("fine", True), ("plain", False)):
-        stopping.clear()
-        wake = threading.Event()
-        thread = PollingThread(name, step_of(name), wake.wait, wake.clear, stopping, fine_timers=fine)
-        thread.start()
-        thread.join(5)
-    assert (seen["fine"] == 1000) is opted_in
-    assert seen["plain"] == _timer_slack() != 1000  # the default, as this (untouched) thread has
-
-
-def test_the_engine_gives_fine_timers_to_the_workflow_worker_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    made: dict[str, bool] = {}
-    original = PollingThread.__init__
-
-    def recording(self: PollingThread, name: str, *args: Any, **kwargs: Any) -> None:
-        made[name] = kwargs.get("fine_timers", False)
-        original(self, name, *args, **kwargs)
-
-    monkeypatch.setattr(PollingThread, "__init__", recording)
-    engine = dex.Engine(InMemoryAdapter(), workflows=[quick])
-    engine.start()
-    engine.stop()
-    assert made.pop("dex-workflow-worker") is True
-    assert made and not any(made.values())
 
 
 def test_a_written_task_hurries_a_scheduler_inside_its_window() -> None:
