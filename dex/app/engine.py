@@ -521,7 +521,7 @@ class Engine:
 
     def on_activity_work(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` (quick, never raising) when this engine makes activity tasks due."""
-        self._background.activity_listeners.append(listener)
+        self._background.on_activity_work(listener)
 
     def long_poll_gate(self, limit: int) -> LongPolls:
         """A gate of ``limit`` long polls for a remote-worker service over this engine
