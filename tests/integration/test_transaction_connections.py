@@ -78,18 +78,32 @@ async def starts_a_run_async(conn: Any, note: str, fail: bool) -> str:
     return run_id
 
 
+@dex.workflow(name="waits-for-paid")
+async def waits(ctx: dex.WorkflowContext) -> Any:
+    return await ctx.wait_for_event("paid")
+
+
+@dex.transaction(name="sends-an-event", retry=ONCE)
+def sends_an_event(conn: Any, run_id: str, amount: int, fail: bool) -> int:
+    engine: dex.Engine = STATE["engine"]
+    engine.send_event(run_id, "paid", amount, connection=conn)
+    if fail:
+        raise dex.TerminalError("rolled back with the event it sent")
+    return amount
+
+
 @dex.workflow(name="one-transaction-step")
 async def one_step(ctx: dex.WorkflowContext, step: str, *args: Any) -> Any:
     return await ctx.activity(step, *args)
 
 
-STEPS = [kinds, kinds_async, starts_a_run, starts_a_run_async]
+STEPS = [kinds, kinds_async, starts_a_run, starts_a_run_async, sends_an_event]
 
 
 @pytest.fixture
 def engine(make_adapter: Callable[..., PostgresAdapter]) -> Iterator[dex.Engine]:
     STATE.clear()
-    engine = dex.Engine(make_adapter(clock=SystemClock()), [one_step, started], STEPS)
+    engine = dex.Engine(make_adapter(clock=SystemClock()), [one_step, started, waits], STEPS)
     STATE["engine"] = engine
     engine.start()
     try:
@@ -125,6 +139,18 @@ def test_a_run_started_with_the_steps_connection_is_rolled_back_with_it(engine: 
     with pytest.raises(dex.RunNotFoundError):
         engine.get_run(child)
     assert [run.run_id for run in engine.list_runs(workflow_name="started-by-a-step")] == []
+    _healthy(engine)
+
+
+def test_an_event_sent_with_the_steps_connection_commits_and_rolls_back_with_the_step(engine: dex.Engine) -> None:
+    waiting = engine.start_workflow(waits)
+    failed = engine.start_workflow(one_step, "sends-an-event", waiting, 1, True)
+    with pytest.raises(dex.WorkflowFailedError, match="rolled back with the event it sent"):
+        engine.wait(failed, timeout=30)
+    assert [type(e.event).__name__ for e in engine.history(waiting) if "Event" in type(e.event).__name__] == []
+    sent = engine.start_workflow(one_step, "sends-an-event", waiting, 4200, False)
+    assert engine.wait(sent, timeout=30) == 4200
+    assert engine.wait(waiting, timeout=30) == 4200  # the one event that committed, not the rolled-back one
     _healthy(engine)
 
 
