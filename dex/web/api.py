@@ -207,7 +207,7 @@ def operations(workflows: Mapping[str, Signature] | None = None) -> list[Operati
             },
             links={  # the first run's calls, and the next page (its cursor handed on as given)
                 **run_links("$response.body#/runs/0/run_id"),
-                **links((("NextPage", "GET", "/v1/runs"),), **{"query.cursor": "$response.body#/next_cursor"}),
+                **links((("NextPage", "GET", "/v1/runs"),), query={"cursor": "$response.body#/next_cursor"}),
             },
         ),
         Operation(

@@ -160,15 +160,20 @@ def operation_id(method: str, path: str) -> str:
 
 
 def links(
-    targets: Iterable[tuple[str, str, str]], *, request_body: dict[str, str] | None = None, **parameters: str
+    targets: Iterable[tuple[str, str, str]],
+    *,
+    query: dict[str, str] | None = None,
+    request_body: dict[str, str] | None = None,
+    **parameters: str,
 ) -> dict[str, Any]:
     """OpenAPI links from an answer to the operations ``targets`` (name, method, path), their
-    parameters taken from the answer (``run_id="$response.body#/run_id"``), and with
-    ``request_body`` fields of their bodies too."""
+    path parameters taken from the answer (``run_id="$response.body#/run_id"``), and with
+    ``query`` parameters and ``request_body`` fields too."""
+    named = {**parameters, **{f"query.{key}": value for key, value in (query or {}).items()}}
     return {
         name: {
             "operationId": operation_id(method, path),
-            "parameters": dict(parameters),
+            "parameters": dict(named),
             **({"requestBody": request_body} if request_body is not None else {}),
         }
         for name, method, path in targets
