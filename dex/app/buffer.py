@@ -106,9 +106,17 @@ class ResultBuffer:
         self._on_written = on_written
         self._max_batch = max_batch
         self._on_flush = on_flush
+        # guards the buffered items (lists and dicts below): every thread of the engine adds to
+        # them (workers, attempts, application calls) and two flushers take from them; the
+        # buffer is their one owner, and this is its lock, held only to move items in or out
         self._lock = threading.Lock()
+        # one flush per lane at a time (the flusher's, drain's, stop's): a run's results are
+        # written in the order they were added, and a second flush of the lane could write a
+        # later one while an earlier one is in flight or put back by a failed write; the two
+        # lanes' writes are separate transactions, so they do run at once
         self._flush_locks = {ACTIVITY_LANE: threading.Lock(), WORKFLOW_LANE: threading.Lock()}
-        # per lane (None: any): an add wakes its lane's flusher only, not both (ARCHITECTURE.md)
+        # per lane (None: any), over the lock above: an add wakes its lane's flusher only, not
+        # both (ARCHITECTURE.md)
         self._wanted = {lane: threading.Condition(self._lock) for lane in (ACTIVITY_LANE, WORKFLOW_LANE, None)}
         self._workflow_results: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
         self._activity_outcomes: list[ActivityOutcome] = []

@@ -376,6 +376,9 @@ class Coordinator:
         self.state = State()
         self._wake, self._run = wake, run
         self.observe = observe
+        # every engine thread (rounds, flushers, attempts ending, application calls) hands events
+        # in: one transition at a time, so that each sees the state the last one left; held
+        # only for the pure transition, never while a command is carried out
         self._lock = threading.Lock()
 
     def reset(self) -> None:

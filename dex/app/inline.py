@@ -65,6 +65,8 @@ class QueueView:
         self._read, self._ttl = read, ttl
         self._queues: dict[str, ActivitySlots] = {}
         self._read_at = float("-inf")
+        # the workflow thread and the attempts' threads (answered steps) ask at once: one re-read
+        # of the store when the view is stale, not one per asking thread
         self._lock = threading.Lock()
 
     def invalidate(self) -> None:

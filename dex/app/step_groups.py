@@ -226,6 +226,8 @@ class GroupThreads:
         self._made = 0  # for the threads' names
         self._closed = False
         self._overseer: threading.Thread | None = None
+        # guards the jobs and the counts above, which the workflow round (submit), the group
+        # threads, the overseer and stop() (close) all change; the threads wait on it for work
         self._changed = threading.Condition()
 
     def submit(self, job: Callable[[], None]) -> bool:
