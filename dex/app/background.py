@@ -482,6 +482,7 @@ class Runtime:
             self._groups = None
         self._running.clear()  # adders flush themselves again, completions claim nothing
         self._started = None  # no step is answered, nothing runs inline, no watchdog watches
+        self.rounds = self._rounds(self._monotonic, NOT_STARTED)
         stuck = [thread for thread in self.threads if thread.alive and not thread.retired]
         try:
             if stuck:  # the workflow worker may still be in its round: leave its tasks alone
