@@ -15,6 +15,7 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
+from dex.adapters.memory.tasks import MemoryTasks
 from dex.testing import VirtualClock
 
 CALLS: Counter[str] = Counter()
@@ -356,13 +357,13 @@ def _fail_after_writing_the_copy(store: Any, monkeypatch: pytest.MonkeyPatch, fa
     """Make the store fail once the fork's run, history, children and tasks are written, before
     the write ends (memory: inside its lock; PostgreSQL: inside its transaction)."""
     if isinstance(store, InMemoryAdapter):
-        real = store._complete_workflow_task
+        real = MemoryTasks.complete_workflow_task
 
         def failing_memory(*args: Any) -> bool:
             real(*args)
             raise fault
 
-        monkeypatch.setattr(store, "_complete_workflow_task", failing_memory)
+        monkeypatch.setattr(MemoryTasks, "complete_workflow_task", failing_memory)
         return
     from dex.adapters.postgres import completion
 

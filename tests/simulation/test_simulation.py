@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import ActivityOutcome, ActivityTask
+from dex.app.ports import ActivityTask
 from dex.domain import events as ev
+from dex.domain.errors import RunNotFoundError
 from dex.simulation import FAULT_KINDS, Fault, ObservedAdapter, SimulationFailure, Simulator
 from dex.simulation.chain_workload import CHAIN_WORKLOAD
 
@@ -271,14 +272,15 @@ class EarlyTimerStore(InMemoryAdapter):
 
 
 class StaleCompletionStore(InMemoryAdapter):
-    """Applies activity outcomes whatever became of their lease."""
+    """Applies activity outcomes whatever became of their lease (under the lease the task holds now)."""
 
     def complete_activity_tasks(self, outcomes: Any, now: Any) -> list[bool]:
-        for outcome in outcomes:
-            row = self._activity_tasks.get(outcome.task.task_id)
-            if row is not None:
-                row.lease.owner, row.lease.version = outcome.task.lease.owner, outcome.task.lease.version
-        return super().complete_activity_tasks(outcomes, now)
+        current = self.find_activity_tasks([outcome.task.task_id for outcome in outcomes])
+        forced = [
+            attrs.evolve(outcome, task=task) if task is not None else outcome
+            for outcome, task in zip(outcomes, current, strict=True)
+        ]
+        return super().complete_activity_tasks(forced, now)
 
 
 class ForgetfulInboxStore(InMemoryAdapter):
@@ -287,18 +289,24 @@ class ForgetfulInboxStore(InMemoryAdapter):
     def complete_workflow_tasks(self, results: Any, now: Any) -> list[bool]:
         forgetful = []
         for task, result in results:
-            messages = {m.message_id: m.event for m in self._inbox.get(result.run_id, [])}
+            messages = {m.message_id: m.event for m in self._inbox(task, now)}
             kept = tuple(i for i in result.consumed if not isinstance(messages.get(i), ev.ActivityTaskCompleted))
             forgetful.append((task, attrs.evolve(result, consumed=kept)))
         return super().complete_workflow_tasks(forgetful, now)
+
+    def _inbox(self, task: Any, now: Any) -> list[Any]:
+        try:
+            return self.load_workflow_task(task, now)[1]
+        except RunNotFoundError:
+            return []
 
 
 class GreedyLeaderStore(InMemoryAdapter):
     """Lets every node lead."""
 
     def try_lead(self, node_id: str, now: Any, ttl: timedelta) -> bool:
-        self._leader = None
-        return super().try_lead(node_id, now, ttl)
+        super().try_lead(node_id, now, ttl)
+        return True
 
 
 class EagerRetentionStore(InMemoryAdapter):
@@ -309,19 +317,25 @@ class EagerRetentionStore(InMemoryAdapter):
 
 
 class LostResultStore(InMemoryAdapter):
-    """Drops every third activity result on the floor (acknowledged, never delivered)."""
+    """Drops every third activity result on the floor (acknowledged, never delivered): the task
+    is put back to wait a century instead, a moment the store never reports as due."""
 
     dropped = 0
+    LOST = timedelta(days=36500)
 
-    def _complete_activity_task(self, outcome: ActivityOutcome, now: Any) -> bool:
-        if outcome.retry_at is None and outcome.result is not None:
-            self.dropped += 1
-            if self.dropped % 3 == 0:
-                row = self._activity_tasks.get(outcome.task.task_id)
-                if row is not None and row.lease.is_(outcome.task.lease):
-                    del self._activity_tasks[row.task_id]
-                    return True
-        return super()._complete_activity_task(outcome, now)
+    def complete_activity_tasks(self, outcomes: Any, now: Any) -> list[bool]:
+        kept = []
+        for outcome in outcomes:
+            if outcome.retry_at is None and outcome.result is not None:
+                self.dropped += 1
+                if self.dropped % 3 == 0:
+                    outcome = attrs.evolve(outcome, retry_at=now + self.LOST, result=None)
+            kept.append(outcome)
+        return super().complete_activity_tasks(kept, now)
+
+    def next_due_time(self, now: Any) -> Any:
+        due = super().next_due_time(now)
+        return None if due is not None and due - now > self.LOST / 2 else due
 
 
 def observed(broken: type[InMemoryAdapter]) -> type[ObservedAdapter]:

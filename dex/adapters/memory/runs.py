@@ -2,7 +2,8 @@
 
 Creating a run (or finding the live run that holds its instance id), the reads of the run
 records and histories, messages and status requests to a live run, and the retention that
-deletes finished runs. Part of :class:`dex.adapters.memory.InMemoryAdapter`.
+deletes finished runs; the first task of a run just started, claimed at once (eager dispatch).
+Part of :class:`dex.adapters.memory.InMemoryAdapter`.
 """
 
 from __future__ import annotations
@@ -14,34 +15,57 @@ from datetime import datetime
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import RunRow
-from dex.app.ports import RunFilter, RunRecord
+from dex.app.ports import WORKFLOW, Claim, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
-from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
+from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus, requested
+from dex.domain.task import InboxMessage
 
 
-class MemoryRuns(MemoryState):
+class MemoryRuns:
     """The run-store operations of the in-memory adapter."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
 
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         storable.created(run_id, created)
-        with self._lock:
-            existing = self._find_live_instance(created.instance_id)
+        with self._state.lock:
+            existing = self._state.find_live_instance(created.instance_id)
             if existing is not None:
                 return existing
-            self._insert_run(run_id, created, now)
+            self._state.insert_run(run_id, created, now)
             return run_id
+
+    def claim_new_run(
+        self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
+    ) -> tuple[list[WorkflowTask], list[Loaded]]:
+        """The first workflow task of the run just created, claimed for ``claim``, when the
+        scheduler would create it at once anyway (no concurrency key, the queue active with
+        room); none otherwise. The caller holds the state's lock since it created the run."""
+        state = self._state
+        with state.lock:
+            if created.concurrency_key is not None or created.workflow_name not in claim.names:
+                return [], []
+            queue = state.queue(created.queue, WORKFLOW)
+            if queue.paused or state.active_workflow_tasks(queue.name) >= queue.capacity:
+                return [], []
+            task = state.add_workflow_task(state.runs[run_id], queue.name)
+            task.lease.take(claim.owner, now + claim.lease)
+            (started,) = state.inbox[run_id]
+            inbox = [InboxMessage(message_id=started.message_id, event=started.event)]
+            return [task.claimed()], [WorkflowInput(events=list(state.runs[run_id].history), inbox=inbox)]
 
     def get_run(self, run_id: str) -> RunRecord | None:
         storable.text(run_id, "run_id")
-        with self._lock:
-            row = self._runs.get(run_id)
+        with self._state.lock:
+            row = self._state.runs.get(run_id)
             return row.record() if row is not None else None
 
     def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
         storable.texts(run_ids, "run_id")
-        with self._lock:
-            rows = (self._runs.get(run_id) for run_id in dict.fromkeys(run_ids))
+        with self._state.lock:
+            rows = (self._state.runs.get(run_id) for run_id in dict.fromkeys(run_ids))
             return [row.record() for row in rows if row is not None]
 
     def list_runs(self, run_filter: RunFilter) -> list[RunRecord]:
@@ -49,23 +73,23 @@ class MemoryRuns(MemoryState):
         storable.text(run_filter.instance_id, "instance_id")
         storable.text(run_filter.code_version, "code_version")
         storable.labels(run_filter.labels)
-        with self._lock:
-            rows = [row for row in self._runs.values() if _matches(row, run_filter)]
+        with self._state.lock:
+            rows = [row for row in self._state.runs.values() if _matches(row, run_filter)]
             rows.sort(key=lambda r: (r.created_at, r.position), reverse=True)
             return [row.record() for row in rows[: run_filter.limit]]
 
     def load_history(self, run_id: str) -> list[ev.HistoryEvent]:
         storable.text(run_id, "run_id")
-        with self._lock:
-            row = self._runs.get(run_id)
+        with self._state.lock:
+            row = self._state.runs.get(run_id)
             if row is None:
                 raise RunNotFoundError(f"no run with id {run_id!r}")
             return list(row.history)
 
     def load_history_after(self, run_id: str, after_seq: int, limit: int) -> list[ev.HistoryEvent]:
         storable.text(run_id, "run_id")
-        with self._lock:
-            row = self._runs.get(run_id)
+        with self._state.lock:
+            row = self._state.runs.get(run_id)
             if row is None:
                 raise RunNotFoundError(f"no run with id {run_id!r}")
             history = row.history
@@ -75,51 +99,38 @@ class MemoryRuns(MemoryState):
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         storable.text(run_id, "run_id")
         storable.protobuf(message, "message")
-        with self._lock:
-            self._live_run(run_id)
-            self._push(run_id, message, now)
-
-    def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
-        storable.messages(items)  # before anything changes: the batch is all or nothing
-        with self._lock:
-            errors: list[DexError | None] = []
-            for run_id, message in items:
-                try:
-                    self.send_message(run_id, message, now)
-                except (RunNotFoundError, InvalidStateError) as exc:
-                    errors.append(exc)
-                else:
-                    errors.append(None)
-            return errors
+        with self._state.lock:
+            self._state.live_run(run_id)
+            self._state.push(run_id, message, now)
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
         storable.text(run_id, "run_id")
         storable.protobuf(message, "message")
-        with self._lock:
-            row = self._live_run(run_id)
+        with self._state.lock:
+            row = self._state.live_run(run_id)
             requested(row.status, target)
             if target is not RunStatus.CANCELLED:
                 row.status = target
-            elif any(isinstance(m.event, ev.RunCancelled) for m in self._inbox[run_id]):
+            elif any(isinstance(m.event, ev.RunCancelled) for m in self._state.inbox[run_id]):
                 return  # a cancel is already on its way
-            self._push(run_id, message, now)
+            self._state.push(run_id, message, now)
 
     def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
-        with self._lock:
+        with self._state.lock:
             # the runs that ended first go first, as in PostgreSQL (ORDER BY completed_at)
             ended = [
                 row
-                for row in self._runs.values()
+                for row in self._state.runs.values()
                 if row.status.is_terminal and row.completed_at is not None and row.completed_at < completed_before
             ]
             ended.sort(key=lambda row: (row.completed_at, row.position))
             doomed = [row.run_id for row in ended[:limit]]
             for run_id in doomed:
-                del self._runs[run_id]
-                self._inbox.pop(run_id, None)
-                task_id = self._workflow_task_of_run.pop(run_id, None)  # a stale claim's task goes too
+                del self._state.runs[run_id]
+                self._state.inbox.pop(run_id, None)
+                task_id = self._state.workflow_task_of_run.pop(run_id, None)  # a stale claim's task goes too
                 if task_id is not None:
-                    del self._workflow_tasks[task_id]
+                    del self._state.workflow_tasks[task_id]
             return len(doomed)
 
 

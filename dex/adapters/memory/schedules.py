@@ -7,13 +7,15 @@ PostgreSQL. Part of :class:`dex.adapters.memory.InMemoryAdapter`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 import attrs
 
 from dex.adapters.memory import storable
-from dex.adapters.memory.runs import MemoryRuns
+from dex.adapters.memory.state import MemoryState
 from dex.app.schedule_ports import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
+from dex.domain import events as ev
 from dex.domain.errors import InvalidStateError, NotFoundError
 
 
@@ -24,11 +26,18 @@ def _check_definition(definition: ScheduleDefinition) -> None:
     storable.labels(definition.labels, "schedule labels")
 
 
-class MemorySchedules(MemoryRuns):
-    """The schedule-store operations of the in-memory adapter."""
+class MemorySchedules:
+    """The schedule-store operations of the in-memory adapter: its records, and the runs its
+    fires start with ``create_run`` (the adapter's port, so that what wraps it sees those
+    starts too), under the same lock."""
+
+    def __init__(self, state: MemoryState, create_run: Callable[[str, ev.RunCreated, datetime], str]) -> None:
+        self._state = state
+        self._create_run = create_run
+        self._records: dict[str, ScheduleRecord] = {}
 
     def _schedule(self, name: str) -> ScheduleRecord:
-        record = self._schedules.get(name)
+        record = self._records.get(name)
         if record is None:
             raise NotFoundError(f"no schedule named {name!r}")
         return record
@@ -36,50 +45,50 @@ class MemorySchedules(MemoryRuns):
     def create_schedule(self, record: ScheduleRecord) -> None:
         _check_definition(record.definition)
         storable.text(record.note, "note")
-        with self._lock:
-            if record.name in self._schedules:
+        with self._state.lock:
+            if record.name in self._records:
                 raise InvalidStateError(f"a schedule named {record.name!r} exists already")
-            self._schedules[record.name] = record
+            self._records[record.name] = record
 
     def update_schedule(
         self, definition: ScheduleDefinition, next_fire_at: datetime | None, due_at: datetime | None
     ) -> None:
         _check_definition(definition)
-        with self._lock:
+        with self._state.lock:
             record = self._schedule(definition.name)
-            self._schedules[definition.name] = attrs.evolve(
+            self._records[definition.name] = attrs.evolve(
                 record, definition=definition, next_fire_at=next_fire_at, due_at=due_at
             )
 
     def delete_schedule(self, name: str) -> None:
         storable.text(name, "schedule name")
-        with self._lock:
+        with self._state.lock:
             self._schedule(name)
-            del self._schedules[name]
+            del self._records[name]
 
     def set_schedule_paused(
         self, name: str, paused: bool, note: str, next_fire_at: datetime | None, due_at: datetime | None
     ) -> None:
         storable.text(name, "schedule name")
         storable.text(note, "note")
-        with self._lock:
+        with self._state.lock:
             record = self._schedule(name)
-            self._schedules[name] = attrs.evolve(
+            self._records[name] = attrs.evolve(
                 record, paused=paused, note=note, next_fire_at=next_fire_at, due_at=due_at
             )
 
     def get_schedule(self, name: str) -> ScheduleRecord | None:
         storable.text(name, "schedule name")
-        with self._lock:
-            return self._schedules.get(name)
+        with self._state.lock:
+            return self._records.get(name)
 
     def list_schedules(self) -> list[ScheduleRecord]:
-        with self._lock:
-            return [self._schedules[name] for name in sorted(self._schedules)]
+        with self._state.lock:
+            return [self._records[name] for name in sorted(self._records)]
 
     def due_schedules(self, now: datetime, limit: int) -> tuple[list[ScheduleRecord], datetime | None]:
-        with self._lock:
-            active = [r for r in self._schedules.values() if not r.paused]
+        with self._state.lock:
+            active = [r for r in self._records.values() if not r.paused]
             due = [r for r in active if (r.due_at is not None and r.due_at <= now) or r.buffered_fire_at is not None]
             due.sort(key=lambda r: (r.due_at is None, r.due_at or now, r.name))
             later = [r.due_at for r in active if r.due_at is not None and r.due_at > now]
@@ -88,8 +97,8 @@ class MemorySchedules(MemoryRuns):
     def advance_schedule(self, advance: ScheduleAdvance, now: datetime) -> tuple[bool, str | None]:
         if advance.start is not None:
             storable.created(advance.start.run_id, advance.start.created)
-        with self._lock:
-            record = self._schedules.get(advance.name)
+        with self._state.lock:
+            record = self._records.get(advance.name)
             if (
                 record is None
                 or record.next_fire_at != advance.expected_next
@@ -103,15 +112,15 @@ class MemorySchedules(MemoryRuns):
             }
             run_id = None
             if advance.start is not None:
-                run_id = self.create_run(advance.start.run_id, advance.start.created, now)
+                run_id = self._create_run(advance.start.run_id, advance.start.created, now)
                 changes.update(last_fire_at=advance.start.fire_at, last_run_id=run_id)
-            self._schedules[advance.name] = attrs.evolve(record, **changes)  # type: ignore[arg-type]
+            self._records[advance.name] = attrs.evolve(record, **changes)  # type: ignore[arg-type]
             return True, run_id
 
     def trigger_schedule(self, name: str, start: ScheduledStart, now: datetime) -> str:
         storable.created(start.run_id, start.created)
-        with self._lock:
+        with self._state.lock:
             record = self._schedule(name)
-            run_id = self.create_run(start.run_id, start.created, now)
-            self._schedules[name] = attrs.evolve(record, last_fire_at=start.fire_at, last_run_id=run_id)
+            run_id = self._create_run(start.run_id, start.created, now)
+            self._records[name] = attrs.evolve(record, last_fire_at=start.fire_at, last_run_id=run_id)
             return run_id

@@ -22,8 +22,6 @@ from dex.app.ports import (
     ActivityOutcome,
     ActivityTask,
     AnsweredStep,
-    Loaded,
-    WorkflowInput,
     WorkflowTask,
 )
 from dex.domain import events as ev
@@ -36,21 +34,24 @@ from dex.domain.writes import INBOX_ORDER, instance_clash, plan_write, survives_
 _INBOX_ORDER = operator.attrgetter(*INBOX_ORDER)  # the domain's order of a run's visible messages
 
 
-class MemoryTasks(MemoryState):
+class MemoryTasks:
     """The workflow-task and activity-task operations of the in-memory adapter."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
 
     # -- workflow tasks -----------------------------------------------------------------------
     def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
-        with self._lock:
+        with self._state.lock:
             key_holders = {
                 row.created.concurrency_key
-                for row in self._runs.values()
+                for row in self._state.runs.values()
                 if row.holds_key and not row.status.is_terminal
             }
             candidates = []
-            for run_id, inbox in self._inbox.items():
-                row = self._runs[run_id]
-                if row.status.is_terminal or run_id in self._workflow_task_of_run:
+            for run_id, inbox in self._state.inbox.items():
+                row = self._state.runs[run_id]
+                if row.status.is_terminal or run_id in self._state.workflow_task_of_run:
                     continue
                 visible = [m for m in inbox if m.visible_from <= now]
                 if not visible:
@@ -68,13 +69,13 @@ class MemoryTasks(MemoryState):
                 needs_key = key is not None and not row.holds_key and not cancel
                 if needs_key and key in key_holders:
                     continue
-                queue = self._queue(row.created.queue, WORKFLOW)
-                if queue.paused or self._active_workflow_tasks(queue.name) >= queue.capacity:
+                queue = self._state.queue(row.created.queue, WORKFLOW)
+                if queue.paused or self._state.active_workflow_tasks(queue.name) >= queue.capacity:
                     continue
                 if needs_key:
                     row.holds_key = True
                     key_holders.add(key)
-                self._add_workflow_task(row, queue.name)
+                self._state.add_workflow_task(row, queue.name)
                 created += 1
             return created
 
@@ -83,11 +84,13 @@ class MemoryTasks(MemoryState):
     ) -> list[WorkflowTask]:
         storable.texts(names, "workflow name")
         storable.text(owner, "owner")
-        with self._lock:
+        with self._state.lock:
             ready = [
                 t
-                for t in self._workflow_tasks.values()
-                if t.workflow_name in names and not t.lease.held(now) and not self._queue(t.queue, WORKFLOW).paused
+                for t in self._state.workflow_tasks.values()
+                if t.workflow_name in names
+                and not t.lease.held(now)
+                and not self._state.queue(t.queue, WORKFLOW).paused
             ]
             ready.sort(key=lambda t: (-t.priority, t.task_id))
             claimed = []
@@ -99,57 +102,49 @@ class MemoryTasks(MemoryState):
     def load_workflow_task(
         self, task: WorkflowTask, now: datetime, after_seq: int = 0
     ) -> tuple[list[ev.HistoryEvent], list[InboxMessage]]:
-        with self._lock:
-            row = self._runs.get(task.run_id)
+        with self._state.lock:
+            row = self._state.runs.get(task.run_id)
             if row is None:
                 raise RunNotFoundError(f"no run with id {task.run_id!r}")
-            visible = sorted((m for m in self._inbox.get(task.run_id, []) if m.visible_from <= now), key=_INBOX_ORDER)
+            visible = sorted(
+                (m for m in self._state.inbox.get(task.run_id, []) if m.visible_from <= now), key=_INBOX_ORDER
+            )
             inbox = [InboxMessage(message_id=m.message_id, event=m.event) for m in visible]
             return [e for e in row.history if e.sequence_number >= after_seq], inbox
-
-    def load_workflow_tasks(self, requests: Sequence[tuple[WorkflowTask, int]], now: datetime) -> list[Loaded]:
-        with self._lock:
-            loaded: list[Loaded] = []
-            for task, after_seq in requests:
-                try:
-                    events, inbox = self.load_workflow_task(task, now, after_seq)
-                    loaded.append(WorkflowInput(events=events, inbox=inbox))
-                except RunNotFoundError as exc:
-                    loaded.append(exc)
-            return loaded
 
     def complete_workflow_tasks(
         self, results: Sequence[tuple[WorkflowTask, WorkflowTaskResult]], now: datetime
     ) -> list[bool]:
         storable.workflow_results(results)  # before anything changes: the batch is all or nothing
-        with self._lock:
-            return [self._complete_workflow_task(task, result, now) for task, result in results]
+        with self._state.lock:
+            return [self.complete_workflow_task(task, result, now) for task, result in results]
 
     def retry_workflow_tasks(
         self, retries: Sequence[tuple[WorkflowTask, datetime]], now: datetime, failure: FailureInfo | None = None
     ) -> list[bool]:
         if failure is not None:
             storable.protobuf(failure, "task failure")
-        with self._lock:
+        with self._state.lock:
             given_back = []
             for task, retry_at in retries:
-                row = self._workflow_tasks.get(task.task_id)
+                row = self._state.workflow_tasks.get(task.task_id)
                 held = row is not None and row.lease.is_(task.lease)
                 if held and row is not None:
                     # claimable again once retry_at has passed; a late result of this claim
                     # no longer matches the version
                     row.lease.until = retry_at
                     row.lease.version += 1
-                    run = self._runs.get(task.run_id)
+                    run = self._state.runs.get(task.run_id)
                     if failure is not None and run is not None:
                         run.task_failure = failure
                 given_back.append(held)
             return given_back
 
-    def _holds_workflow_task(self, task: WorkflowTask, expected_last_seq: int) -> bool:
-        """Whether ``task`` is still held by its lease and its run's history ends where expected."""
-        row_task = self._workflow_tasks.get(task.task_id)
-        run = self._runs.get(task.run_id)
+    def holds_workflow_task(self, task: WorkflowTask, expected_last_seq: int) -> bool:
+        """Whether ``task`` is still held by its lease and its run's history ends where expected
+        (the caller holds the state's lock)."""
+        row_task = self._state.workflow_tasks.get(task.task_id)
+        run = self._state.runs.get(task.run_id)
         return (
             row_task is not None
             and row_task.lease.is_(task.lease)
@@ -157,22 +152,23 @@ class MemoryTasks(MemoryState):
             and run.history[-1].sequence_number == expected_last_seq
         )
 
-    def _complete_workflow_task(
+    def complete_workflow_task(
         self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime, keep: bool = False
     ) -> bool:
-        """Apply ``result``; with ``keep``, the task stays claimed (a checkpoint of a task that goes on)."""
+        """Apply ``result``; with ``keep``, the task stays claimed (a checkpoint of a task that goes
+        on). The caller holds the state's lock (forks and steps apply results inside their own)."""
         if isinstance(task, AnsweredStep):
             if keep or not self._answerable(task, result, now):  # (never kept: it holds no task)
                 return False  # nothing written: the engine writes the outcome the ordinary way
-            del self._activity_tasks[task.outcome.task.task_id]
+            del self._state.activity_tasks[task.outcome.task.task_id]
             return self._apply_result(task, result, now)
-        row_task = self._workflow_tasks.get(task.task_id)
+        row_task = self._state.workflow_tasks.get(task.task_id)
         if row_task is None or not row_task.lease.is_(task.lease):
             return False  # the lease was lost: another worker owns (or finished) this task
         if not keep:
-            del self._workflow_tasks[task.task_id]
-            del self._workflow_task_of_run[task.run_id]
-        run = self._runs.get(task.run_id)
+            del self._state.workflow_tasks[task.task_id]
+            del self._state.workflow_task_of_run[task.run_id]
+        run = self._state.runs.get(task.run_id)
         if run is None:
             return False
         if run.history[-1].sequence_number != result.expected_last_seq:
@@ -182,44 +178,44 @@ class MemoryTasks(MemoryState):
     def _answerable(self, task: AnsweredStep, result: WorkflowTaskResult, now: datetime) -> bool:
         """Whether an answered step's result may apply (see :class:`AnsweredStep`)."""
         outcome = task.outcome
-        activity = self._activity_tasks.get(outcome.task.task_id)
-        run = self._runs.get(task.run_id)
+        activity = self._state.activity_tasks.get(outcome.task.task_id)
+        run = self._state.runs.get(task.run_id)
         if activity is None or not activity.lease.is_(outcome.task.lease) or outcome.retry_at is not None:
             return False  # the claim was lost, or the outcome is a retry (no message for the run)
-        if run is None or run.status is not RunStatus.RUNNING or task.run_id in self._workflow_task_of_run:
+        if run is None or run.status is not RunStatus.RUNNING or task.run_id in self._state.workflow_task_of_run:
             return False
         if run.history[-1].sequence_number != result.expected_last_seq:
             return False
-        if any(m.visible_from <= now for m in self._inbox.get(task.run_id, [])):
+        if any(m.visible_from <= now for m in self._state.inbox.get(task.run_id, [])):
             return False  # what the run was sent comes first: its workflow task takes it all in order
-        return not self._queue(run.created.queue, WORKFLOW).paused
+        return not self._state.queue(run.created.queue, WORKFLOW).paused
 
     def _apply_result(self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime) -> bool:
-        run = self._runs[task.run_id]
+        run = self._state.runs[task.run_id]
         plan = plan_write(result, run.status)
         consumed = set(plan.consumed)
-        inbox = [m for m in self._inbox[run.run_id] if m.message_id not in consumed]
+        inbox = [m for m in self._state.inbox[run.run_id] if m.message_id not in consumed]
         if plan.replaces_history:
             inbox = [m for m in inbox if survives_continue_as_new(m.event)]
             run.history = list(plan.events)
         else:
             run.history.extend(plan.events)
-        self._inbox[run.run_id] = inbox
+        self._state.inbox[run.run_id] = inbox
         if plan.started:
             run.started_at = now
         if plan.sets_custom_status:
             run.custom_status = plan.custom_status
         run.task_failure = None  # a result applied: the run is not held (any more)
         for child in plan.child_runs:  # the parent is still live here: a child may clash with it
-            if self._find_live_instance(child.created.instance_id) is not None:
-                self._push(run.run_id, instance_clash(child), now)
+            if self._state.find_live_instance(child.created.instance_id) is not None:
+                self._state.push(run.run_id, instance_clash(child), now)
             else:
-                self._insert_run(child.run_id, child.created, now)
+                self._state.insert_run(child.run_id, child.created, now)
         run.status = plan.status
         for spec in plan.activity_tasks:
-            self.ensure_queue(spec.queue, ACTIVITY)
-            task_id = next(self._ids)
-            self._activity_tasks[task_id] = ActivityTaskRow(
+            self._state.ensure_queue(spec.queue, ACTIVITY)
+            task_id = next(self._state.ids)
+            self._state.activity_tasks[task_id] = ActivityTaskRow(
                 task_id=task_id,
                 run_id=spec.run_id,
                 created_seq=spec.created_seq,
@@ -236,24 +232,24 @@ class MemoryTasks(MemoryState):
         if plan.completion is not None:
             completion = plan.completion
             run.completed_at, run.result, run.failure, run.holds_key = now, completion.result, completion.failure, False
-            self._inbox[run.run_id] = []
-            for task_id in [t for t, a in self._activity_tasks.items() if a.run_id == run.run_id]:
-                del self._activity_tasks[task_id]
+            self._state.inbox[run.run_id] = []
+            for task_id in [t for t, a in self._state.activity_tasks.items() if a.run_id == run.run_id]:
+                del self._state.activity_tasks[task_id]
         for message in plan.messages:
-            self._deliver(message.run_id, message.event, message.visible_from)
+            self._state.deliver(message.run_id, message.event, message.visible_from)
         return True
 
     # -- activity tasks -------------------------------------------------------------------------
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
-        with self._lock:
-            waiting = [t for t in self._activity_tasks.values() if t.state == CREATED and t.visible_from <= now]
+        with self._state.lock:
+            waiting = [t for t in self._state.activity_tasks.values() if t.state == CREATED and t.visible_from <= now]
             waiting.sort(key=lambda t: (-t.priority, t.task_id))
             moved = 0
             for task in waiting:
                 if moved >= limit:
                     break
-                queue = self._queue(task.queue, ACTIVITY)
-                if queue.paused or self._queued_activity_tasks(queue.name) >= queue.capacity:
+                queue = self._state.queue(task.queue, ACTIVITY)
+                if queue.paused or self._state.queued_activity_tasks(queue.name) >= queue.capacity:
                     continue
                 task.state = QUEUED
                 moved += 1
@@ -264,14 +260,14 @@ class MemoryTasks(MemoryState):
     ) -> list[ActivityTask]:
         storable.texts(names, "activity name")
         storable.text(owner, "owner")
-        with self._lock:
+        with self._state.lock:
             ready = [
                 t
-                for t in self._activity_tasks.values()
+                for t in self._state.activity_tasks.values()
                 if t.state == QUEUED
                 and t.name in names
                 and not t.lease.held(now)
-                and not self._queue(t.queue, ACTIVITY).paused
+                and not self._state.queue(t.queue, ACTIVITY).paused
             ]
             ready.sort(key=lambda t: (-t.priority, t.task_id))
             claimed = []
@@ -283,8 +279,8 @@ class MemoryTasks(MemoryState):
             return claimed
 
     def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
-        with self._lock:
-            rows = [self._activity_tasks.get(task_id) for task_id in task_ids]
+        with self._state.lock:
+            rows = [self._state.activity_tasks.get(task_id) for task_id in task_ids]
             return [
                 row.claimed() if row is not None and row.state == QUEUED and row.lease.owner is not None else None
                 for row in rows
@@ -292,10 +288,10 @@ class MemoryTasks(MemoryState):
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
         storable.heartbeats(tasks)
-        with self._lock:
+        with self._state.lock:
             extended = []
             for task in tasks:
-                row = self._activity_tasks.get(task.task_id)
+                row = self._state.activity_tasks.get(task.task_id)
                 held = row is not None and row.lease.is_(task.lease)
                 if held and row is not None:
                     row.lease.until = now + min(lease, row.lock_timeout)
@@ -304,11 +300,11 @@ class MemoryTasks(MemoryState):
 
     def complete_activity_tasks(self, outcomes: Sequence[ActivityOutcome], now: datetime) -> list[bool]:
         storable.activity_outcomes(outcomes)  # before anything changes: the batch is all or nothing
-        with self._lock:
+        with self._state.lock:
             return [self._complete_activity_task(outcome, now) for outcome in outcomes]
 
     def _complete_activity_task(self, outcome: ActivityOutcome, now: datetime) -> bool:
-        row = self._activity_tasks.get(outcome.task.task_id)
+        row = self._state.activity_tasks.get(outcome.task.task_id)
         if row is None or not row.lease.is_(outcome.task.lease):
             return False
         if outcome.retry_at is not None:
@@ -316,8 +312,8 @@ class MemoryTasks(MemoryState):
             row.attempt += 1 if outcome.counts else 0  # a retry the machinery caused is the same attempt
             row.lease.clear()
             return True
-        del self._activity_tasks[row.task_id]
+        del self._state.activity_tasks[row.task_id]
         message = outcome.message
         assert message is not None
-        self._deliver(row.run_id, message, now)
+        self._state.deliver(row.run_id, message, now)
         return True
