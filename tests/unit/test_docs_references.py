@@ -69,4 +69,5 @@ def test_the_patterns_catch_what_they_are_for() -> None:
     assert OUTSIDE_CITATION.search("see ../shared/SPEC.md")
     assert ISSUE_NUMBER.search("measured for issue 26")
     assert not ISSUE_NUMBER.search("docs/reference/contract.md §8")
-    assert DOCS_PATH.search("see docs/decisions/batch-window.md.").group(0) == "docs/decisions/batch-window.md"
+    named = DOCS_PATH.search("see docs/decisions/batch-window.md.")
+    assert named is not None and named.group(0) == "docs/decisions/batch-window.md"
