@@ -239,10 +239,11 @@ class ResultBuffer:
         is under way waits for the next one, so batches grow with the load by themselves (a
         group commit) and a lone workflow waits for no batch to fill."""
         with self._lock:
-            if not self._pending(lane) and not (unless is not None and unless.is_set()):
+            if not self.pending(lane) and not (unless is not None and unless.is_set()):
                 self._wanted[lane].wait(timeout)
 
-    def _pending(self, lane: str | None) -> int:
+    def pending(self, lane: str | None) -> int:
+        """How many items wait in ``lane`` (None: in either)."""
         if lane == ACTIVITY_LANE:
             return len(self._activity_outcomes) + len(self._heartbeats)
         if lane == WORKFLOW_LANE:

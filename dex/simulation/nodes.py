@@ -69,7 +69,7 @@ class Node:
 
     def pending(self, lane: str) -> bool:
         """Whether ``lane`` of its buffer holds something to write."""
-        return bool(self.engine.buffer._pending(lane))
+        return bool(self.engine.buffer.pending(lane))
 
     def observe(self, event: co.Event, commands: tuple[co.Command, ...]) -> None:
         """The coordinator's every decision: into the trace, and counted."""
