@@ -7,7 +7,7 @@ last result, on a fresh schema), and prints each run's rate with what explains i
 
 - ``ordinary``: activity outcomes written by the activity flusher (attempts that did not run
   inline in their workflow task: the first attempt of each name in a process, and those that
-  found no room); the "slow steady state" of BENCHMARKS.md would show as hundreds or thousands;
+  found no room); the "slow steady state" of docs/decisions/answered-and-chained-steps.md would show as hundreds or thousands;
 - ``wf writes`` and ``flushes``: workflow-task results written, and how many flushes wrote them
   (results per flush: the batching the engine reached);
 - ``others``: the share of the two cores used by other processes during the run (/proc/stat

@@ -286,7 +286,7 @@ def engine_alone(dsn: str, n: int, timeout: float) -> dict[str, Any]:
         "seconds": seconds,
         "rate": done / seconds if seconds > 0 else 0.0,
         # the same loop of starts as the batch's, with no engine running beside it: a ceiling
-        # for any in-process batch started one run after another (BENCHMARKS.md, issue 26)
+        # for any in-process batch started one run after another (BENCHMARKS.md, "What bounds the batches")
         "starts_rate": n / start_seconds if start_seconds > 0 else 0.0,
     }
 

@@ -1,4 +1,4 @@
-"""Activities/s through remote workers (SPEC §13): HTTP and gRPC against in-process, same run.
+"""Activities/s through remote workers (docs/reference/contract.md §13): HTTP and gRPC against in-process, same run.
 
 ``PYTHONPATH=. python -m benchmarks.remote -n 300 [--workers 8]`` runs N workflows of three
 sequential activities (``x+1``, ``x*2``, ``x-1``) three times, each on a fresh schema of the

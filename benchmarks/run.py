@@ -624,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(text)
         say(f"   ({part} took {time.perf_counter() - t0:.0f} s)\n")
         outputs.append(text)
-    summary = table("targets (issue 4; 2-core machine)", ["target", "wanted", "measured", ""], targets(results))
+    summary = table("targets (2-core machine)", ["target", "wanted", "measured", ""], targets(results))
     say(summary)
     say(f"total {time.perf_counter() - begun:.0f} s")
     results["seconds"] = time.perf_counter() - begun

@@ -1,4 +1,4 @@
-"""Database work per schedule fire with 1, 10 and 50 engines on one database (issue 22).
+"""Database work per schedule fire with 1, 10 and 50 engines on one database.
 
     python -m benchmarks.schedule_fires [--engines 1 10 50] [--seconds 20]
 

@@ -1,4 +1,4 @@
-"""The dashboard and the JSON API over a million runs (issue 24): each page and API call, timed.
+"""The dashboard and the JSON API over a million runs: each page and API call, timed.
 
     python -m benchmarks.web_pages [--runs 1000000] [--repeat 7] [--long-run 50000]
 

@@ -2,7 +2,7 @@
 
 Workflows are ``async def`` functions whose every step is recorded as an event; after a crash
 any process replays the history and carries on. Activities do the I/O and are retried under
-a policy. See README.md for a tour and SPEC.md for the contract.
+a policy. See README.md for a tour and docs/reference/contract.md for the contract.
 """
 
 from dex.app.activity_context import ActivityContext, activity_context

@@ -21,7 +21,7 @@ class ActivityContext:
 
     @property
     def cancel_requested(self) -> bool:
-        """True once the run was cancelled or ended, or the attempt's lease is lost (SPEC §13):
+        """True once the run was cancelled or ended, or the attempt's lease is lost (docs/reference/contract.md §13):
         nothing the attempt returns from then on is recorded, so it may as well stop. An
         attempt run inline by its workflow task holds no lease, and is never told."""
         return self._cancelled()

@@ -50,7 +50,7 @@ class AsyncCalls:
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
     ) -> str:
-        """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (SPEC §9)."""
+        """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (docs/reference/contract.md §9)."""
         bound = _bound(connection)
         return await asyncio.to_thread(
             self._starts.start_workflow,
@@ -87,7 +87,7 @@ class AsyncCalls:
         return await asyncio.to_thread(self._reads.history, run_id)
 
     async def fork(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
-        """``fork`` (SPEC §11)."""
+        """``fork`` (docs/reference/contract.md §11)."""
         return await asyncio.to_thread(self._forks.fork, run_id, at, queue)
 
     async def wait(self, run_id: str, timeout: float | timedelta | None = None) -> Any:

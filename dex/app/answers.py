@@ -12,7 +12,7 @@ written with them (``complete_workflow_tasks``): the step's history, with the me
 and the activity task deleted under the attempt's claim — one transaction where there were
 two, and no hand-over to the workflow worker's thread (deciding there made the outcome wait
 for that thread's rounds, which held the activity's room in its queue longer: measured
-slower, BENCHMARKS.md).
+slower, docs/decisions/answered-and-chained-steps.md).
 
 The store applies it only while nothing else happened to the run (see ``AnsweredStep``). In
 every other case the outcome is written the ordinary way, and nothing is lost:

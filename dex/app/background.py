@@ -52,7 +52,7 @@ log = logging.getLogger("dex.engine")
 
 # threads where transaction steps' groups run (dex.app.step_groups): two groups under way at
 # once keep the database busy while the workflow round decides (each holds a pooled connection);
-# measured, 2 beat 3 and 1 in three alternated pairs each (BENCHMARKS.md, transaction steps)
+# measured, 2 beat 3 and 1 in three alternated pairs each (docs/decisions/transaction-steps-in-groups.md)
 GROUP_THREADS = 2
 
 # the most activity tasks one claim takes (the coordinator reserves pool slots for as many)

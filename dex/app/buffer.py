@@ -116,7 +116,7 @@ class ResultBuffer:
         # lanes' writes are separate transactions, so they do run at once
         self._flush_locks = {ACTIVITY_LANE: threading.Lock(), WORKFLOW_LANE: threading.Lock()}
         # per lane (None: any), over the lock above: an add wakes its lane's flusher only, not
-        # both (ARCHITECTURE.md)
+        # both (docs/decisions/batch-window.md)
         self._wanted = {lane: threading.Condition(self._lock) for lane in (ACTIVITY_LANE, WORKFLOW_LANE, None)}
         self._workflow_results: list[tuple[WorkflowTask, WorkflowTaskResult]] = []
         self._activity_outcomes: list[ActivityOutcome] = []
@@ -213,7 +213,7 @@ class ResultBuffer:
 
     def abandon(self, tasks: Iterable[ActivityTask]) -> None:
         """Refuse whatever these attempts report from now on: a stopped engine left them running
-        (SPEC §8). Their outcomes are dropped and their heartbeats say the lease is lost, so
+        (docs/reference/contract.md §8). Their outcomes are dropped and their heartbeats say the lease is lost, so
         nothing is written for them after the stop, and their leases lapse for another worker."""
         with self._lock:
             for task in tasks:

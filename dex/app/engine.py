@@ -1,4 +1,4 @@
-"""The engine facade (SPEC §5): start, signal, inspect and wait for runs; run the workers.
+"""The engine facade (docs/reference/contract.md §5): start, signal, inspect and wait for runs; run the workers.
 
 ``Engine`` builds the runtime (workers, buffer, schedulers, the threads of a started engine:
 :mod:`dex.app.background`) and, over it, the services its public calls delegate to, one line
@@ -82,7 +82,7 @@ class Engine:
         self.store = adapter
         self.registry = Registry(workflows, activities)
         self.node_id = validate_text(node_id, "node_id") if node_id else f"node-{uuid.uuid4()}"
-        # names the deployed code in every run this engine starts (SPEC §11)
+        # names the deployed code in every run this engine starts (docs/reference/contract.md §11)
         self.code_version = validate_key(code_version, "code_version")
         holds_runs_ = holds_runs(on_nondeterminism)  # a run its code does not match: held or failed
         if converter is not None and max_payload_size is not None:
@@ -223,7 +223,7 @@ class Engine:
         connection: Any = None,
     ) -> str:
         """Create a run and return its id (or the id of the live run with this ``instance_id``); with
-        ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (SPEC §9)."""
+        ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (docs/reference/contract.md §9)."""
         return self._starts.start_workflow(
             fn_or_name, args, instance_id, queue, priority, concurrency_key, labels, connection
         )
@@ -333,7 +333,7 @@ class Engine:
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
     ) -> str:
-        """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (SPEC §9)."""
+        """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (docs/reference/contract.md §9)."""
         return await self._aio.start_workflow(
             fn_or_name,
             *args,
@@ -389,7 +389,7 @@ class Engine:
         return await self._aio.history(run_id)
 
     async def fork_async(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
-        """``fork`` (SPEC §11)."""
+        """``fork`` (docs/reference/contract.md §11)."""
         return await self._aio.fork(run_id, at, queue)
 
     async def wait_async(self, run_id: str, timeout: float | timedelta | None = None) -> Any:
@@ -463,8 +463,8 @@ class Engine:
 
         With ``advance_time`` and a VirtualClock, jump the clock to the next timer, retry or
         lease expiry and go on (with ``until``, a datetime or a timedelta from now, to schedule
-        fires and then ``until`` too: SPEC §10). This is the tool for deterministic tests.
-        A held run (SPEC §11) is retried with its backoff; drain does not wait for it forever:
+        fires and then ``until`` too: docs/reference/contract.md §10). This is the tool for deterministic tests.
+        A held run (docs/reference/contract.md §11) is retried with its backoff; drain does not wait for it forever:
         after three jumps in a row whose rounds only held runs, it returns. A transaction step
         the store fails every time is given back with a backoff the clock skips: after 20
         rounds in a row, drain raises a ``RuntimeError`` naming the step and the failure.
@@ -546,7 +546,7 @@ class Engine:
     def stop(self, timeout: float = 30) -> None:
         """Stop polling, let in-flight tasks finish, flush buffers, release leadership.
 
-        Returns within ``timeout`` seconds plus one flush (SPEC §8): activity attempts still
+        Returns within ``timeout`` seconds plus one flush (docs/reference/contract.md §8): activity attempts still
         running then are abandoned to their leases (whatever they report later is dropped,
         and another worker runs them again once their leases lapse); what was buffered is
         written, so nothing acknowledged is lost.

@@ -3,7 +3,7 @@ and the history after it; or, when none is kept (or it no longer stands where th
 ends), the whole history, replayed.
 
 Executors hold live coroutines: one that is dropped is closed by the worker, by the end of its
-round, replay-silent (SPEC §8), never left to the garbage collector, whose closing would run
+round, replay-silent (docs/reference/contract.md §8), never left to the garbage collector, whose closing would run
 its code's ``finally`` blocks as if live. Every close goes through the worker's
 :class:`Closer`, because closing runs workflow code (its ``except`` and ``finally`` blocks),
 which may misbehave like any workflow code:
@@ -275,7 +275,7 @@ def round_inputs(
             for (task, given), entry in zip(handed, cached, strict=True)
         ]
     except BaseException:
-        # a dropped executor is closed by the worker, replay-silent (SPEC §8): left to the garbage
+        # a dropped executor is closed by the worker, replay-silent (docs/reference/contract.md §8): left to the garbage
         # collector, its code's finally blocks would run as if live
         close.all(entry.executor for entry in cached if entry is not None)
         raise
@@ -310,7 +310,9 @@ def start_point(
             item = store.load_workflow_tasks([(task, cached.last_seq if cached else 0)], now)[0]
         except BaseException:
             if cached is not None:
-                close(cached.executor)  # dropped: closed by the worker, not by the garbage collector (SPEC §8)
+                close(
+                    cached.executor
+                )  # dropped: closed by the worker, not by the garbage collector (docs/reference/contract.md §8)
             raise
     if isinstance(item, Exception):
         if cached is not None:

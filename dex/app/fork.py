@@ -1,4 +1,4 @@
-"""``Engine.fork`` (SPEC §11): a new run that goes on from a point of another run's history.
+"""``Engine.fork`` (docs/reference/contract.md §11): a new run that goes on from a point of another run's history.
 
 What a fork copies and what it starts again is the domain's (:mod:`dex.domain.forks`); this
 module's :class:`Forks` (the service behind the engine's call) reads the original, checks the

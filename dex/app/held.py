@@ -1,4 +1,4 @@
-"""Held runs (SPEC §11): a run whose history its code no longer matches waits for code that does.
+"""Held runs (docs/reference/contract.md §11): a run whose history its code no longer matches waits for code that does.
 
 A deploy can change workflow code under runs in flight. When the code, replayed, asks for other
 steps than the history recorded (a ``NonDeterminismError``), or cannot read the history at all

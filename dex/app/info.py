@@ -33,12 +33,12 @@ class RunInfo:
     completed_at: datetime | None
     result: Any
     failure: FailureInfo | None
-    code_version: str | None = None  # the version of the engine that started the run (SPEC §11)
-    # why its workflow task keeps failing while the run is held (SPEC §11); None when healthy
+    code_version: str | None = None  # the version of the engine that started the run (docs/reference/contract.md §11)
+    # why its workflow task keeps failing while the run is held (docs/reference/contract.md §11); None when healthy
     task_failure: FailureInfo | None = None
     # the fire time of the schedule that started the run (UTC, before jitter); None otherwise
     scheduled_at: datetime | None = None
-    # the run this one is a fork of (``Engine.fork``, SPEC §11); None otherwise
+    # the run this one is a fork of (``Engine.fork``, docs/reference/contract.md §11); None otherwise
     forked_from: str | None = None
 
 

@@ -82,7 +82,7 @@ class QueueView:
                     self._queues = {slots.queue: slots for slots in self._read()}
                 except Exception:
                     # run nothing inline until the next read: activities take the ordinary path,
-                    # which waits for the store anyway (SPEC §8: the machinery never fails a run)
+                    # which waits for the store anyway (docs/reference/contract.md §8: the machinery never fails a run)
                     self._queues = {}
                     log.info("could not read the queues; activities run inline again once they are read", exc_info=True)
                 self._read_at = time.monotonic()

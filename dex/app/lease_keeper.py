@@ -1,6 +1,6 @@
 """What keeps the leases of a worker's running activity attempts (:mod:`dex.app.leases` decides,
 this does it): extensions sent through the write buffer, attempts past their ``lock_timeout``
-failed, and attempts whose runs were cancelled or ended told so (SPEC §13). The engine's
+failed, and attempts whose runs were cancelled or ended told so (docs/reference/contract.md §13). The engine's
 activity thread calls :meth:`LeaseKeeper.keep` every round; an attempt's ``heartbeat()`` comes
 here from the attempt's own thread (or its event loop's)."""
 

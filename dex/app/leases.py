@@ -3,7 +3,7 @@
 An activity task is claimed under a short lease, the shorter of ``Engine(activity_lease=...)``
 (30 s by default) and the activity's ``lock_timeout``, not under ``lock_timeout`` itself: so the
 tasks of a process that dies (SIGKILL, power loss) are taken over by another within about
-the short lease, however long their ``lock_timeout`` (SPEC §8). While an attempt runs, its
+the short lease, however long their ``lock_timeout`` (docs/reference/contract.md §8). While an attempt runs, its
 engine extends that lease in batches, about three times per lease; ``lock_timeout`` bounds one
 attempt instead: counted from its start, or from its last ``heartbeat()``. An attempt still
 running at that deadline is failed at once with ``LockTimeoutError`` and retried as its
@@ -32,7 +32,7 @@ from dex.app.ports import ActivityTask
 # round (a slow flush, a busy thread) and still has a third of its time left when extended
 ROUNDS_PER_LEASE = 3
 
-# how often the runs of the running attempts are read, to tell them of a cancellation (SPEC §13:
+# how often the runs of the running attempts are read, to tell them of a cancellation (docs/reference/contract.md §13:
 # within a second or two; one read of a few rows per second while attempts run)
 CHECK_RUNS_EVERY = timedelta(seconds=1)
 

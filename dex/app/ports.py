@@ -105,7 +105,7 @@ class RunRecord:
     failure: FailureInfo | None = None
     code_version: str | None = None
     task_failure: FailureInfo | None = None  # why its workflow task keeps failing (a held run)
-    forked_from: str | None = None  # the run this one is a fork of (SPEC §11)
+    forked_from: str | None = None  # the run this one is a fork of (docs/reference/contract.md §11)
 
 
 @attrs.frozen(kw_only=True)
@@ -200,7 +200,7 @@ class RunStore(Protocol):
         ...
 
     def create_fork(self, fork: Fork, now: datetime) -> str:
-        """Create the run ``fork`` describes (SPEC §11), all or nothing, and return its id: a run
+        """Create the run ``fork`` describes (docs/reference/contract.md §11), all or nothing, and return its id: a run
         created as ``create_run`` creates one, its ``forked_from`` set; for a started fork, then
         ``fork.first_task(...)`` applied as a workflow task's result is (its history, status
         RUNNING, its activity tasks, timers and children). InvalidStateError, and nothing
@@ -297,7 +297,7 @@ class WorkflowTaskQueue(Protocol):
         store, a bug of dex, code that blocked). Only while the lease is still the caller's;
         the lease's version moves on, so a late result of this claim is discarded. Per task:
         whether it was given back (False: the lease was lost already). With ``failure`` (a run
-        held: its history does not match its code, SPEC §11), each given-back task's run keeps
+        held: its history does not match its code, docs/reference/contract.md §11), each given-back task's run keeps
         it as ``RunRecord.task_failure`` until a result of its is applied."""
         ...
 
@@ -320,7 +320,7 @@ class ActivityTaskQueue(Protocol):
         """Each task as it stands now, with its current lease, in the order asked; None for a
         task that is not claimed (waiting for its first attempt or a retry) or is gone
         (completed, or its run ended). A remote worker's calls name a task by its id and lease
-        version (SPEC §13): this read finds the rest, and the write that follows checks the
+        version (docs/reference/contract.md §13): this read finds the rest, and the write that follows checks the
         lease again under its lock."""
         ...
 

@@ -1,4 +1,4 @@
-"""``Engine``'s queue administration (SPEC §6): :class:`Queues`, the service behind
+"""``Engine``'s queue administration (docs/reference/contract.md §6): :class:`Queues`, the service behind
 ``create_queue``, ``pause_queue``, ``resume_queue``, ``set_queue_capacity`` and ``list_queues``.
 
 Each change drops the engine's cached view of the queues (inline activities read it), and a

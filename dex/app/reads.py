@@ -12,7 +12,7 @@ own. So the runs this engine started and has not yet seen end are remembered
 oldest of them too: those that have ended go to the outcomes, where the next waits find them.
 A run's outcome never changes once written, so nothing read ahead goes stale.
 
-A wait outlives a store that fails for a while (SPEC §8: the machinery's faults are not the
+A wait outlives a store that fails for a while (docs/reference/contract.md §8: the machinery's faults are not the
 caller's): a read that raises anything but a ``DexError`` (a connection lost, a pool timeout)
 is retried with the wait's usual backoff until the wait's own deadline, and a wait that times
 out while the store fails says so (``TimeoutError`` from the last store error). A

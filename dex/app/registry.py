@@ -40,7 +40,7 @@ def workflow(
 ) -> Any:
     """Mark an ``async def fn(ctx, *args)`` as a workflow (bare or with options).
 
-    ``version`` is retired (SPEC §11, issue 23): it never changed what ran, so it now only
+    ``version`` is retired (docs/reference/contract.md §11): it never changed what ran, so it now only
     warns. Name the deployed code with ``Engine(code_version=...)`` (recorded per run,
     filterable) and branch in the code with ``ctx.patched(...)``.
     """
@@ -119,7 +119,7 @@ def _definition(fn: Any, attribute: str, what: str) -> Any:
 
 class MalformedNameError(NotRegisteredError, ValueError):
     """A name no workflow can have was asked for: it is not registered (``NotRegisteredError``,
-    SPEC §5) and is refused as a bad value (``ValueError``, naming the pattern it breaks)."""
+    docs/reference/contract.md §5) and is refused as a bad value (``ValueError``, naming the pattern it breaks)."""
 
 
 class Registry:
@@ -152,7 +152,7 @@ class Registry:
         except KeyError:
             try:
                 validate_name(name, "workflow name")
-            except ValueError as invalid:  # no workflow can have it: unknown (SPEC §5), and why
+            except ValueError as invalid:  # no workflow can have it: unknown (docs/reference/contract.md §5), and why
                 raise MalformedNameError(f"{invalid}; no workflow of this engine has it") from None
             raise NotRegisteredError(f"workflow {name!r} is not registered with this engine") from None
 

@@ -95,7 +95,7 @@ class Rounds:
         """Run the tasks handed to the workflow worker, and claim more when the queue may hold
         some. A claim that must wait for the rest of its batch window holds the handed tasks
         back too: under load they join the round's batch, whose results one flush writes
-        (running them as they came measured 9–30 % fewer workflows/s on a backlog, BENCHMARKS.md)."""
+        (running them as they came measured 9–30 % fewer workflows/s on a backlog, docs/decisions/batch-window.md)."""
         worker = self.workflow_worker
         commands = self.coordinator.handle(co.ClaimTurn(WORKFLOW, self.monotonic()))
         claim = _claim_of(commands) is not None

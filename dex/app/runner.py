@@ -219,7 +219,7 @@ class ActivityPool(Executor):
 
     ``concurrent.futures`` joins its pools' threads when the interpreter exits (daemon or not),
     so a program that stopped its engine with ``stop(timeout)`` and returned would hang until
-    the attempts the stop abandoned ended, however long they run (SPEC §8: they are abandoned to
+    the attempts the stop abandoned ended, however long they run (docs/reference/contract.md §8: they are abandoned to
     their leases). These threads are left behind instead: the process exits, and the abandoned
     attempts' leases lapse and another worker runs them again.
 

@@ -1,4 +1,4 @@
-"""Managing schedules (SPEC §10): create, update, delete, pause, resume, trigger, backfill, read.
+"""Managing schedules (docs/reference/contract.md §10): create, update, delete, pause, resume, trigger, backfill, read.
 
 :class:`ScheduleAdmin` does each over a store alone (the CLI uses it without an engine: the
 arguments are stored encoded, so no workflow code is needed to start a schedule's run);

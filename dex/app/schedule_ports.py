@@ -1,4 +1,4 @@
-"""The schedule store port (SPEC §10): what the engine needs to keep schedules and fire them.
+"""The schedule store port (docs/reference/contract.md §10): what the engine needs to keep schedules and fire them.
 
 A store keeps each schedule as a :class:`ScheduleRecord`: its definition (the workflow's
 arguments already encoded, so a process that does not register the workflow, such as the

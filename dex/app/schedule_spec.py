@@ -1,4 +1,4 @@
-"""``dex.Schedule`` and ``dex.ScheduleInfo`` (SPEC §10): a workflow started on a cron or interval.
+"""``dex.Schedule`` and ``dex.ScheduleInfo`` (docs/reference/contract.md §10): a workflow started on a cron or interval.
 
 A :class:`Schedule` is a frozen value checked when it is made: an invalid cron expression
 (a reversed range too), a time zone IANA does not name (``localtime`` too), a name, a period
@@ -47,7 +47,7 @@ class Schedule:
     """A workflow started at the fire times of ``cron`` (in ``timezone``) or every ``every``.
 
     Exactly one of ``cron`` (5 fields, or 6 with seconds first) and ``every`` (whole seconds,
-    at least one). See SPEC §10 for jitter, overlap policies, the catch-up window and the
+    at least one). See docs/reference/contract.md §10 for jitter, overlap policies, the catch-up window and the
     daylight-saving rules.
     """
 

@@ -1,8 +1,8 @@
-"""Fire times of schedules (SPEC §10): cron in a time zone, or a fixed interval; and jitter.
+"""Fire times of schedules (docs/reference/contract.md §10): cron in a time zone, or a fixed interval; and jitter.
 
 The one module that knows croniter. croniter matches cron fields against *wall-clock*
 (naive) times; this module maps each matching wall time to one instant in the schedule's
-zone under SPEC §10's daylight-saving rules, so croniter's own (historically fragile)
+zone under docs/reference/contract.md §10's daylight-saving rules, so croniter's own (historically fragile)
 handling of aware datetimes is never relied on:
 
 - a wall time in a spring-forward gap fires once, at the first instant after the gap

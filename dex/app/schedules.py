@@ -1,4 +1,4 @@
-"""ScheduleRunner: the leader's step that starts the runs of due schedule fires (SPEC §10).
+"""ScheduleRunner: the leader's step that starts the runs of due schedule fires (docs/reference/contract.md §10).
 
 Only the leader steps it (``Background.schedule_round`` after the leader election, or
 ``Engine.drain``), so the database work per fire does not grow with the number of engines:

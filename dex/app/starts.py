@@ -1,4 +1,4 @@
-"""How ``Engine`` makes a run (SPEC §5, §12): :class:`Starts`, the service behind
+"""How ``Engine`` makes a run (docs/reference/contract.md §5, §12): :class:`Starts`, the service behind
 ``start_workflow`` and ``start_by_name`` (a start by workflow name for an engine that may not
 have the workflow's code: the dashboard's JSON API over a database).
 

@@ -52,7 +52,7 @@ class ActivityOutcome:
 
     A retry with ``counts`` False is the same attempt again: the machinery failed it (the store,
     during a transaction step's own transaction), not the activity, so it does not use up one of
-    the retry policy's attempts (SPEC §8)."""
+    the retry policy's attempts (docs/reference/contract.md §8)."""
 
     task: ActivityTask
     result: Payload | None = None

@@ -1,4 +1,4 @@
-"""The port of exactly-once database steps and transactional starts (SPEC §9).
+"""The port of exactly-once database steps and transactional starts (docs/reference/contract.md §9).
 
 A transaction step (``@dex.transaction``) runs its function and writes its completion in one
 transaction of the store's own database, so the function's writes and the step's outcome

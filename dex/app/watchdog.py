@@ -1,6 +1,6 @@
 """The watchdog of a started engine: workflow code that blocks its task, and threads that die.
 
-Workflow code must not block (SPEC §8): a ``time.sleep`` or a CPU loop in it holds the
+Workflow code must not block (docs/reference/contract.md §8): a ``time.sleep`` or a CPU loop in it holds the
 workflow worker's thread, and every run of the process waits behind it; redone after the
 task's lease, it would block again, forever. So the workflow worker registers each stretch
 of workflow code it runs (:meth:`Watchdog.watch`), and the watchdog, a steppable object

@@ -301,7 +301,7 @@ class WorkflowWorker:
         the run's ``RunCompleted(FAILED)`` in the result (a history the code does not match or
         cannot read holds the run instead, unless ``holds_runs`` is off: :mod:`dex.app.held`). So an
         exception that escapes loading, replaying or advancing is the machinery's — the store
-        unreachable, a bug of dex — and fails only the task (SPEC §8), which is retried with
+        unreachable, a bug of dex — and fails only the task (docs/reference/contract.md §8), which is retried with
         a backoff; a bug that recurs on every attempt is retried (and logged) every 5 minutes
         at most, and the run waits, FAILED by nothing but its own code."""
         watchdog = started.watchdog
@@ -352,7 +352,9 @@ class WorkflowWorker:
         except GivenBack:  # its round's load failed, and it was given back already
             return None
         except UnreadableHistoryError as exc:
-            if self._holds_runs:  # code that can read it may be deployed: the run waits (SPEC §11)
+            if (
+                self._holds_runs
+            ):  # code that can read it may be deployed: the run waits (docs/reference/contract.md §11)
                 self.retry_later(task, f"the run is held: {exc}", failure=unreadable(str(exc)))
                 return None
             log.error("%s; the run fails", exc, extra={"run_id": task.run_id, "workflow_name": task.workflow_name})
@@ -389,7 +391,9 @@ class WorkflowWorker:
                         return None
                     result = answered
                 held = mismatch(executor) if self._holds_runs else None
-                if held is not None:  # the history does not match this code: the run waits (SPEC §11)
+                if (
+                    held is not None
+                ):  # the history does not match this code: the run waits (docs/reference/contract.md §11)
                     self.closer(executor)
                     self.retry_later(task, f"the run is held: {held.message}", failure=held)
                     return None

@@ -1,6 +1,6 @@
 """The filters of ``dex runs list``, and the bulk commands that take them instead of a run id.
 
-``dex runs cancel`` and ``dex runs fork`` (SPEC §11) act on one run (a RUN_ID) or on every run
+``dex runs cancel`` and ``dex runs fork`` (docs/reference/contract.md §11) act on one run (a RUN_ID) or on every run
 the filters select: :func:`run_bulk` lists those runs on stderr, asks for confirmation (``--yes``
 skips it), acts on each, and reports what it did and what was refused (a run that ended or
 went meanwhile, an instance id in use); any refusal makes the exit code 1. A :class:`Bulk`
@@ -30,7 +30,7 @@ ALL_STATUSES = frozenset(RunStatus)
 
 
 def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The filters of ``dex runs list``, shared by the bulk commands (SPEC §11)."""
+    """The filters of ``dex runs list``, shared by the bulk commands (docs/reference/contract.md §11)."""
     options = [
         click.option("--workflow", "workflow_name", metavar="NAME", type=TEXT, help="Only runs of this workflow."),
         click.option(

@@ -6,7 +6,7 @@ same name that engine registers: the code runs up to where the history ends, eac
 for is matched against the step recorded there, and nothing is executed or written (no
 activity runs, no task is claimed). Per workflow it prints how many runs replayed and each
 mismatch — the run, the step the history recorded and the step the new code asked for — and
-a history the new code cannot read is a mismatch too (SPEC §11). Exit code 1 if any mismatch:
+a history the new code cannot read is a mismatch too (docs/reference/contract.md §11). Exit code 1 if any mismatch:
 deploying this code would hold those runs.
 """
 

@@ -1,6 +1,6 @@
 """``dex runs`` (list, show, cancel, suspend, resume, fork) and ``dex events send``; ``dex runs
 cancel`` and ``dex runs fork`` also take the filters of ``dex runs list`` instead of a run id
-(SPEC §11; the bulk path is :mod:`dex.cli.bulk`).
+(docs/reference/contract.md §11; the bulk path is :mod:`dex.cli.bulk`).
 
 Reading goes to the store directly (``engine.store``), not through ``Engine.get_run``: the
 command line has none of the workflows' code, so it shows results as stored payloads decode

@@ -1,4 +1,4 @@
-"""``dex web``: serve the dashboard and the JSON API (SPEC §12) over the configured database.
+"""``dex web``: serve the dashboard and the JSON API (docs/reference/contract.md §12) over the configured database.
 
 It binds 127.0.0.1 by default, and refuses any other address unless a token is given
 (``--token``, or ``DEX_WEB_TOKEN``, which keeps the token out of the process list): without

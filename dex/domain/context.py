@@ -1,4 +1,4 @@
-"""WorkflowContext: the only door from workflow code to the outside world (SPEC §3).
+"""WorkflowContext: the only door from workflow code to the outside world (docs/reference/contract.md §3).
 
 Every member is deterministic: time is the time of the current workflow task, randomness is
 seeded per run, and each step is a command that replay matches against the history.
@@ -137,7 +137,7 @@ class WorkflowContext:
     @property
     def scheduled_at(self) -> datetime | None:
         """The fire time of the schedule that started this run (UTC, before jitter); None for
-        runs no schedule started (SPEC §10)."""
+        runs no schedule started (docs/reference/contract.md §10)."""
         return scheduled_at(self._executor.created)
 
     @property
@@ -208,7 +208,7 @@ class WorkflowContext:
         return self._executor.side_effect(name, fn, args)  # type: ignore[no-any-return]
 
     def patched(self, patch_id: str) -> bool:
-        """Whether this run takes the new branch of a code change (SPEC §11).
+        """Whether this run takes the new branch of a code change (docs/reference/contract.md §11).
 
         A run that reaches this call for the first time returns True and records
         ``PatchApplied(patch_id)``; a run whose history was made by code without the patch
@@ -231,7 +231,7 @@ class WorkflowContext:
 
     def continue_as_new(self, *args: Any) -> NoReturn:
         """End this generation and start the same run afresh with ``args``; an argument that
-        cannot be serialised raises ``SerializationError`` here, at the call (SPEC §2)."""
+        cannot be serialised raises ``SerializationError`` here, at the call (docs/reference/contract.md §2)."""
         raise ContinueAsNew(self._executor.encode_arguments(args))
 
 

@@ -22,7 +22,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 QUEUE_PATTERN = re.compile(r"^[a-z0-9_-]{1,40}$")
 DEFAULT_QUEUE = "default"
 DEFAULT_LOCK_TIMEOUT = timedelta(minutes=5)
-# the isolation levels a transaction step may ask for (SPEC §9), as PostgreSQL spells them
+# the isolation levels a transaction step may ask for (docs/reference/contract.md §9), as PostgreSQL spells them
 ISOLATION_LEVELS = ("read committed", "repeatable read", "serializable")
 
 
@@ -32,7 +32,7 @@ def validate_text(value: object, field: str) -> str:
     A ``TypeError`` for anything but a str; a ``ValueError`` for a NUL character (a text column
     refuses it, and libpq would cut the value short there) or a code point that has no UTF-8
     form (a lone surrogate, which no client can send). Refused where it enters, such a value
-    cannot reach a batch of writes and fail it for the other runs in it (SPEC §8).
+    cannot reach a batch of writes and fail it for the other runs in it (docs/reference/contract.md §8).
     """
     if type(value) is not str:
         if not isinstance(value, str):

@@ -124,7 +124,7 @@ class SideEffectExecuted:
 
 @attrs.frozen(kw_only=True)
 class PatchApplied:
-    """Workflow code took the new branch of ``ctx.patched(patch_id)`` here (SPEC §11)."""
+    """Workflow code took the new branch of ``ctx.patched(patch_id)`` here (docs/reference/contract.md §11)."""
 
     patch_id: str
 

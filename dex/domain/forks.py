@@ -1,4 +1,4 @@
-"""Forking a run (SPEC §11): what a new run copies of another's history, and what it starts again.
+"""Forking a run (docs/reference/contract.md §11): what a new run copies of another's history, and what it starts again.
 
 A fork is a new run of the same workflow and input whose history is the original's up to the
 end of a workflow task (the *fork point*), so the steps recorded up to there are not repeated.

@@ -381,7 +381,7 @@ class WorkflowExecutor:
         return self.converter.decode(payload, hint)
 
     def patched(self, patch_id: str) -> bool:
-        """SPEC §11: True where the run takes the patched branch, False where its history was
+        """docs/reference/contract.md §11: True where the run takes the patched branch, False where its history was
         made by code without the patch; the first answer holds for the rest of the run."""
         validate_name(patch_id, "patch id")
         known = self._patches.get(patch_id)

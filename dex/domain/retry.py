@@ -28,7 +28,7 @@ def _to_timedelta(value: timedelta | float) -> timedelta:
 
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
-    """When and how often a failed activity is tried again (SPEC §4)."""
+    """When and how often a failed activity is tried again (docs/reference/contract.md §4)."""
 
     initial_delay: timedelta = attrs.field(
         default=timedelta(seconds=5), converter=_to_timedelta, validator=_positive_delay

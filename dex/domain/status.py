@@ -1,4 +1,4 @@
-"""The run status machine of SPEC §5."""
+"""The run status machine of docs/reference/contract.md §5."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 
 
 def can_transition(current: RunStatus, target: RunStatus) -> bool:
-    """Whether SPEC §5 allows ``current -> target``."""
+    """Whether docs/reference/contract.md §5 allows ``current -> target``."""
     return target in ALLOWED_TRANSITIONS[current]
 
 

@@ -36,7 +36,7 @@ WorkflowLookup = Callable[[str], WorkflowDefinition | None]
 
 def encode_arguments(converter: PayloadConverter, args: Sequence[Any], what: str = "argument") -> tuple[Payload, ...]:
     """``args`` as payloads; ``SerializationError`` naming the one that cannot be (``what`` and
-    its index), raised where the values were sent (SPEC §2)."""
+    its index), raised where the values were sent (docs/reference/contract.md §2)."""
     payloads = []
     for index, arg in enumerate(args):
         try:

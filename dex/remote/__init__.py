@@ -1,4 +1,4 @@
-"""Workers in any language (SPEC §13): activity tasks over HTTP and gRPC.
+"""Workers in any language (docs/reference/contract.md §13): activity tasks over HTTP and gRPC.
 
 :class:`ActivityTaskService` is the one implementation; :func:`dex.remote.http_routes.activity_task_routes`
 serves it over HTTP (the ``web`` extra) and :func:`dex.remote.grpc_server.serve_grpc` over gRPC (the

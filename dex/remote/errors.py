@@ -1,4 +1,4 @@
-"""The errors of the remote-worker API (SPEC §13), each with the HTTP status it answers with.
+"""The errors of the remote-worker API (docs/reference/contract.md §13), each with the HTTP status it answers with.
 
 The service raises them; the HTTP routes turn one into ``{"error": {"type", "message"}}`` with
 its ``status``, and the gRPC server into the matching status code. Nothing changed in the store

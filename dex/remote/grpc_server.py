@@ -1,4 +1,4 @@
-"""The remote workers' gRPC API (SPEC §13): ``dex.v1.ActivityTaskService`` over the same
+"""The remote workers' gRPC API (docs/reference/contract.md §13): ``dex.v1.ActivityTaskService`` over the same
 :class:`~dex.remote.service.ActivityTaskService` as the HTTP routes.
 
 ``serve_grpc(service, host, port)`` starts a ``grpc.server`` (the ``grpc`` extra: grpcio) and

@@ -1,4 +1,4 @@
-"""The remote workers' HTTP API (SPEC §13): Starlette routes over :class:`ActivityTaskService`.
+"""The remote workers' HTTP API (docs/reference/contract.md §13): Starlette routes over :class:`ActivityTaskService`.
 
 ``activity_task_routes(service)`` returns the routes of ``/v1/activity-tasks``; mount them in
 ``dex.web.create_app`` (where the token is checked) or in any Starlette application::

@@ -1,4 +1,4 @@
-"""The remote workers' service (SPEC §13): poll, complete, fail and heartbeat activity tasks.
+"""The remote workers' service (docs/reference/contract.md §13): poll, complete, fail and heartbeat activity tasks.
 
 One implementation, which the HTTP routes (:mod:`dex.remote.http_routes`) and the gRPC server
 (:mod:`dex.remote.grpc_server`) both call. A remote worker claims tasks by name through the

@@ -1,4 +1,4 @@
-"""The values a remote worker's calls carry (SPEC §13), and the checks they pass before any of
+"""The values a remote worker's calls carry (docs/reference/contract.md §13), and the checks they pass before any of
 them reaches the store: a name or worker id with a NUL or a lone surrogate, a count or a number
 of seconds out of range, is refused with :class:`~dex.remote.errors.InvalidValueError`, naming
 the field; a value of the wrong type with :class:`~dex.remote.errors.InvalidRequestError`.

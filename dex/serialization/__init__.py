@@ -1,6 +1,6 @@
 """The edge between Python values / domain events and bytes.
 
-:mod:`dex.serialization.payloads` turns user values into payloads and back (SPEC §2);
+:mod:`dex.serialization.payloads` turns user values into payloads and back (docs/reference/contract.md §2);
 :mod:`dex.serialization.history` maps domain events to the ``dex.v1`` protobuf messages
 (each event kind's body in :mod:`dex.serialization.bodies`).
 The domain never imports this package: adapters and the engine hand a converter in.

@@ -1,4 +1,4 @@
-"""A payload's JSON form: how arguments and results cross to workers in other languages (SPEC §13).
+"""A payload's JSON form: how arguments and results cross to workers in other languages (docs/reference/contract.md §13).
 
 A ``json/plain`` payload *is* JSON text, so its JSON form is that text parsed, and a JSON value
 from a remote worker becomes a ``json/plain`` payload again. A payload in another encoding

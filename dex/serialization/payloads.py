@@ -1,4 +1,4 @@
-"""The payload converter: Python values to :class:`~dex.domain.values.Payload` and back (SPEC §2).
+"""The payload converter: Python values to :class:`~dex.domain.values.Payload` and back (docs/reference/contract.md §2).
 
 Three encodings cover everything dex sends:
 

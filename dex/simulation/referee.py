@@ -243,7 +243,7 @@ class Referee:
 
     def _check_failed_by_its_code(self, log: RunLog, record: RunRecord) -> None:
         """A run is FAILED only by its workflow code or an activity's final failure, never by
-        the machinery: a store error, a refused write, a lost connection (SPEC §8)."""
+        the machinery: a store error, a refused write, a lost connection (docs/reference/contract.md §8)."""
         failure = record.failure if record.status is RunStatus.FAILED else None
         while failure is not None:
             if failure.type in MACHINERY_ERRORS:

@@ -464,7 +464,7 @@ Global___SideEffectExecuted: _TypeAlias = SideEffectExecuted  # noqa: Y015
 
 @_typing.final
 class PatchApplied(_message.Message):
-    """Workflow code took the new branch of ctx.patched(patch_id) at this point (SPEC §11)."""
+    """Workflow code took the new branch of ctx.patched(patch_id) at this point (docs/reference/contract.md §11)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -57,10 +57,10 @@ def run_details(record: RunRecord, history: Sequence[ev.HistoryEvent]) -> str:
         pairs.append(("result", show_payload(record.result, limit=None)))
     if record.failure is not None:
         pairs.append(("failure", show_failure(record.failure)))
-    if record.task_failure is not None:  # a held run (SPEC §11): why its task keeps failing
+    if record.task_failure is not None:  # a held run (docs/reference/contract.md §11): why its task keeps failing
         pairs.append(("held", show_failure(record.task_failure)))
     waiting = pending_activities(history) if not record.status.is_terminal else []
-    if waiting:  # a name no Python engine registers waits here for a remote worker (SPEC §13)
+    if waiting:  # a name no Python engine registers waits here for a remote worker (docs/reference/contract.md §13)
         pairs.append(("pending", ", ".join(f"#{seq} {name}" for seq, name in waiting)))
     return fields(pairs)
 

@@ -1,4 +1,4 @@
-"""dex's web dashboard and JSON API (SPEC §12): ``pip install "dex-engine[web]"``.
+"""dex's web dashboard and JSON API (docs/reference/contract.md §12): ``pip install "dex-engine[web]"``.
 
 ``create_app(adapter_or_engine, token=None)`` returns an ASGI application (Starlette) to serve
 with uvicorn (``dex web`` does) or to mount in one's own Starlette or FastAPI application.

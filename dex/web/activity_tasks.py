@@ -1,4 +1,4 @@
-"""The remote workers' API (SPEC §13) as operations of the dashboard's app.
+"""The remote workers' API (docs/reference/contract.md §13) as operations of the dashboard's app.
 
 :mod:`dex.remote.http_routes` serves ``/v1/activity-tasks`` over one
 :class:`~dex.remote.service.ActivityTaskService`; here its handlers become
@@ -75,7 +75,7 @@ def operations(service: ActivityTaskService) -> list[Operation]:
     return [
         operation(
             "/v1/activity-tasks/poll",
-            "Claim up to max activity tasks of these names, waiting up to wait_seconds (SPEC §13)",
+            "Claim up to max activity tasks of these names, waiting up to wait_seconds (docs/reference/contract.md §13)",
             {
                 "required": ["worker_id", "names"],
                 "properties": {

@@ -1,4 +1,4 @@
-"""The JSON API of runs under ``/v1`` (SPEC §12): list, get, history, start, cancel, suspend,
+"""The JSON API of runs under ``/v1`` (docs/reference/contract.md §12): list, get, history, start, cancel, suspend,
 resume, fork and send an event. Queues and schedules are :mod:`dex.web.api_admin`.
 
 Reads go through the store's ports and are shown as the command line shows them (payloads
@@ -298,7 +298,7 @@ def operations(workflows: Mapping[str, Signature] | None = None) -> list[Operati
             method="POST",
             path="/v1/runs/{run_id}/fork",
             handler=fork,
-            summary="Fork a run: a new run with its history up to a workflow task (SPEC §11)",
+            summary="Fork a run: a new run with its history up to a workflow task (docs/reference/contract.md §11)",
             params=(RUN_ID,),
             body={
                 "type": "object",

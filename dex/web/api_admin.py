@@ -1,4 +1,4 @@
-"""The JSON API of queues and schedules under ``/v1`` (SPEC §12): list queues, pause, resume
+"""The JSON API of queues and schedules under ``/v1`` (docs/reference/contract.md §12): list queues, pause, resume
 and size one; list schedules, show one, pause, resume and trigger one. Each is the engine's
 own call (``Engine.pause_queue``, ``Engine.trigger_schedule``, ...)."""
 

@@ -1,4 +1,4 @@
-"""``create_app``: the dashboard and the JSON API as one ASGI application (SPEC §12).
+"""``create_app``: the dashboard and the JSON API as one ASGI application (docs/reference/contract.md §12).
 
 The app serves one engine: the one passed in, or, for a bare store (an adapter), an engine
 with no registered code over it, as the command line uses (it can read, cancel, suspend,
@@ -100,7 +100,7 @@ def create_app(
     the sign-in form). Without a token, the app answers only requests whose ``Host`` is a
     loopback name (or one of ``allowed_hosts``): serve it on 127.0.0.1, or give it a token.
     ``extra_operations`` are further ``/v1`` routes, served and documented like the app's own.
-    The remote workers' ``/v1/activity-tasks`` (SPEC §13) are served by ``activity_task_service``
+    The remote workers' ``/v1/activity-tasks`` (docs/reference/contract.md §13) are served by ``activity_task_service``
     (by default one over the engine: its long polls wake when that engine makes activity work).
 
     A request body larger than ``max_body_bytes`` (1 MiB), or ``max_activity_task_body_bytes``

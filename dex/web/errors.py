@@ -1,5 +1,5 @@
 """How the web app reports errors: one JSON shape, ``{"error": {"type", "message"}}``, and the
-status code that fits the error (SPEC §12).
+status code that fits the error (docs/reference/contract.md §12).
 
 An error dex itself raises for a request is the caller's answer: no such run (404), an
 illegal transition (409), a value dex refuses (422). A request the app cannot even read (bad

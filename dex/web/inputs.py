@@ -1,6 +1,6 @@
 """Reading what a request says: query parameters, JSON bodies, form posts and paging cursors.
 
-Every value is checked where it enters, as the engine's own calls check theirs (SPEC §8): a
+Every value is checked where it enters, as the engine's own calls check theirs (docs/reference/contract.md §8): a
 NUL or a lone surrogate in a parameter is a 400 naming the parameter, never a query that
 fails for everyone. A JSON body that is not JSON (or not an object) is a 400 too; values of
 the right form that dex refuses (an unknown status, a label dex cannot store) are the

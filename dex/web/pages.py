@@ -1,4 +1,4 @@
-"""The dashboard's pages (SPEC §12): overview, runs, a run, queues, schedules, and sign-in.
+"""The dashboard's pages (docs/reference/contract.md §12): overview, runs, a run, queues, schedules, and sign-in.
 
 Pages are Jinja2 templates with autoescaping on: every name, label, payload, message and
 stack trace goes through it, so a label ``<script>…`` is shown as text. Actions are plain

@@ -1,4 +1,4 @@
-"""Who may use the app, and from where (SPEC §12): a token, a session cookie, the same origin.
+"""Who may use the app, and from where (docs/reference/contract.md §12): a token, a session cookie, the same origin.
 
 ``Guard`` is an ASGI middleware around the whole app, so a route added later (the remote
 workers' ``/v1/activity-tasks``) is covered without doing anything. Without a token the app

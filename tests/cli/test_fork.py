@@ -1,4 +1,4 @@
-"""`dex runs fork` (SPEC §11): one run by id, or in bulk with the filters of `dex runs list`,
+"""`dex runs fork` (docs/reference/contract.md §11): one run by id, or in bulk with the filters of `dex runs list`,
 listing the runs and asking first (`--yes` skips the question)."""
 
 from __future__ import annotations

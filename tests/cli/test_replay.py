@@ -1,4 +1,4 @@
-"""`dex replay MODULE:ENGINE`: stored histories replayed against new code, nothing run (SPEC §11)."""
+"""`dex replay MODULE:ENGINE`: stored histories replayed against new code, nothing run (docs/reference/contract.md §11)."""
 
 from __future__ import annotations
 

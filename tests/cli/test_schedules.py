@@ -1,4 +1,4 @@
-"""`dex schedules list|show|pause|resume|trigger|backfill|delete` (SPEC §10)."""
+"""`dex schedules list|show|pause|resume|trigger|backfill|delete` (docs/reference/contract.md §10)."""
 
 from __future__ import annotations
 

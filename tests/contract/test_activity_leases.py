@@ -1,4 +1,4 @@
-"""Short activity leases, kept alive by the engine that runs the attempt (SPEC §8; issue 19, item 12).
+"""Short activity leases, kept alive by the engine that runs the attempt (docs/reference/contract.md §8).
 
 An activity task is claimed under ``min(lock_timeout, Engine(activity_lease=...))``; while the
 attempt runs, its engine's activity thread extends that lease (``ActivityWorker.keep_leases``,

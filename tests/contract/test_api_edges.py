@@ -1,4 +1,4 @@
-"""Smaller edges of the API (issue 19, item 14): each mistake gets a clear error at the call.
+"""Smaller edges of the API: each mistake gets a clear error at the call.
 
 A run id that is not a str reached PostgreSQL as an int or NULL (a raw psycopg error, and a
 flusher traceback for ``send_event``); a ``bytearray`` was called a value "inside a list";

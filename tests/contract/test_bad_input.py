@@ -37,7 +37,7 @@ def test_invalid_names_are_refused_where_they_are_used(make_engine: Any, name: s
     engine = make_engine([calls_by_name], [square])
     with pytest.raises(ValueError, match="invalid"):
         dex.activity(name=name)(lambda: None)
-    # SPEC §5: an unknown workflow name is NotRegisteredError; one no workflow can have is
+    # docs/reference/contract.md §5: an unknown workflow name is NotRegisteredError; one no workflow can have is
     # also a ValueError naming the pattern
     with pytest.raises(dex.NotRegisteredError, match="invalid workflow name") as unknown:
         engine.start_workflow(name)

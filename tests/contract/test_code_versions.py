@@ -1,4 +1,4 @@
-"""Engine(code_version=) on every adapter (SPEC §11): each run records the version of the
+"""Engine(code_version=) on every adapter (docs/reference/contract.md §11): each run records the version of the
 engine that started it, list_runs filters by it, and @dex.workflow(version=) is retired."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A cached executor that is dropped is closed at once and replay-silent (SPEC §8), on every adapter.
+"""A cached executor that is dropped is closed at once and replay-silent (docs/reference/contract.md §8), on every adapter.
 
 Its workflow code's ``finally`` blocks then run with ``ctx.is_replaying`` True and issue
 nothing: no side effect runs, no log line is written. An executor left to the garbage
@@ -140,7 +140,7 @@ def test_an_executor_replaced_in_the_cache_is_closed_silently(make_engine: Any) 
     engine.workflow_worker.close_dropped()
 
 
-# -- code that refuses to close (issue 44, finding 1) -------------------------------------------
+# -- code that refuses to close -------------------------------------------------------------------
 
 
 @dex.workflow

@@ -1,4 +1,4 @@
-"""Failure texts from hostile exceptions are recorded, never block anything (SPEC §8).
+"""Failure texts from hostile exceptions are recorded, never block anything (docs/reference/contract.md §8).
 
 An activity's exception message with a lone surrogate could not be encoded for PostgreSQL:
 its batch of outcomes failed again and again, and no activity result of the process was

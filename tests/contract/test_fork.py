@@ -1,4 +1,4 @@
-"""``Engine.fork`` on every adapter (SPEC §11): a new run whose history is the original's up to
+"""``Engine.fork`` on every adapter (docs/reference/contract.md §11): a new run whose history is the original's up to
 the end of a workflow task, so the steps recorded there are not repeated and those pending
 there run again, with the code registered now; ``RunInfo.forked_from`` names the original."""
 

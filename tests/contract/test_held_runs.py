@@ -1,4 +1,4 @@
-"""Held runs on every adapter (SPEC §11): a run whose new code does not match its history is
+"""Held runs on every adapter (docs/reference/contract.md §11): a run whose new code does not match its history is
 held, not failed — its task is retried with backoff, ``RunInfo.task_failure`` says why — and it
 goes on, losing nothing, once code that matches is registered. ``on_nondeterminism="fail"``
 keeps the old behaviour."""

@@ -1,4 +1,4 @@
-"""A failure of the engine's machinery fails the workflow task, never the run (SPEC §8), on
+"""A failure of the engine's machinery fails the workflow task, never the run (docs/reference/contract.md §8), on
 every adapter, path by path: the store failing an inline activity's look at its queue, the
 load of a task, the claim of a round; and a bug of dex while deciding. Each asserts both
 sides: the run is not FAILED (its task is given back and retried), and it — and a healthy run

@@ -1,4 +1,4 @@
-"""ctx.patched / ctx.deprecate_patch on every adapter (SPEC §11): runs started by old code keep
+"""ctx.patched / ctx.deprecate_patch on every adapter (docs/reference/contract.md §11): runs started by old code keep
 the old branch, new runs take the new one and record PatchApplied, the answer holds for the
 rest of the run, and deprecate_patch accepts histories with or without the event."""
 

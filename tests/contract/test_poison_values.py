@@ -1,4 +1,4 @@
-"""A NUL or a lone surrogate is refused where it enters (SPEC §8), on every adapter.
+"""A NUL or a lone surrogate is refused where it enters (docs/reference/contract.md §8), on every adapter.
 
 PostgreSQL cannot store either in a text column (nor ``\\u0000`` in jsonb), and the client
 cannot encode a lone surrogate at all: such a value that reached a batch of writes failed the

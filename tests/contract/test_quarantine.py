@@ -1,5 +1,5 @@
-"""Workflow code beyond the watchdog's reach is quarantined in its process (issue 44, findings 7
-and 8), on every adapter.
+"""Workflow code beyond the watchdog's reach is quarantined in its process, on
+every adapter.
 
 Code that swallows the watchdog's interrupt spins on in its thread; C code that holds the GIL
 freezes the whole process, the watchdog included. Retried on the same process, either would do

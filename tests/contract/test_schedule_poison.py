@@ -1,4 +1,4 @@
-"""Poison and metrics of schedules (SPEC §8, §10), on both adapters.
+"""Poison and metrics of schedules (docs/reference/contract.md §8, §10), on both adapters.
 
 Each poisoned value (NUL and lone surrogates in names, labels, time zones, notes; a name whose
 ``repr`` raises; arguments that cannot be encoded; a telemetry sink that raises) gets its clear

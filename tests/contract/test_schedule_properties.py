@@ -1,4 +1,4 @@
-"""Schedules under hypothesis (SPEC §10), on the in-memory adapter with the virtual clock.
+"""Schedules under hypothesis (docs/reference/contract.md §10), on the in-memory adapter with the virtual clock.
 
 Generated cron expressions, time zones, up-and-down time lines and crashes (an engine
 replaced by a new one; a fire whose acknowledgement is lost after it committed): the runs

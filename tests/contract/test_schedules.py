@@ -1,6 +1,6 @@
-"""Schedules through the engine (SPEC §10), on both adapters, with the virtual clock.
+"""Schedules through the engine (docs/reference/contract.md §10), on both adapters, with the virtual clock.
 
-Fires start one run each with the instance id, label and ``ctx.scheduled_at`` SPEC §10
+Fires start one run each with the instance id, label and ``ctx.scheduled_at`` docs/reference/contract.md §10
 names; daylight saving in two zones; jitter; every overlap policy; catch-up; pause (and its
 surviving a redeploy), resume, trigger, backfill, update, delete; ``drain(until=)``.
 """
@@ -59,7 +59,7 @@ def test_a_fire_starts_one_run_with_its_instance_id_label_and_scheduled_at(
     (run,) = engine.list_runs()
     assert run.instance_id == "schedule:nightly-report:2026-03-28T02:00:00Z"
     assert run.labels == {"dex.schedule": "nightly-report"}
-    assert run.scheduled_at == datetime(2026, 3, 28, 2, 0, tzinfo=UTC)  # RunInfo too (SPEC §11)
+    assert run.scheduled_at == datetime(2026, 3, 28, 2, 0, tzinfo=UTC)  # RunInfo too (docs/reference/contract.md §11)
     assert engine.wait(run.run_id) == "2026-03-28T02:00:00+00:00"
     assert SEEN == [(run.instance_id, datetime(2026, 3, 28, 2, 0, tzinfo=UTC), 5)]
     info = engine.get_schedule("nightly-report")

@@ -1,4 +1,4 @@
-"""``engine.stop(timeout)`` returns in time (SPEC §8), on every adapter.
+"""``engine.stop(timeout)`` returns in time (docs/reference/contract.md §8), on every adapter.
 
 An activity attempt still running when the timeout runs out is abandoned to its lease: the
 stopped engine writes nothing for it later (not its outcome, not a heartbeat), and a fresh

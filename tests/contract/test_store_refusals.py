@@ -1,4 +1,4 @@
-"""Data the store refuses stays with its own task or run (issue 19 item 3), on every adapter.
+"""Data the store refuses stays with its own task or run, on every adapter.
 
 :class:`RefusingStore` wraps an adapter and refuses, as PostgreSQL refuses a bad value, every
 batch write that holds an item carrying :data:`MARK`: a workflow result whose run set that

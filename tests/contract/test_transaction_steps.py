@@ -1,4 +1,4 @@
-"""Transaction steps (``@dex.transaction``, SPEC §9) on both adapters, driven by ``drain()``.
+"""Transaction steps (``@dex.transaction``, docs/reference/contract.md §9) on both adapters, driven by ``drain()``.
 
 On PostgreSQL the step's connection is a transaction of the engine's own database and the test
 ledger is a table in the test's own schema (a schema other than the default); on the in-memory
@@ -276,7 +276,7 @@ async def steps_without_a_factory(ctx: dex.WorkflowContext, x: int) -> int:
 
 
 def test_without_a_connection_factory_a_step_that_does_not_use_it_runs() -> None:
-    # SPEC §9: the factory is None by default, and workflows with steps still test with drain()
+    # docs/reference/contract.md §9: the factory is None by default, and workflows with steps still test with drain()
     engine = dex.Engine(InMemoryAdapter(clock=VirtualClock()), [steps_without_a_factory], [ignores_its_connection])
     run_id = engine.start_workflow(steps_without_a_factory, 20)
     engine.drain()

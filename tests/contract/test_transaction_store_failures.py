@@ -1,4 +1,4 @@
-"""A store that fails during a transaction step spends none of the step's attempts (SPEC §8).
+"""A store that fails during a transaction step spends none of the step's attempts (docs/reference/contract.md §8).
 
 The step's function ran, then the store failed before the commit (a connection lost, a
 ``BaseException``, an exception that cannot be printed): everything rolled back, and the step

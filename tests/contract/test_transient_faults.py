@@ -1,4 +1,4 @@
-"""Transient store errors never fail a run (SPEC §8, issue 19 item 6), on every adapter.
+"""Transient store errors never fail a run (docs/reference/contract.md §8), on every adapter.
 
 A started engine (real threads, eager dispatch, inline activities on as by default) runs
 hundreds of workflows — several activities, a timer, a child run and an external event each —

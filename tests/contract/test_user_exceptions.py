@@ -1,5 +1,5 @@
 """Any BaseException of user code is that attempt's failure, naming its type; no engine thread
-dies of it (SPEC §8). On every adapter, in started engines, on each path an attempt takes:
+dies of it (docs/reference/contract.md §8). On every adapter, in started engines, on each path an attempt takes:
 inline (in the workflow worker's thread), pooled, and ``async def`` (the worker's event loop).
 """
 

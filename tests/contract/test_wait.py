@@ -147,7 +147,7 @@ def test_outcomes_keep_only_the_newest() -> None:
     assert outcomes.get("run-5") == ("wf", completed)
 
 
-# -- a store that fails for a while (SPEC §8: the store's faults are not the caller's) ---------
+# -- a store that fails for a while (docs/reference/contract.md §8: the store's faults are not the caller's) ---------
 def waiting_client(adapter_factory: Any) -> tuple[dex.Engine, FaultyStore]:
     """An engine that only waits, over a store whose calls all fail while ``enabled``
     (a lost connection or a timeout, as :class:`tests.faults.FaultyStore` injects them)."""

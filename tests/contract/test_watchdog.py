@@ -1,4 +1,4 @@
-"""Workflow code that blocks its task past the deadline (SPEC §8), on every adapter.
+"""Workflow code that blocks its task past the deadline (docs/reference/contract.md §8), on every adapter.
 
 The task fails — not the run — with a log line naming the run and the line the code blocked
 at; it is retried with backoff, and other runs go on meanwhile (dex.app.watchdog).

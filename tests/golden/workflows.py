@@ -102,7 +102,7 @@ async def parent(ctx: dex.WorkflowContext, n: int) -> dict[str, Any]:
     return {"children": [first, second], "failure": failure}
 
 
-# -- golden-patched: a run that took the new branch of ctx.patched (PatchApplied, SPEC §11) ------
+# -- golden-patched: a run that took the new branch of ctx.patched (PatchApplied, docs/reference/contract.md §11) ------
 
 
 @dex.workflow(name="golden-patched")

@@ -45,7 +45,9 @@ def test_an_undecodable_history_row_holds_or_fails_only_its_run(on_nondeterminis
             second.drain()
             assert second.wait(healthy, timeout=1) == "ok"
             info = second.get_run(broken)
-            if on_nondeterminism == "hold":  # code that reads it may come: the run waits (SPEC §11)
+            if (
+                on_nondeterminism == "hold"
+            ):  # code that reads it may come: the run waits (docs/reference/contract.md §11)
                 assert info.status is dex.RunStatus.RUNNING and info.failure is None
                 failure = info.task_failure
             else:

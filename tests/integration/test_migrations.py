@@ -1,5 +1,5 @@
 """Migrations are history: what they make is pinned, and every older database upgrades with its
-runs in flight (issue 20, "Migrations frozen").
+runs in flight (migrations are frozen once released).
 
 * The snapshot: the migrations applied to an empty schema make exactly the objects described
   in ``schema_snapshot.txt`` (read from the catalogs by ``schema_catalog.describe_schema``).

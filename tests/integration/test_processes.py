@@ -3,7 +3,7 @@
 Each worker is a separate Python process (:mod:`tests.integration.worker_main`) running an
 engine over the test's schema; the test process starts runs and inspects the results, the
 histories, and the side table in which every activity execution is recorded
-(:mod:`tests.integration.workload`). What must hold (SPEC §6):
+(:mod:`tests.integration.workload`). What must hold (docs/reference/contract.md §6):
 
 * every run completes with the right result, its outcome recorded exactly once;
 * activities run at least once, and two workers never hold the same attempt of a task;
@@ -180,7 +180,7 @@ class Cluster:
     def check_no_attempt_ran_twice_at_once(self) -> None:
         """A claim bumps the attempt, so an attempt of a task runs once: two executions would be
         two lease holders at once. A first attempt may also run in the thread of a workflow task
-        or of the attempt before it (inline, chained: SPEC-wise at least once), holding no lease
+        or of the attempt before it (inline, chained: at least once, as the contract says), holding no lease
         of its own; when its process dies or the write that carries it fails, it runs again,
         as attempt 1 of its task. So attempts after the first run once, and two executions of a
         first attempt never overlap: the later one begins after the earlier one's work (its
@@ -372,7 +372,7 @@ def test_random_kills_lose_and_duplicate_nothing(cluster: Cluster, spawn: Callab
 def test_a_killed_workers_long_activity_moves_within_the_short_lease(
     cluster: Cluster, spawn: Callable[..., Worker]
 ) -> None:
-    """SPEC §8: the five-minute ``lock_timeout`` does not hold the task; the short activity
+    """docs/reference/contract.md §8: the five-minute ``lock_timeout`` does not hold the task; the short activity
     lease (2 s here, 30 s by default), which a live worker keeps extending, does."""
     short = ("--activity-lease", "2")
     victim = spawn(cluster.dsn, cluster.schema, *short)

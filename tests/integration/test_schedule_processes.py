@@ -1,4 +1,4 @@
-"""Schedules across engine processes on one database (SPEC §10): at most one run per fire.
+"""Schedules across engine processes on one database (docs/reference/contract.md §10): at most one run per fire.
 
 Several worker processes (:mod:`tests.integration.schedule_worker`) declare the same
 schedule, every second; some are killed with SIGKILL (the leader among them) and restarted.

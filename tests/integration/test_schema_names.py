@@ -1,4 +1,4 @@
-"""Any schema name PostgreSQL takes as a quoted identifier works (issue 19, item 10).
+"""Any schema name PostgreSQL takes as a quoted identifier works.
 
 The schema's name reaches SQL only through ``sql.Identifier``, also inside the function
 bodies the migrations create, whose ``$$`` quotes a name with ``$$`` in it used to end early.

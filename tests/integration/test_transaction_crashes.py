@@ -1,4 +1,4 @@
-"""Exactly once under SIGKILL (SPEC §9): worker processes are killed every second or two while
+"""Exactly once under SIGKILL (docs/reference/contract.md §9): worker processes are killed every second or two while
 runs of several transaction steps insert rows into a table without a unique constraint; at the
 end every run has completed and the table holds exactly one row per step per run.
 

@@ -1,4 +1,4 @@
-"""A transaction step's attempt is bounded by its ``lock_timeout`` (SPEC §8), on a real
+"""A transaction step's attempt is bounded by its ``lock_timeout`` (docs/reference/contract.md §8), on a real
 PostgreSQL: a step that waits too long (a slow query, a lock another transaction holds) has its
 transaction ended and rolled back, and the attempt fails with a ``TimeoutError`` that names the
 step and the limit; the retries follow its policy, and a healthy run afterwards completes.

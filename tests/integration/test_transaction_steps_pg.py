@@ -1,4 +1,4 @@
-"""Transaction steps and transactional starts on a real PostgreSQL (SPEC §9): serialization
+"""Transaction steps and transactional starts on a real PostgreSQL (docs/reference/contract.md §9): serialization
 failures retried, the step's own connection lost mid-call, a second database, and runs and
 events written through the application's transaction (committed, or rolled back), sync and
 through the asyncio facade."""

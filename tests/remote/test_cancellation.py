@@ -1,4 +1,4 @@
-"""Python activities learn of cancellation (SPEC §13): ``activity_context().cancel_requested``
+"""Python activities learn of cancellation (docs/reference/contract.md §13): ``activity_context().cancel_requested``
 turns True and ``heartbeat()`` False once the run is cancelled; an ``async def`` activity is
 cancelled at its next await; nothing the attempt returns afterwards is recorded."""
 

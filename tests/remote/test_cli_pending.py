@@ -1,5 +1,5 @@
 """``dex runs show`` lists the activities a run waits for, so a task that no Python engine
-registers (it waits for a remote worker, SPEC §13) is visible from the command line."""
+registers (it waits for a remote worker, docs/reference/contract.md §13) is visible from the command line."""
 
 from __future__ import annotations
 

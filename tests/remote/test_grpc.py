@@ -1,4 +1,4 @@
-"""The gRPC mirror of the remote workers' API (SPEC §13), through a real channel: the same
+"""The gRPC mirror of the remote workers' API (docs/reference/contract.md §13), through a real channel: the same
 operations and errors as HTTP, served by the same service."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The HTTP routes of SPEC §13 over a real server (uvicorn), with their errors and poisons: each
+"""The HTTP routes of docs/reference/contract.md §13 over a real server (uvicorn), with their errors and poisons: each
 poisoned call gets its clear error, and a healthy run started afterwards completes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The remote workers' service on every adapter (SPEC §13): tasks of names no Python process
+"""The remote workers' service on every adapter (docs/reference/contract.md §13): tasks of names no Python process
 registers wait for a remote worker, under the retry, lease and timeout rules of Python activities."""
 
 from __future__ import annotations

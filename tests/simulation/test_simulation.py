@@ -1,4 +1,4 @@
-"""Deterministic simulation of a dex cluster (issue 5).
+"""Deterministic simulation of a dex cluster.
 
 Hypothesis draws seeds and fault schedules; ``Simulator(seed, faults).run()`` drives three
 nodes over one in-memory store, injects the faults and checks every invariant after every

@@ -1,4 +1,4 @@
-"""Store errors in the deterministic simulation (issue 19 item 6, SPEC §8).
+"""Store errors in the deterministic simulation (docs/reference/contract.md §8).
 
 ``store-errors`` makes a node's next few store calls raise ConnectionError; ``store-flaky``
 makes about a third of its next thirty fail, so that a task's load may work and a later call

@@ -1,4 +1,4 @@
-"""FailureInfo: built from any exception without raising, its texts always storable (SPEC §8)."""
+"""FailureInfo: built from any exception without raising, its texts always storable (docs/reference/contract.md §8)."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_validate_text_takes_a_str_subclass_as_plain_text() -> None:
 
 
 def test_application_error_takes_its_arguments_as_spec_writes_them() -> None:
-    # SPEC §4: ApplicationError(msg, terminal=False, retry_after=None), positionally or by name
+    # docs/reference/contract.md §4: ApplicationError(msg, terminal=False, retry_after=None), positionally or by name
     positional = dex.ApplicationError("later", True, 5)
     assert (positional.message, positional.terminal, positional.retry_after) == ("later", True, timedelta(seconds=5))
     named = dex.ApplicationError("later", retry_after=timedelta(minutes=1))

@@ -1,4 +1,4 @@
-"""The fork plan (dex/domain/forks.py, SPEC §11), checked against every golden history at every
+"""The fork plan (dex/domain/forks.py, docs/reference/contract.md §11), checked against every golden history at every
 point it can be forked: the copy is the original's prefix, replays against the same code, and
 what the plan starts again is exactly what the copied history leaves pending."""
 

@@ -140,7 +140,7 @@ def test_changed_workflow_fails_replay_of_a_golden_file(
     assert f"asked for {requested}" in message
 
 
-# -- patches (SPEC §11): the old branch replays old histories, the new one its own ----------------
+# -- patches (docs/reference/contract.md §11): the old branch replays old histories, the new one its own ----------------
 
 
 @dex.workflow(name="golden-order")

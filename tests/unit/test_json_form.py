@@ -1,4 +1,4 @@
-"""A payload's JSON form (SPEC §13): json/plain as is, anything else a clear error."""
+"""A payload's JSON form (docs/reference/contract.md §13): json/plain as is, anything else a clear error."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dependencies point inwards: domain <- app <- adapters (STYLE "The shape", SPEC §1).
+"""Dependencies point inwards: domain <- app <- adapters (STYLE "The shape", docs/reference/contract.md §1).
 
 ``dex/domain`` imports only the standard library, attrs and itself; nothing in ``dex/domain``
 or ``dex/app`` imports an adapter. The checks read each module's AST, so imports under

@@ -1,4 +1,4 @@
-"""The register of running attempts tells an attempt of its cancellation (SPEC §13) once."""
+"""The register of running attempts tells an attempt of its cancellation (docs/reference/contract.md §13) once."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The payload converter (SPEC §2): what can be sent, how it comes back, and what is refused."""
+"""The payload converter (docs/reference/contract.md §2): what can be sent, how it comes back, and what is refused."""
 
 from __future__ import annotations
 

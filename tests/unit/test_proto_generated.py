@@ -31,7 +31,7 @@ def test_every_proto_has_a_committed_module() -> None:
     assert protos == ["failure", "history", "payload", "retry", "service"]
     committed = sorted(p.name for p in (REPO_ROOT / PACKAGE).glob("*_pb2.py"))
     assert committed == [f"{stem}_pb2.py" for stem in protos]
-    # the one proto with a service has its gRPC module too (SPEC §13), and no other has one
+    # the one proto with a service has its gRPC module too (docs/reference/contract.md §13), and no other has one
     assert sorted(p.name for p in (REPO_ROOT / PACKAGE).glob("*_pb2_grpc.py")) == ["service_pb2_grpc.py"]
 
 

@@ -1,4 +1,4 @@
-"""Properties of :class:`dex.RetryPolicy` (SPEC §4).
+"""Properties of :class:`dex.RetryPolicy` (docs/reference/contract.md §4).
 
 After failed attempt n (1-based), base = min(initial_delay * multiplier**(n-1), max_delay) and
 the delay is uniform in [base*(1-r), base*(1+r)], capped at max_delay; once ``max_attempts``
@@ -41,7 +41,7 @@ policies = st.builds(
 
 
 def spec_base(policy: dex.RetryPolicy, attempt: int) -> float:
-    """The SPEC's base delay in seconds, computed in a way that cannot overflow."""
+    """The contract's base delay in seconds, computed in a way that cannot overflow."""
     initial = policy.initial_delay.total_seconds()
     cap = policy.max_delay.total_seconds()
     if initial == 0 or cap == 0:

@@ -1,4 +1,4 @@
-"""Fire times (dex.app.schedule_times) and the checks of dex.Schedule (SPEC §10).
+"""Fire times (dex.app.schedule_times) and the checks of dex.Schedule (docs/reference/contract.md §10).
 
 The daylight-saving rules in two zones, each against croniter's own walk in UTC where no
 transition interferes; whole seconds; jitter in range and deterministic; the ValueErrors of

@@ -88,7 +88,7 @@ def test_start_errors(engine: dex.Engine, http: Any) -> None:
 
 
 def test_start_over_a_bare_adapter_makes_the_run_for_the_engines_with_its_code(engine: dex.Engine) -> None:
-    # dex web serves a database without workflow code: the run is made by name (SPEC §12) on
+    # dex web serves a database without workflow code: the run is made by name (docs/reference/contract.md §12) on
     # the queue of the newest run of that name, and the engine that has the code runs it
     earlier = engine.start_workflow(checkout, 1, queue="payments")
     engine.drain()

@@ -1,4 +1,4 @@
-"""The dashboard in a real browser (SPEC §12): headless Chromium from the distribution's
+"""The dashboard in a real browser (docs/reference/contract.md §12): headless Chromium from the distribution's
 packages, driven by selenium through the system's chromedriver. The pages load without
 console errors, the runs table shows runs, filters work, cancel from the run page cancels,
 and a hostile label is shown as text. ``DEX_UPDATE_SCREENSHOT=1`` also writes the README's

@@ -1,4 +1,4 @@
-"""Poison (SPEC §8) through HTTP: NUL and lone surrogates in every place a request carries
+"""Poison (docs/reference/contract.md §8) through HTTP: NUL and lone surrogates in every place a request carries
 text, hostile values in bodies, and a store that fails mid-request. Each gets its own clear
 error, and a healthy run started afterwards completes."""
 

@@ -44,7 +44,7 @@ def test_pending_activities_show_their_attempt_and_next_retry(make_engine: Any) 
 
 @dex.workflow(name="web-remote")
 async def remote(ctx: dex.WorkflowContext, image: str) -> Any:
-    return await ctx.activity("resize-image", image)  # no Python process registers it (SPEC §13)
+    return await ctx.activity("resize-image", image)  # no Python process registers it (docs/reference/contract.md §13)
 
 
 def test_a_task_for_a_remote_worker_shows_as_pending_on_the_run_page(make_engine: Any) -> None:

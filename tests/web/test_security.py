@@ -1,4 +1,4 @@
-"""SPEC §12's security rules: the token (bearer or the sign-in cookie), the same-origin check
+"""docs/reference/contract.md §12's security rules: the token (bearer or the sign-in cookie), the same-origin check
 on state-changing requests, the loopback-only Host without a token, and the token kept out of
 pages, cookies and logs."""
 

@@ -1,4 +1,4 @@
-"""The in-memory adapter's forks (SPEC §11): a run created from a prefix of another's history.
+"""The in-memory adapter's forks (docs/reference/contract.md §11): a run created from a prefix of another's history.
 
 A started fork is made as the PostgreSQL adapter makes it: the run is created as ``create_run``
 creates one (history ``[RunCreated]``, inbox ``[RunStarted]``), a workflow task of its is

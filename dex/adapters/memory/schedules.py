@@ -1,4 +1,4 @@
-"""The in-memory adapter's schedules (SPEC §10): a dict of records under the store's lock.
+"""The in-memory adapter's schedules (docs/reference/contract.md §10): a dict of records under the store's lock.
 
 Each operation holds the store's one lock, so the compare-and-set of
 :meth:`advance_schedule` and the run it starts are atomic together, as one transaction is in

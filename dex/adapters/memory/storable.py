@@ -1,4 +1,4 @@
-"""What the PostgreSQL adapter cannot store, the in-memory adapter refuses too (SPEC §8).
+"""What the PostgreSQL adapter cannot store, the in-memory adapter refuses too (docs/reference/contract.md §8).
 
 The PostgreSQL adapter keeps a run's identity and metadata in ``text`` columns (run ids, names,
 queues, ``instance_id``, ``concurrency_key``, ``custom_status``, owners), its labels in a

@@ -5,8 +5,8 @@ with a result or a final failure) is written by the function of migration 9, whi
 one statement, on an autocommit connection, what :func:`.activity_tasks.complete_activity_tasks`,
 the completion's dispatch and the workflow claim with its load do in a pipelined transaction:
 one round trip instead of six or seven, and statements the server plans once per session
-instead of parsing and planning each of them on every write (measured in BENCHMARKS.md,
-"The ordinary path"). The locks, their order and the checks are the same (the migration's
+instead of parsing and planning each of them on every write (measured in
+docs/decisions/completion-round-trips.md). The locks, their order and the checks are the same (the migration's
 docstring lists them); a batch that holds a retry takes the transaction's path, whose
 statements the retry's attempt accounting lives in.
 

@@ -5,7 +5,7 @@ activities (:mod:`dex.app.async_activities`), not on a connection of the adapter
 attempt used to open one and close it after: a new server process per step (~1.5 ms) and the
 loop's Python for the connection, the session's settings and the close; three such steps per
 workflow ran at ~55 workflows/s on this machine, where three synchronous ones run at ~850
-(BENCHMARKS.md, *Transaction steps*). Now an attempt takes an idle connection if there is one
+(docs/decisions/transaction-steps-in-groups.md). Now an attempt takes an idle connection if there is one
 and gives it back after, as the pool does with its own:
 
 * a new connection is a :class:`~.step_connections.StepAsyncConnection` (a

@@ -32,8 +32,8 @@ documented libpq wrapper). It is used only with the psycopg versions it was chec
 starts take the public path (``runs.create_run``: psycopg's ``execute``, prepared). Measured
 with ``benchmarks.start_loop -n 3000`` (engine not started; the starting thread's CPU per
 start, eight alternated triples on a shared two-core machine): 0.194 ms with the statement
-prepared as it was, 0.195 ms unnamed, 0.270 ms on the public path (+39 %; ARCHITECTURE.md
-"The start's statement through libpq"), over the 10 % that would retire this module.
+prepared as it was, 0.195 ms unnamed, 0.270 ms on the public path (+39 %;
+docs/decisions/start-through-libpq.md), over the 10 % that would retire this module.
 
 An error result raises the exception psycopg would have raised for it
 (``psycopg.errors.UniqueViolation`` and so on).

@@ -1,4 +1,4 @@
-"""The PostgreSQL adapter's forks (SPEC §11): a run created from a prefix of another's history.
+"""The PostgreSQL adapter's forks (docs/reference/contract.md §11): a run created from a prefix of another's history.
 
 A fork is one transaction. The run's row is inserted as the schema's ``create_run`` inserts
 one (status CREATED, history ``[RunCreated]``, inbox ``[RunStarted]``), with ``forked_from``

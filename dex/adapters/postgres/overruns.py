@@ -1,4 +1,4 @@
-"""A transaction step's attempt bounded by its ``lock_timeout`` (SPEC §8: "``lock_timeout``
+"""A transaction step's attempt bounded by its ``lock_timeout`` (docs/reference/contract.md §8: "``lock_timeout``
 bounds one attempt").
 
 An ordinary activity that runs too long loses its lease, and another worker runs the task

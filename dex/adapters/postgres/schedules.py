@@ -1,4 +1,4 @@
-"""The PostgreSQL adapter's schedules (SPEC §10): the ``schedules`` table of migration 6.
+"""The PostgreSQL adapter's schedules (docs/reference/contract.md §10): the ``schedules`` table of migration 6.
 
 A fire is one transaction (:meth:`PostgresSchedules.advance_schedule`): an ``UPDATE`` that
 is a compare-and-set on the row's ``next_fire_at`` and ``buffered_fire_at`` (the row lock it

@@ -1,4 +1,4 @@
-"""The PostgreSQL adapter's transaction steps and transactional starts (SPEC §9): a part of
+"""The PostgreSQL adapter's transaction steps and transactional starts (docs/reference/contract.md §9): a part of
 :class:`dex.adapters.postgres.PostgresAdapter` that uses its statements, clock, step slots and
 step connections. The SQL is in :mod:`~dex.adapters.postgres.transactions` (a step as a task
 of its own, and the application's connection) and :mod:`~dex.adapters.postgres.checkpoints`

@@ -1,4 +1,4 @@
-"""Transaction steps and transactional starts on PostgreSQL (SPEC §9).
+"""Transaction steps and transactional starts on PostgreSQL (docs/reference/contract.md §9).
 
 A transaction step's attempt is one transaction: the task row is locked ``FOR UPDATE`` and its
 lease checked, the step's function runs on that connection, and the completion is written by

@@ -235,7 +235,7 @@ def retry_workflow_tasks(
             " WHERE t.queue = r.queue AND t.task_id = r.task_id"
             " AND t.locked_by = r.owner AND t.lock_version = r.version"
             " RETURNING t.task_id, t.run_id),"
-            # a held run says why (SPEC §11); the row lock is the one a status change takes
+            # a held run says why (docs/reference/contract.md §11); the row lock is the one a status change takes
             # (runs.py: FOR NO KEY UPDATE), and only a run whose task we held is touched
             " held AS (UPDATE {s}.runs SET task_failure = %(failure)s FROM given"
             "  WHERE %(failure)s::bytea IS NOT NULL AND runs.run_id = given.run_id)"

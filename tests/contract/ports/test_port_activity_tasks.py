@@ -1,6 +1,6 @@
 """The ActivityTaskQueue port's contract: activity tasks made claimable, claimed, kept, settled.
 
-SPEC §6 and §8: an activity task is claimed under a short lease (at most its ``lock_timeout``)
+docs/reference/contract.md §6 and §8: an activity task is claimed under a short lease (at most its ``lock_timeout``)
 that heartbeats extend; when the lease expires the task is taken over as its next attempt, and
 an outcome (or heartbeat) of a claim that lost its lease is discarded. A result or a final
 failure is a message to the run; a retry is not history, only the task coming back later.

@@ -1,6 +1,6 @@
 """The contracts of the small ports: QueueAdmin, Leadership, Maintenance, and refused data.
 
-SPEC §5 (queues: created on first use, paused, resized, listed with their depth), §7 (one
+docs/reference/contract.md §5 (queues: created on first use, paused, resized, listed with their depth), §7 (one
 leader at a time on an expiring lease; retention of finished runs), and the port's
 ``StoreRejectedError``: a write the store refuses for a value in it fails as a whole, with
 that error, so the buffer can split the batch (dex/app/buffer.py).

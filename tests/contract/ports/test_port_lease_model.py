@@ -1,7 +1,7 @@
 """Activity-task leases against a model: a hypothesis state machine over claims, heartbeats,
 outcomes, retries and the passing of time, run over each backend.
 
-The model is what SPEC §6–§8 and the ActivityTaskQueue docstrings say, in a few lines: a task
+The model is what docs/reference/contract.md §6–§8 and the ActivityTaskQueue docstrings say, in a few lines: a task
 is claimable when it is queued and nobody's lease on it runs; claims take the oldest first,
 each under a lease of ``now + min(lease, lock_timeout)`` whose version is new; taking a task
 over from a lease that ran out counts as its next attempt; a heartbeat or an outcome applies

@@ -1,4 +1,4 @@
-"""The remote workers' part of the ActivityTaskQueue port (SPEC §13), on every adapter.
+"""The remote workers' part of the ActivityTaskQueue port (docs/reference/contract.md §13), on every adapter.
 
 A remote worker claims by a list of names under a lease of its own, and names a task in every
 later call by its id and lease version: ``find_activity_tasks`` finds the task as it stands

@@ -1,4 +1,4 @@
-"""The RunStore port's contract (SPEC §5): runs created, read, listed, messaged, transitioned."""
+"""The RunStore port's contract (docs/reference/contract.md §5): runs created, read, listed, messaged, transitioned."""
 
 from __future__ import annotations
 
@@ -232,7 +232,7 @@ class RunStoreContract(PortContract):
 
     def test_an_illegal_transition_is_refused_and_sends_nothing(self, store: Store, clock: VirtualClock) -> None:
         start(store, clock, "r1")
-        with pytest.raises(InvalidStateError):  # CREATED -> SUSPENDED is not a move of SPEC §5
+        with pytest.raises(InvalidStateError):  # CREATED -> SUSPENDED is not a move of docs/reference/contract.md §5
             store.request_transition("r1", RunStatus.SUSPENDED, ev.RunSuspended(), clock.now())
         step(store, clock, "r1")
         with pytest.raises(InvalidStateError):  # resume a run that is not suspended

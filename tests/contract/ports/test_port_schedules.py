@@ -1,4 +1,4 @@
-"""The contract of the ScheduleStore port (SPEC §10), on every backend.
+"""The contract of the ScheduleStore port (docs/reference/contract.md §10), on every backend.
 
 Records round-trip (arguments, labels, intervals, times); names are unique; the due read
 returns due and buffered rows, never paused ones, and the next due time; the compare-and-set

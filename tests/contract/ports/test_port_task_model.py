@@ -1,7 +1,7 @@
 """Workflow-task claims against a model: a hypothesis state machine over messages, scheduler
 rounds, claims, tasks given back, completions and the passing of time, run over each backend.
 
-The model, from SPEC §6–§8 and the WorkflowTaskQueue docstrings: a run with a visible message
+The model, from docs/reference/contract.md §6–§8 and the WorkflowTaskQueue docstrings: a run with a visible message
 and no task gets one task at the scheduler's next round; a task is claimable when nobody holds
 it or its lease has run out, oldest first, and each claim's lease has a newer version; only the
 claim that holds a task can give it back (``retry_workflow_tasks``: claimable again from the

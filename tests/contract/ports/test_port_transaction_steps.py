@@ -1,4 +1,4 @@
-"""The TransactionSteps port's contract (SPEC §9): a step's work and its completion commit
+"""The TransactionSteps port's contract (docs/reference/contract.md §9): a step's work and its completion commit
 together, only while the task's lease holds; a failure rolls both back.
 
 The work writes through the connection it is given: on PostgreSQL a row in a table of the

@@ -1,7 +1,7 @@
 """The WorkflowTaskQueue port's contract, second half: what a completed workflow task writes.
 
 A result applies only under its claim's lease and only if the run's history still ends where
-the task found it (SPEC §6: a racing duplicate discards its work); applied, it appends its
+the task found it (docs/reference/contract.md §6: a racing duplicate discards its work); applied, it appends its
 block, consumes its messages and carries out its effects — activity tasks, timers, messages,
 child runs, the run's outcome — and ``complete_workflow_tasks_then_claim`` claims the activity
 tasks it made in the same transaction.

@@ -1,6 +1,6 @@
 """The WorkflowTaskQueue port's contract, first half: scheduling, claims, leases, loads, retries.
 
-What the scheduler promises (ARCHITECTURE "The life of a run", SPEC §6): at most one task per
+What the scheduler promises (ARCHITECTURE "The life of a run", docs/reference/contract.md §6): at most one task per
 run with a visible message, queue pause and capacity, concurrency keys held from a run's first
 task to its end (highest priority, then oldest, first), a suspended run woken only by a cancel.
 Claims go highest priority first, then oldest, under a lease whose version grows per claim.

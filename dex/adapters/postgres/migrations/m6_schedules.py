@@ -1,4 +1,4 @@
-"""Migration 6 (released): the ``schedules`` table (SPEC §10).
+"""Migration 6 (released): the ``schedules`` table (docs/reference/contract.md §10).
 
 Frozen: this text is what databases at version 6 were made with. It imports nothing; never
 edit it (a change of schema is a new migration). ``{s}`` is the schema, filled in by the

@@ -1,4 +1,4 @@
-"""Migration 7 (released): changing code safely (SPEC §11) — a run's code version and its
+"""Migration 7 (released): changing code safely (docs/reference/contract.md §11) — a run's code version and its
 held workflow task.
 
 Frozen: this text is what databases at version 7 were made with. It imports nothing; never

@@ -1,4 +1,4 @@
-"""Migration 8 (released): forks (SPEC §11) — the run a run was forked from.
+"""Migration 8 (released): forks (docs/reference/contract.md §11) — the run a run was forked from.
 
 Frozen: this text is what databases at version 8 were made with. It imports nothing; never
 edit it (a change of schema is a new migration). ``{s}`` is the schema, filled in by the
