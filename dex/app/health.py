@@ -17,7 +17,9 @@ import attrs
 
 @attrs.frozen(kw_only=True)
 class EngineHealth:
-    """A started engine's health; every figure is 0 (and ``threads`` empty) when not started."""
+    """An engine's health. ``threads`` is empty when the engine is not started; the other figures
+    belong to the engine object and outlive a ``stop()`` (an abandoned coroutine, a thread still
+    spinning or a quarantine does not end with the engine's threads)."""
 
     threads: Mapping[str, bool] = attrs.field(factory=dict)
     """Each engine thread, by name: alive (True) or dead (False). A dead one is replaced."""
