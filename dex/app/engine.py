@@ -19,9 +19,11 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
+from dex.app.activity_worker import ActivityWorker
 from dex.app.aio import AsyncCalls
 from dex.app.async_activities import AsyncRunner
 from dex.app.background import SCHEDULER, Runtime, timing
+from dex.app.buffer import ResultBuffer
 from dex.app.fork import Forks
 from dex.app.health import EngineHealth
 from dex.app.held import holds_runs
@@ -43,6 +45,7 @@ from dex.app.scheduling import ActivityTaskScheduler, LeaderElection, RetentionM
 from dex.app.starts import Starts
 from dex.app.telemetry import TelemetryHub
 from dex.app.tracing import NoTracing, Tracing
+from dex.app.workflow_worker import WorkflowWorker
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, validate_key, validate_text
 from dex.domain.errors import InvalidStateError
@@ -145,9 +148,6 @@ class Engine:
             on_flushed=self._reads.flushed,  # wakes wait(): a run of ours may have just ended
             on_completed=self._reads.written,
         )
-        self.buffer = self._background.buffer
-        self.workflow_worker = self._background.workflow_worker
-        self.activity_worker = self._background.activity_worker
         # the services the public calls delegate to
         self._starts = Starts(
             adapter,
@@ -527,6 +527,21 @@ class Engine:
         """A gate of ``limit`` long polls for a remote-worker service over this engine
         (``dex.remote.ActivityTaskService``), counted in :meth:`health` and the metrics."""
         return self._long_polls.gate(limit)
+
+    @property
+    def buffer(self) -> ResultBuffer:
+        """The runtime's result buffer (read-only: the runtime owns it)."""
+        return self._background.buffer
+
+    @property
+    def workflow_worker(self) -> WorkflowWorker:
+        """The runtime's workflow worker (read-only: the runtime owns it)."""
+        return self._background.workflow_worker
+
+    @property
+    def activity_worker(self) -> ActivityWorker:
+        """The runtime's activity worker (read-only: the runtime owns it)."""
+        return self._background.activity_worker
 
     def health(self) -> EngineHealth:
         """The started engine's threads (by name: alive or dead; empty when not started; a dead
