@@ -1,6 +1,6 @@
 """ScheduleRunner: the leader's step that starts the runs of due schedule fires (docs/reference/contract.md §10).
 
-Only the leader steps it (``Background.schedule_round`` after the leader election, or
+Only the leader steps it (the scheduler round of ``dex.app.rounds.Rounds``, after the leader election, or
 ``Engine.drain``), so the database work per fire does not grow with the number of engines:
 followers do nothing per fire. Each fire is one store call, ``advance_schedule``: a
 compare-and-set on the schedule's next fire and, in the same transaction, the start of the
