@@ -20,11 +20,11 @@ import dex
 from benchmarks.workloads import ACTIVITIES, WORKFLOWS
 from dex.adapters.memory import InMemoryAdapter
 from dex.adapters.postgres.rows import history_row
-from dex.app.executors import Given, Preloaded
-from dex.app.ids import new_run_id
-from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import Lease, WorkflowInput, WorkflowTask
-from dex.app.workflow_worker import Started
+from dex.app.ports.ids import new_run_id
+from dex.app.ports.store import Lease, WorkflowInput, WorkflowTask
+from dex.app.workflows.executors import Given, Preloaded
+from dex.app.workflows.inline import InlineActivities, QueueView
+from dex.app.workflows.worker import Started
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage

@@ -5,14 +5,14 @@ any process replays the history and carries on. Activities do the I/O and are re
 a policy. See README.md for a tour and docs/reference/contract.md for the contract.
 """
 
-from dex.app.activity_context import ActivityContext, activity_context
-from dex.app.engine import Engine
-from dex.app.health import EngineHealth
-from dex.app.info import RunInfo
-from dex.app.ports import QueueInfo
-from dex.app.registry import activity, workflow
-from dex.app.schedule_spec import Schedule, ScheduleInfo
-from dex.app.transactions import transaction
+from dex.app.definitions.activity_context import ActivityContext, activity_context
+from dex.app.definitions.registry import activity, workflow
+from dex.app.definitions.transactions import transaction
+from dex.app.facade.engine import Engine
+from dex.app.facade.info import RunInfo
+from dex.app.ports.store import QueueInfo
+from dex.app.runtime.health import EngineHealth
+from dex.app.schedules.spec import Schedule, ScheduleInfo
 from dex.domain.context import WorkflowContext
 from dex.domain.errors import (
     ActivityFailedError,

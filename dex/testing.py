@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from dex.app.clock import VirtualClock
-from dex.app.registry import ACTIVITY_ATTRIBUTE, WORKFLOW_ATTRIBUTE
+from dex.app.definitions.registry import ACTIVITY_ATTRIBUTE, WORKFLOW_ATTRIBUTE
+from dex.app.ports.clock import VirtualClock
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition
 from dex.domain.events import HistoryEvent
 from dex.domain.task import check_replay

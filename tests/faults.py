@@ -25,14 +25,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from dex.app.ports import Clock, Store
+from dex.app.ports.store import Clock, Store
 
 KINDS = ("before", "after", "timeout", "delay")
 _NOT_FAULTED = frozenset({"clock", "close"})
 
 
 class FaultyStore:
-    """Any :class:`~dex.app.ports.Store`, with a share ``rate`` of its port calls failing while
+    """Any :class:`~dex.app.ports.store.Store`, with a share ``rate`` of its port calls failing while
     ``enabled`` (see the module docstring); ``weights`` sets the mix of the fault kinds."""
 
     def __init__(

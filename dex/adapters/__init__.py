@@ -1,1 +1,1 @@
-"""Adapters: implementations of the ports in :mod:`dex.app.ports`."""
+"""Adapters: implementations of the ports in :mod:`dex.app.ports.store`."""

@@ -16,8 +16,8 @@ from typing import Any
 import attrs
 import click
 
-from dex.app.engine import Engine
-from dex.app.ports import RunFilter
+from dex.app.facade.engine import Engine
+from dex.app.ports.store import RunFilter
 from dex.cli.database import CommandError, open_engine, settings
 from dex.cli.params import LABEL, LIMIT, MOMENT, TEXT
 from dex.domain.errors import InvalidStateError, RunNotFoundError

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import click
 
-from dex.app.engine import Engine
-from dex.app.ports import QUEUE_KINDS, QueueInfo
+from dex.app.facade.engine import Engine
+from dex.app.ports.store import QUEUE_KINDS, QueueInfo
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
 from dex.cli.params import CAPACITY, QUEUE_NAME
 from dex.views import render

@@ -18,8 +18,8 @@ from datetime import datetime
 import attrs
 import click
 
-from dex.app.engine import Engine
-from dex.app.ports import RunFilter, UnreadableHistoryError
+from dex.app.facade.engine import Engine
+from dex.app.ports.store import RunFilter, UnreadableHistoryError
 from dex.cli.bulk import STATUSES
 from dex.cli.params import LIMIT, MOMENT, TEXT, TextPath
 from dex.cli.worker import load_engine

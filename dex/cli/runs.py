@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from dex.app.engine import Engine
-from dex.app.ports import RunRecord
+from dex.app.facade.engine import Engine
+from dex.app.ports.store import RunRecord
 from dex.cli.bulk import (
     ALL_STATUSES,
     LIVE_STATUSES,

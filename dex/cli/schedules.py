@@ -1,6 +1,6 @@
 """``dex schedules``: list and show schedules, pause, resume, trigger, backfill and delete them.
 
-The commands work on the stored schedules alone (:class:`dex.app.schedule_api.ScheduleAdmin`):
+The commands work on the stored schedules alone (:class:`dex.app.schedules.calls.ScheduleAdmin`):
 a schedule keeps its workflow's arguments encoded, so a trigger or a backfill starts its runs
 without the workflow's code; a worker that registers the workflow runs them. Schedules are
 created by the engines that declare them (``Engine(schedules=...)``) or ``create_schedule``;
@@ -15,9 +15,9 @@ from datetime import datetime
 
 import click
 
-from dex.app.schedule_api import ScheduleAdmin
-from dex.app.schedule_spec import ScheduleInfo
-from dex.app.schedule_times import UncomputableFireError
+from dex.app.schedules.calls import ScheduleAdmin
+from dex.app.schedules.spec import ScheduleInfo
+from dex.app.schedules.times import UncomputableFireError
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
 from dex.cli.params import MOMENT, SCHEDULE_NAME, TEXT
 from dex.views import render

@@ -31,8 +31,8 @@ from typing import Any
 
 import click
 
-from dex.app.engine import Engine
-from dex.app.runner import ACTIVITY_THREADS
+from dex.app.facade.engine import Engine
+from dex.app.machinery.threads import ACTIVITY_THREADS
 from dex.cli.database import CommandError, progress
 from dex.cli.params import SECONDS, TEXT, TextPath
 

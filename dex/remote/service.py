@@ -16,9 +16,9 @@ refused (409), and so is a ``worker_id``, when the call names one, that is not t
 
 A long poll claims at once; when nothing is there, it waits until this process makes activity
 tasks due (the engine's coordinator tells the service through
-:meth:`dex.app.engine.Engine.on_activity_work`) or one poll interval passes, and claims again —
+:meth:`dex.app.facade.engine.Engine.on_activity_work`) or one poll interval passes, and claims again —
 no LISTEN/NOTIFY: tasks made due by other processes are found within a poll interval. A poll
-that waits holds a place of the service's :class:`~dex.app.long_polls.LongPolls` gate
+that waits holds a place of the service's :class:`~dex.app.runtime.long_polls.LongPolls` gate
 (``long_poll_limit``, 100 by default); past the limit it is refused at once with
 :class:`~dex.remote.errors.PollLimitError` (503, ``Retry-After``), so idle workers never hold
 what the other calls need. Over HTTP the wait is a coroutine on the event loop
@@ -48,11 +48,11 @@ from typing import Any
 
 import attrs
 
-from dex.app.attempts import Retries, lease_expired
-from dex.app.engine import Engine
-from dex.app.long_polls import LongPolls
-from dex.app.ports import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask, Store, StoreRejectedError
-from dex.app.telemetry import TelemetryHub
+from dex.app.activities.attempts import Retries, lease_expired
+from dex.app.facade.engine import Engine
+from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask, Store, StoreRejectedError
+from dex.app.ports.telemetry import TelemetryHub
+from dex.app.runtime.long_polls import LongPolls
 from dex.domain.errors import SerializationError
 from dex.domain.values import FailureInfo
 from dex.remote import values
@@ -91,7 +91,7 @@ class _Handed:
 class ActivityTaskService:
     """Activity tasks for workers in other languages, over a store or an engine's store.
 
-    Given an :class:`~dex.app.engine.Engine`, a long poll wakes as soon as that engine makes
+    Given an :class:`~dex.app.facade.engine.Engine`, a long poll wakes as soon as that engine makes
     activity tasks due; given a store, it claims once per ``poll_interval`` seconds while it
     waits. ``lease`` is the remote attempt's lease (at most each task's ``lock_timeout``), which
     every heartbeat renews; a worker that stops calling loses its task when it lapses, and the
@@ -280,7 +280,7 @@ class ActivityTaskService:
 
     def _refusal(self, task: ActivityTask) -> ActivityOutcome | None:
         """The final failure of a claimed task that cannot be handed out: out of attempts after a
-        lost lease (as :class:`~dex.app.activity_worker.ActivityWorker` does), or arguments with
+        lost lease (as :class:`~dex.app.activities.worker.ActivityWorker` does), or arguments with
         no JSON form. None for a task to hand out."""
         expired = lease_expired(task)
         if expired is not None:

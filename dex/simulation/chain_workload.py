@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dex
-from dex.app.ports import RunRecord
+from dex.app.ports.store import RunRecord
 from dex.domain.status import RunStatus
 from dex.simulation.workload import RESULTS, WORKFLOW_BY_NAME, WORKFLOWS, Workload, charge, crunch, square
 

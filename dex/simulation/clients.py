@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable
 
 import dex
-from dex.app.ports import RunRecord
+from dex.app.ports.store import RunRecord
 from dex.domain.errors import InvalidStateError
 from dex.domain.status import RunStatus
 from dex.simulation.referee import Referee

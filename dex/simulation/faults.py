@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from dex.app.ports import Clock
+from dex.app.ports.store import Clock
 
 FAULT_KINDS: dict[str, str] = {
     "crash": "a node dies now: its claims lapse with their leases, its unflushed results are lost",

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import dex
-from dex.app.registry import ACTIVITY_ATTRIBUTE, WORKFLOW_ATTRIBUTE
+from dex.app.definitions.registry import ACTIVITY_ATTRIBUTE, WORKFLOW_ATTRIBUTE
 from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition

@@ -6,7 +6,7 @@ transaction's connection — the world's :class:`~dex.simulation.workload.Ledger
 the in-memory adapter commits with the step's outcome or rolls back — and then may fail as any
 simulated activity does (after its write: the write must then be rolled back). With
 ``inline=True`` the nodes run first attempts in groups inside their workflow tasks
-(:mod:`dex.app.step_groups`), retries and the rest as tasks of their own.
+(:mod:`dex.app.workflows.step_groups`), retries and the rest as tasks of their own.
 
 :func:`ledger_violations` is the check: no key committed twice, and every step a run's history
 records as completed committed exactly once.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dex
-from dex.app.ports import RunRecord
+from dex.app.ports.store import RunRecord
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.simulation.workload import ACTIVITIES, FAST_RETRY, WORKFLOW_BY_NAME, WORKFLOWS, Workload, current_world

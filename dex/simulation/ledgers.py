@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from dex.app.ports import Lease, RunRecord
+from dex.app.ports.store import Lease, RunRecord
 from dex.domain.status import ALLOWED_TRANSITIONS, RunStatus
 from dex.simulation.invariants import InvariantViolation
 

@@ -1,9 +1,9 @@
 """The simulated nodes: one engine each, running the started engine's own rounds.
 
 A :class:`Node` is a ``dex.Engine`` armed as ``Engine.start()`` arms it — its coordinator
-(:mod:`dex.app.coordinator`), eager dispatch, the write buffer in background mode, inline
+(:mod:`dex.app.runtime.coordinator`), eager dispatch, the write buffer in background mode, inline
 activities when asked — but with no thread: the simulator (``simulator.py``) calls the same
-rounds the engine's threads call (:mod:`dex.app.rounds`: scheduler, workflows, activities, the
+rounds the engine's threads call (:mod:`dex.app.runtime.rounds`: scheduler, workflows, activities, the
 two flushes) when it picks the node for a step, and the attempts the coordinator hands to the
 pool wait in a :class:`~dex.simulation.pool.SimulatedPool` until the simulator runs one. What
 the node holds between steps — tasks handed to its workflow worker, attempts waiting in its
@@ -22,12 +22,12 @@ from typing import Any
 import attrs
 
 import dex
-from dex.app import coordinator as co
-from dex.app.attempts import Durations
-from dex.app.buffer import ACTIVITY_LANE, WORKFLOW_LANE
-from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import ActivityTask, WorkflowTask
-from dex.app.rounds import Rounds
+from dex.app.activities.attempts import Durations
+from dex.app.machinery.buffer import ACTIVITY_LANE, WORKFLOW_LANE
+from dex.app.ports.store import ActivityTask, WorkflowTask
+from dex.app.runtime import coordinator as co
+from dex.app.runtime.rounds import Rounds
+from dex.app.workflows.inline import InlineActivities, QueueView
 from dex.simulation.clients import Action
 from dex.simulation.faults import NodeStore
 from dex.simulation.observed import ObservedAdapter

@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import ActivityOutcome, ActivityTask, Clock, WorkflowTask
-from dex.app.transaction_ports import Checkpointed, CheckpointOutcome, StepCheckpoint
+from dex.app.ports.store import ActivityOutcome, ActivityTask, Clock, WorkflowTask
+from dex.app.ports.transactions import Checkpointed, CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import WorkflowTaskResult

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from dex.app.ports import ActivityTask
+from dex.app.ports.store import ActivityTask
 
 T = TypeVar("T")
 

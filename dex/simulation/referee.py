@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import ActivityOutcome, AnsweredStep, RunRecord, WorkflowTask
+from dex.app.ports.store import ActivityOutcome, AnsweredStep, RunRecord, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import InvalidStateError

@@ -27,8 +27,8 @@ from typing import Any
 import attrs
 
 import dex
-from dex.app.ports import RunFilter
-from dex.app.registry import ACTIVITY_ATTRIBUTE
+from dex.app.definitions.registry import ACTIVITY_ATTRIBUTE
+from dex.app.ports.store import RunFilter
 from dex.domain.status import RunStatus
 from dex.serialization.payloads import PayloadConverter
 from dex.simulation.clients import Action, Clients
@@ -87,7 +87,7 @@ class Simulator:
         self.seed, self.faults, self.steps = seed, schedule(faults), steps
         self.node_count, self.max_runs, self.workload = nodes, max_runs, workload
         self.engine_options = dict(engine_options or {})
-        # With inline, every node runs first attempts inline (dex.app.inline) as a started
+        # With inline, every node runs first attempts inline (dex.app.workflows.inline) as a started
         # engine does, every activity counting as quick: no timing decides anything here.
         self.inline = inline
         # With chained, nothing runs in the workflow threads and every answered step chains the

@@ -23,8 +23,8 @@ from datetime import timedelta
 from typing import Any
 
 import dex
-from dex.app.ports import RunRecord
-from dex.app.registry import WORKFLOW_ATTRIBUTE
+from dex.app.definitions.registry import WORKFLOW_ATTRIBUTE
+from dex.app.ports.store import RunRecord
 from dex.domain.status import RunStatus
 
 # -- the world -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import attrs
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
-from dex.app.ports import RunRecord
+from dex.app.ports.store import RunRecord
 from dex.domain.errors import SerializationError
 from dex.domain.values import FailureInfo, Payload, describe_failure
 from dex.serialization.payloads import PayloadConverter

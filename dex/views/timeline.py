@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC
 from typing import assert_never
 
-from dex.app.ports import RunRecord
+from dex.app.ports.store import RunRecord
 from dex.domain import events as ev
 from dex.domain.state import fold
 from dex.domain.values import FailureInfo

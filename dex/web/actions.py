@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from dex.app.ports import MAX_QUEUE_CAPACITY
+from dex.app.ports.store import MAX_QUEUE_CAPACITY
 from dex.web.charts import minute_chart
 from dex.web.errors import ApiError, bad_request
 from dex.web.inputs import form_number

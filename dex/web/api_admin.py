@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from dex.app.ports import MAX_QUEUE_CAPACITY
+from dex.app.ports.store import MAX_QUEUE_CAPACITY
 from dex.views.render import jsonable
 from dex.web import inputs
 from dex.web.errors import ApiError

@@ -21,8 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from dex.app.engine import Engine
-from dex.app.ports import QueueInfo, RunRecord, Store
+from dex.app.facade.engine import Engine
+from dex.app.ports.store import QueueInfo, RunRecord, Store
 from dex.domain.errors import NotFoundError, RunNotFoundError
 from dex.remote.service import ActivityTaskService
 from dex.web import activity_tasks, api, pages

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import attrs
 
-from dex.app.ports import RunFilter, Store
+from dex.app.ports.store import RunFilter, Store
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.values import FailureInfo

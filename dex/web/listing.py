@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from dex.app.ports import RunFilter, RunRecord, Store
-from dex.app.reads import run_filter
+from dex.app.facade.reads import run_filter
+from dex.app.ports.store import RunFilter, RunRecord, Store
 from dex.domain import events as ev
 from dex.domain.context import fire_time
 from dex.domain.status import RunStatus

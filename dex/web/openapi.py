@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from dex.app.schedule_ports import OVERLAP_POLICIES
+from dex.app.ports.schedules import OVERLAP_POLICIES
 from dex.domain.definitions import NAME_PATTERN, QUEUE_PATTERN
 from dex.domain.status import RunStatus
 from dex.web.operations import Operation

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.ports import ActivityTask
+from dex.app.ports.store import ActivityTask
 from dex.testing import VirtualClock
 
 SHORT = timedelta(seconds=30)

@@ -1,4 +1,4 @@
-"""One write per activity (:mod:`dex.app.answers`) on a started engine, on every adapter.
+"""One write per activity (:mod:`dex.app.workflows.answers`) on a started engine, on every adapter.
 
 An attempt whose run's executor this engine holds is written together with the step it
 answers. These tests check that it happens, that the history is the one the ordinary path
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app import coordination as co
-from dex.app.ports import AnsweredStep, StoreRejectedError
+from dex.app.ports.store import AnsweredStep, StoreRejectedError
+from dex.app.runtime import coordination as co
 from dex.domain import events as ev
 
 attempts: list[int] = []

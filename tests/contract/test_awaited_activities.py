@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.async_activities import AsyncRunner
-from dex.app.runner import ActivityPool
+from dex.app.activities.event_loop import AsyncRunner
+from dex.app.machinery.threads import ActivityPool
 
 ONCE = dex.RetryPolicy(max_attempts=1)  # the clock of these tests stands still: no retry would come due
 GATE = threading.Event()

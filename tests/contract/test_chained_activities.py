@@ -1,4 +1,4 @@
-"""Chained activities (``Engine(chained_activity_seconds=...)``, :mod:`dex.app.inline`) on a
+"""Chained activities (``Engine(chained_activity_seconds=...)``, :mod:`dex.app.workflows.inline`) on a
 started engine, on every adapter.
 
 An activity that ran as a task of its own is answered in its attempt's thread; that thread
@@ -28,8 +28,8 @@ import attrs
 import pytest
 
 import dex
-from dex.app import workflow_worker
-from dex.app.ports import ActivityTask, AnsweredStep
+from dex.app.ports.store import ActivityTask, AnsweredStep
+from dex.app.workflows import worker as workflow_worker
 from dex.domain import events as ev
 from dex.testing import VirtualClock
 

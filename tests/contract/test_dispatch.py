@@ -8,8 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 import dex
-from dex.app.ports import DEFAULT_ACTIVITY_LEASE as LEASE
-from dex.app.ports import ActivityOutcome, Claim
+from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE as LEASE
+from dex.app.ports.store import ActivityOutcome, Claim
 from dex.domain import events as ev
 from dex.domain.values import Payload
 

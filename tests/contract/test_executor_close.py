@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.executors import Closer, ExecutorCache
-from dex.observability.prometheus import PrometheusTelemetry
+from dex.adapters.observability.prometheus import PrometheusTelemetry
+from dex.app.workflows.executors import Closer, ExecutorCache
 
 finals: list[bool] = []  # ctx.is_replaying in each run of the finally block
 effects: list[str] = []  # side effects that really ran

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.inline import InlineActivities, QueueView
+from dex.app.workflows.inline import InlineActivities, QueueView
 
 ONE_ATTEMPT = dex.RetryPolicy(max_attempts=1)
 PLACEHOLDER = "<unprintable Unprintable: __str__ raised RuntimeError>"

@@ -1,4 +1,4 @@
-"""Inline activities (dex.app.inline): first attempts of short activities run inside the
+"""Inline activities (dex.app.workflows.inline): first attempts of short activities run inside the
 workflow task that scheduled them, on every adapter.
 
 The engines here are stepped with ``drain()`` and get their inline policy set by hand (a
@@ -16,8 +16,8 @@ import attrs
 import pytest
 
 import dex
-from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import ActivitySlots, ActivityTask
+from dex.app.ports.store import ActivitySlots, ActivityTask
+from dex.app.workflows.inline import InlineActivities, QueueView
 from dex.domain import events as ev
 
 attempts: list[tuple[str, int]] = []

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import dex
-import dex.app.workflow_worker
-from dex.app.inline import InlineActivities, QueueView
-from dex.app.ports import ActivitySlots
+import dex.app.workflows.worker
+from dex.app.ports.store import ActivitySlots
+from dex.app.workflows.inline import InlineActivities, QueueView
 from dex.testing import VirtualClock
 
 LEASE = timedelta(seconds=30)
@@ -75,12 +75,12 @@ def test_a_bug_of_dex_while_deciding_fails_the_task_not_the_run(
     with a growing backoff (at most 5 minutes); the run waits, never FAILED by it."""
     engine = make_engine([bumped_twice], [bump])
     run_id = engine.start_workflow(bumped_twice, 1)
-    real_advance = dex.app.workflow_worker.advance
+    real_advance = dex.app.workflows.worker.advance
 
     def buggy(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a bug of dex")
 
-    monkeypatch.setattr(dex.app.workflow_worker, "advance", buggy)
+    monkeypatch.setattr(dex.app.workflows.worker, "advance", buggy)
     engine.workflow_scheduler.step()
     waits = []
     with caplog.at_level(logging.WARNING, logger="dex.worker"):
@@ -97,7 +97,7 @@ def test_a_bug_of_dex_while_deciding_fails_the_task_not_the_run(
     logged = [r for r in caplog.records if "a bug of dex" in r.getMessage()]
     assert len(logged) == 3 and all(getattr(r, "run_id", None) == run_id for r in logged)
     assert all(r.exc_info for r in logged)  # a bug is logged with its traceback, every time
-    monkeypatch.setattr(dex.app.workflow_worker, "advance", real_advance)  # the bug is fixed
+    monkeypatch.setattr(dex.app.workflows.worker, "advance", real_advance)  # the bug is fixed
     engine.drain()
     assert engine.wait(run_id, timeout=5) == 3
     healthy = engine.start_workflow(bumped_twice, 5)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.observability.prometheus import PrometheusTelemetry
+from dex.adapters.observability.prometheus import PrometheusTelemetry, serve_metrics
 
 
 @dex.activity(retry=dex.RetryPolicy(max_attempts=2, initial_delay=timedelta(seconds=1)))
@@ -55,10 +55,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_start_with_a_metrics_port_serves_them(make_engine: Any) -> None:
+def test_serve_metrics_serves_them(make_engine: Any) -> None:
     engine = make_engine([observed], [flaky_once], poll_interval=0.01)
     port = _free_port()
-    engine.start(metrics_port=port)
+    served = serve_metrics(engine, port)
+    assert serve_metrics(engine, _free_port()) is served  # the attached one, not a second
+    engine.start()
     try:
         engine.leader.step()
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()

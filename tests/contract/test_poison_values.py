@@ -16,7 +16,7 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import RunFilter
+from dex.app.ports.store import RunFilter
 from dex.domain import events as ev
 from dex.domain.values import Payload
 

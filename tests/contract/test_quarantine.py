@@ -3,7 +3,7 @@ every adapter.
 
 Code that swallows the watchdog's interrupt spins on in its thread; C code that holds the GIL
 freezes the whole process, the watchdog included. Retried on the same process, either would do
-it again, for ever: such a workflow is no longer run by that process (dex.app.quarantine). Its
+it again, for ever: such a workflow is no longer run by that process (dex.app.machinery.quarantine). Its
 tasks are given back, never lost: another process runs them; and the other workflows of the
 process go on.
 """
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.observability.prometheus import PrometheusTelemetry
+from dex.adapters.observability.prometheus import PrometheusTelemetry
 from dex.testing import VirtualClock
 
 spin = {"on": True}

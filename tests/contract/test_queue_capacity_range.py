@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.ports import MAX_QUEUE_CAPACITY
+from dex.app.ports.store import MAX_QUEUE_CAPACITY
 
 
 @dex.workflow(name="capacity-probe")

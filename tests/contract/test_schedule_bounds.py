@@ -25,8 +25,8 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.schedule_ports import ScheduleAdvance
-from dex.app.schedules import MAX_BACKOFF, ScheduleRunner
+from dex.app.ports.schedules import ScheduleAdvance
+from dex.app.schedules.runner import MAX_BACKOFF, ScheduleRunner
 from dex.testing import VirtualClock
 
 T0 = datetime(2026, 5, 4, 12, tzinfo=UTC)

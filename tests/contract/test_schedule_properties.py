@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.schedule_ports import ScheduleAdvance
-from dex.app.schedule_times import next_cron_fire, zone
+from dex.app.ports.schedules import ScheduleAdvance
+from dex.app.schedules.times import next_cron_fire, zone
 from dex.testing import VirtualClock
 
 T0 = datetime(2026, 3, 28, 20, tzinfo=UTC)  # five hours before Europe's spring change
@@ -97,7 +97,7 @@ def test_runs_started_are_the_computed_fires_minus_explained_skips(
                 expected.append(fire)
             fire = next_cron_fire(expression, zone(tz_name), fire)
         clock.advance_to(end + timedelta(minutes=down))
-    runs = memory.list_runs(dex.app.ports.RunFilter(limit=100_000))
+    runs = memory.list_runs(dex.app.ports.store.RunFilter(limit=100_000))
     instance_ids = [run.instance_id for run in runs]
     assert len(instance_ids) == len(set(instance_ids)), "a fire started twice"
     got = sorted(datetime.strptime(i[-20:], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) for i in instance_ids if i)

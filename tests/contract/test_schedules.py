@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.schedule_times import zone
+from dex.app.schedules.times import zone
 from dex.testing import VirtualClock
 
 T0 = datetime(2026, 3, 27, 12, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""Transaction steps run in groups inside their workflow tasks (dex.app.step_groups), on a
+"""Transaction steps run in groups inside their workflow tasks (dex.app.workflows.step_groups), on a
 started engine, on both adapters: the steps' writes commit exactly once, a step that fails in a
 group fails alone (retried as a task of its own). A group the store fails: see
 ``test_transaction_store_failures``.
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint
+from dex.app.ports.transactions import CheckpointOutcome, StepCheckpoint
 from tests.contract import test_transaction_steps as steps
 from tests.contract.test_transaction_steps import ACTIVITIES, LEDGER, WORKFLOWS, Env, _completed, three_steps
 

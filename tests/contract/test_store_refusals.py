@@ -20,8 +20,8 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.buffer import ResultBuffer
-from dex.app.ports import StoreRejectedError
+from dex.app.machinery.buffer import ResultBuffer
+from dex.app.ports.store import StoreRejectedError
 from dex.domain import events as ev
 from dex.domain.state import fold
 from dex.testing import VirtualClock

@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import dex
-from dex.observability.otel import OpenTelemetryTracing
+from dex.adapters.observability.otel import OpenTelemetryTracing
 
 
 @dex.activity

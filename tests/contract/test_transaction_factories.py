@@ -19,7 +19,7 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.transaction_steps import STUCK_ROUNDS
+from dex.app.activities.transaction_steps import STUCK_ROUNDS
 from dex.testing import VirtualClock
 
 

@@ -4,7 +4,7 @@ The step's function ran, then the store failed before the commit (a connection l
 ``BaseException``, an exception that cannot be printed): everything rolled back, and the step
 runs again *as the same attempt*, so a step that allows one attempt still completes, with its
 row written once. The same holds for a group of first attempts the store fails
-(:mod:`dex.app.step_groups`): each step becomes a task of its own, still at attempt 1. Both
+(:mod:`dex.app.workflows.step_groups`): each step becomes a task of its own, still at attempt 1. Both
 adapters; each test also completes a healthy run afterwards. Poisoned arguments and results
 of grouped steps are here too: a lone surrogate is refused at the start, a result that cannot
 be stored fails its own run only.
@@ -20,8 +20,8 @@ import attrs
 import pytest
 
 import dex
-from dex.app.transaction_ports import TransactionStep
-from dex.app.transaction_steps import STUCK_ROUNDS
+from dex.app.activities.transaction_steps import STUCK_ROUNDS
+from dex.app.ports.transactions import TransactionStep
 from dex.domain.errors import SerializationError
 from tests.contract import test_transaction_steps as steps
 from tests.contract.test_step_groups import Groups, _outcome, _warm

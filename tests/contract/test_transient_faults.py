@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import dex
-import dex.app.held
+import dex.app.workflows.held
 from dex.adapters.memory import InMemoryAdapter
 from tests.faults import FaultyStore
 
@@ -90,7 +90,7 @@ def quick_task_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     # a task given back after a machinery error waits 1 s doubling up to 5 min by default;
     # the test shortens that backoff as it shortens the leases, to end in its time
     monkeypatch.setattr(
-        dex.app.held,
+        dex.app.workflows.held,
         "TASK_RETRY",
         dex.RetryPolicy(
             initial_delay=timedelta(milliseconds=100),

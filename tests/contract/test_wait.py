@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.info import Outcomes
-from dex.app.reads import RunReads
+from dex.app.facade.info import Outcomes
+from dex.app.facade.reads import RunReads
 from dex.domain import events as ev
 from tests.faults import FaultyStore
 

@@ -1,7 +1,7 @@
 """Workflow code that blocks its task past the deadline (docs/reference/contract.md §8), on every adapter.
 
 The task fails — not the run — with a log line naming the run and the line the code blocked
-at; it is retried with backoff, and other runs go on meanwhile (dex.app.watchdog).
+at; it is retried with backoff, and other runs go on meanwhile (dex.app.machinery.watchdog).
 """
 
 from __future__ import annotations

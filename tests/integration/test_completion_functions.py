@@ -34,7 +34,7 @@ import pytest
 
 from dex.adapters.postgres import PostgresAdapter, activity_outcomes
 from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS
-from dex.app.ports import Claim, Store, StoreRejectedError, WorkflowInput
+from dex.app.ports.store import Claim, Store, StoreRejectedError, WorkflowInput
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.testing import VirtualClock

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import dex
 from dex.adapters.postgres import direct
-from dex.app.ports import Claim, Lease, RunFilter, WorkflowInput
+from dex.app.ports.store import Claim, Lease, RunFilter, WorkflowInput
 from dex.domain import events as ev
 from dex.testing import VirtualClock
 
@@ -249,7 +249,7 @@ def test_a_nul_in_a_start_is_refused_not_truncated(make_adapter, field: str, cha
     """libpq reads a text parameter as a C string: ``"a\\x00b"`` would be stored as ``"a"``
     (another run's instance id). The adapter refuses it, naming the field, and sends nothing;
     a healthy start afterwards is stored as it was created."""
-    from dex.app.ports import StoreRejectedError
+    from dex.app.ports.store import StoreRejectedError
 
     adapter = make_adapter()
     adapter.ensure_queue("q_1", "workflow")
@@ -306,7 +306,7 @@ def test_a_rolled_back_request_leaves_starts_triggers_and_fires_working(  # type
 
 
 def test_a_nul_in_any_text_parameter_is_refused_before_sending(conn: psycopg.Connection) -> None:
-    from dex.app.ports import StoreRejectedError
+    from dex.app.ports.store import StoreRejectedError
 
     with pytest.raises(StoreRejectedError, match=r"\$1 contains a NUL"):
         ECHO.execute(conn, [b"a\x00b", b"1", b"t", None, b"{}", None, None])

@@ -16,7 +16,7 @@ from psycopg import sql
 import dex
 from dex.adapters.postgres import LATEST_VERSION, DatabaseConnectionError, PostgresAdapter, migrate, schema_version
 from dex.adapters.postgres import schema as pg_schema_module
-from dex.app.ports import ActivityOutcome, WorkflowInput, WorkflowTask
+from dex.app.ports.store import ActivityOutcome, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.retry import RetryPolicy
 from dex.domain.task import NewActivityTask, WorkflowTaskResult

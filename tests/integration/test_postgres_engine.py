@@ -14,7 +14,7 @@ import pytest
 import dex
 from dex.adapters.memory import InMemoryAdapter
 from dex.adapters.postgres import PostgresAdapter
-from dex.app.ports import Store
+from dex.app.ports.store import Store
 from dex.testing import VirtualClock
 
 pytestmark = pytest.mark.postgres
@@ -162,7 +162,7 @@ def test_the_history_survives_a_new_adapter(make_adapter: MakeAdapter, clock: Vi
 
 
 def test_two_engines_share_one_database(make_adapter: MakeAdapter) -> None:
-    from dex.app.clock import SystemClock
+    from dex.app.ports.clock import SystemClock
 
     engines = [
         dex.Engine(make_adapter(clock=SystemClock()), workflows=WORKFLOWS, activities=ACTIVITIES, poll_interval=0.01)

@@ -32,7 +32,7 @@ import dex
 from dex.adapters.postgres import activity_tasks, completion, queues, runs, workflow_tasks
 from dex.adapters.postgres.schema import Statements
 from dex.adapters.postgres.sessions import session_settings
-from dex.app.ports import ActivityOutcome
+from dex.app.ports.store import ActivityOutcome
 from dex.testing import VirtualClock
 from tests.integration import workload
 

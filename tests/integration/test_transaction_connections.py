@@ -33,8 +33,8 @@ from dex.adapters.postgres.step_connections import (
     run_held,
     run_held_async,
 )
-from dex.app.clock import SystemClock
-from dex.app.ports import StepFailed
+from dex.app.ports.clock import SystemClock
+from dex.app.ports.store import StepFailed
 from dex.domain.values import TerminalError
 
 pytestmark = pytest.mark.postgres

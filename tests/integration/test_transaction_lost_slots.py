@@ -30,8 +30,8 @@ import dex
 from dex.adapters.postgres import PostgresAdapter
 from dex.adapters.postgres.connection import DatabaseConnectionError
 from dex.adapters.postgres.step_slots import AttemptLost, StepSlots
-from dex.app.clock import SystemClock
-from dex.app.registry import ACTIVITY_ATTRIBUTE
+from dex.app.definitions.registry import ACTIVITY_ATTRIBUTE
+from dex.app.ports.clock import SystemClock
 from tests.integration.step_groups import count_groups
 
 pytestmark = pytest.mark.postgres
@@ -132,7 +132,7 @@ def _eventually(check: Callable[[], bool], seconds: float = 30) -> bool:
 def test_more_stuck_steps_than_slots_leave_a_healthy_runs_step_to_complete(
     make_adapter: Callable[..., PostgresAdapter], table: str, stuck: str
 ) -> None:
-    from dex.observability.prometheus import PrometheusTelemetry
+    from dex.adapters.observability.prometheus import PrometheusTelemetry
 
     # the default pool and step slots; the wall clock: the stuck attempts' leases must run out
     engine = dex.Engine(make_adapter(clock=SystemClock()), [one_step_of], STEPS)

@@ -20,7 +20,7 @@ from psycopg import sql
 
 import dex
 from dex.adapters.postgres import PostgresAdapter
-from dex.app.registry import ACTIVITY_ATTRIBUTE
+from dex.app.definitions.registry import ACTIVITY_ATTRIBUTE
 
 pytestmark = pytest.mark.postgres
 

@@ -25,7 +25,7 @@ from psycopg.rows import dict_row, tuple_row
 
 import dex
 from dex.adapters.postgres import PostgresAdapter
-from dex.app.clock import SystemClock
+from dex.app.ports.clock import SystemClock
 
 pytestmark = pytest.mark.postgres
 

@@ -382,7 +382,7 @@ async def slow(ctx: dex.WorkflowContext, note: str) -> str:
 def test_two_engines_racing_on_a_step_whose_lease_expires_mid_transaction_commit_once(
     make_adapter: Callable[..., PostgresAdapter], table: str
 ) -> None:
-    from dex.app.clock import SystemClock
+    from dex.app.ports.clock import SystemClock
 
     engines = [
         dex.Engine(make_adapter(clock=SystemClock()), [slow], [slow_insert], activity_lease=timedelta(seconds=0.5))

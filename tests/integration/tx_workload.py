@@ -35,7 +35,7 @@ def ledger_table(schema: str) -> str:
 
 def create_ledger(dsn: str, schema: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        # tx: the transaction that wrote the row (steps run in a group share one, dex.app.step_groups)
+        # tx: the transaction that wrote the row (steps run in a group share one, dex.app.workflows.step_groups)
         conn.execute(
             f"CREATE TABLE {ledger_table(schema)}"
             " (run_id text NOT NULL, step int NOT NULL, pid int, tx bigint NOT NULL DEFAULT txid_current())"

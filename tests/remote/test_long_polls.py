@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.observability.prometheus import PrometheusTelemetry
+from dex.adapters.observability.prometheus import PrometheusTelemetry
 from dex.remote import ActivityTaskService, PollLimitError
 from dex.web import create_app
 from tests.remote.support import app_server, call, one, post

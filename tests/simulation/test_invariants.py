@@ -18,7 +18,7 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import Lease, RunRecord
+from dex.app.ports.store import Lease, RunRecord
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.serialization.payloads import PayloadConverter

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import ActivityTask
+from dex.app.ports.store import ActivityTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.simulation import FAULT_KINDS, Fault, ObservedAdapter, SimulationFailure, Simulator
@@ -151,7 +151,7 @@ def test_the_simulations_reach_every_outcome_and_lose_work_to_faults() -> None:
     text = "\n".join(trace)
     for what in ("joins", "takes over", "hangs", "-> retry", "client suspend", "client resume", "leads"):
         assert what in text, what
-    # answered steps (dex.app.answers), under faults: written with their outcome, and declined
+    # answered steps (dex.app.workflows.answers), under faults: written with their outcome, and declined
     # (the run moved on, a message came first, the claim was lost) so the outcome went the ordinary way
     assert counts["answered"] > 0 and counts["answers declined"] > 0, counts
 

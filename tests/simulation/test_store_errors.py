@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dex.app.ports import Lease
+from dex.app.ports.store import Lease
 from dex.domain.status import RunStatus
 from dex.domain.values import FailureInfo
 from dex.simulation import FAULT_KINDS, Fault, Simulator

@@ -1,4 +1,4 @@
-"""The activity pool's threads (``dex.app.runner.ActivityPool``): ``call`` calls a function and
+"""The activity pool's threads (``dex.app.machinery.threads.ActivityPool``): ``call`` calls a function and
 then its callback on a pool thread, and nothing either lets through ends the thread."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from dex.app.runner import ACTIVITY_THREADS, ActivityPool
+from dex.app.machinery.threads import ACTIVITY_THREADS, ActivityPool
 
 
 class Hostile(BaseException):

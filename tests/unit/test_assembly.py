@@ -1,5 +1,5 @@
 """The runtime is assembled, not wired: no module of ``dex/app`` sets an attribute of another
-object (a part gets what it uses in its constructor; see ``dex.app.background.Runtime``).
+object (a part gets what it uses in its constructor; see ``dex.app.runtime.assembly.Runtime``).
 
 Allowed are the records a module keeps of its own work — a watch, a pending message, an
 attempt, a round — whose fields its own code fills in, and an exception's cause."""
@@ -11,15 +11,15 @@ from pathlib import Path
 
 APP = Path(__file__).resolve().parents[2] / "dex" / "app"
 
-# (module, the name the record goes by there): records the module owns and fills in
+# (module under dex/app, the name the record goes by there): records the module owns and fills in
 RECORDS = {
-    ("buffer", "pending"),  # a PendingMessage its sender waits on (dex.app.refusals)
-    ("refusals", "pending"),
-    ("leases", "attempt"),  # an attempt under a lease (its own _Attempt)
-    ("reads", "error"),  # error.__cause__: an exception raised from another
-    ("watchdog", "watch"),  # its own _Watch
-    ("workflow_worker", "round_"),  # a Round of its own (dex.app.executors)
-    ("workflow_worker", "apart"),
+    ("machinery/buffer", "pending"),  # a PendingMessage its sender waits on (dex.app.machinery.refusals)
+    ("machinery/refusals", "pending"),
+    ("activities/leases", "attempt"),  # an attempt under a lease (its own _Attempt)
+    ("facade/reads", "error"),  # error.__cause__: an exception raised from another
+    ("machinery/watchdog", "watch"),  # its own _Watch
+    ("workflows/worker", "round_"),  # a Round of its own (dex.app.workflows.executors)
+    ("workflows/worker", "apart"),
 }
 
 
@@ -55,6 +55,6 @@ def test_no_module_of_the_app_sets_another_objects_attributes() -> None:
         f"{path.relative_to(APP.parent.parent)}:{line}: {target}"
         for path in sorted(APP.rglob("*.py"))
         for line, name, target in settings_of_others(path.read_text())
-        if (path.stem, name) not in RECORDS
+        if (path.relative_to(APP).with_suffix("").as_posix(), name) not in RECORDS
     ]
     assert offenders == [], "pass it to the constructor instead:\n" + "\n".join(offenders)

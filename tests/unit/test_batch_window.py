@@ -10,10 +10,10 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app import coordinator as co
-from dex.app.rounds import LocalDispatch
-from dex.app.runner import Foreground
-from dex.app.workflow_worker import WorkflowWorker
+from dex.app.machinery.threads import Foreground
+from dex.app.runtime import coordinator as co
+from dex.app.runtime.rounds import LocalDispatch
+from dex.app.workflows.worker import WorkflowWorker
 from dex.testing import VirtualClock
 
 

@@ -10,7 +10,7 @@ from benchmarks.decide_path import DecidePath
 from benchmarks.io_bound import read_queues_as_full
 from benchmarks.start_loop import SchedStat, parse_schedstat, per_start
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import ActivitySlots
+from dex.app.ports.store import ActivitySlots
 
 
 def test_schedstat_is_three_numbers() -> None:

@@ -157,8 +157,8 @@ def test_work_wakes_the_flusher_of_its_own_lane_only() -> None:
     import time
     from datetime import timedelta
 
-    from dex.app.buffer import ACTIVITY_LANE, WORKFLOW_LANE, ResultBuffer
-    from dex.app.ports import ActivityTask, Lease
+    from dex.app.machinery.buffer import ACTIVITY_LANE, WORKFLOW_LANE, ResultBuffer
+    from dex.app.ports.store import ActivityTask, Lease
     from dex.domain.retry import RetryPolicy
     from tests.buffers import Flushers
 

@@ -10,8 +10,8 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.buffer import SCHEDULING, ResultBuffer
-from dex.app.ports import ACTIVITY, ActivityTask, Claim, Loaded, WorkflowTask
+from dex.app.machinery.buffer import SCHEDULING, ResultBuffer
+from dex.app.ports.store import ACTIVITY, ActivityTask, Claim, Loaded, WorkflowTask
 from dex.testing import VirtualClock
 
 OWNER = "node-under-test"

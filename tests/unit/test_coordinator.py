@@ -12,8 +12,8 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dex.app import coordinator as co
-from dex.app.ports import ActivityTask, Lease
+from dex.app.ports.store import ActivityTask, Lease
+from dex.app.runtime import coordinator as co
 from dex.domain.retry import RetryPolicy
 
 SETTINGS = co.Settings(poll_interval=1.0, window=0.05, activity_capacity=4, activity_batch=3, workflow_batch=8)

@@ -72,7 +72,7 @@ def offending_lines(pattern: re.Pattern[str]) -> list[str]:
 def test_the_files_are_found() -> None:
     names = {path.relative_to(ROOT).as_posix() for path in tracked_text()}
     assert {"README.md", "ARCHITECTURE.md", "BENCHMARKS.md", "docs/reference/contract.md"} <= names
-    assert {"dex/app/engine.py", "tests/conftest.py", "scripts/test.sh", ".ci/run"} <= names
+    assert {"dex/app/facade/engine.py", "tests/conftest.py", "scripts/test.sh", ".ci/run"} <= names
     assert "dex/v1/history_pb2.py" not in names
 
 

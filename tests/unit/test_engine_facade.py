@@ -12,15 +12,15 @@ import pytest
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ids import new_run_id
-from dex.app.inline import QueueView
-from dex.app.messages import RunMessages
-from dex.app.ports import RunFilter
-from dex.app.queue_api import Queues
-from dex.app.registry import Registry
-from dex.app.runner import Foreground
-from dex.app.starts import Starts
-from dex.app.tracing import NoTracing
+from dex.app.definitions.registry import Registry
+from dex.app.facade.messages import RunMessages
+from dex.app.facade.queues import Queues
+from dex.app.facade.starts import Starts
+from dex.app.machinery.threads import Foreground
+from dex.app.ports.ids import new_run_id
+from dex.app.ports.store import RunFilter
+from dex.app.ports.tracing import NoTracing
+from dex.app.workflows.inline import QueueView
 from dex.domain import events as ev
 from dex.serialization.payloads import PayloadConverter
 from dex.testing import VirtualClock
@@ -77,7 +77,7 @@ PUBLIC_CALLS: dict[str, tuple[Any, ...]] = {
     "wait": _WAIT,
     "fork": _FORK,
     "drain": (("advance_time", _POS, True), ("until", _POS, None)),
-    "start": (("metrics_port", _POS, None), ("metrics_addr", _POS, "127.0.0.1")),
+    "start": (),
     "stop": (("timeout", _POS, 30),),
     "health": (),
     "on_activity_work": (("listener", _POS, _NONE),),

@@ -1,4 +1,4 @@
-"""The threads where transaction steps' groups run (dex.app.step_groups.GroupThreads): a group
+"""The threads where transaction steps' groups run (dex.app.workflows.step_groups.GroupThreads): a group
 stuck in a step's code no longer counts once it has run ``stall`` seconds, so the groups behind
 it get threads of their own, up to ``spare`` beyond the pool's size; the pool is back to its
 size once the stuck groups end."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from dex.app.step_groups import GroupThreads
+from dex.app.workflows.step_groups import GroupThreads
 
 WAIT = 10  # seconds a thread may take to start on a healthy machine; never reached when it works
 

@@ -108,7 +108,7 @@ def test_views_import_no_adapter_and_no_outer_layer(path: Path) -> None:
     [
         ("import psycopg", ["psycopg"]),
         ("from google.protobuf import message", ["google.protobuf", "google.protobuf.message"]),
-        ("from dex.app.engine import Engine", ["dex.app.engine", "dex.app.engine.Engine"]),
+        ("from dex.app.facade.engine import Engine", ["dex.app.facade.engine", "dex.app.facade.engine.Engine"]),
         ("from dex import serialization", ["dex.serialization"]),
         ("from .. import app", ["dex.app"]),
         ("from ..adapters.memory import store", ["dex.adapters.memory", "dex.adapters.memory.store"]),
@@ -129,12 +129,72 @@ def test_the_domain_check_catches_what_it_must(source: str, bad: list[str]) -> N
         ("import dex.adapters.memory", ["dex.adapters.memory"]),
         ("from dex import adapters", ["dex.adapters"]),
         (
-            "from ..adapters.memory import InMemoryAdapter",
+            "from ...adapters.memory import InMemoryAdapter",
             ["dex.adapters.memory", "dex.adapters.memory.InMemoryAdapter"],
         ),
-        ("from dex.app.ports import Store\nfrom . import clock", []),
+        ("from dex.app.ports.store import Store\nfrom . import clock", []),
     ],
 )
 def test_the_adapter_check_catches_what_it_must(source: str, bad: list[str]) -> None:
-    # as if the source were dex/app/engine.py
-    assert adapter_imports(list(imported_modules(source, "dex.app.engine", False))) == bad
+    # as if the source were dex/app/facade/engine.py
+    assert adapter_imports(list(imported_modules(source, "dex.app.facade.engine", False))) == bad
+
+
+# dex/app's packages, from the top down: a module may import its own package and those below it
+APP_LAYERS = ("facade", "runtime", "workflows", "activities", "machinery", "schedules", "definitions", "ports")
+
+
+def app_layer_violations(name: str, imports: list[str]) -> list[str]:
+    """The imports of module ``name`` (in ``dex.app.<package>``) that run up to a higher package."""
+    own = APP_LAYERS.index(name.split(".")[2])
+    bad = []
+    for target in imports:
+        parts = target.split(".")
+        if parts[:2] != ["dex", "app"] or len(parts) < 3 or parts[2] not in APP_LAYERS:
+            continue
+        if APP_LAYERS.index(parts[2]) < own:
+            bad.append(target)
+    return bad
+
+
+def test_dex_app_is_made_of_its_packages() -> None:
+    loose = sorted(p.name for p in (PACKAGE_ROOT / "app").glob("*.py") if p.name != "__init__.py")
+    packages = sorted(p.name for p in (PACKAGE_ROOT / "app").iterdir() if (p / "__init__.py").is_file())
+    assert loose == []
+    assert packages == sorted(APP_LAYERS)
+
+
+@pytest.mark.parametrize("package", APP_LAYERS)
+def test_each_app_package_says_what_it_owns_and_may_import(package: str) -> None:
+    doc = ast.get_docstring(ast.parse((PACKAGE_ROOT / "app" / package / "__init__.py").read_text())) or ""
+    assert "Owns " in doc
+    assert "May import" in doc
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in modules("app") if p.parent.name in APP_LAYERS], ids=lambda p: f"{p.parent.name}/{p.name}"
+)
+def test_no_app_import_runs_up_a_layer(path: Path) -> None:
+    assert app_layer_violations(module_name(path), _imports_of(path)) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "bad"),
+    [
+        (
+            "dex.app.ports.store",
+            "from dex.app.facade.engine import Engine",
+            ["dex.app.facade.engine", "dex.app.facade.engine.Engine"],
+        ),
+        ("dex.app.workflows.worker", "from ..runtime import rounds", ["dex.app.runtime", "dex.app.runtime.rounds"]),
+        (
+            "dex.app.activities.worker",
+            "from dex.app.workflows.held import give_back",
+            ["dex.app.workflows.held", "dex.app.workflows.held.give_back"],
+        ),
+        ("dex.app.workflows.worker", "from dex.app.activities.worker import ActivityWorker\nfrom . import held", []),
+        ("dex.app.facade.engine", "from dex.app.runtime.assembly import Runtime\nimport dex.domain.events", []),
+    ],
+)
+def test_the_app_layer_check_catches_what_it_must(name: str, source: str, bad: list[str]) -> None:
+    assert app_layer_violations(name, list(imported_modules(source, name, False))) == bad

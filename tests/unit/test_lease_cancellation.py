@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dex.app.leases import CHECK_RUNS_EVERY, ActivityLeases
-from dex.app.ports import ActivityTask, Lease
+from dex.app.activities.leases import CHECK_RUNS_EVERY, ActivityLeases
+from dex.app.ports.store import ActivityTask, Lease
 from dex.domain.retry import RetryPolicy
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dex.app.leases import ActivityLeases
-from dex.app.ports import ActivityTask, Lease
+from dex.app.activities.leases import ActivityLeases
+from dex.app.ports.store import ActivityTask, Lease
 from dex.domain.retry import RetryPolicy
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""When a workflow is quarantined in its process (dex.app.quarantine), and what is counted."""
+"""When a workflow is quarantined in its process (dex.app.machinery.quarantine), and what is counted."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from dex.app.quarantine import BLOCKS, Quarantine
-from dex.app.telemetry import TelemetryHub
+from dex.app.machinery.quarantine import BLOCKS, Quarantine
+from dex.app.ports.telemetry import TelemetryHub
 
 
 class Sink:

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.registry import ACTIVITY_ATTRIBUTE, WORKFLOW_ATTRIBUTE
+from dex.app.definitions.registry import ACTIVITY_ATTRIBUTE, WORKFLOW_ATTRIBUTE
 from dex.domain import events as ev
 from dex.domain.definitions import ActivityDefinition, WorkflowDefinition
 from dex.domain.state import fold

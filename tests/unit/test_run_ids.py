@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from dex.app.ids import Entropy, new_run_id
+from dex.app.ports.ids import Entropy, new_run_id
 
 
 def test_a_run_id_is_a_version_7_uuid_string() -> None:

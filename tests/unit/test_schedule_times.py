@@ -1,4 +1,4 @@
-"""Fire times (dex.app.schedule_times) and the checks of dex.Schedule (docs/reference/contract.md §10).
+"""Fire times (dex.app.schedules.times) and the checks of dex.Schedule (docs/reference/contract.md §10).
 
 The daylight-saving rules in two zones, each against croniter's own walk in UTC where no
 transition interferes; whole seconds; jitter in range and deterministic; the ValueErrors of
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dex
-from dex.app.schedule_times import jitter_offset, next_cron_fire, next_every_fire, zone
+from dex.app.schedules.times import jitter_offset, next_cron_fire, next_every_fire, zone
 
 BERLIN, NEW_YORK = zone("Europe/Berlin"), zone("America/New_York")
 

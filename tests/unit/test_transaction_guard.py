@@ -17,7 +17,7 @@ import pytest
 
 from dex.adapters.memory.step_connection import run_held
 from dex.adapters.postgres.step_connections import ends_the_transaction
-from dex.app.ports import StepFailed
+from dex.app.ports.store import StepFailed
 from dex.domain.values import TerminalError
 
 ENDS = [

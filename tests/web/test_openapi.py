@@ -15,8 +15,8 @@ import pytest
 from starlette.routing import Route
 
 import dex
-from dex.app.ports import QueueInfo
-from dex.app.schedule_spec import ScheduleInfo
+from dex.app.ports.store import QueueInfo
+from dex.app.schedules.spec import ScheduleInfo
 from dex.web import Operation, create_app
 from dex.web.openapi import SCHEMAS
 from dex.web.operations import json as json_response

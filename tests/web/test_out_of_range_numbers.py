@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import dex
-from dex.app.ports import MAX_QUEUE_CAPACITY
+from dex.app.ports.store import MAX_QUEUE_CAPACITY
 from tests.web.conftest import BASE
 from tests.web.test_poison import healthy_run_completes
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState, check_queue
 from dex.adapters.memory.tables import CREATED, ActivityTaskRow, QueueRow, WorkflowTaskRow
-from dex.app.ports import ACTIVITY, WORKFLOW, ActivitySlots, QueueInfo
+from dex.app.ports.store import ACTIVITY, WORKFLOW, ActivitySlots, QueueInfo
 
 
 class MemoryQueues:

@@ -15,7 +15,7 @@ from datetime import datetime
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import RunRow
-from dex.app.ports import WORKFLOW, Claim, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
+from dex.app.ports.store import WORKFLOW, Claim, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus, requested

@@ -14,7 +14,7 @@ import attrs
 
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
-from dex.app.schedule_ports import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
+from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
 from dex.domain import events as ev
 from dex.domain.errors import InvalidStateError, NotFoundError
 

@@ -16,7 +16,7 @@ import threading
 from datetime import datetime
 
 from dex.adapters.memory.tables import QUEUED, ActivityTaskRow, InboxRow, QueueRow, RunRow, WorkflowTaskRow
-from dex.app.ports import QUEUE_KINDS, WORKFLOW, queue_capacity
+from dex.app.ports.store import QUEUE_KINDS, WORKFLOW, queue_capacity
 from dex.domain import events as ev
 from dex.domain.definitions import validate_queue
 from dex.domain.errors import InvalidStateError, RunNotFoundError

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from dex.app.ports import StepFailed
+from dex.app.ports.store import StepFailed
 from dex.domain.values import TerminalError
 
 T = TypeVar("T")

@@ -19,8 +19,8 @@ from typing import Any
 from dex.adapters.memory import step_connection, storable
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tasks import MemoryTasks
-from dex.app.ports import ActivityOutcome, ActivityTask, Clock, StepFailed, TransactionStep
-from dex.app.transaction_ports import Checkpointed, CheckpointOutcome, StepCheckpoint
+from dex.app.ports.store import ActivityOutcome, ActivityTask, Clock, StepFailed, TransactionStep
+from dex.app.ports.transactions import Checkpointed, CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.values import TerminalError
 

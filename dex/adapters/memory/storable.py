@@ -12,7 +12,7 @@ checks are the defence in depth that keeps the in-memory adapter from accepting 
 PostgreSQL would refuse (so tests over memory cannot pass where PostgreSQL stalls): each
 raises ``ValueError`` naming the field, before the operation changes anything. For the writes
 the engine's buffer makes (results, outcomes, messages, heartbeats) the error is also a
-:class:`~dex.app.ports.StoreRejectedError` (:class:`RefusedValueError`), as the PostgreSQL
+:class:`~dex.app.ports.store.StoreRejectedError` (:class:`RefusedValueError`), as the PostgreSQL
 adapter raises there, so the buffer splits such a batch instead of keeping it forever.
 """
 
@@ -24,7 +24,7 @@ from typing import ParamSpec
 
 import attrs
 
-from dex.app.ports import ActivityOutcome, ActivityTask, StoreRejectedError
+from dex.app.ports.store import ActivityOutcome, ActivityTask, StoreRejectedError
 from dex.domain import events as ev
 from dex.domain.definitions import validate_text
 from dex.domain.task import WorkflowTaskResult

@@ -1,4 +1,4 @@
-"""InMemoryAdapter: every port of :mod:`dex.app.ports` over Python dicts.
+"""InMemoryAdapter: every port of :mod:`dex.app.ports.store` over Python dicts.
 
 One re-entrant lock serialises all operations, which makes each one atomic just as a
 transaction is in PostgreSQL. Iteration orders are fixed (priority, then id), so the same
@@ -29,8 +29,9 @@ from dex.adapters.memory.schedules import MemorySchedules
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.steps import MemorySteps
 from dex.adapters.memory.tasks import MemoryTasks
-from dex.app.clock import SystemClock
-from dex.app.ports import (
+from dex.app.ports.clock import SystemClock
+from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
+from dex.app.ports.store import (
     ActivityOutcome,
     ActivitySlots,
     ActivityTask,
@@ -44,8 +45,7 @@ from dex.app.ports import (
     WorkflowInput,
     WorkflowTask,
 )
-from dex.app.schedule_ports import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
-from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint
+from dex.app.ports.transactions import CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.forks import Fork

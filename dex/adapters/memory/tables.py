@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from dex.app.ports import ActivityTask, Lease, RunRecord, WorkflowTask
+from dex.app.ports.store import ActivityTask, Lease, RunRecord, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow
-from dex.app.ports import (
+from dex.app.ports.store import (
     ACTIVITY,
     WORKFLOW,
     ActivityOutcome,

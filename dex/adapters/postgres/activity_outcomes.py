@@ -25,7 +25,7 @@ import psycopg
 from dex.adapters.postgres import arrays, workflow_tasks
 from dex.adapters.postgres.rows import inbox_row, workflow_task
 from dex.adapters.postgres.schema import LOCK_SCHEDULE_WORKFLOWS, Statements
-from dex.app.ports import ActivityOutcome, Claim, Loaded, WorkflowTask
+from dex.app.ports.store import ActivityOutcome, Claim, Loaded, WorkflowTask
 from dex.domain.writes import INBOX_ORDER, WAKING_KINDS
 
 # the function orders a load's messages by (visible_from, message_id), frozen in migration 9;

@@ -19,7 +19,7 @@ import psycopg
 
 from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, activity_task, inbox_insert, inbox_row
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_ACTIVITIES, Statements
-from dex.app.ports import ActivityOutcome, ActivityTask
+from dex.app.ports.store import ActivityOutcome, ActivityTask
 
 # the (queue, task_id, owner, version) of each given task, as a relation
 _WANTED = "unnest(%b::text[], %b::bigint[], %b::text[], %b::integer[]) AS w(queue, task_id, owner, version)"

@@ -1,4 +1,4 @@
-"""PostgresAdapter: every port of :mod:`dex.app.ports` over a PostgreSQL schema.
+"""PostgresAdapter: every port of :mod:`dex.app.ports.store` over a PostgreSQL schema.
 
 The adapter is composed of parts, each given what it uses when it is made: the connections
 (:class:`~.database.Database`), the schema's statements, the start statement and the cache of
@@ -39,8 +39,9 @@ from dex.adapters.postgres.step_sessions import StepSessions
 from dex.adapters.postgres.step_slots import StepSlots
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.adapters.postgres.tasks import PostgresActivityTasks, PostgresWorkflowTasks
-from dex.app.clock import SystemClock
-from dex.app.ports import (
+from dex.app.ports.clock import SystemClock
+from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
+from dex.app.ports.store import (
     ActivityOutcome,
     ActivitySlots,
     ActivityTask,
@@ -53,8 +54,7 @@ from dex.app.ports import (
     TransactionStep,
     WorkflowTask,
 )
-from dex.app.schedule_ports import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
-from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint
+from dex.app.ports.transactions import CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.forks import Fork

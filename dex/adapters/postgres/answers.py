@@ -1,4 +1,4 @@
-"""Answered steps (:class:`~dex.app.ports.AnsweredStep`) in a workflow completion: the checks
+"""Answered steps (:class:`~dex.app.ports.store.AnsweredStep`) in a workflow completion: the checks
 that decide whether one applies, sent in the completion's pipeline with its other locks.
 
 A step applies while the activity's claim holds, and its run is RUNNING (locked by the
@@ -19,7 +19,7 @@ import psycopg
 
 from dex.adapters.postgres import arrays
 from dex.adapters.postgres.schema import Statements
-from dex.app.ports import AnsweredStep
+from dex.app.ports.store import AnsweredStep
 
 # Of the runs answered steps are for, those that may take one: RUNNING (locked already by the
 # batch), no task and no visible message of theirs, their workflow queue not paused

@@ -1,7 +1,7 @@
 """The connections of ``async def`` transaction steps, kept from one step to the next.
 
 An ``async def`` step runs on a ``psycopg.AsyncConnection`` on the engine's event loop for async
-activities (:mod:`dex.app.async_activities`), not on a connection of the adapter's pool. Each
+activities (:mod:`dex.app.activities.event_loop`), not on a connection of the adapter's pool. Each
 attempt used to open one and close it after: a new server process per step (~1.5 ms) and the
 loop's Python for the connection, the session's settings and the close; three such steps per
 workflow ran at ~55 workflows/s on this machine, where three synchronous ones run at ~850

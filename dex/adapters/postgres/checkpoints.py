@@ -1,6 +1,6 @@
 """Transaction steps run inside their workflow tasks, a group of them in one transaction.
 
-:meth:`~dex.app.transaction_ports.TransactionSteps.checkpoint_steps` on PostgreSQL. One
+:meth:`~dex.app.ports.transactions.TransactionSteps.checkpoint_steps` on PostgreSQL. One
 transaction at READ COMMITTED serves a whole group (the workflow round's tasks that reached a
 transaction step), so a step costs its own statements, not a transaction, a task claim, a
 dispatch and a workflow task of its own:
@@ -38,7 +38,7 @@ from dex.adapters.postgres import arrays
 from dex.adapters.postgres.completion import LockedRun, WriteRound, claims
 from dex.adapters.postgres.schema import Statements
 from dex.adapters.postgres.transactions import CURRENT_TRANSACTION, ended_by_the_function, failed_transaction
-from dex.app.transaction_ports import Checkpointed, CheckpointOutcome, StepCheckpoint, StepFailed
+from dex.app.ports.transactions import Checkpointed, CheckpointOutcome, StepCheckpoint, StepFailed
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.serialization.history import encode_message

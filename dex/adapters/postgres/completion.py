@@ -41,7 +41,7 @@ from dex.adapters.postgres.rows import (
     labels_json,
 )
 from dex.adapters.postgres.schema import Statements
-from dex.app.ports import AnsweredStep, WorkflowTask
+from dex.app.ports.store import AnsweredStep, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import NewRun, WorkflowTaskResult

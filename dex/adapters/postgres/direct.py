@@ -58,7 +58,7 @@ from psycopg import pq
 from psycopg.errors import error_from_result
 
 from dex.adapters.postgres import arrays
-from dex.app.ports import StoreRejectedError
+from dex.app.ports.store import StoreRejectedError
 
 log = logging.getLogger(__name__)
 

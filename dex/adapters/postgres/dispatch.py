@@ -24,7 +24,7 @@ import psycopg
 
 from dex.adapters.postgres import activity_tasks, completion, workflow_tasks
 from dex.adapters.postgres.schema import LOCK_SCHEDULE_ACTIVITIES, LOCK_SCHEDULE_WORKFLOWS, Statements
-from dex.app.ports import ActivityOutcome, ActivityTask, Claim, Loaded, WorkflowTask
+from dex.app.ports.store import ActivityOutcome, ActivityTask, Claim, Loaded, WorkflowTask
 from dex.domain.task import WorkflowTaskResult
 
 DISPATCH_BATCH = 256

@@ -28,7 +28,7 @@ from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.rows import history_row, inbox_row, insert_history, labels_json
 from dex.adapters.postgres.schema import LIVE, Statements
-from dex.app.ports import ACTIVITY, WORKFLOW, Lease, WorkflowTask
+from dex.app.ports.store import ACTIVITY, WORKFLOW, Lease, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import InvalidStateError
 from dex.domain.forks import Fork

@@ -38,7 +38,7 @@ from datetime import timedelta
 
 import psycopg
 
-from dex.app.ports import ActivityTask, StepFailed
+from dex.app.ports.store import ActivityTask, StepFailed
 from dex.domain.task import NewActivityTask
 
 log = logging.getLogger("dex.worker")

@@ -21,7 +21,7 @@ import psycopg
 
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.schema import Statements, create_partition
-from dex.app.ports import QUEUE_KINDS, ActivitySlots, QueueInfo, queue_capacity
+from dex.app.ports.store import QUEUE_KINDS, ActivitySlots, QueueInfo, queue_capacity
 from dex.domain.definitions import validate_queue
 
 

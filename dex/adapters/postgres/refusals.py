@@ -5,7 +5,7 @@ PostgreSQL (or psycopg, encoding a parameter) refuses a batch for a value in it,
 same batch again fails the same way forever; the buffer must split it to find the item and
 settle that item alone. When the server is unavailable (a connection cut, a timeout, a pool
 that has no connection), the whole batch is kept for the next flush. :func:`refusals` turns
-the first kind into :class:`~dex.app.ports.StoreRejectedError` and lets everything else
+the first kind into :class:`~dex.app.ports.store.StoreRejectedError` and lets everything else
 through unchanged.
 
 What counts as refused data:
@@ -31,7 +31,7 @@ from contextlib import contextmanager
 import psycopg
 import psycopg.errors
 
-from dex.app.ports import StoreRejectedError
+from dex.app.ports.store import StoreRejectedError
 
 REFUSED_DATA: tuple[type[BaseException], ...] = (
     psycopg.DataError,

@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from dex.adapters.postgres import arrays
 from dex.adapters.postgres.schema import Statements
-from dex.app.ports import ActivityTask, Lease, RunRecord, WorkflowTask
+from dex.app.ports.store import ActivityTask, Lease, RunRecord, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.serialization.history import encode_block, encode_message

@@ -35,7 +35,7 @@ from dex.adapters.postgres.rows import (
     run_record,
 )
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, TERMINAL, Statements
-from dex.app.ports import WORKFLOW, Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
+from dex.app.ports.store import WORKFLOW, Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, requested

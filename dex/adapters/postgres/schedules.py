@@ -25,8 +25,8 @@ from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.rows import labels_json
 from dex.adapters.postgres.schema import Statements
-from dex.app.ports import WORKFLOW
-from dex.app.schedule_ports import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
+from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
+from dex.app.ports.store import WORKFLOW
 from dex.domain.errors import InvalidStateError, NotFoundError
 from dex.domain.values import Payload
 

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.adapt import AdaptersMap
 
-from dex.app.ports import StepFailed
+from dex.app.ports.store import StepFailed
 from dex.domain.values import TerminalError
 
 T = TypeVar("T")

@@ -28,8 +28,8 @@ from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.adapters.postgres.step_connections import run_held, run_held_async
 from dex.adapters.postgres.step_sessions import StepSessions
 from dex.adapters.postgres.step_slots import Slot, StepSlots
-from dex.app.ports import ACTIVITY, WORKFLOW, Clock, TransactionStep
-from dex.app.transaction_ports import CheckpointOutcome, StepCheckpoint, StepFailed
+from dex.app.ports.store import ACTIVITY, WORKFLOW, Clock, TransactionStep
+from dex.app.ports.transactions import CheckpointOutcome, StepCheckpoint, StepFailed
 from dex.domain import events as ev
 from dex.domain.values import Payload
 

@@ -22,7 +22,7 @@ from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.schema import Statements
-from dex.app.ports import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, Claim, Loaded, WorkflowTask
+from dex.app.ports.store import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, Claim, Loaded, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo

@@ -36,8 +36,8 @@ from psycopg import pq
 from dex.adapters.postgres import activity_tasks
 from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.schema import Statements
-from dex.app.ports import ActivityOutcome, ActivityTask, Clock, StepFailed, TransactionStep
-from dex.app.transaction_ports import LoopConnection
+from dex.app.ports.store import ActivityOutcome, ActivityTask, Clock, StepFailed, TransactionStep
+from dex.app.ports.transactions import LoopConnection
 from dex.domain.values import TerminalError
 
 _LEVELS = {

@@ -17,7 +17,7 @@ import psycopg
 from dex.adapters.postgres import arrays
 from dex.adapters.postgres.rows import WORKFLOW_TASK_COLUMNS, workflow_task
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, Statements
-from dex.app.ports import Loaded, UnreadableHistoryError, WorkflowInput, WorkflowTask
+from dex.app.ports.store import Loaded, UnreadableHistoryError, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.task import InboxMessage

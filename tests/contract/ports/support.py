@@ -20,7 +20,7 @@ from typing import ClassVar
 import pytest
 
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import ActivityOutcome, ActivityTask, Lease, Store, WorkflowTask
+from dex.app.ports.store import ActivityOutcome, ActivityTask, Lease, Store, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import attrs
 
-from dex.app.ports import ActivityOutcome, ActivityTask, Claim, Store, WorkflowTask
+from dex.app.ports.store import ActivityOutcome, ActivityTask, Claim, Store, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.testing import VirtualClock

@@ -3,7 +3,7 @@
 docs/reference/contract.md §5 (queues: created on first use, paused, resized, listed with their depth), §7 (one
 leader at a time on an expiring lease; retention of finished runs), and the port's
 ``StoreRejectedError``: a write the store refuses for a value in it fails as a whole, with
-that error, so the buffer can split the batch (dex/app/buffer.py).
+that error, so the buffer can split the batch (dex/app/machinery/buffer.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import timedelta
 import attrs
 import pytest
 
-from dex.app.ports import ActivityOutcome, ActivitySlots, Claim, QueueInfo, RunFilter, Store, StoreRejectedError
+from dex.app.ports.store import ActivityOutcome, ActivitySlots, Claim, QueueInfo, RunFilter, Store, StoreRejectedError
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dex.app.ports import ActivityOutcome, ActivityTask, AnsweredStep, Claim, Lease, Store
+from dex.app.ports.store import ActivityOutcome, ActivityTask, AnsweredStep, Claim, Lease, Store
 from dex.domain import events as ev
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus

@@ -13,7 +13,7 @@ from datetime import timedelta
 import attrs
 import pytest
 
-from dex.app.ports import Store
+from dex.app.ports.store import Store
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import NewRun, OutgoingMessage

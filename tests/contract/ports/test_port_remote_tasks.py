@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from dex.app.ports import ActivityOutcome, Store
+from dex.app.ports.store import ActivityOutcome, Store
 from dex.domain.status import RunStatus
 from dex.testing import VirtualClock
 from tests.contract.ports.support import (

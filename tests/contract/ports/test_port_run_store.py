@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from dex.app.ports import Claim, RunFilter, Store
+from dex.app.ports.store import Claim, RunFilter, Store
 from dex.domain import events as ev
 from dex.domain.errors import InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus

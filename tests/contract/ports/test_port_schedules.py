@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 import attrs
 import pytest
 
-from dex.app.ports import RunFilter, Store
-from dex.app.schedule_ports import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
+from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
+from dex.app.ports.store import RunFilter, Store
 from dex.domain.errors import InvalidStateError, NotFoundError
 from dex.domain.status import RunStatus
 from dex.testing import VirtualClock

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule, run_state_machine_as_test
 
-from dex.app.ports import Store, WorkflowTask
+from dex.app.ports.store import Store, WorkflowTask
 from dex.testing import VirtualClock
 from tests.contract.ports.support import (
     EPOCH,

@@ -16,8 +16,8 @@ import attrs
 import pytest
 
 from dex.adapters.memory import InMemoryAdapter
-from dex.app.ports import ActivityOutcome, ActivityTask, StepFailed, Store, TransactionStep
-from dex.app.transaction_ports import Checkpointed, StepCheckpoint
+from dex.app.ports.store import ActivityOutcome, ActivityTask, StepFailed, Store, TransactionStep
+from dex.app.ports.transactions import Checkpointed, StepCheckpoint
 from dex.domain.status import RunStatus
 from dex.testing import VirtualClock
 from tests.contract.ports.support import (

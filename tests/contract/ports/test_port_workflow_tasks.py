@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from dex.app.ports import Store, WorkflowInput
+from dex.app.ports.store import Store, WorkflowInput
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus
