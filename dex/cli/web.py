@@ -16,18 +16,12 @@ from typing import Any
 
 import click
 
-from dex.cli.database import CommandError, connection_options, open_engine, progress
+from dex.cli.database import CommandError, UsageProblem, connection_options, open_engine, progress
 from dex.cli.params import SECRET, TEXT
 from dex.views.secrets import token_problem
 
 MISSING_EXTRA = 'the web dashboard needs the web extra: pip install "dex-engine[web]"'
 MISSING_GRPC = '--grpc-port needs the grpc extra: pip install "dex-engine[grpc]"'
-
-
-class UsageProblem(click.ClickException):
-    """A command line that cannot be served as given: one line, exit code 2."""
-
-    exit_code = 2
 
 
 def is_loopback(host: str) -> bool:
