@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from dex.views.render import show_duration, show_labels, show_time
+from dex.views.render import show_duration, show_labels, show_schedule_status, show_schedule_timing, show_time
 from dex.web import actions, inputs
 from dex.web.errors import classify
 from dex.web.listing import STATUSES, page_of_runs, query_string, run_query
@@ -43,6 +43,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True), auto_reload=False)
 ENV.filters["time"] = lambda moment: show_time(moment)
 ENV.filters["labels"] = show_labels
+ENV.filters["schedule_timing"] = show_schedule_timing  # the words of `dex schedules list`
+ENV.filters["schedule_status"] = show_schedule_status
 ENV.filters["took"] = lambda run: show_duration(run.completed_at - run.created_at) if run.completed_at else "-"
 
 
