@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -72,7 +73,7 @@ def dev(data_dir: str, port: int, schema: str | None) -> int:
                 while not stop.wait(0.5):  # a timed wait, so the signal handler gets to run promptly
                     pass
             elif not stop.is_set():  # Ctrl-C while the server started: nothing left to serve
-                _serve(sock, server.dsn, schema)
+                _serve(sock, server.dsn, schema, stop)
     finally:
         if sock is not None:
             sock.close()
@@ -107,7 +108,7 @@ def _migrate(dsn: str, schema: str) -> None:
     progress(f"schema {schema!r} is at version {version}")
 
 
-def _serve(sock: socket.socket, dsn: str, schema: str) -> None:
+def _serve(sock: socket.socket, dsn: str, schema: str, stop: threading.Event) -> None:
     import uvicorn
 
     from dex.web import create_app
@@ -116,13 +117,21 @@ def _serve(sock: socket.socket, dsn: str, schema: str) -> None:
     try:
         app = create_app(dex.Engine(adapter))
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+        # uvicorn takes SIGINT and SIGTERM only once it runs (then shuts down gracefully and
+        # raises the signal again, which _until_signalled's handler takes: exit code 0); a signal
+        # that comes before, while it starts, is _until_signalled's, and this thread passes it on
+        threading.Thread(target=_stop_when_set, args=(stop, server), name="dex-dev-stop", daemon=True).start()
         click.echo(f"serving the dex dashboard at {url_of(sock)}")
         progress("press Ctrl-C to stop")
-        # uvicorn takes SIGINT and SIGTERM while it runs, shuts down gracefully, then raises the
-        # signal again: the handler of _until_signalled takes it, so Ctrl-C ends with exit code 0
         server.run(sockets=[sock])
     finally:
+        stop.set()
         adapter.close()
+
+
+def _stop_when_set(stop: threading.Event, server: Any) -> None:
+    stop.wait()
+    server.should_exit = True  # uvicorn's own way to ask a running server to shut down
 
 
 @contextmanager

@@ -75,8 +75,16 @@ class DevProcess:
         return self.wait()
 
     def wait(self) -> int:
-        """Its exit code, once it exited and everything it printed has been read."""
-        code = self.process.wait(timeout=60)
+        """Its exit code, once it exited and everything it printed has been read; if it does not
+        exit, the failure shows where each of its threads is (faulthandler, on SIGABRT)."""
+        try:
+            code = self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            self.process.wait(timeout=10)
+            for reader in self.readers:
+                reader.join(timeout=10)
+            raise AssertionError("dex dev did not exit:\n" + "".join(self.stderr)) from None
         for reader in self.readers:
             reader.join(timeout=10)
         return code
@@ -88,7 +96,7 @@ def _pump(stream: IO[str], into: queue.Queue[str] | list[str]) -> None:
 
 
 def start_dev(*args: str) -> DevProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     env.pop("DEX_DATABASE_URL", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "dex", "dev", *args],
@@ -182,3 +190,31 @@ def test_dev_on_a_port_in_use_is_one_line_and_starts_nothing(tmp_path: Path, dev
     lines = [line.rstrip("\n") for line in dev.stderr]
     assert len(lines) == 1 and lines[0].startswith(f"error: cannot listen on 127.0.0.1:{port}"), lines
     assert not (tmp_path / "data").exists()
+
+
+def test_a_dex_dev_that_was_killed_does_not_keep_the_server_up_for_ever(tmp_path: Path, devs: list[DevProcess]) -> None:
+    data_dir = tmp_path / "data"
+    killed = start_dev("--data-dir", str(data_dir), "--port", "0")
+    devs.append(killed)
+    dsn = killed.dsn()
+    killed.url()
+    killed.process.kill()  # SIGKILL: it cannot say it let go of the server
+    assert killed.wait() == -signal.SIGKILL
+    assert reachable(dsn)  # the server it started runs on, held by no live process
+
+    successor = start_dev("--data-dir", str(data_dir), "--port", "0")
+    devs.append(successor)
+    assert successor.dsn() == dsn
+    successor.url()
+    assert successor.interrupt() == 0, "".join(successor.stderr)
+    assert not reachable(dsn)  # the last live holder stopped it
+
+
+def test_ctrl_c_while_the_dashboard_starts_stops_it_too(tmp_path: Path, devs: list[DevProcess]) -> None:
+    """A SIGINT between the DSN line and the dashboard's start (before uvicorn takes the signal
+    itself) used to be swallowed: dex dev then served until a second Ctrl-C."""
+    dev = start_dev("--data-dir", str(tmp_path / "data"), "--port", "0")
+    devs.append(dev)
+    dsn = dev.dsn()
+    assert dev.interrupt() == 0, "".join(dev.stderr)
+    assert not reachable(dsn)

@@ -77,8 +77,8 @@ def is_running(data_dir: Path | str = DEFAULT_DATA_DIR) -> bool:
 def _forget_dead_holders(pgdata: Path) -> None:
     # pgserver stops the server when the last process on its list exits; a process that was
     # killed never takes itself off, and the server would then outlive every real holder
-    import fasteners  # type: ignore[import-untyped]  # pgserver depends on it; it has no type information
-    from pgserver import PostgresServer
+    import fasteners  # type: ignore[import-untyped,unused-ignore]  # pgserver depends on it; it has no type information
+    from pgserver.postgres_server import PostgresServer
 
     holders = pgdata / _HOLDERS_FILE
     with fasteners.InterProcessLock(PostgresServer.lock_path):  # the lock pgserver takes around that list
