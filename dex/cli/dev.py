@@ -111,11 +111,14 @@ def _migrate(dsn: str, schema: str) -> None:
 def _serve(sock: socket.socket, dsn: str, schema: str, stop: threading.Event) -> None:
     import uvicorn
 
+    from dex.remote.service import ActivityTaskService
     from dex.web import create_app
 
     adapter = PostgresAdapter(dsn, schema=schema, migrate=False, min_connections=1, max_connections=4)
     try:
-        app = create_app(dex.Engine(adapter))
+        engine = dex.Engine(adapter)
+        # as dex web serves it: the JSON API with the remote workers' routes (/v1/activity-tasks)
+        app = create_app(engine, activity_task_service=ActivityTaskService(engine))
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
         # uvicorn takes SIGINT and SIGTERM only once it runs (then shuts down gracefully and
         # raises the signal again, which _until_signalled's handler takes: exit code 0); a signal

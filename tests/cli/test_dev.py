@@ -7,6 +7,7 @@ chose; the test reads the lines it prints, as a user would copy them.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import shlex
@@ -160,6 +161,17 @@ def test_dev_serves_a_database_and_the_dashboard_until_ctrl_c(tmp_path: Path, de
     with urllib.request.urlopen(url + "runs", timeout=30) as response:
         assert response.status == 200
         assert run_id in response.read().decode("utf-8")
+    with urllib.request.urlopen(f"{url}v1/runs/{run_id}", timeout=30) as response:
+        assert json.loads(response.read())["result"] == "hello newcomer"
+    # the remote workers' routes too, as dex web serves them
+    poll = urllib.request.Request(
+        url + "v1/activity-tasks/poll",
+        data=json.dumps({"worker_id": "dev-test", "names": ["nothing-queued"]}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(poll, timeout=30) as response:
+        assert json.loads(response.read()) == []
 
     # a second dex dev on the same directory reuses the running server, as does embedded_dsn()
     second = start_dev("--data-dir", str(data_dir), "--port", "0")
