@@ -1,9 +1,10 @@
 """``create_app``: the dashboard and the JSON API as one ASGI application (docs/reference/contract.md §12).
 
 The app serves one engine: the one passed in, or, for a bare store (an adapter), an engine
-with no registered code over it, as the command line uses (it can read, cancel, suspend,
-resume, send events and run the queues and schedules, but not start a workflow it has no
-code for). It never starts that engine: the app reads and requests, the workers run.
+with no registered code over it, as the command line uses (it can do all the app does: read,
+cancel, suspend, resume, send events, run the queues and schedules, and start a workflow by
+name, the run made for the engines that have its code). It never starts that engine: the app
+reads and requests, the workers run.
 """
 
 from __future__ import annotations
