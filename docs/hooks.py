@@ -22,6 +22,7 @@ from typing import Any
 
 from markdown.extensions.toc import slugify
 from mkdocs.structure.files import File, Files
+from mkdocs.utils import get_relative_url
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -35,7 +36,8 @@ LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?(\))")
 CITATION = re.compile(r"(?<![\w/\[`.-])(?<!\]\()docs/((?:[\w.-]+/)*[\w.-]+\.md)(?: §(\d+))?")
 FENCE = re.compile(r"^\s*(```|~~~)")
 CODE_SPAN = re.compile(r"(`+)(?:.|\n)*?(?<!`)\1(?!`)")
-SPHINX_ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|exc|obj):(<code>)")
+HTML_PIECES = re.compile(r"(<code\b.*?</code>|<a\b.*?</a>|<[^>]+>)", re.DOTALL)
+SPHINX_ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|exc|obj):<code>(~?)([^<]*)</code>")
 
 
 def on_config(config: Any) -> Any:
@@ -157,4 +159,21 @@ def _outside_code(markdown: str, change: Any) -> str:
 
 
 def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
-    return SPHINX_ROLE.sub(r"\1", html)
+    # Sphinx's ``~a.b.C`` shows ``C``
+    html = SPHINX_ROLE.sub(
+        lambda m: f"<code>{m.group(2).rpartition('.')[2] if m.group(1) else m.group(2)}</code>", html
+    )
+    if not page.file.src_uri.startswith("reference/api/"):
+        return html  # pages written in Markdown had their citations linked before rendering
+    sections = _contract_sections()
+
+    def link(match: re.Match[str]) -> str:
+        target = files.get_file_from_path(match.group(1))
+        if target is None:
+            return match.group(0)
+        section = match.group(2)
+        anchor = f"#{sections[section]}" if section in sections and match.group(1) == "reference/contract.md" else ""
+        return f'<a href="{get_relative_url(target.url, page.url)}{anchor}">{match.group(0)}</a>'
+
+    # docstrings cite as the documents do; link them in the text, not in code, links or tags
+    return "".join(piece if piece.startswith("<") else CITATION.sub(link, piece) for piece in HTML_PIECES.split(html))

@@ -80,18 +80,18 @@ def hooks() -> ModuleType:
 
 def test_the_hook_relinks_root_documents_for_their_page() -> None:
     relinked = hooks()._from_root(
-        "see [a](docs/decisions/x.md#why), [b](BENCHMARKS.md), [c](https://example.com/docs/y.md), [d](src/z.py)",
+        "[a](docs/decisions/batch-window.md#why), [b](BENCHMARKS.md), [c](https://example.com/docs/index.md), [d](x.py)",
         "explanation/architecture.md",
     )
     assert relinked == (
-        "see [a](../decisions/x.md#why), [b](benchmarks.md), [c](https://example.com/docs/y.md), [d](src/z.py)"
+        "[a](../decisions/batch-window.md#why), [b](benchmarks.md), [c](https://example.com/docs/index.md), [d](x.py)"
     )
 
 
 def test_the_hook_leaves_code_alone() -> None:
-    shout = hooks()._outside_code
-    text = "a docs/x.md `docs/x.md` b\n```\ndocs/x.md\n```\nc docs/x.md\n"
-    assert shout(text, str.upper) == "A DOCS/X.MD `docs/x.md` B\n```\ndocs/x.md\n```\nC DOCS/X.MD\n"
+    upper = hooks()._outside_code
+    text = "a docs/index.md `docs/index.md` b\n```\ndocs/index.md\n```\nc docs/index.md\n"
+    assert upper(text, str.upper) == "A DOCS/INDEX.MD `docs/index.md` B\n```\ndocs/index.md\n```\nC DOCS/INDEX.MD\n"
 
 
 def test_the_hook_adds_new_records_and_commands_to_the_nav() -> None:
