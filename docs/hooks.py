@@ -34,6 +34,7 @@ SELF_LISTING = {"Decisions": "decisions", "Command line": "cli"}
 
 LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?(\))")
 CITATION = re.compile(r"(?<![\w/\[`.-])(?<!\]\()docs/((?:[\w.-]+/)*[\w.-]+\.md)(?: §(\d+))?")
+SECTION = re.compile(r"(?<![\w\[])(?<!contract\.md )§(\d+)\b")
 FENCE = re.compile(r"^\s*(```|~~~)")
 CODE_SPAN = re.compile(r"(`+)(?:.|\n)*?(?<!`)\1(?!`)")
 HTML_PIECES = re.compile(r"(<code\b.*?</code>|<a\b.*?</a>|<[^>]+>)", re.DOTALL)
@@ -115,7 +116,20 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             anchor = ""
         return f"[{match.group(0)}]({posixpath.relpath(target, here)}{anchor})"
 
-    return _outside_code(markdown, lambda prose: CITATION.sub(link, prose))
+    def section_link(match: re.Match[str]) -> str:
+        number = match.group(1)
+        return f"[§{number}](#{sections[number]})" if number in sections else match.group(0)
+
+    def change(prose: str) -> str:
+        prose = CITATION.sub(link, prose)
+        if page.file.src_uri == "reference/contract.md":  # "see §11": a section of this very page
+            prose = "".join(
+                line if line.startswith("#") else SECTION.sub(section_link, line)
+                for line in prose.splitlines(keepends=True)
+            )
+        return prose
+
+    return _outside_code(markdown, change)
 
 
 def _contract_sections() -> dict[str, str]:

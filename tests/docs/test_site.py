@@ -57,6 +57,15 @@ def test_the_api_reference_is_rendered_from_the_docstrings(site: Path) -> None:
     assert ":class:" not in engine and ":mod:" not in text_of(site, "reference/api/web")
 
 
+def test_citations_of_the_documents_become_links_to_their_sections(site: Path) -> None:
+    section8 = '<a href="../../reference/contract/#8-the-engine-at-run-time">docs/reference/contract.md §8</a>'
+    assert section8 in text_of(site, "how-to/write-activities")  # written in Markdown
+    assert '<a href="../../contract/#11-changing-code-safely">docs/reference/contract.md §11</a>' in text_of(
+        site, "reference/api/engine"
+    )  # written in a docstring
+    assert '<a href="#11-changing-code-safely">§11</a>' in text_of(site, "reference/contract")  # the contract's own
+
+
 def test_the_root_documents_are_pages_with_their_links_made_site_relative(site: Path) -> None:
     architecture = text_of(site, "explanation/architecture")
     assert 'href="../../decisions/batch-window/"' in architecture
