@@ -111,9 +111,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         target, section = match.group(1), match.group(2)
         if files.get_file_from_path(target) is None:
             return match.group(0)  # not a page: leave the text alone
-        anchor = f"#{sections[section]}" if section is not None and section in sections else ""
-        if anchor and target != "reference/contract.md":
-            anchor = ""
+        # only the contract's sections are numbered
+        anchor = f"#{sections[section]}" if target == "reference/contract.md" and section in sections else ""
         return f"[{match.group(0)}]({posixpath.relpath(target, here)}{anchor})"
 
     def section_link(match: re.Match[str]) -> str:
@@ -138,8 +137,8 @@ def _contract_sections() -> dict[str, str]:
 
 
 def _outside_code(markdown: str, change: Any) -> str:
-    """``markdown`` with ``change`` applied to its prose: fenced blocks, indented code and
-    code spans are left as they are."""
+    """``markdown`` with ``change`` applied to its prose: fenced blocks and code spans are left
+    as they are (the documents put their code in fences, none in indented blocks)."""
     out: list[str] = []
     prose: list[str] = []
     fence: str | None = None
