@@ -57,6 +57,7 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
         root=root_of(request.scope),
         path=route_path(request.scope),
         note=_note(request),
+        docs=request.app.state.web.docs_link,
         **context,
     )
     return HTMLResponse(body, status_code=status)
