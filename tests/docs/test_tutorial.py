@@ -46,7 +46,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -56,6 +55,8 @@ import attrs
 import psycopg
 import pytest
 from psycopg import sql
+
+from tests.pg import postgres_dsn
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "tutorial" / "first-app.md"
@@ -108,8 +109,7 @@ def test_the_page_is_files_and_terminals() -> None:
     commands = [line for block in console if block.not_run is None for line in block.body.splitlines()]
     assert sum(line.startswith("$ ") for line in commands) == COMMANDS
     (layout,) = (block.body for block in page if block.lang == "text")
-    listed = re.findall(r"[├└]── (\S+)", layout)
-    assert listed == sorted(FILES, key=listed.index) and set(listed) == set(FILES)
+    assert re.findall(r"[├└]── (\S+)", layout) == list(FILES)
 
 
 # -- matching output ---------------------------------------------------------------------------
@@ -152,9 +152,9 @@ class Pids:
                     continue
                 if page_pid is None:
                     break
-                real = int(candidate[1])
-                if self.real.get(int(page_pid[1]), real) == real:
-                    found[int(page_pid[1])] = real
+                shown_pid, real = int(page_pid[1]), int(candidate[1])
+                if found.get(shown_pid, self.real.get(shown_pid, real)) == real:
+                    found[shown_pid] = real
                     break
             else:
                 return None
@@ -212,10 +212,11 @@ class Tutorial:
         names = re.findall(r"\d+", block.title)
         lines = self.localized(block.body).splitlines()
         self.blocks += 1
-        if not lines[0].startswith("$ "):
+        if not any(line.startswith("$ ") for line in lines):
             self.shown_in_one_of(names, lines)
             return
         (terminal,) = names
+        assert lines[0].startswith("$ "), f"output before the first command of {block.title}: {lines[0]}"
         while lines:
             command = lines.pop(0)[2:]
             output = []
@@ -251,7 +252,7 @@ class Tutorial:
         elif words[0] == "kill":
             self.kill(words[1:])
         elif words[0] == "pytest":
-            self.one_shot(words, output)
+            self.run_tests(words, output)
         elif words[0] == "uvicorn" or words[:2] in (["dex", "worker"], ["dex", "web"]):
             self.start(terminal, command, words, output)
         else:
@@ -264,7 +265,7 @@ class Tutorial:
         previous = self.terminals.get(terminal)
         if previous is not None and previous.alive():  # the reader's Ctrl-C
             previous.popen.send_signal(signal.SIGINT)
-            # it stops: dex worker says so and exits 0; dex web, like other commands, exits 130
+            # it stops: dex worker and uvicorn exit 0, dex web exits 130 ("error: interrupted")
             assert previous.popen.wait(timeout=WAIT) in (0, 130), self.describe()
         log = self.project / f"terminal-{terminal}-{len(self.terminals)}.log"
         with open(log, "wb") as sink:
@@ -300,7 +301,7 @@ class Tutorial:
             page = response.read().decode()
         assert "charge-card" in page and "packed" in page and "parcel-A-1" in page
 
-    def one_shot(self, words: list[str], output: list[str]) -> None:
+    def run_tests(self, words: list[str], output: list[str]) -> None:
         # without the plugins of this test environment (hypothesis, schemathesis...), which a
         # reader's has not: loading them took five of the test's seconds
         env = {**self.env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -333,8 +334,9 @@ class Tutorial:
             with urllib.request.urlopen(request, timeout=WAIT) as response:
                 return str(response.read().decode())
 
-        if method != "GET":  # sent once: a second order event would be a second event
-            assert pattern.fullmatch(normalized(answer())), f"{method} {url}: {answer()!r}, not {shown!r}"
+        if method != "GET":  # sent once: a second "packed" would be a second event
+            answered = answer()
+            assert pattern.fullmatch(normalized(answered)), f"{method} {url}: {answered!r}, not {shown!r}"
             return
         answers: list[str] = []
         wait_until(
@@ -365,8 +367,6 @@ class Tutorial:
 @pytest.fixture
 def database() -> Iterator[str]:
     """A database of the test's own on the test server, dropped afterwards."""
-    from tests.pg import postgres_dsn
-
     server = postgres_dsn()
     name = f"dex_tutorial_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server, autocommit=True) as conn:
