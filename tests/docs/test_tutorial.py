@@ -3,13 +3,13 @@
 The page is read with the conventions below, which keep it plain Markdown that MkDocs Material
 renders cleanly (a fence's ``title`` is shown as a caption above the block):
 
-- **A file** is a fenced block with a title naming its path, `````python title="orders.py"`````;
-  the test writes it to that path in a fresh project folder. The page's project layout (the
-  ```` ```text ```` tree) must list exactly these files.
-- **A terminal** is a `````console title="terminal N"````` block. Each line starting with ``$ ``
-  is a command typed there; the lines after it, up to the next command, are its output. A block
-  without a command shows output that appears later in a terminal already running something;
-  ``title="terminal 3 or 6"`` means in one of the two.
+- **A file** is a fenced block whose opening line gives a title naming its path (the fence
+  opens with ``python title="orders.py"``); the test writes it to that path in a fresh project
+  folder. The page's project layout (its one ``text`` block) lists exactly these files.
+- **A terminal** is a fenced block opened with ``console title="terminal N"``. Each line
+  starting with ``$ `` is a command typed there; the lines after it, up to the next command,
+  are its output. A block without a command shows output that appears later in a terminal
+  already running something; ``title="terminal 3 or 6"`` means in one of the two.
 - ``<!-- not run: REASON -->`` on the line above a block leaves it out (installing packages,
   ``dex dev``). Every other console block is run, in the page's order, and the test counts
   them: a block added to the page is run or visibly left out, never skipped in silence.
@@ -22,6 +22,8 @@ How the commands run, and what differs from a reader's machine:
 - ``dex``, ``uvicorn`` and ``pytest`` run as ``python -P -m ...`` with this interpreter, and
   ``PYTHONPATH`` naming this checkout, so the repository's own dex is the one under test
   (``-P``: as with the console scripts, Python puts no directory on ``sys.path`` itself).
+  ``pytest`` runs without this environment's plugins (hypothesis, schemathesis), which a
+  reader's has not.
 - ``DEX_DATABASE_URL`` names a database created for the test on the test server (the page gets
   it from ``dex dev``); the page's code uses dex's default schema, so a database of its own,
   dropped afterwards, is what keeps this test apart from any other.
@@ -139,7 +141,7 @@ class Pids:
         self.real: dict[int, int] = {}
 
     def match(self, shown: list[str], actual: list[str]) -> dict[int, int] | None:
-        """The shown lines found in order among ``actual``, with the pids that takes; None if not."""
+        """The page pids the shown lines map, when they are found in order among ``actual``; else None."""
         found: dict[int, int] = {}
         position = 0
         for line in shown:
@@ -370,7 +372,10 @@ def database() -> Iterator[str]:
     server = postgres_dsn()
     name = f"dex_tutorial_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.fail(f"the tutorial's test makes a database of its own: {server!r} may not CREATE DATABASE")
     try:
         yield psycopg.conninfo.make_conninfo(server, dbname=name)
     finally:
