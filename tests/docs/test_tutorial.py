@@ -24,9 +24,9 @@ How the commands run, and what differs from a reader's machine:
   (``-P``: as with the console scripts, Python puts no directory on ``sys.path`` itself).
   ``pytest`` runs without this environment's plugins (hypothesis, schemathesis), which a
   reader's has not.
-- ``DEX_DATABASE_URL`` names a database created for the test on the test server (the page gets
-  it from ``dex dev``); the page's code uses dex's default schema, so a database of its own,
-  dropped afterwards, is what keeps this test apart from any other.
+- ``DEX_DATABASE_URL`` names a database of this test's on the test server (the page gets it
+  from ``dex dev``): the page's code uses dex's default schema, so a database the test holds
+  alone (see ``database`` below) is what keeps it apart from any other test.
 - The page's ports are swapped for free ones, in commands and output alike (the machine is
   shared), and ``PAYMENTS_URL`` tells ``orders.py`` where the payment service went.
 - ``curl`` is done with urllib. A ``GET`` is repeated until it answers what the page shows
@@ -49,7 +49,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -366,21 +365,47 @@ class Tutorial:
                 process.popen.wait()
 
 
+SLOTS = 8  # test processes that may run the page at once on one server
+LOCK_CLASS = 0x7475  # the advisory lock keys (LOCK_CLASS, slot) that hold the slots
+
+
+def reset(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS dex CASCADE")  # the page's code uses the default schema
+
+
+def take_slot(holder: psycopg.Connection[tuple[object, ...]]) -> int:
+    """The first slot no other test process holds, held by ``holder``'s session from now on."""
+    for slot in range(SLOTS):
+        if holder.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, slot)).fetchone() == (True,):
+            return slot
+    pytest.fail(f"all {SLOTS} databases of the tutorial's test are taken")
+
+
 @pytest.fixture
 def database() -> Iterator[str]:
-    """A database of the test's own on the test server, dropped afterwards."""
+    """A database on the test server for the page's code, which uses dex's default schema.
+
+    One of a few kept for this test (``dex_tutorial_0``, ``_1``, ...): the test holds its slot
+    with an advisory lock, so two test processes never share one, and drops its schema before
+    and after. The databases are kept rather than dropped: DROP DATABASE waits for a checkpoint,
+    which took 10 to 16 s on a shared server, where DROP SCHEMA takes milliseconds.
+    """
     server = postgres_dsn()
-    name = f"dex_tutorial_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as conn:
+    with psycopg.connect(server, autocommit=True) as holder:  # the locks last as long as it does
+        slot = take_slot(holder)
+        name = f"dex_tutorial_{slot}"
+        if holder.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            try:
+                holder.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            except psycopg.errors.InsufficientPrivilege:
+                pytest.fail(f"the tutorial's test needs a database of its own: {server!r} may not CREATE DATABASE")
+        dsn = psycopg.conninfo.make_conninfo(server, dbname=name)
+        reset(dsn)  # a run that was killed may have left its runs
         try:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        except psycopg.errors.InsufficientPrivilege:
-            pytest.fail(f"the tutorial's test makes a database of its own: {server!r} may not CREATE DATABASE")
-    try:
-        yield psycopg.conninfo.make_conninfo(server, dbname=name)
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            yield dsn
+        finally:
+            reset(dsn)
 
 
 @pytest.mark.postgres
