@@ -442,3 +442,6 @@ def test_the_tutorial_runs_as_written(tmp_path: Path, database: str) -> None:
     assert len(killed) == 1 and "shipped A-2" not in killed[0].lines()
     survivors = [p for p in tutorial.terminals.values() if "shipped A-2" in p.lines()]
     assert len(survivors) == 1 and survivors[0] is not killed[0]
+    # "its charge and timer not repeated": the payment service saw two tries per order, no more
+    charges = [line for line in tutorial.terminals["2"].lines() if "POST /charges" in line]
+    assert [line.rpartition('" ')[2] for line in charges] == ["503 Service Unavailable", "200 OK"] * 2
