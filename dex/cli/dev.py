@@ -14,14 +14,9 @@ holder still runs), and exits 0: stopping is how a development server is meant t
 from __future__ import annotations
 
 import shlex
-import signal
 import socket
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import click
 
@@ -32,10 +27,10 @@ from dex.adapters.postgres.connection import connect, prepare_conninfo
 from dex.adapters.postgres.embedded import DEFAULT_DATA_DIR, EmbeddedServer, hold_server, is_running
 from dex.cli.database import DEFAULT_SCHEMA, CommandError, progress, settings
 from dex.cli.params import SCHEMA, TextPath
+from dex.cli.serving import stop_when_set, until_signalled
 from dex.cli.web import MISSING_EXTRA, listen, url_of
 
 HOST = "127.0.0.1"
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @click.command("dev", short_help="Run a local PostgreSQL and the dashboard for development, until Ctrl-C.")
@@ -61,7 +56,7 @@ def dev(data_dir: str, port: int, schema: str | None) -> int:
     # before the server starts: a port in use is one line of error, and nothing was started
     sock = listen(HOST, port) if _dashboard_installed() else None
     try:
-        with _until_signalled() as stop:
+        with until_signalled() as stop:
             server = _hold(Path(data_dir))
             _migrate(server.dsn, schema)
             click.echo(f"export DEX_DATABASE_URL={shlex.quote(server.dsn)}")
@@ -120,34 +115,10 @@ def _serve(sock: socket.socket, dsn: str, schema: str, stop: threading.Event) ->
         # as dex web serves it: the JSON API with the remote workers' routes (/v1/activity-tasks)
         app = create_app(engine, activity_task_service=ActivityTaskService(engine))
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
-        # uvicorn takes SIGINT and SIGTERM only once it runs (then shuts down gracefully and
-        # raises the signal again, which _until_signalled's handler takes: exit code 0); a signal
-        # that comes before, while it starts, is _until_signalled's, and this thread passes it on
-        threading.Thread(target=_stop_when_set, args=(stop, server), name="dex-dev-stop", daemon=True).start()
+        stop_when_set(stop, server, "dex-dev-stop")  # a signal while uvicorn starts (dex.cli.serving)
         click.echo(f"serving the dex dashboard at {url_of(sock)}")
         progress("press Ctrl-C to stop")
         server.run(sockets=[sock])
     finally:
         stop.set()
         adapter.close()
-
-
-def _stop_when_set(stop: threading.Event, server: Any) -> None:
-    stop.wait()
-    server.should_exit = True  # uvicorn's own way to ask a running server to shut down
-
-
-@contextmanager
-def _until_signalled() -> Iterator[threading.Event]:
-    """An event SIGINT and SIGTERM set while inside (instead of KeyboardInterrupt and exit 130)."""
-    stop = threading.Event()
-
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {signum: signal.signal(signum, on_signal) for signum in SIGNALS}
-    try:
-        yield stop
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

@@ -18,6 +18,7 @@ import click
 
 from dex.cli.database import CommandError, UsageProblem, connection_options, open_engine, progress
 from dex.cli.params import SECRET, TEXT
+from dex.cli.serving import stop_when_set, until_signalled
 from dex.views.secrets import token_problem
 
 MISSING_EXTRA = 'the web dashboard needs the web extra: pip install "dex-engine[web]"'
@@ -126,7 +127,9 @@ def web(host: str, port: int, token: str | None, grpc_port: int | None, docs_url
             click.echo(f"serving the remote workers' gRPC API at {host}:{grpc_server.port}")
         progress("press Ctrl-C to stop")
         try:
-            server.run(sockets=[sock])
+            with until_signalled() as stop:
+                stop_when_set(stop, server, "dex-web-stop")
+                server.run(sockets=[sock])
         finally:
             sock.close()
             if grpc_server is not None:

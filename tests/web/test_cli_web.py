@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -82,10 +83,13 @@ def test_it_serves_the_dashboard_and_the_api_and_prints_its_url(schema: tuple[st
         assert httpx.get(url + "v1/runs", timeout=10).status_code == 401
         page = httpx.get(url + f"runs/{run_id}", headers=auth, timeout=10)
         assert page.status_code == 200 and "web-checkout" in page.text
+        process.send_signal(signal.SIGINT)  # the reader's Ctrl-C: how a server is meant to stop
+        assert process.wait(timeout=20) == 0
     finally:
         process.terminate()
         _, err = process.communicate(timeout=20)
     assert "tok-123" not in err
+    assert "interrupted" not in err
 
 
 @pytest.mark.postgres
