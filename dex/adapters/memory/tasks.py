@@ -235,6 +235,9 @@ class MemoryTasks:
                 trace_context=spec.trace_context,
                 attempt=spec.attempt,
             )
+            if spec.failure is not None and spec.attempt > 1:  # its first attempt ran inline and failed
+                failed = FailedAttempt(attempt=spec.attempt - 1, at=now, kind=FAILED, failure=spec.failure)
+                self._state.record_attempt(spec.run_id, spec.created_seq, failed, spec.attempt)
         if plan.completion is not None:
             completion = plan.completion
             run.completed_at, run.result, run.failure, run.holds_key = now, completion.result, completion.failure, False

@@ -14,6 +14,7 @@ writes of one step's row never race, and the rows are written in the task rows' 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -21,6 +22,7 @@ import psycopg
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.attempts import FAILED, LOST, MAX_RECENT_ATTEMPTS, lost_attempt
 from dex.app.ports.store import ActivityOutcome, FailedAttempt, PendingAttempt, StepAttempts
+from dex.domain.task import NewActivityTask
 from dex.domain.values import FailureInfo
 from dex.serialization.values import decode_failure, encode_failure
 
@@ -54,22 +56,35 @@ LOST_FROM_CLAIM = _UPSERT.replace(
 Statement = tuple[Any, list[Any]]
 
 
-def record_failures(q: Statements, retries: Sequence[ActivityOutcome], now: Any) -> Statement | None:
+def record_failures(q: Statements, retries: Sequence[ActivityOutcome], now: datetime) -> Statement | None:
     """The statement that keeps the failed attempts among ``retries`` (applied retries, one per
     task): those that count, with a failure; None if there are none. A retry the machinery
     caused (``counts`` False) is the same attempt again, not a failed one."""
-    failed = [o for o in retries if o.counts and o.failure is not None]
+    failed = [(o.task.run_id, o.task.created_seq, o.task.attempt, o.failure) for o in retries if o.counts and o.failure]
+    return _failures(q, failed, now)
+
+
+def record_inline_failures(q: Statements, specs: Sequence[NewActivityTask], now: datetime) -> Statement | None:
+    """The statement that keeps, for the new tasks that retry a first attempt run inside their
+    workflow task, that attempt's failure; None for none (the usual case: nothing is sent)."""
+    failed = [(s.run_id, s.created_seq, s.attempt - 1, s.failure) for s in specs if s.failure and s.attempt > 1]
+    return _failures(q, failed, now)
+
+
+def _failures(
+    q: Statements, failed: Sequence[tuple[str, int, int, FailureInfo | None]], now: datetime
+) -> Statement | None:
     if not failed:
         return None
     return (
         q(_FAILURES),
         [
-            [o.task.run_id for o in failed],
-            [o.task.created_seq for o in failed],
-            [o.task.attempt for o in failed],
+            [run_id for run_id, _seq, _attempt, _failure in failed],
+            [seq for _run_id, seq, _attempt, _failure in failed],
+            [attempt for _run_id, _seq, attempt, _failure in failed],
             [FAILED] * len(failed),
             [now] * len(failed),
-            [encode_failure(o.failure) for o in failed if o.failure is not None],
+            [encode_failure(failure) if failure is not None else None for _run_id, _seq, _attempt, failure in failed],
         ],
     )
 
