@@ -42,6 +42,7 @@ from dex.web.signing import Signer
 TEMPLATES = Path(__file__).parent / "templates"
 ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True), auto_reload=False)
 ENV.filters["time"] = lambda moment: show_time(moment)
+ENV.filters["moment"] = lambda moment: show_time(moment, millis=True)
 ENV.filters["labels"] = show_labels
 ENV.filters["took"] = lambda run: show_duration(run.completed_at - run.created_at) if run.completed_at else "-"
 
