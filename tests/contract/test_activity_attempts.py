@@ -219,3 +219,29 @@ def test_steps_of_an_unknown_run_are_refused(make_engine: Any) -> None:
     engine = _engine(make_engine)
     with pytest.raises(dex.RunNotFoundError):
         engine.activity_steps("no-such-run")
+
+
+@dex.activity(name="last-chance", lock_timeout=timedelta(minutes=5), retry=dex.RetryPolicy(max_attempts=1))
+def last_chance() -> str:
+    return "never reported"
+
+
+def test_a_step_whose_last_allowed_attempt_is_lost_fails_with_that_attempt_lost(
+    make_engine: Any, clock: VirtualClock
+) -> None:
+    lease = timedelta(seconds=30)
+    dead = make_engine([one_step], [last_chance], activity_lease=lease)
+    run_id = dead.start_workflow(one_step, "last-chance")
+    dead.workflow_scheduler.step()
+    dead.workflow_worker.poll_once()
+    dead.buffer.flush()
+    dead.activity_scheduler.step()
+    (task,) = dead.activity_worker.claim()  # its only attempt; then the process dies
+    clock.advance(lease)
+    survivor = make_engine([one_step], [last_chance], activity_lease=lease)
+    survivor.drain()  # the takeover finds no attempt left: the step fails
+    assert survivor.wait(run_id, timeout=5).startswith("failed: attempt 1 of activity 'last-chance' lost its lease")
+    (step,) = survivor.activity_steps(run_id)
+    assert (step.status, step.attempts, step.failed, step.lost) == ("failed", 1, 0, 1)
+    (lost,) = step.recent  # the lost attempt, not a second entry for the failure it caused
+    assert (lost.attempt, lost.kind, lost.at) == (1, LOST, task.lease.until)
