@@ -190,6 +190,8 @@ def test_hostile_failures_are_kept_clear_and_bounded_and_the_next_run_is_healthy
     assert (unprintable.attempt, unprintable.failure.type) == (1, "Hostile")
     assert "__str__ raised RuntimeError" in unprintable.failure.message
     assert text.failure.type == "RuntimeError"
+    # stored as FailureInfo keeps any text: the NUL as it is, the lone surrogate as a visible escape
+    assert text.failure.message.startswith("nul \x00 and a lone \\ud800 surrogate y")
     assert "\ud800" not in text.failure.message and "[truncated: " in text.failure.message
     assert len(text.failure.message) <= MAX_FAILURE_TEXT
     assert (stop.failure.type, stop.failure.message) == ("Stop", "a BaseException")
