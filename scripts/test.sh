@@ -7,14 +7,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # the dashboard's browser tests (tests/web/test_browser.py) need Chromium and its driver from
 # the distribution; install them where they are missing and apt-get can (CI runs as root on
-# Debian). Elsewhere those tests skip, saying why.
+# Debian). Elsewhere those tests skip, saying why. apt-get's output goes to a log, shown only
+# when the install fails.
 if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "installing chromium and chromium-driver for the browser tests ..." >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } >/dev/null 2>&1 \
-        || echo "could not install chromium: the browser tests will be skipped" >&2
+    log="$(mktemp -t dex-apt-XXXXXX.log)"
+    echo "installing chromium and chromium-driver for the browser tests (a few minutes; log in $log) ..." >&2
+    if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } >"$log" 2>&1; then
+        rm -f "$log"
+    else
+        tail -n 5 "$log" >&2
+        echo "could not install chromium (log in $log): the browser tests will be skipped" >&2
+    fi
 fi
+echo "installing dex and its test extras into .venv ..." >&2
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# progress: one line per test file, its name then a dot per test, ending in [done/total]; not
+# -q, whose bare dots say nothing of where a long run is (-v would be a line per test: too long)
 # exit code 5 (no tests collected) is non-zero and so fails this script, as it should
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -o console_output_style=count "$@"

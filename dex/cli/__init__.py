@@ -2,8 +2,9 @@
 
 ``main`` is the console script; ``cli`` is the click group, for embedding or testing. The
 modules: ``main`` (root group, demo, migrate, error reporting), ``database`` (which database,
-shared options), ``runs`` (runs and events), ``queues``, ``worker``, ``params`` (argument
-types), ``render`` (tables and JSON) and ``timeline`` (``runs show``).
+shared options), ``runs`` (runs and events), ``queues``, ``schedules``, ``worker``, ``replay``,
+``web``, ``dev`` (an embedded PostgreSQL and the dashboard for development) and ``params``
+(argument types); tables, JSON and timelines are :mod:`dex.views`.
 """
 
 from dex.cli.main import cli, main

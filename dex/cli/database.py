@@ -36,6 +36,12 @@ class CommandError(click.ClickException):
     exit_code = 1
 
 
+class UsageProblem(click.ClickException):
+    """A command line (or configuration) that cannot be used as given: one line, exit code 2."""
+
+    exit_code = 2
+
+
 @attrs.define
 class Settings:
     """The options every command shares; kept on the click context as its ``obj``."""

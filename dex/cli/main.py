@@ -34,6 +34,7 @@ from dex.adapters.postgres import migrate as run_migrations
 from dex.adapters.postgres.connection import InvalidDsnError, connect, describe_dsn, prepare_conninfo
 from dex.cli import database
 from dex.cli.database import DEFAULT_SCHEMA, Settings, connection_options, json_option, progress, settings
+from dex.cli.dev import dev
 from dex.cli.params import DSN, SCHEMA
 from dex.cli.queues import queues
 from dex.cli.replay import replay
@@ -219,6 +220,7 @@ def migrate() -> None:
         click.echo(f"schema {schema!r} is at version {after} (was {before}; took {took})")
 
 
+cli.add_command(dev)
 cli.add_command(worker)
 cli.add_command(runs)
 cli.add_command(events)

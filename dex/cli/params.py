@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from psycopg import conninfo as pg_conninfo
 
 from dex.adapters.postgres.connection import dsn_problem
 from dex.adapters.postgres.schema import validate_schema
@@ -78,11 +79,49 @@ class Dsn(click.ParamType[Any, Any]):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         if isinstance(value, str) and value == "":
             return value  # as if not given: DEX_DATABASE_URL, or the embedded server, as before
-        problem = dsn_problem(value)
+        problem = dsn_problem(value) or dsn_value_problem(value)
         if problem is not None:
             shown = redact_dsn(value)
             self.fail(f"{shown if shown.strip() else repr(shown)} is no PostgreSQL DSN: {problem}", param, ctx)
         return str(value)
+
+
+# libpq checks these only when it connects, after resolving the host (a "database error", exit
+# code 1, or a wait for a host that is not there); they are wrong on the DSN's face all the same
+_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "sslcertmode": ("disable", "allow", "require"),
+    "sslnegotiation": ("postgres", "direct"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+    "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby", "prefer-standby"),
+    "load_balance_hosts": ("disable", "random"),
+}
+_INTEGERS = (
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+)
+_INTEGER = re.compile(r"^\s*[-+]?\d+\s*$")
+
+
+def dsn_value_problem(dsn: str) -> str | None:
+    """Why a DSN libpq can read has a setting libpq would refuse when it connects (an unknown
+    sslmode, a connect_timeout that is no number), or None. The settings checked hold no secret,
+    so their values are shown."""
+    params = pg_conninfo.conninfo_to_dict(dsn)
+    for key, allowed in _CHOICES.items():
+        value = params.get(key)
+        if value is not None and str(value) not in allowed:
+            return f"its {key} is {str(value)!r}, not one of {', '.join(allowed)}"
+    for key in _INTEGERS:
+        value = params.get(key)
+        if value is not None and not _INTEGER.match(str(value)):
+            return f"its {key} is {str(value)!r}, not a whole number"
+    return None
 
 
 class Secret(click.ParamType[Any, Any]):
@@ -242,6 +281,32 @@ class _Checked(click.ParamType[Any, Any]):
             return str(self._check(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-\d+(\.\d+)?$")
+
+
+class NumbersMayBeNegative(click.Command):
+    """A command whose arguments may be negative numbers: click takes ``-3`` for an option it
+    does not know ("No such option '-3'"), so the type never gets to say what range it takes.
+    When every unknown option on the line is a negative number, they are arguments (and the
+    argument's type refuses them with its range); any other unknown option is still an error."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        if self._only_numbers_unknown(args):
+            extra.setdefault("ignore_unknown_options", True)
+        return super().make_context(info_name, args, parent, **extra)
+
+    def _only_numbers_unknown(self, args: list[str]) -> bool:
+        known = {"-h", "--help"}
+        for param in self.params:
+            if isinstance(param, click.Option):
+                known.update(param.opts, param.secondary_opts)
+        options = args[: args.index("--")] if "--" in args else args
+        unknown = [arg for arg in options if arg.startswith("-") and arg.partition("=")[0] not in known]
+        return bool(unknown) and all(_NEGATIVE_NUMBER.match(arg) for arg in unknown)
 
 
 TEXT = Text()

@@ -14,7 +14,7 @@ import click
 from dex.app.facade.engine import Engine
 from dex.app.ports.store import QUEUE_KINDS, QueueInfo
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
-from dex.cli.params import CAPACITY, QUEUE_NAME
+from dex.cli.params import CAPACITY, QUEUE_NAME, NumbersMayBeNegative
 from dex.views import render
 
 _kind_option = click.option(
@@ -60,7 +60,7 @@ def resume_queue(name: str, kind: str | None) -> None:
     _update(name, kind, lambda engine, k: engine.resume_queue(name, k), "resumed")
 
 
-@queues.command("capacity")
+@queues.command("capacity", cls=NumbersMayBeNegative)
 @click.argument("name", type=QUEUE_NAME)
 @click.argument("capacity", type=CAPACITY)
 @_kind_option

@@ -58,8 +58,8 @@ def list_schedules() -> None:
             (
                 i.name,
                 i.workflow_name,
-                _timing(i),
-                "PAUSED" if i.paused else "ACTIVE",
+                render.show_schedule_timing(i),
+                render.show_schedule_status(i),
                 _when(i.next_fire_at),
                 _when(i.last_fire_at),
             )
@@ -84,11 +84,11 @@ def show_schedule(name: str) -> None:
     for key, value in (
         ("name", info.name),
         ("workflow", info.workflow_name),
-        ("when", _timing(info)),
+        ("when", render.show_schedule_timing(info)),
         ("overlap", info.overlap),
         ("jitter", render.show_duration(info.jitter)),
         ("catch-up window", render.show_duration(info.catchup_window)),
-        ("status", "PAUSED" if info.paused else "ACTIVE"),
+        ("status", render.show_schedule_status(info)),
         ("note", info.note or "-"),
         ("next fire", _when(info.next_fire_at)),
         ("last fire", _when(info.last_fire_at)),
@@ -170,13 +170,6 @@ def delete_schedule(name: str, yes: bool) -> None:
         click.echo(render.dumps({"deleted": name}))
     else:
         click.echo(f"deleted schedule {name!r}")
-
-
-def _timing(info: ScheduleInfo) -> str:
-    if info.cron is not None:
-        return f"cron {info.cron!r} {info.timezone}"
-    assert info.every is not None
-    return f"every {render.show_duration(info.every)}"
 
 
 def _when(moment: datetime | None) -> str:

@@ -16,18 +16,12 @@ from typing import Any
 
 import click
 
-from dex.cli.database import CommandError, connection_options, open_engine, progress
+from dex.cli.database import CommandError, UsageProblem, connection_options, open_engine, progress
 from dex.cli.params import SECRET, TEXT
 from dex.views.secrets import token_problem
 
 MISSING_EXTRA = 'the web dashboard needs the web extra: pip install "dex-engine[web]"'
 MISSING_GRPC = '--grpc-port needs the grpc extra: pip install "dex-engine[grpc]"'
-
-
-class UsageProblem(click.ClickException):
-    """A command line that cannot be served as given: one line, exit code 2."""
-
-    exit_code = 2
 
 
 def is_loopback(host: str) -> bool:
@@ -79,13 +73,23 @@ def url_of(sock: socket.socket) -> str:
     type=click.IntRange(0, 65535),
     help="Also serve the remote workers' gRPC API on this port of the same host (needs the grpc extra).",
 )
-def web(host: str, port: int, token: str | None, grpc_port: int | None) -> None:
+@click.option(
+    "--docs-url",
+    envvar="DEX_DOCS_URL",
+    metavar="URL",
+    type=TEXT,
+    default="/docs/",
+    help="Base URL of the documentation site, for the pages' Docs link [default: $DEX_DOCS_URL, else /docs/ "
+    "on this host].",
+)
+def web(host: str, port: int, token: str | None, grpc_port: int | None, docs_url: str) -> None:
     """Serve the web dashboard and the JSON API (under /v1) until Ctrl-C."""
     try:
         import uvicorn
 
         from dex.remote.service import ActivityTaskService
         from dex.web import create_app
+        from dex.web.docs_link import docs_url_problem
     except ImportError:
         raise UsageProblem(MISSING_EXTRA) from None
     serve_grpc: Callable[..., Any] | None = None
@@ -97,6 +101,8 @@ def web(host: str, port: int, token: str | None, grpc_port: int | None) -> None:
         serve_grpc = serve
     if token is not None and (problem := token_problem(token)) is not None:
         raise UsageProblem(f"--token (not shown): {problem}")
+    if (problem := docs_url_problem(docs_url)) is not None:
+        raise UsageProblem(f"--docs-url: {problem}")
     if not is_loopback(host) and not token:
         raise UsageProblem(
             f"refusing to serve on {host}, which is not a loopback address, without a token: pass --token "
@@ -104,7 +110,7 @@ def web(host: str, port: int, token: str | None, grpc_port: int | None) -> None:
         )
     with open_engine() as engine:
         service = ActivityTaskService(engine)
-        app = create_app(engine, token=token or None, activity_task_service=service)
+        app = create_app(engine, token=token or None, activity_task_service=service, docs_url=docs_url)
         sock = listen(host, port)
         grpc_server = None
         if serve_grpc is not None:

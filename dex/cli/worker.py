@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -31,9 +32,11 @@ from typing import Any
 
 import click
 
+import dex
+from dex.adapters.postgres.connection import InvalidDsnError
 from dex.app.facade.engine import Engine
 from dex.app.machinery.threads import ACTIVITY_THREADS
-from dex.cli.database import CommandError, progress
+from dex.cli.database import CommandError, UsageProblem, progress
 from dex.cli.params import SECONDS, TEXT, TextPath
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -52,9 +55,9 @@ def load_engine(spec: str, app_dir: str = ".") -> Engine:
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise CommandError(f"cannot import {module_name!r}: {exc} (looked in {directory} and sys.path)") from None
-        raise CommandError(f"importing {module_name!r} failed: {_where(exc)}") from None
+        raise _failed(f"importing {module_name!r}", exc) from None
     except Exception as exc:  # noqa: BLE001 - the user's module raised: say what and where, in one line
-        raise CommandError(f"importing {module_name!r} failed: {_where(exc)}") from None
+        raise _failed(f"importing {module_name!r}", exc) from None
     target: Any = module
     for part in attribute.split("."):
         try:
@@ -65,16 +68,55 @@ def load_engine(spec: str, app_dir: str = ".") -> Engine:
         try:
             target = target()
         except Exception as exc:  # noqa: BLE001
-            raise CommandError(f"calling {spec} failed: {_where(exc)}") from None
+            raise _failed(f"calling {spec}", exc) from None
     if not isinstance(target, Engine):
         raise CommandError(f"{spec} is a {type(target).__name__}, not a dex.Engine (or a function returning one)")
     return target
 
 
-def _where(exc: BaseException) -> str:
+def _failed(doing: str, exc: BaseException) -> click.ClickException:
+    """The one-line error for the application's code raising ``exc``: a DSN that is no DSN is
+    a usage error (2), as it is on the command line; anything else exit code 1."""
+    message = f"{doing} failed: {where(exc)}"
+    return UsageProblem(message) if isinstance(exc, InvalidDsnError) else CommandError(message)
+
+
+_PATHS = sysconfig.get_paths()
+_SITE = tuple({str(Path(_PATHS[key]).resolve()) for key in ("purelib", "platlib")})
+# in a venv, platstdlib is the venv's lib/pythonX.Y, which holds site-packages: see _is_stdlib
+_STDLIB = tuple({str(Path(_PATHS[key]).resolve()) for key in ("stdlib", "platstdlib")})
+_LIBRARIES = (*_SITE, str(Path(dex.__file__).parent.resolve()))  # installed packages, and dex itself
+
+
+def where(exc: BaseException) -> str:
+    """``TYPE: message (FILE:LINE)``, FILE:LINE the innermost place in the application's own code:
+    ``os.environ["X"]`` fails in ``<frozen os>``, which tells the user nothing, the line that
+    read it does. Not in the standard library, an installed package or dex, if the traceback has
+    such a place (an application installed as a package has none: then not in the standard
+    library), else the innermost place of all."""
     frames = traceback.extract_tb(exc.__traceback__)
-    place = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{place}"
+    files = [frame for frame in frames if not frame.filename.startswith("<")]  # not <frozen os>, <string>
+    not_stdlib = [frame for frame in files if not _is_stdlib(frame.filename)]
+    own = [frame for frame in not_stdlib if not _under(frame.filename, _LIBRARIES)]
+    frame = next((tier[-1] for tier in (own, not_stdlib, frames) if tier), None)
+    place = f" ({frame.filename}:{frame.lineno})" if frame is not None else ""
+    hint = ""
+    if isinstance(exc, KeyError) and frames and _is_environ(frames[-1].filename):
+        hint = " - an environment variable that is not set"
+    return f"{type(exc).__name__}: {exc}{hint}{place}"
+
+
+def _is_stdlib(filename: str) -> bool:
+    return _under(filename, _STDLIB) and not _under(filename, _SITE)
+
+
+def _under(filename: str, roots: tuple[str, ...]) -> bool:
+    resolved = str(Path(filename).resolve())
+    return any(resolved == root or resolved.startswith(root + os.sep) for root in roots)
+
+
+def _is_environ(filename: str) -> bool:
+    return filename == "<frozen os>" or Path(filename).resolve() == Path(os.__file__).resolve()
 
 
 def describe(engine: Engine) -> str:

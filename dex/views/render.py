@@ -21,6 +21,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
 from dex.app.ports.store import RunRecord
+from dex.app.schedules.spec import ScheduleInfo
 from dex.domain.errors import SerializationError
 from dex.domain.values import FailureInfo, Payload, describe_failure
 from dex.serialization.payloads import PayloadConverter
@@ -178,6 +179,19 @@ def show_duration(delta: timedelta) -> str:
 def show_labels(labels: Iterable[tuple[str, str]] | Mapping[str, str]) -> str:
     pairs = labels.items() if isinstance(labels, Mapping) else labels
     return ",".join(f"{key}={value}" for key, value in pairs) or "-"
+
+
+def show_schedule_timing(info: ScheduleInfo) -> str:
+    """When a schedule fires, as ``dex schedules`` and the dashboard both say it:
+    ``cron '0 3 * * *' Europe/Berlin`` or ``every 1h00m``."""
+    if info.cron is not None:
+        return f"cron {info.cron!r} {info.timezone}"
+    return f"every {show_duration(info.every)}" if info.every is not None else "-"
+
+
+def show_schedule_status(info: ScheduleInfo) -> str:
+    """``ACTIVE`` or ``PAUSED``: the words of the JSON API's ``status`` too."""
+    return "PAUSED" if info.paused else "ACTIVE"
 
 
 def run_json(record: RunRecord) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """``create_app``: the dashboard and the JSON API as one ASGI application (docs/reference/contract.md §12).
 
 The app serves one engine: the one passed in, or, for a bare store (an adapter), an engine
-with no registered code over it, as the command line uses (it can read, cancel, suspend,
-resume, send events and run the queues and schedules, but not start a workflow it has no
-code for). It never starts that engine: the app reads and requests, the workers run.
+with no registered code over it, as the command line uses (it can do all the app does: read,
+cancel, suspend, resume, send events, run the queues and schedules, and start a workflow by
+name, the run made for the engines that have its code). It never starts that engine: the app
+reads and requests, the workers run.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dex.web.body_limit import (
     BodyLimit,
     check_limit,
 )
+from dex.web.docs_link import DEFAULT_DOCS_URL, dashboard_docs_link, docs_url_problem
 from dex.web.errors import ApiError, error_response
 from dex.web.insights import Insights, PortInsights
 from dex.web.openapi import document
@@ -45,14 +47,21 @@ STATIC = Path(__file__).parent / "static"
 
 
 class Web:
-    """What the routes serve: the engine, its store, the dashboard's insights and the signer of
-    what the app hands out (cursors, notes, sessions)."""
+    """What the routes serve: the engine, its store, the dashboard's insights, the signer of
+    what the app hands out (cursors, notes, sessions) and the link of the pages' "Docs"."""
 
-    def __init__(self, engine: Engine, signer: Signer, insights: Insights | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        signer: Signer,
+        insights: Insights | None = None,
+        docs_link: str = dashboard_docs_link(DEFAULT_DOCS_URL),
+    ) -> None:
         self.engine = engine
         self.store: Store = engine.store
         self.signer = signer
         self.insights = insights if insights is not None else insights_for(engine.store)
+        self.docs_link = docs_link
 
     def record(self, run_id: str) -> RunRecord:
         found = self.store.get_run(run_id)
@@ -93,6 +102,7 @@ def create_app(
     max_activity_task_body_bytes: int = DEFAULT_MAX_ACTIVITY_TASK_BODY,
     session_lifetime: timedelta = DEFAULT_SESSION_LIFETIME,
     signin_limiter: SignInLimiter | None = None,
+    docs_url: str = DEFAULT_DOCS_URL,
 ) -> Starlette:
     """The dashboard and the JSON API over ``adapter_or_engine``, as a Starlette (ASGI) app.
 
@@ -107,6 +117,9 @@ def create_app(
     (8 MiB) on ``/v1/activity-tasks/``, is refused with a 413 while it streams in, on every
     route (:mod:`dex.web.body_limit`). The sign-in form's session lasts ``session_lifetime``;
     ``signin_limiter`` bounds wrong tokens per client (by default 10 in 5 minutes).
+    ``docs_url`` is the base URL of the documentation site, whose page about the dashboard the
+    pages' "Docs" link opens (by default ``/docs/`` on the dashboard's own host:
+    :mod:`dex.web.docs_link`).
     """
     if token is not None:
         if not isinstance(token, str) or not token or token != token.strip() or not token.isprintable():
@@ -115,9 +128,11 @@ def create_app(
     check_limit("max_activity_task_body_bytes", max_activity_task_body_bytes)
     if not isinstance(session_lifetime, timedelta) or session_lifetime < timedelta(seconds=1):
         raise ValueError(f"session_lifetime must be a timedelta of at least a second, got {session_lifetime!r}")
+    if (problem := docs_url_problem(docs_url)) is not None:
+        raise ValueError(problem)
     engine = adapter_or_engine if isinstance(adapter_or_engine, Engine) else Engine(adapter_or_engine)
     signer = Signer.for_app(token)
-    web = Web(engine, signer)
+    web = Web(engine, signer, docs_link=dashboard_docs_link(docs_url))
     service = activity_task_service if activity_task_service is not None else ActivityTaskService(engine)
     workflows = {name: definition.signature for name, definition in engine.registry.workflows.items()}
     operations = [*api.operations(workflows), *activity_tasks.operations(service), *extra_operations]

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from dex.views.render import show_duration, show_labels, show_time
+from dex.views.render import show_duration, show_labels, show_schedule_status, show_schedule_timing, show_time
 from dex.web import actions, inputs
 from dex.web.errors import classify
 from dex.web.listing import STATUSES, page_of_runs, query_string, run_query
@@ -44,6 +44,8 @@ ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoesca
 ENV.filters["time"] = lambda moment: show_time(moment)
 ENV.filters["moment"] = lambda moment: show_time(moment, millis=True)
 ENV.filters["labels"] = show_labels
+ENV.filters["schedule_timing"] = show_schedule_timing  # the words of `dex schedules list`
+ENV.filters["schedule_status"] = show_schedule_status
 ENV.filters["took"] = lambda run: show_duration(run.completed_at - run.created_at) if run.completed_at else "-"
 
 
@@ -56,6 +58,7 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
         root=root_of(request.scope),
         path=route_path(request.scope),
         note=_note(request),
+        docs=request.app.state.web.docs_link,
         **context,
     )
     return HTMLResponse(body, status_code=status)

@@ -43,6 +43,39 @@ def test_a_malformed_url_is_a_one_line_error() -> None:
     assert "s3cret" not in line
 
 
+@pytest.mark.parametrize(
+    ("dsn", "says"),
+    [
+        (
+            "postgresql://dex:pw-s3cret@127.0.0.1:1/dex?sslmode=bogus",
+            "its sslmode is 'bogus', not one of disable, allow, prefer, require, verify-ca, verify-full",
+        ),
+        ("host=127.0.0.1 port=1 password=pw-s3cret connect_timeout=soon", "its connect_timeout is 'soon', not a whole"),
+        ("postgresql://dex:pw-s3cret@127.0.0.1:1/dex?target_session_attrs=writable", "its target_session_attrs is"),
+        ("postgresql://dex:pw-s3cret@127.0.0.1:1/dex?keepalives_idle=1m", "its keepalives_idle is '1m'"),
+    ],
+)
+@pytest.mark.parametrize("given", ["option", "environment"])
+def test_a_url_with_a_setting_libpq_would_refuse_is_a_usage_error(dsn: str, says: str, given: str) -> None:
+    """libpq checks these settings only when it connects (exit code 1, a "database error"); they
+    are wrong on the URL's face, and refused before anything is sent, as any bad URL is."""
+    if given == "option":
+        result = invoke("runs", "list", "--database-url", dsn)
+    else:
+        result = invoke("runs", "list", env={"DEX_DATABASE_URL": dsn})
+    assert result.exit_code == 2, result.stderr
+    line = one_line_error(result)
+    assert line.startswith("error: Invalid value for '--database-url': ") and says in line, line
+    assert "s3cret" not in line
+
+
+def test_a_url_with_settings_libpq_accepts_gets_past_the_check() -> None:
+    dsn = "postgresql://dex:pw-s3cret@127.0.0.1:1/dex?sslmode=disable&connect_timeout=2&keepalives=1"
+    result = invoke("runs", "list", "--database-url", dsn)
+    assert result.exit_code == 1  # refused by the server that is not there, not by the check
+    assert one_line_error(result).startswith("error: cannot connect to PostgreSQL at 127.0.0.1:1/dex: ")
+
+
 def test_without_a_url_only_an_existing_embedded_server_is_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,6 +81,18 @@ def test_capacity_sets_the_limit(world: World) -> None:
             2,
             "error: Invalid value for 'CAPACITY': 0 is not in the range 1<=x<=2147483647",
         ),
+        # a negative number is the argument it looks like, refused with the range, not "No such option '-3'"
+        (
+            ["queues", "capacity", "default", "-3"],
+            2,
+            "error: Invalid value for 'CAPACITY': -3 is not in the range 1<=x<=2147483647",
+        ),
+        (
+            ["queues", "capacity", "--kind", "activity", "default", "-1", "--json"],
+            2,
+            "error: Invalid value for 'CAPACITY': -1 is not in the range 1<=x<=2147483647",
+        ),
+        (["queues", "capacity", "default", "3", "--bogus"], 2, "error: No such option '--bogus'"),
         (
             ["queues", "capacity", "default", "many"],
             2,

@@ -117,3 +117,29 @@ def test_a_stored_schedule_whose_fires_cannot_be_computed_is_one_line_exit_1(wor
     assert triggered.exit_code == 0
     world.engine.drain()
     assert world.engine.get_run(triggered.stdout.strip()).status is not dex.RunStatus.FAILED
+
+
+def test_the_dashboard_words_schedules_as_the_command_line_does(world: World) -> None:
+    pytest.importorskip("starlette", reason="the dashboard needs the web extra")
+    from dex.web import create_app
+    from tests.web.conftest import client
+
+    declare(world)
+    world.engine.create_schedule(dex.Schedule("hourly", order, every=timedelta(hours=1), args=("hugo",)))
+    assert world.invoke("schedules", "pause", "hourly", "--note", "migration").exit_code == 0
+    listed = world.invoke("schedules", "list")
+    assert listed.exit_code == 0, listed.output
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert "every 1h00m" in rows["hourly"] and "PAUSED" in rows["hourly"]
+    assert "every 15m00s" in rows["often"] and "ACTIVE" in rows["often"]
+    with client(create_app(world.engine)) as http:
+        page = http.get("/schedules").text
+    cells = {
+        name: [cell.strip() for cell in row.split("</td>")]
+        for row in page.split("<tr>")
+        for name in ("nightly", "often", "hourly")
+        if row.startswith(f"\n<td>{name}</td>")
+    }
+    assert cells["nightly"][2] == "<td>cron &#39;0 3 * * *&#39; Europe/Berlin"
+    assert cells["often"][2:4] == ["<td>every 15m00s", "<td>ACTIVE"]
+    assert cells["hourly"][2:4] == ["<td>every 1h00m", "<td>PAUSED: migration"]

@@ -210,6 +210,42 @@ def test_an_app_module_that_raises_on_import_is_reported_with_its_place(
     assert line.endswith(f"{name}.py:2)")
 
 
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        # fails in <frozen os>: the user's line is the one that read the variable
+        (
+            "import os\n\nDSN = os.environ['CLIAPP_UNSET_VARIABLE']\n",
+            "KeyError: 'CLIAPP_UNSET_VARIABLE' - an environment variable that is not set (",
+        ),
+        # fails deep in the standard library's json module
+        ("import json\n\nSETTINGS = json.loads('{not json')\n", "JSONDecodeError: Expecting property name"),
+    ],
+)
+def test_an_import_that_fails_in_library_code_is_reported_at_the_apps_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, says: str
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delenv("CLIAPP_UNSET_VARIABLE", raising=False)
+    name = write_module(tmp_path, source)
+    result = invoke("worker", "--app-dir", str(tmp_path), f"{name}:engine")
+    assert result.exit_code == 1
+    line = one_line_error(result)
+    assert line.startswith(f"error: importing '{name}' failed: {says}"), line
+    assert line.endswith(f"({tmp_path / name}.py:3)"), line
+
+
+def test_an_app_whose_dsn_is_no_dsn_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    source = "import dex\nfrom dex.adapters.postgres import PostgresAdapter\n\nengine = dex.Engine(PostgresAdapter('postgresql://app:s3cret@db:99999/shop'))\n"
+    name = write_module(tmp_path, source)
+    result = invoke("worker", "--app-dir", str(tmp_path), f"{name}:engine")
+    assert result.exit_code == 2
+    line = one_line_error(result)
+    assert "its port is not a number from 1 to 65535" in line and "s3cret" not in line
+    assert line.endswith(f"({tmp_path / name}.py:4)"), line
+
+
 SLOW_APP = '''
 """An application whose activity's first attempt takes a minute."""
 import os

@@ -1,4 +1,4 @@
-"""Bad input, row by row as docs/bad-input.md lists it: a clear error, and nothing lost or stuck."""
+"""Bad input, row by row as docs/reference/bad-input.md lists it: a clear error, and nothing lost or stuck."""
 
 from __future__ import annotations
 

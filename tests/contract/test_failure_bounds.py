@@ -1,4 +1,4 @@
-"""Failure texts are bounded, the cut visible (docs/bad-input.md).
+"""Failure texts are bounded, the cut visible (docs/reference/bad-input.md).
 
 Payloads stop at 2 MiB, but an exception's message had no bound: a 50 MB message made a 100 MB
 history and run page (the message, and the stack trace that repeats it). Every ``FailureInfo``

@@ -1,4 +1,4 @@
-"""dex needs no more than a role that owns its schema (docs/operations.md, "Database privileges")."""
+"""dex needs no more than a role that owns its schema (docs/how-to/operate.md, "Database privileges")."""
 
 from __future__ import annotations
 

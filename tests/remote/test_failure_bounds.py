@@ -1,4 +1,4 @@
-"""A remote worker's failure texts are bounded like every failure's (docs/bad-input.md).
+"""A remote worker's failure texts are bounded like every failure's (docs/reference/bad-input.md).
 
 A worker's 8 MB ``fail`` message was stored whole, and grew the overview page to 8 MB for
 everyone. Now it is kept as its first and last few thousand characters, with a note saying so.

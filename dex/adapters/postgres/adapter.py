@@ -5,7 +5,7 @@ The adapter is composed of parts, each given what it uses when it is made: the c
 queues known to exist (:class:`~.queues.PostgresQueues`). Runs are :class:`~.runs.PostgresRuns`;
 the task queues :class:`~.tasks.PostgresWorkflowTasks` and :class:`~.tasks.PostgresActivityTasks`;
 schedules :class:`~.schedules.PostgresSchedules`; forks :class:`~.forks.PostgresForks`; transaction
-steps :mod:`.step_store`. The adapter builds them, holds them and implements each port by one
+steps :class:`~.step_store.PostgresTransactionSteps`. The adapter builds them, holds them and implements each port by one
 call of the part that owns it. Each port call is one short transaction on a pooled connection: a
 single statement in the pool's autocommit mode, or a ``conn.transaction()`` block.
 """
@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from dex.adapters.postgres import direct, runs
+from dex.adapters.postgres import runs
 from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.connection import KeptConnection, connect, describe_dsn, open_pool, prepare_conninfo
 from dex.adapters.postgres.database import Database
@@ -160,8 +160,7 @@ class PostgresAdapter:
         self._activity_tasks = PostgresActivityTasks(db, q)
         self._schedules = PostgresSchedules(db, q, create_statement, queues)
         self._forks = PostgresForks(db, q, queues)
-        self._steps = TransactionSteps(
-            db,
+        self._steps = PostgresTransactionSteps(
             q,
             create_statement,
             queues,
@@ -369,33 +368,6 @@ class PostgresAdapter:
 
     def next_due_time(self, now: datetime) -> datetime | None:
         return self._queues.next_due_time(now)
-
-
-class TransactionSteps(PostgresTransactionSteps):
-    """The transaction-step ports (:mod:`.step_store`) as a part made with what they use: the
-    step store's class declares its collaborators as attributes, which this constructor gives.
-    (That class extends :class:`~.schedules.PostgresSchedules` for its statements, start
-    statement and cache of queues; the adapter's schedules are a part of their own.)"""
-
-    def __init__(
-        self,
-        db: Database,
-        q: Statements,
-        create_statement: direct.DirectStatement,
-        queues: PostgresQueues,
-        *,
-        clock: Clock,
-        conninfo: str,
-        step_slots: StepSlots,
-        step_sessions: StepSessions,
-        async_sessions: AsyncSessions,
-    ) -> None:
-        super().__init__(db, q, create_statement, queues)
-        self._clock = clock
-        self._conninfo = conninfo
-        self._step_slots = step_slots
-        self._step_sessions = step_sessions
-        self._async_sessions = async_sessions
 
 
 def _migrate(conn: psycopg.Connection, schema: str) -> None:

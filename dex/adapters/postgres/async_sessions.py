@@ -19,8 +19,8 @@ and gives it back after, as the pool does with its own:
   statements the function deallocated, is closed;
 * an idle connection is closed when it waited longer than ``idle_for``, when it belongs to
   another event loop than the one asking (the engine restarted its loop), and when the server
-  closed it meanwhile; at most ``keep`` wait at once (the adapter's step slots bound how many
-  are in use).
+  closed it meanwhile; at most ``keep`` wait at once (:mod:`.idle_connections` keeps that
+  account, as for synchronous steps; the adapter's step slots bound how many are in use).
 
 Everything here runs on the loop but :meth:`AsyncSessions.close`, which closes the idle
 connections from any thread (libpq's own close, which needs no loop).
@@ -30,26 +30,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable
 
-import attrs
 import psycopg
 from psycopg import pq
 
 from dex.adapters.postgres.connection import usable
+from dex.adapters.postgres.idle_connections import IdleConnections
 from dex.adapters.postgres.sessions import missing_prepared
 from dex.adapters.postgres.step_connections import StepAsyncConnection, StepAsyncCursor
 
 log = logging.getLogger(__name__)
-
-
-@attrs.frozen
-class _Idle:
-    loop: asyncio.AbstractEventLoop
-    conn: StepAsyncConnection
-    since: float
 
 
 class AsyncSessions:
@@ -65,27 +57,12 @@ class AsyncSessions:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._conninfo, self._settings, self._restore = conninfo, settings, restore
-        self._keep, self._idle_for, self._clock = keep, idle_for, clock
-        self._idle: list[_Idle] = []
-        self._closed = False
-        self._lock = threading.Lock()
+        # an idle connection's owner is its event loop: one of another loop is not handed out
+        self._idle: IdleConnections[StepAsyncConnection] = IdleConnections(keep, idle_for, clock)
 
     async def take(self, isolation: psycopg.IsolationLevel) -> StepAsyncConnection:
         """A connection for one step at ``isolation`` (autocommit off, no transaction open)."""
-        loop, now = asyncio.get_running_loop(), self._clock()
-        found: StepAsyncConnection | None = None
-        dropped: list[StepAsyncConnection] = []
-        with self._lock:
-            kept: list[_Idle] = []
-            for idle in reversed(self._idle):  # the most recently used first
-                fresh = idle.loop is loop and now - idle.since < self._idle_for
-                if fresh and found is None:
-                    found = idle.conn
-                elif fresh:
-                    kept.append(idle)
-                else:
-                    dropped.append(idle.conn)
-            self._idle = kept[::-1]
+        found, dropped = self._idle.take(asyncio.get_running_loop())
         for conn in dropped:
             _finish(conn)
         if found is not None and not usable(found):
@@ -133,20 +110,13 @@ class AsyncSessions:
             log.info("an async transaction step deallocated prepared statements of its session; it is closed")
             _finish(conn)
             return
-        idle = _Idle(asyncio.get_running_loop(), conn, self._clock())
-        with self._lock:
-            if not self._closed and len(self._idle) < self._keep:
-                self._idle.append(idle)
-                return
-        _finish(conn)
+        if not self._idle.keep(conn, asyncio.get_running_loop()):
+            _finish(conn)
 
     def close(self) -> None:
         """Close the idle connections; those given back later are closed then (idempotent)."""
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for entry in idle:
-            _finish(entry.conn)
+        for conn in self._idle.close():
+            _finish(conn)
 
 
 def _finish(conn: psycopg.AsyncConnection) -> None:

@@ -12,7 +12,6 @@ of the due rows is one statement per step, and followers read nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -104,9 +103,6 @@ class PostgresSchedules:
         self._create_run = create_statement
         self._queues = queues
 
-    def _ensure_queues(self, wanted: Iterable[tuple[str, str]]) -> None:
-        self._queues.ensure_all(wanted)
-
     def create_schedule(self, record: ScheduleRecord) -> None:
         q = self._q
         params = _definition_params(record.definition)
@@ -186,7 +182,7 @@ class PostgresSchedules:
     def advance_schedule(self, advance: ScheduleAdvance, now: datetime) -> tuple[bool, str | None]:
         start = advance.start
         if start is not None:
-            self._ensure_queues([(start.created.queue, WORKFLOW)])
+            self._queues.ensure_all([(start.created.queue, WORKFLOW)])
         q = self._q
         with self._db.transaction() as conn:
             # the compare-and-set; with a start, the run it proposes becomes the last run
@@ -218,7 +214,7 @@ class PostgresSchedules:
             return True, self._start(conn, advance.name, start, now)
 
     def trigger_schedule(self, name: str, start: ScheduledStart, now: datetime) -> str:
-        self._ensure_queues([(start.created.queue, WORKFLOW)])
+        self._queues.ensure_all([(start.created.queue, WORKFLOW)])
         with self._db.transaction() as conn:
             cursor = conn.execute(
                 self._q("UPDATE {s}.schedules SET last_fire_at = %s, last_run_id = %s WHERE name = %s"),

@@ -38,7 +38,7 @@ PARTITIONED_TABLES = {"workflow": "workflow_tasks", "activity": "activity_tasks"
 
 
 class DatabasePermissionError(DexError, PermissionError):
-    """The database role lacks a privilege dex needs (docs/operations.md lists them)."""
+    """The database role lacks a privilege dex needs (docs/how-to/operate.md lists them)."""
 
 
 def validate_schema(schema: object) -> str:

@@ -16,32 +16,26 @@ attempt takes an idle connection if there is one, or opens one, and gives it bac
   did to it is undone, and a session that cannot be restored, or whose prepared statements the
   function deallocated, is closed;
 * an idle connection is closed when it waited longer than ``idle_for`` or when the server closed
-  it meanwhile; at most ``keep`` wait at once (the adapter's step slots, :mod:`.step_slots`,
-  bound how many are in use; an attempt whose slot was lost still holds its connection, whose
-  session its watch ended, until it returns).
+  it meanwhile; at most ``keep`` wait at once (:mod:`.idle_connections` keeps that account, as
+  for async steps; the adapter's step slots, :mod:`.step_slots`, bound how many are in use; an
+  attempt whose slot was lost still holds its connection, whose session its watch ended, until
+  it returns).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
-import attrs
 import psycopg
 
 from dex.adapters.postgres import arrays
 from dex.adapters.postgres.connection import connect_as, usable
+from dex.adapters.postgres.idle_connections import IdleConnections
 from dex.adapters.postgres.step_connections import StepConnection, StepCursor
 
 log = logging.getLogger(__name__)
-
-
-@attrs.frozen
-class _Idle:
-    conn: StepConnection
-    since: float
 
 
 class StepSessions:
@@ -57,20 +51,12 @@ class StepSessions:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._conninfo, self._settings, self._restore = conninfo, settings, restore
-        self._keep, self._idle_for, self._clock = keep, idle_for, clock
-        self._idle: list[_Idle] = []
-        self._closed = False
-        self._lock = threading.Lock()
+        self._idle: IdleConnections[StepConnection] = IdleConnections(keep, idle_for, clock)
 
     def take(self) -> StepConnection:
         """A connection in autocommit with no transaction open (``DatabaseConnectionError`` when
         none can be opened)."""
-        now = self._clock()
-        with self._lock:
-            fresh = [idle for idle in self._idle if now - idle.since < self._idle_for]
-            stale = [idle.conn for idle in self._idle if now - idle.since >= self._idle_for]
-            found = fresh.pop().conn if fresh else None  # the most recently used
-            self._idle = fresh
+        found, stale = self._idle.take()
         for conn in stale:
             _close(conn)
         if found is not None and usable(found):
@@ -99,19 +85,13 @@ class StepSessions:
         self._restore(conn)  # closes a session it cannot restore
         if conn.closed:
             return
-        with self._lock:
-            if not self._closed and len(self._idle) < self._keep:
-                self._idle.append(_Idle(conn, self._clock()))
-                return
-        _close(conn)
+        if not self._idle.keep(conn):
+            _close(conn)
 
     def close(self) -> None:
         """Close the idle connections; those given back later are closed then (idempotent)."""
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for entry in idle:
-            _close(entry.conn)
+        for conn in self._idle.close():
+            _close(conn)
 
 
 def _close(conn: psycopg.Connection) -> None:

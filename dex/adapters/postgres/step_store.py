@@ -22,9 +22,10 @@ from typing import Any
 import attrs
 import psycopg
 
-from dex.adapters.postgres import checkpoints, instances, overruns, runs, transactions
+from dex.adapters.postgres import checkpoints, direct, instances, overruns, runs, transactions
 from dex.adapters.postgres.async_sessions import AsyncSessions
-from dex.adapters.postgres.schedules import PostgresSchedules
+from dex.adapters.postgres.queues import PostgresQueues
+from dex.adapters.postgres.schema import Statements
 from dex.adapters.postgres.step_connections import run_held, run_held_async
 from dex.adapters.postgres.step_sessions import StepSessions
 from dex.adapters.postgres.step_slots import Slot, StepSlots
@@ -34,14 +35,29 @@ from dex.domain import events as ev
 from dex.domain.values import Payload
 
 
-class PostgresTransactionSteps(PostgresSchedules):
-    """Transaction steps (``@dex.transaction``) and ``connection=`` starts and events."""
+class PostgresTransactionSteps:
+    """Transaction steps (``@dex.transaction``) and ``connection=`` starts and events.
 
-    _clock: Clock
-    _conninfo: str
-    _async_sessions: AsyncSessions
-    _step_sessions: StepSessions
-    _step_slots: StepSlots
+    Made with what they use: the schema's statements, the adapter's start statement
+    (``create_statement``, for ``create_run_in``) and cache of queues, the clock, the
+    ``conninfo`` the overrun watch connects with to end a session, the step slots, and the
+    steps' own connections, synchronous and async."""
+
+    def __init__(
+        self,
+        q: Statements,
+        create_statement: direct.DirectStatement,
+        queues: PostgresQueues,
+        *,
+        clock: Clock,
+        conninfo: str,
+        step_slots: StepSlots,
+        step_sessions: StepSessions,
+        async_sessions: AsyncSessions,
+    ) -> None:
+        self._q, self._create_run, self._queues = q, create_statement, queues
+        self._clock, self._conninfo = clock, conninfo
+        self._step_slots, self._step_sessions, self._async_sessions = step_slots, step_sessions, async_sessions
 
     @property
     def lost_step_slots(self) -> int:
@@ -79,7 +95,7 @@ class PostgresTransactionSteps(PostgresSchedules):
         # the queues the results start using get their rows first, as completions' do (DDL)
         wanted = [(spec.queue, ACTIVITY) for item in items for spec in item.result.activity_tasks]
         wanted += [(child.created.queue, WORKFLOW) for item in items for child in item.result.child_runs]
-        self._ensure_queues(wanted)
+        self._queues.ensure_all(wanted)
         # bounded as a step run on its own is (overruns.py): an overrun fails the group, whose
         # steps then run as tasks of their own, each watched
         steps = [item.step for item in items]
@@ -102,7 +118,7 @@ class PostgresTransactionSteps(PostgresSchedules):
 
     def create_run_in(self, connection: object, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         conn = transactions.caller_connection(connection)
-        self._ensure_queues([(created.queue, WORKFLOW)])
+        self._queues.ensure_all([(created.queue, WORKFLOW)])
         if created.instance_id is not None:  # held until the application's transaction ends (instances.py)
             instances.hold(conn, self._q, created.instance_id)
         return runs.create_run(conn, self._q, self._create_run, run_id, created, now, public=True)[0]

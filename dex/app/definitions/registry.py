@@ -47,7 +47,7 @@ def workflow(
     if version is not ...:
         warnings.warn(
             "@dex.workflow(version=) is retired and changes nothing: name the deployed code with "
-            "Engine(code_version=...) and branch with ctx.patched(...) (docs/guide.md, 'Deploying new code')",
+            "Engine(code_version=...) and branch with ctx.patched(...) (docs/how-to/deploy-new-code.md)",
             DeprecationWarning,
             stacklevel=2,
         )

@@ -6,5 +6,6 @@ Owns what an application calls: starting runs (:mod:`.starts`), sending them mes
 administration (:mod:`.queues`) and the asyncio face (:mod:`.aio`). :mod:`.engine` builds these
 services and, when the engine starts, the runtime.
 
-May import every other package of ``dex.app`` and ``dex.domain``; nothing below imports it.
+May import every other package of ``dex.app``, ``dex.domain`` and ``dex.serialization`` (the
+default payload converter, histories exported as JSON); nothing below imports it.
 """

@@ -319,8 +319,8 @@ class Engine:
 
         The steps recorded up to there are not repeated; those pending there (activities,
         timers, children) are started again, and the events the original received after it
-        are delivered again (see :mod:`dex.domain.forks` and the guide, "Deploying new
-        code"). ``queue`` puts the fork on another workflow queue. A fork keeps the original's
+        are delivered again (see :mod:`dex.domain.forks` and
+        docs/how-to/deploy-new-code.md). ``queue`` puts the fork on another workflow queue. A fork keeps the original's
         instance id: InvalidStateError while a live run holds it. RunNotFoundError for an
         unknown run, TypeError or ValueError for a bad ``at`` or ``queue``; nothing is written
         then.

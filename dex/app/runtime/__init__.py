@@ -2,7 +2,8 @@
 
 Owns the assembly of an engine's workers, buffer, watchdog and pools (:mod:`.assembly`), the
 rounds each background thread performs (:mod:`.rounds`), the coordinator that owns their
-scheduling state (:mod:`.coordinator` over the pure :mod:`.coordination`), the leader's duties
+scheduling state (:mod:`.coordinator`: its state and the pure ``transition``, over the event and
+command values of :mod:`.coordination`), the leader's duties
 (:mod:`.leader`), and what ``Engine.health()`` reports (:mod:`.health`, :mod:`.long_polls`).
 
 May import ``workflows``, ``activities``, ``machinery``, ``schedules``, ``definitions``,

@@ -1,5 +1,5 @@
 """What ``Engine.health()`` reports: the engine's threads, and the resources hostile code or
-clients can hold (docs/reference/contract.md §8; docs/operations.md "Health").
+clients can hold (docs/reference/contract.md §8; docs/how-to/operate.md "Health").
 
 Each figure is read from the component that owns it when ``health()`` is called; nothing is
 kept here. A figure that is not zero names something an operator should look at: a workflow
