@@ -10,6 +10,7 @@ bounded and readable, and the runs after it go on.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import timedelta
 from typing import Any
@@ -103,6 +104,7 @@ def test_a_step_that_succeeds_at_once_shows_one_attempt_and_nothing_else(make_en
     )
     assert step.ended_at is not None and step.next_retry_at is None
     assert engine.store.step_attempts(run_id) == []  # nothing was written for it
+    assert asyncio.run(engine.activity_steps_async(run_id)) == [step]
 
 
 def test_failed_attempts_are_counted_and_the_newest_kept(make_engine: Any) -> None:
