@@ -38,6 +38,7 @@ def test_pending_activities_show_their_attempt_and_next_retry(make_engine: Any) 
         overview = http.get("/").text
         if not isinstance(engine.store, InMemoryAdapter):
             assert "retrying activity" in overview and run_id in overview
+            assert "ConnectionError: the payment service is down" in overview  # its newest failure
         assert 'id="timeline"' in page and "pending" in page
 
 
