@@ -10,7 +10,8 @@ from dex.app.definitions.registry import activity, workflow
 from dex.app.definitions.transactions import transaction
 from dex.app.facade.engine import Engine
 from dex.app.facade.info import RunInfo
-from dex.app.ports.store import QueueInfo
+from dex.app.facade.steps import ActivityStep
+from dex.app.ports.store import FailedAttempt, QueueInfo
 from dex.app.runtime.health import EngineHealth
 from dex.app.schedules.spec import Schedule, ScheduleInfo
 from dex.domain.context import WorkflowContext
@@ -36,11 +37,13 @@ from dex.domain.values import ApplicationError, FailureInfo, TerminalError
 __all__ = [
     "ActivityContext",
     "ActivityFailedError",
+    "ActivityStep",
     "ApplicationError",
     "ChildWorkflowFailedError",
     "DexError",
     "Engine",
     "EngineHealth",
+    "FailedAttempt",
     "FailureInfo",
     "HistoryEvent",
     "InvalidStateError",

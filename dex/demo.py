@@ -1,4 +1,5 @@
-"""The README demo: a durable order workflow on PostgreSQL that survives Ctrl-C.
+"""The README demo: a durable order workflow on PostgreSQL that survives Ctrl-C, its card charge
+retried twice (each failed attempt printed as it happens, with the time of the next).
 
 It uses ``DEX_DATABASE_URL`` or, without one, an embedded PostgreSQL under ``.dex-data/``. The
 order has a fixed instance id, so running the demo again while the order is unfinished resumes
@@ -59,6 +60,27 @@ def describe(item: dex.HistoryEvent) -> str:
     return f"{item.sequence_number:>4}  {item.timestamp:%H:%M:%S.%f}"[:-3] + f"  {item.kind} {detail}".rstrip()
 
 
+def retries(steps: list[dex.ActivityStep], told: set[tuple[int, int, str]]) -> list[str]:
+    """A line for each failed or lost attempt of ``steps`` not yet in ``told`` (which it adds
+    to), oldest first: retried attempts are not history, so the store's attempts say them."""
+    lines = []
+    for step in steps:
+        for attempt in reversed(step.recent):
+            key = (step.seq, attempt.attempt, attempt.kind)
+            if key in told:
+                continue
+            told.add(key)
+            failure = f"{attempt.failure.type}: {attempt.failure.message}"
+            line = f"      {step.name} attempt {attempt.attempt} {attempt.kind}: {failure}"
+            newest = attempt is step.recent[0]
+            if newest and step.status == "retrying" and step.next_retry_at is not None:
+                line += f"; retrying at {step.next_retry_at:%H:%M:%S.%f}"[:-3]
+            elif newest and step.status == "failed":
+                line += f"; giving up after {step.attempts} attempts"
+            lines.append(line)
+    return lines
+
+
 def run_demo(database_url: str, *, schema: str = "dex_demo", out: TextIO | None = None) -> int:
     """Run (or resume) the demo order on background workers, printing its history as it grows."""
     from dex.adapters.postgres import PostgresAdapter
@@ -77,13 +99,17 @@ def run_demo(database_url: str, *, schema: str = "dex_demo", out: TextIO | None 
         else:
             write(f"started run {run_id}; press Ctrl-C at any time, then run the demo again to resume it\n")
         seen, sent = 0, False
+        told: set[tuple[int, int, str]] = set()
         while True:
             info = engine.get_run(run_id)
+            steps = engine.activity_steps(run_id)  # the attempts first: a retry is not history
             history = engine.history(run_id)
             for item in history[seen:]:
                 if item.kind not in QUIET_KINDS:
                     write(describe(item) + "\n")
             seen = len(history)
+            for line in retries(steps, told):
+                write(line + "\n")
             if info.custom_status == "waiting for the warehouse" and not sent:
                 write("      ... the warehouse sends the 'packed' event\n")
                 engine.send_event(run_id, "packed", "warehouse-7")

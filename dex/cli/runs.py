@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from dex.app.facade.engine import Engine
+from dex.app.facade.steps import activity_steps
 from dex.app.ports.store import RunRecord
 from dex.cli.bulk import (
     ALL_STATUSES,
@@ -30,7 +31,7 @@ from dex.cli.bulk import (
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
 from dex.cli.params import EVENT_ID, JSON_VALUE, QUEUE_NAME, RUN_ID, SEQUENCE, TEXT
 from dex.domain.errors import InvalidStateError, RunNotFoundError
-from dex.views import render, timeline
+from dex.views import attempts, render, timeline
 
 
 @click.group()
@@ -61,10 +62,13 @@ def list_runs(**filters: Any) -> None:
 @connection_options
 @json_option
 def show_run(run_id: str, show_all: bool, stack: bool) -> None:
-    """Show a run: metadata, result or failure, and its history as a timeline."""
+    """Show a run: metadata, result or failure, its activity steps with their attempts, and its
+    history as a timeline."""
     with open_engine() as engine:
         record = _get(engine.store.get_run, run_id)
+        kept = engine.store.step_attempts(run_id)  # before the history, as Engine.activity_steps reads
         history = engine.store.load_history(run_id)
+    steps = activity_steps(history, kept)
     if settings().json:
         document = render.run_json(record)
         document["history"] = [
@@ -78,11 +82,14 @@ def show_run(run_id: str, show_all: bool, stack: bool) -> None:
         ]
         waiting = timeline.pending_activities(history) if not record.status.is_terminal else []
         document["pending_activities"] = [{"created_seq": seq, "name": name} for seq, name in waiting]
+        document["activity_steps"] = [attempts.step_json(step) for step in steps]
         click.echo(render.dumps(document))
         return
     click.echo(timeline.run_details(record, history))
     if stack and record.failure is not None:
         click.echo("\n" + timeline.stack_trace(record.failure))
+    if steps:
+        click.echo(f"\nactivity steps: {len(steps)}\n{attempts.steps_text(steps)}")
     shown = timeline.timeline(history, show_all=show_all)
     hidden = "" if show_all else " (workflow tasks hidden; --all shows them)"
     click.echo(f"\nhistory: {len(history)} events{hidden}\n{shown}")

@@ -46,6 +46,9 @@ class NewActivityTask:
     visible_from: datetime
     trace_context: ev.Labels = ()
     attempt: int = 1  # above 1 for a retry of a first attempt that ran inside the workflow task
+    # that attempt's failure, which the store keeps as the step's first failed attempt (a
+    # retried attempt is not history: docs/reference/contract.md §8)
+    failure: FailureInfo | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -14,8 +14,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from dex.app.facade.steps import activity_steps
 from dex.domain.definitions import Signature
 from dex.domain.errors import NotRegisteredError
+from dex.views.attempts import step_json
 from dex.web import inputs
 from dex.web.api_admin import admin_operations
 from dex.web.errors import ApiError, first_line
@@ -72,7 +74,17 @@ async def list_runs(request: Request, web: Any) -> Response:
 
 
 async def get_run(request: Request, web: Any) -> Response:
-    return json(run_document(await blocking(web.record, run_id(request))))
+    return json(await blocking(run_details, web, run_id(request)))
+
+
+def run_details(web: Any, run_id: str) -> dict[str, Any]:
+    """A run with its activity steps and their attempts (the store's attempts read before the
+    history, as ``Engine.activity_steps`` reads them)."""
+    document = run_document(web.record(run_id))
+    kept = web.store.step_attempts(run_id)
+    history = web.store.load_history(run_id)
+    document["activity_steps"] = [step_json(step) for step in activity_steps(history, kept)]
+    return document
 
 
 async def history(request: Request, web: Any) -> Response:
@@ -221,7 +233,12 @@ def operations(workflows: Mapping[str, Signature] | None = None) -> list[Operati
             links=run_links(),
         ),
         Operation(
-            method="GET", path="/v1/runs/{run_id}", handler=get_run, summary="A run", params=(RUN_ID,), response=RUN
+            method="GET",
+            path="/v1/runs/{run_id}",
+            handler=get_run,
+            summary="A run, with its activity steps and their attempts (count, newest failures, next retry)",
+            params=(RUN_ID,),
+            response={"$ref": "#/components/schemas/RunDetails"},
         ),
         Operation(
             method="GET",

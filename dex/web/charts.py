@@ -6,7 +6,7 @@ of steps as bars.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import attrs
@@ -92,10 +92,15 @@ class Step:
         return show_duration(self.end - self.start) if self.end is not None else "-"
 
 
-def steps_of(history: Sequence[ev.HistoryEvent], pending: Sequence[PendingActivity]) -> list[Step]:
+def steps_of(
+    history: Sequence[ev.HistoryEvent],
+    pending: Sequence[PendingActivity],
+    attempts_made: Mapping[int, int] | None = None,
+) -> list[Step]:
     """The run's steps (activities, timers, children), each from the event that scheduled it
-    to the one that answered it."""
-    attempts = {p.seq: p.attempt for p in pending}
+    to the one that answered it; an activity's attempt is the pending task's, else how many
+    ``attempts_made`` says it took (a step retried looks like one bar: its label says so)."""
+    attempts = {**(attempts_made or {}), **{p.seq: p.attempt for p in pending if p.attempt is not None}}
     opened: dict[int, tuple[str, str, datetime]] = {}
     closed: dict[int, tuple[datetime, str]] = {}
     children: dict[str, int] = {}

@@ -57,7 +57,7 @@ class FailingWork:
 class PendingActivity:
     seq: int
     name: str
-    attempt: int | None  # None where the store does not say (the port-only reading)
+    attempt: int | None  # None where the store has no task for it (yet)
     state: str  # "waiting" (for its first attempt or a retry), "queued", "running"
     next_attempt_at: datetime | None
 
@@ -151,7 +151,21 @@ class PortInsights:
         return found[:limit]
 
     def pending_activities(self, run_id: str, history: Sequence[ev.HistoryEvent]) -> list[PendingActivity]:
-        return [
-            PendingActivity(seq=seq, name=name, attempt=None, state="pending", next_attempt_at=None)
-            for seq, name in pending_from_history(history)
-        ]
+        tasks = {step.created_seq: step.pending for step in self._store.step_attempts(run_id) if step.pending}
+        found = []
+        for seq, name in pending_from_history(history):
+            task = tasks.get(seq)
+            if task is None:  # its task is not written yet, or its outcome is on the way
+                found.append(PendingActivity(seq=seq, name=name, attempt=None, state="pending", next_attempt_at=None))
+                continue
+            waiting = task.state == "waiting"
+            found.append(
+                PendingActivity(
+                    seq=seq,
+                    name=name,
+                    attempt=task.attempt,
+                    state=task.state,
+                    next_attempt_at=task.visible_from if waiting else None,
+                )
+            )
+        return found

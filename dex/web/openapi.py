@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from dex.app.facade.steps import STEP_STATUSES
+from dex.app.ports.attempts import ATTEMPT_KINDS, MAX_RECENT_ATTEMPTS
 from dex.app.ports.schedules import OVERLAP_POLICIES
 from dex.domain.definitions import NAME_PATTERN, QUEUE_PATTERN
 from dex.domain.status import RunStatus
@@ -94,6 +96,37 @@ SCHEMAS: dict[str, Any] = {
             "forked_from": NULLABLE_STRING,
         },
     },
+    "ActivityStep": {
+        "type": "object",
+        "description": "an activity step of the run (its ActivityTaskCreated is event seq) and its attempts",
+        "required": ["seq", "name", "status", "attempts", "failed", "lost", "recent_failures"],
+        "properties": {
+            "seq": {"type": "integer"},
+            "name": STRING,
+            "status": {"type": "string", "enum": list(STEP_STATUSES)},
+            "attempts": {"type": "integer", "description": "attempts begun, the one under way included"},
+            "failed": {"type": "integer", "description": "attempts that failed, the final failure included"},
+            "lost": {"type": "integer", "description": "attempts lost to a crash: begun, never reported"},
+            "scheduled_at": TIME,
+            "ended_at": TIME,
+            "next_retry_at": {**TIME, "description": "while retrying: when the next attempt may begin"},
+            "lease_expires_at": {**TIME, "description": "while running: when the attempt's lease runs out"},
+            "recent_failures": {
+                "type": "array",
+                "maxItems": MAX_RECENT_ATTEMPTS,
+                "description": "the newest failed and lost attempts, newest first",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "attempt": {"type": "integer"},
+                        "kind": {"type": "string", "enum": list(ATTEMPT_KINDS)},
+                        "at": {"type": "string", "format": "date-time"},
+                        "failure": FAILURE,
+                    },
+                },
+            },
+        },
+    },
     "Queue": {
         "type": "object",
         "properties": {
@@ -124,6 +157,14 @@ SCHEMAS: dict[str, Any] = {
             "end_at": TIME,
             "labels": {"type": "object", "additionalProperties": STRING},
         },
+    },
+}
+# a run as GET /v1/runs/{run_id} answers: the run, and its activity steps with their attempts
+SCHEMAS["RunDetails"] = {
+    "type": "object",
+    "properties": {
+        **SCHEMAS["Run"]["properties"],
+        "activity_steps": {"type": "array", "items": {"$ref": "#/components/schemas/ActivityStep"}},
     },
 }
 # each status an operation can answer with an error, and the error types it then carries

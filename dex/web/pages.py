@@ -42,6 +42,7 @@ from dex.web.signing import Signer
 TEMPLATES = Path(__file__).parent / "templates"
 ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True), auto_reload=False)
 ENV.filters["time"] = lambda moment: show_time(moment)
+ENV.filters["moment"] = lambda moment: show_time(moment, millis=True)
 ENV.filters["labels"] = show_labels
 ENV.filters["schedule_timing"] = show_schedule_timing  # the words of `dex schedules list`
 ENV.filters["schedule_status"] = show_schedule_status

@@ -7,7 +7,8 @@ already keeps, so the overview answers as fast over a million runs as over a hun
   ``created_at``) and of ``runs_finished`` (by ``completed_at``, terminal runs only);
 - failing work: held runs are found from ``workflow_tasks`` (a held run keeps its task, and
   that table holds live tasks only), failed runs from ``runs_finished`` over the last day,
-  retrying activities from ``activity_tasks`` (live tasks only);
+  retrying activities from ``activity_tasks`` (live tasks only), each with its newest failure
+  from ``activity_attempts`` (by its key);
 - a run's pending activities: ``activity_tasks_run``.
 
 The statements run on a connection of the adapter's own pool (``PostgresAdapter.reading``;
@@ -108,9 +109,13 @@ class PostgresInsights:
                 [since, limit],
             ).fetchall()
             retrying = conn.execute(
+                # with the newest failure its steps' kept attempts hold (by their key: one lookup each)
                 self._q(
-                    "SELECT run_id, name, attempt, visible_from FROM {s}.activity_tasks"
-                    " WHERE attempt > 1 ORDER BY visible_from DESC LIMIT %s"
+                    "SELECT t.run_id, t.name, t.attempt, t.visible_from, a.failures[1]"
+                    " FROM (SELECT run_id, created_seq, name, attempt, visible_from FROM {s}.activity_tasks"
+                    "  WHERE attempt > 1 ORDER BY visible_from DESC LIMIT %s) t"
+                    " LEFT JOIN {s}.activity_attempts a ON a.run_id = t.run_id AND a.created_seq = t.created_seq"
+                    " ORDER BY t.visible_from DESC"
                 ),
                 [limit],
             ).fetchall()
@@ -127,11 +132,11 @@ class PostgresInsights:
                 run_id=run_id,
                 what="retrying activity",
                 name=name,
-                failure=f"attempt {attempt} failed",
+                failure=describe(_failure(blob)) or f"attempt {attempt - 1} failed",
                 when=visible_from,
                 attempt=attempt,
             )
-            for run_id, name, attempt, visible_from in retrying
+            for run_id, name, attempt, visible_from, blob in retrying
         ]
         return found[:limit]
 

@@ -1,5 +1,6 @@
 """The run page's content: the run, its input and outcome pretty-printed, parent and children,
-its steps as a timeline, its pending activities and its full history with decoded payloads.
+its steps as a timeline, its activity steps' attempts (how many, the newest failures, the next
+retry), its pending activities and its full history with decoded payloads.
 
 The history is shown a page of :data:`HISTORY_PAGE` events at a time (``?from=`` names the
 first sequence number shown), and the timeline and its table show the steps scheduled among
@@ -17,9 +18,11 @@ from typing import Any
 
 import attrs
 
+from dex.app.facade.steps import ActivityStep, activity_steps
 from dex.domain import events as ev
 from dex.domain.errors import SerializationError
 from dex.domain.values import Payload
+from dex.views.attempts import attempts_text, visible, when_text
 from dex.views.render import decode, jsonable, show_payload
 from dex.views.timeline import stack_trace
 from dex.web.charts import steps_of, timeline
@@ -86,13 +89,17 @@ def history_page(history: Sequence[ev.HistoryEvent], start: int | None, size: in
 def run_view(web: Any, run_id: str, now: datetime, start: int | None = None) -> dict[str, Any]:
     """What the run page shows; ``start``: a sequence number on the history page to show."""
     run = web.record(run_id)
+    kept = web.store.step_attempts(run_id)  # before the history, as Engine.activity_steps reads
     history = web.store.load_history(run_id)
     pending = web.insights.pending_activities(run_id, history) if not run.status.is_terminal else []
     created = created_event(history)
     index, pager = history_page(history, start)
     shown = history[index : index + HISTORY_PAGE]
+    # the activity steps scheduled among the events shown, with their attempts
+    activities = [s for s in activity_steps(history, kept) if pager.first_seq <= s.seq <= pager.last_seq]
     # the steps scheduled among the events shown, on an axis from the page's first event
-    steps = [s for s in steps_of(history, pending) if pager.first_seq <= s.seq <= pager.last_seq]
+    attempts = {s.seq: s.attempts for s in activities if s.attempts > 1}
+    steps = [s for s in steps_of(history, pending, attempts) if pager.first_seq <= s.seq <= pager.last_seq]
     origin = shown[0].timestamp if pager.first is not None else run.created_at
     end = run.completed_at or now
     return {
@@ -108,6 +115,25 @@ def run_view(web: Any, run_id: str, now: datetime, start: int | None = None) -> 
         "timeline": timeline(steps, origin, end),
         "pager": pager,
         "pending": pending,
+        "activity_steps": [_step_row(step) for step in activities],
         "history": [{**event_document(item), "text": pretty(event_document(item)["event"])} for item in shown],
         "live": not run.status.is_terminal,
+    }
+
+
+def _step_row(step: ActivityStep) -> dict[str, Any]:
+    """An activity step as the run page's attempts table shows it: its counts, what comes next,
+    and each recent failed or lost attempt with its failure's first line and whole trace."""
+    return {
+        "step": step,
+        "attempts": attempts_text(step),
+        "next": when_text(step),
+        "failures": [
+            {
+                "attempt": attempt,
+                "summary": visible(f"{attempt.failure.type}: {attempt.failure.message}".split("\n", 1)[0])[:300],
+                "trace": stack_trace(attempt.failure),
+            }
+            for attempt in step.recent
+        ],
     }

@@ -52,6 +52,10 @@ def test_demo_resumes_after_ctrl_c(demo_env: tuple[dict[str, str], str]) -> None
     rest, _ = first.communicate(timeout=60)
     output = "".join(lines) + rest
     assert first.returncode == 130, output
+    # each failed attempt of the card charge as it happened, with the time of its retry
+    retried = re.findall(r"charge-card attempt (\d) failed: ConnectionError: .*; retrying at (\S+)", output)
+    assert [attempt for attempt, _at in retried] == ["1", "2"], output
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}", at) for _attempt, at in retried), output
     assert "interrupted" in output
     started = re.search(r"started run ([0-9a-f-]{36})", output)
     assert started is not None, output

@@ -265,7 +265,24 @@ def add_finished_and_waiting_rows(
             ),
             params | {"queue": workload.ACTIVITY_QUEUE},
         )
-    conn.execute(q("ANALYZE {s}.runs, {s}.history, {s}.inbox, {s}.workflow_tasks, {s}.activity_tasks, {s}.queues"))
+        conn.execute(
+            q(
+                # the failed attempts kept: the sleeping runs' retried steps, and a step of every
+                # tenth finished run that was retried before it succeeded
+                "INSERT INTO {s}.activity_attempts (run_id, created_seq, failed, lost, next_attempt, attempts,"
+                " kinds, at, failures)"
+                " SELECT CASE WHEN mod(g, 10) = 0 THEN 'sleeping-' ELSE 'done-' END || g, 3, 1, 0, 2, ARRAY[1],"
+                "  ARRAY['failed'], ARRAY[%(now)s::timestamptz], ARRAY['\\x00'::bytea]"
+                " FROM generate_series(%(first)s::integer, %(last)s::integer) g WHERE mod(g, 5) = 0"
+            ),
+            params,
+        )
+    conn.execute(
+        q(
+            "ANALYZE {s}.runs, {s}.history, {s}.inbox, {s}.workflow_tasks, {s}.activity_tasks, {s}.queues,"
+            " {s}.activity_attempts"
+        )
+    )
 
 
 def test_polling_cost_does_not_grow_with_finished_runs(

@@ -73,6 +73,7 @@ PUBLIC_CALLS: dict[str, tuple[Any, ...]] = {
     "get_run": _RUN,
     "list_runs": _LIST_RUNS,
     "history": _RUN,
+    "activity_steps": _RUN,
     "export_history": _RUN,
     "wait": _WAIT,
     "fork": _FORK,
@@ -106,6 +107,7 @@ ASYNC_CALLS = (
     "get_run",
     "list_runs",
     "history",
+    "activity_steps",
     "fork",
     "wait",
 )

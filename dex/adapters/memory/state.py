@@ -15,8 +15,11 @@ import itertools
 import threading
 from datetime import datetime
 
+import attrs
+
 from dex.adapters.memory.tables import QUEUED, ActivityTaskRow, InboxRow, QueueRow, RunRow, WorkflowTaskRow
-from dex.app.ports.store import QUEUE_KINDS, WORKFLOW, queue_capacity
+from dex.app.ports.attempts import FAILED, LOST, recorded
+from dex.app.ports.store import QUEUE_KINDS, WORKFLOW, FailedAttempt, StepAttempts, queue_capacity
 from dex.domain import events as ev
 from dex.domain.definitions import validate_queue
 from dex.domain.errors import InvalidStateError, RunNotFoundError
@@ -39,6 +42,21 @@ class MemoryState:
         self.workflow_task_of_run: dict[str, int] = {}
         self.activity_tasks: dict[int, ActivityTaskRow] = {}
         self.queues: dict[tuple[str, str], QueueRow] = {}
+        # per run, per step (created_seq): its failed and lost attempts (ports/attempts.py)
+        self.attempts: dict[str, dict[int, StepAttempts]] = {}
+
+    def record_attempt(self, run_id: str, created_seq: int, failed: FailedAttempt, next_attempt: int) -> None:
+        """Keep a failed or lost attempt of a step (the caller holds the lock and writes the
+        retry or the claim that found it)."""
+        steps = self.attempts.setdefault(run_id, {})
+        known = steps.get(created_seq, StepAttempts(created_seq=created_seq))
+        steps[created_seq] = attrs.evolve(
+            known,
+            failed=known.failed + (failed.kind == FAILED),
+            lost=known.lost + (failed.kind == LOST),
+            next_attempt=next_attempt,
+            recent=recorded(known.recent, failed),
+        )
 
     def find_live_instance(self, instance_id: str | None) -> str | None:
         if instance_id is None:

@@ -41,6 +41,7 @@ from dex.app.ports.store import (
     QueueInfo,
     RunFilter,
     RunRecord,
+    StepAttempts,
     TransactionStep,
     WorkflowInput,
     WorkflowTask,
@@ -184,6 +185,9 @@ class InMemoryAdapter:
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[ActivityTask]:
         return self._tasks.claim_activity_tasks(names, owner, now, lease, limit)
+
+    def step_attempts(self, run_id: str) -> list[StepAttempts]:
+        return self._tasks.step_attempts(run_id)
 
     def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
         return self._tasks.find_activity_tasks(task_ids)

@@ -13,15 +13,21 @@ import operator
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
+import attrs
+
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow
+from dex.app.ports.attempts import FAILED, LOST, lost_attempt
 from dex.app.ports.store import (
     ACTIVITY,
     WORKFLOW,
     ActivityOutcome,
     ActivityTask,
     AnsweredStep,
+    FailedAttempt,
+    PendingAttempt,
+    StepAttempts,
     WorkflowTask,
 )
 from dex.domain import events as ev
@@ -229,6 +235,9 @@ class MemoryTasks:
                 trace_context=spec.trace_context,
                 attempt=spec.attempt,
             )
+            if spec.failure is not None and spec.attempt > 1:  # its first attempt ran inline and failed
+                failed = FailedAttempt(attempt=spec.attempt - 1, at=now, kind=FAILED, failure=spec.failure)
+                self._state.record_attempt(spec.run_id, spec.created_seq, failed, spec.attempt)
         if plan.completion is not None:
             completion = plan.completion
             run.completed_at, run.result, run.failure, run.holds_key = now, completion.result, completion.failure, False
@@ -272,11 +281,29 @@ class MemoryTasks:
             ready.sort(key=lambda t: (-t.priority, t.task_id))
             claimed = []
             for task in ready[:limit]:
-                if task.lease.owner is not None:
-                    task.attempt += 1  # the previous holder's lease expired: that attempt is lost
+                if task.lease.owner is not None and task.lease.until is not None:
+                    # the previous holder's lease expired: that attempt is lost, and kept as such
+                    lost = FailedAttempt(
+                        attempt=task.attempt,
+                        at=task.lease.until,
+                        kind=LOST,
+                        failure=lost_attempt(task.attempt, task.lease.until),
+                    )
+                    task.attempt += 1
+                    self._state.record_attempt(task.run_id, task.created_seq, lost, task.attempt)
                 task.lease.take(owner, now + min(lease, task.lock_timeout))
                 claimed.append(task.claimed())
             return claimed
+
+    def step_attempts(self, run_id: str) -> list[StepAttempts]:
+        with self._state.lock:
+            steps = dict(self._state.attempts.get(run_id, {}))
+            for row in self._state.activity_tasks.values():
+                if row.run_id != run_id:
+                    continue
+                known = steps.get(row.created_seq, StepAttempts(created_seq=row.created_seq))
+                steps[row.created_seq] = attrs.evolve(known, pending=_pending(row))
+            return [steps[seq] for seq in sorted(steps)]
 
     def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
         with self._state.lock:
@@ -308,6 +335,9 @@ class MemoryTasks:
         if row is None or not row.lease.is_(outcome.task.lease):
             return False
         if outcome.retry_at is not None:
+            if outcome.counts and outcome.failure is not None:  # kept with the retry's own write
+                failed = FailedAttempt(attempt=row.attempt, at=now, kind=FAILED, failure=outcome.failure)
+                self._state.record_attempt(row.run_id, row.created_seq, failed, row.attempt + 1)
             row.state, row.visible_from = CREATED, outcome.retry_at
             row.attempt += 1 if outcome.counts else 0  # a retry the machinery caused is the same attempt
             row.lease.clear()
@@ -317,3 +347,16 @@ class MemoryTasks:
         assert message is not None
         self._state.deliver(row.run_id, message, now)
         return True
+
+
+def _pending(row: ActivityTaskRow) -> PendingAttempt:
+    """An activity task as :class:`PendingAttempt` says it (ports/attempts.py)."""
+    if row.state == CREATED:
+        return PendingAttempt(attempt=row.attempt, state="waiting", visible_from=row.visible_from)
+    until = row.lease.until if row.lease.owner is not None else None
+    return PendingAttempt(
+        attempt=row.attempt,
+        state="running" if until is not None else "queued",
+        visible_from=row.visible_from,
+        lease_until=until,
+    )

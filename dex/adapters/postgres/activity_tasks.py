@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from dex.adapters.postgres import attempts
 from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, activity_task, inbox_insert, inbox_row
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_ACTIVITIES, Statements
 from dex.app.ports.store import ActivityOutcome, ActivityTask
@@ -119,19 +120,21 @@ def send_activity_claim(
         return None
     # as for workflow tasks: SKIP LOCKED, a lease until now + the short lease (at most the
     # task's lock_timeout; the engine extends it while the attempt runs), and a new
-    # lock_version; a task taken over from an expired lease counts as a new attempt
+    # lock_version; a task taken over from an expired lease counts as a new attempt, and the
+    # attempt it lost is kept (attempts.LOST_FROM_CLAIM: no row is written for any other claim)
     return conn.execute(
         q(
             """
             WITH claimable AS (
-                SELECT t.queue, t.task_id FROM {s}.activity_tasks t
+                SELECT t.queue, t.task_id, t.run_id, t.created_seq, t.attempt, t.locked_by, t.locked_until
+                FROM {s}.activity_tasks t
                 WHERE t.state = 'QUEUED' AND t.name = ANY(%(names)b::text[])
                   AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
                   AND t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'activity' AND NOT paused)
                 ORDER BY t.priority DESC, t.task_id
                 LIMIT %(limit)s
                 FOR UPDATE OF t SKIP LOCKED
-            )
+            ), claimed AS (
             UPDATE {s}.activity_tasks t
             SET attempt = t.attempt + CASE WHEN t.locked_by IS NULL THEN 0 ELSE 1 END,
                 locked_by = %(owner)s, locked_until = %(now)s + least(t.lock_timeout, %(lease)s),
@@ -139,6 +142,9 @@ def send_activity_claim(
             FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
             RETURNING """
             + ", ".join(f"t.{column.strip()}" for column in ACTIVITY_TASK_COLUMNS.split(","))
+            + "), lost AS ("
+            + attempts.LOST_FROM_CLAIM
+            + ") SELECT * FROM claimed"
         ),
         {"names": sorted(names), "now": now, "lease": lease, "limit": limit, "owner": owner},
     )
@@ -257,6 +263,9 @@ def completion_writes(
                 ],
             )
         )
+        failures = attempts.record_failures(q, retries, now)  # the failed attempts, kept with their retry
+        if failures is not None:
+            writes.append(failures)
     if finished:
         writes.append(
             (

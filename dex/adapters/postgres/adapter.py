@@ -51,6 +51,7 @@ from dex.app.ports.store import (
     QueueInfo,
     RunFilter,
     RunRecord,
+    StepAttempts,
     TransactionStep,
     WorkflowTask,
 )
@@ -273,6 +274,9 @@ class PostgresAdapter:
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[ActivityTask]:
         return self._activity_tasks.claim_activity_tasks(names, owner, now, lease, limit)
+
+    def step_attempts(self, run_id: str) -> list[StepAttempts]:
+        return self._activity_tasks.step_attempts(run_id)
 
     def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
         return self._activity_tasks.find_activity_tasks(task_ids)

@@ -30,7 +30,7 @@ import attrs
 import psycopg
 
 from dex.adapters.postgres import answers as answers_sql
-from dex.adapters.postgres import arrays, instances
+from dex.adapters.postgres import arrays, attempts, instances
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -360,6 +360,10 @@ class WriteRound:
                 arrays.int4s([s.attempt for s in specs]),
             ],
         )
+        # a task retrying a first attempt that ran inside the workflow task: that attempt failed
+        failures = attempts.record_inline_failures(self._q, specs, self._now)
+        if failures is not None:
+            self._conn.execute(*failures)
 
     def _messages(self, created_children: set[str]) -> list[InboxRow]:
         """Inbox rows in the order the in-memory adapter would append them, for live runs only.

@@ -17,12 +17,21 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
-from dex.adapters.postgres import activity_outcomes, activity_tasks, dispatch, workflow_tasks
+from dex.adapters.postgres import activity_outcomes, activity_tasks, attempts, dispatch, workflow_tasks
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.schema import Statements
-from dex.app.ports.store import ACTIVITY, WORKFLOW, ActivityOutcome, ActivityTask, Claim, Loaded, WorkflowTask
+from dex.app.ports.store import (
+    ACTIVITY,
+    WORKFLOW,
+    ActivityOutcome,
+    ActivityTask,
+    Claim,
+    Loaded,
+    StepAttempts,
+    WorkflowTask,
+)
 from dex.domain import events as ev
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
@@ -87,6 +96,10 @@ class PostgresActivityTasks:
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
         with self._db.transaction() as conn:
             return activity_tasks.schedule_activity_tasks(conn, self._q, now, limit)
+
+    def step_attempts(self, run_id: str) -> list[StepAttempts]:
+        with self._db.statement() as conn:
+            return attempts.step_attempts(conn, self._q, run_id)
 
     def claim_activity_tasks(
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int

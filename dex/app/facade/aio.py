@@ -21,6 +21,7 @@ from dex.app.facade.info import RunInfo
 from dex.app.facade.messages import RunMessages
 from dex.app.facade.reads import ReadFailures, RunReads, outcome_of, wait_seconds
 from dex.app.facade.starts import Starts
+from dex.app.facade.steps import ActivityStep
 from dex.app.ports.store import RunFilter
 from dex.app.ports.transactions import LoopConnection
 from dex.domain import events as ev
@@ -85,6 +86,9 @@ class AsyncCalls:
 
     async def history(self, run_id: str) -> list[ev.HistoryEvent]:
         return await asyncio.to_thread(self._reads.history, run_id)
+
+    async def activity_steps(self, run_id: str) -> list[ActivityStep]:
+        return await asyncio.to_thread(self._reads.activity_steps, run_id)
 
     async def fork(self, run_id: str, at: int | None = None, queue: str | None = None) -> str:
         """``fork`` (docs/reference/contract.md §11)."""

@@ -30,6 +30,7 @@ from dex.app.facade.messages import RunMessages
 from dex.app.facade.queues import Queues
 from dex.app.facade.reads import RunReads, run_filter
 from dex.app.facade.starts import Starts
+from dex.app.facade.steps import ActivityStep
 from dex.app.machinery.buffer import ResultBuffer
 from dex.app.machinery.threads import Foreground
 from dex.app.ports.ids import new_run_id
@@ -297,6 +298,11 @@ class Engine:
         """The run's history events, oldest first."""
         return self._reads.history(run_id)
 
+    def activity_steps(self, run_id: str) -> list[ActivityStep]:
+        """The run's activity steps, oldest first, each with its attempts: how many began, the
+        newest failed or lost ones, and while it retries, when the next may begin."""
+        return self._reads.activity_steps(run_id)
+
     def export_history(self, run_id: str) -> bytes:
         """The run's history as a protobuf ``WorkflowHistory`` (``dex.testing.load_history`` reads it)."""
         return self._reads.export_history(run_id)
@@ -383,6 +389,10 @@ class Engine:
         return await self._aio.list_runs(
             run_filter(workflow_name, statuses, labels, instance_id, created_after, created_before, limit, code_version)
         )
+
+    async def activity_steps_async(self, run_id: str) -> list[ActivityStep]:
+        """``activity_steps``, awaitable."""
+        return await self._aio.activity_steps(run_id)
 
     async def history_async(self, run_id: str) -> list[ev.HistoryEvent]:
         """``history``, awaitable."""

@@ -1,7 +1,7 @@
 """The engine's read side: runs as ``RunInfo``, histories, and waiting for a run to end.
 
 :class:`RunReads` is the service behind ``Engine.get_run``, ``list_runs``, ``history``,
-``export_history`` and ``wait`` (the engine facade delegates each call to it). Nothing here writes. ``wait`` is woken by this engine's own flushes (``flushed``) and answers
+``activity_steps``, ``export_history`` and ``wait`` (the engine facade delegates each call to it). Nothing here writes. ``wait`` is woken by this engine's own flushes (``flushed``) and answers
 from the outcomes those flushes wrote (``written``) when the run is one this engine ended, so
 waiting for the runs an engine works on itself costs no round trip.
 
@@ -34,6 +34,7 @@ from typing import Any
 
 from dex.app.definitions.registry import Registry
 from dex.app.facade.info import Outcomes, RunInfo
+from dex.app.facade.steps import ActivityStep, activity_steps
 from dex.app.ports.store import RunFilter, RunRecord, Store
 from dex.domain import events as ev
 from dex.domain.context import fire_time
@@ -100,6 +101,17 @@ class RunReads:
 
     def history(self, run_id: str) -> list[ev.HistoryEvent]:
         return self._store.load_history(run_id_of(run_id))
+
+    def activity_steps(self, run_id: str) -> list[ActivityStep]:
+        """The run's activity steps with their attempts (:mod:`dex.app.facade.steps`). The
+        attempts are read before the history: a step that ends between the two reads shows
+        ended (the history has its outcome), never as a step with no attempt."""
+        run_id = run_id_of(run_id)
+        kept = self._store.step_attempts(run_id)
+        history = self._store.load_history(run_id)
+        if not history:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return activity_steps(history, kept)
 
     def export_history(self, run_id: str) -> bytes:
         run_id = run_id_of(run_id)

@@ -1,6 +1,7 @@
 """Ports: what the application needs from outside it, in domain terms.
 
-Owns the store port (:mod:`.store`) with the records of claimed tasks (:mod:`.tasks`), the
+Owns the store port (:mod:`.store`) with the records of claimed tasks (:mod:`.tasks`) and of
+activity steps' attempts (:mod:`.attempts`), the
 schedule and transaction-step ports (:mod:`.schedules`, :mod:`.transactions`), telemetry and
 tracing hooks (:mod:`.telemetry`, :mod:`.tracing`), clocks (:mod:`.clock`) and run ids
 (:mod:`.ids`). Adapters (``dex.adapters``) implement them.

@@ -13,6 +13,10 @@ from typing import Protocol
 
 import attrs
 
+from dex.app.ports.attempts import MAX_RECENT_ATTEMPTS as MAX_RECENT_ATTEMPTS
+from dex.app.ports.attempts import FailedAttempt as FailedAttempt
+from dex.app.ports.attempts import PendingAttempt as PendingAttempt
+from dex.app.ports.attempts import StepAttempts as StepAttempts
 from dex.app.ports.schedules import ScheduleStore
 
 # the task records live in their own module, so that the transaction-step port names them too
@@ -379,8 +383,19 @@ class Maintenance(Protocol):
         ...
 
 
+class AttemptReads(Protocol):
+    def step_attempts(self, run_id: str) -> list[StepAttempts]:
+        """What the store knows of the attempts of the run's activity steps, by ``created_seq``:
+        one record per step that has a task or a failed or lost attempt (a step whose only
+        attempt succeeded has neither once its outcome is written: it had one attempt). A read
+        only; nothing is written for an attempt that succeeds (:mod:`dex.app.ports.attempts`).
+        An unknown run has none."""
+        ...
+
+
 class Store(
     RunStore,
+    AttemptReads,
     WorkflowTaskQueue,
     ActivityTaskQueue,
     TransactionSteps,

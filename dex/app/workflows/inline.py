@@ -130,7 +130,8 @@ class InlineActivities:
         message = outcome.message
         if message is None:
             assert outcome.retry_at is not None
-            return None, attrs.evolve(spec, attempt=spec.attempt + 1, visible_from=outcome.retry_at)
+            failure = outcome.failure if outcome.counts else None  # kept by the store as a failed attempt
+            return None, attrs.evolve(spec, attempt=spec.attempt + 1, visible_from=outcome.retry_at, failure=failure)
         assert isinstance(message, (ev.ActivityTaskCompleted, ev.ActivityTaskFailed))
         return message, None
 

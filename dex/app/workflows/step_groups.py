@@ -334,4 +334,5 @@ class _Step:
 
 def _retry_of(spec: NewActivityTask, outcome: ActivityOutcome) -> NewActivityTask:
     assert outcome.retry_at is not None
-    return attrs.evolve(spec, attempt=spec.attempt + 1, visible_from=outcome.retry_at)
+    failure = outcome.failure if outcome.counts else None  # kept by the store as a failed attempt
+    return attrs.evolve(spec, attempt=spec.attempt + 1, visible_from=outcome.retry_at, failure=failure)
