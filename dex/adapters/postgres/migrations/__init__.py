@@ -25,6 +25,7 @@ from dex.adapters.postgres.migrations import (
     m7_code_versions,
     m8_forks,
     m9_complete_activities,
+    m10_child_runs,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -39,6 +40,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m7_code_versions,
         m8_forks,
         m9_complete_activities,
+        m10_child_runs,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
