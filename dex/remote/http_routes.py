@@ -134,5 +134,5 @@ async def _body(request: Request) -> dict[str, Any]:
 def _field(body: dict[str, Any], name: str, prefix: str = "") -> Any:
     value = body.get(name, _MISSING)
     if value is _MISSING:
-        raise InvalidRequestError(f"the request needs {prefix}{name}")
+        raise InvalidRequestError(f"{prefix}{name} is required")  # worded as the app's check at the door
     return value

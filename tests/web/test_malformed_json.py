@@ -96,9 +96,16 @@ def test_the_activity_task_routes_on_their_own_answer_as_the_app_does(
         assert mounted == served == (400, "BadRequest", message), path
 
 
-def test_a_missing_field_is_the_same_type_on_the_activity_task_routes_on_their_own(bare_routes: Any) -> None:
-    status, kind, message = refusal(bare_routes.post("/v1/activity-tasks/poll", json={"names": ["echo"]}))
-    assert (status, kind) == (400, "BadRequest") and "worker_id" in message
+def test_a_missing_field_is_the_same_answer_on_the_activity_task_routes_on_their_own(
+    bare_routes: Any, http: Any
+) -> None:
+    for path, body in (
+        ("/v1/activity-tasks/poll", {"names": ["echo"]}),
+        ("/v1/activity-tasks/1/complete", {"result": 1}),
+        ("/v1/activity-tasks/1/fail", {"lease_version": 1, "error": {"message": "no type"}}),
+    ):
+        mounted, served = refusal(bare_routes.post(path, json=body)), refusal(http.post(path, json=body))
+        assert mounted == served and mounted[:2] == (400, "BadRequest") and mounted[2].endswith(" is required")
 
 
 def test_an_empty_body_reads_as_the_empty_object(engine: dex.Engine, http: Any) -> None:
@@ -147,3 +154,10 @@ def test_in_any_json_a_nul_is_kept_and_a_lone_surrogate_is_a_422(engine: dex.Eng
     status, kind, message = refusal(refused)
     assert (status, kind) == (422, "SerializationError") and "not valid Unicode" in message
     assert len(engine.list_runs()) == 1
+
+
+def test_a_body_over_the_limit_is_a_413_on_the_activity_task_routes_alike(bare_routes: Any, http: Any) -> None:
+    raw = b'{"worker_id": "' + b"w" * (8 * 1024 * 1024) + b'", "names": ["echo"]}'
+    mounted = refusal(bare_routes.post("/v1/activity-tasks/poll", content=raw))
+    served = refusal(http.post("/v1/activity-tasks/poll", content=raw))
+    assert mounted[:2] == served[:2] == (413, "PayloadTooLarge")
