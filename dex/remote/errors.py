@@ -12,7 +12,7 @@ class RemoteCallError(Exception):
     """A call of a remote worker that was refused; ``status`` is its HTTP status."""
 
     status = 400
-    kind = "InvalidRequest"
+    kind = "BadRequest"
     retry_after: int | None = None  # seconds: the call may be made again after them (HTTP Retry-After)
 
     def __init__(self, message: str) -> None:
@@ -21,9 +21,18 @@ class RemoteCallError(Exception):
 
 
 class InvalidRequestError(RemoteCallError):
-    """The request is malformed: not a JSON object, a field missing or of the wrong type."""
+    """The request is malformed: not a JSON object, a field missing or of the wrong type.
 
-    status, kind = 400, "InvalidRequest"
+    Its type is ``BadRequest``, the word the rest of the JSON API (``/v1``) answers a request it
+    cannot read with, so a client of both tells a malformed request by one type."""
+
+    status, kind = 400, "BadRequest"
+
+
+class BodyTooLargeError(RemoteCallError):
+    """The request body is larger than the routes take (as the dashboard's app answers it)."""
+
+    status, kind = 413, "PayloadTooLarge"
 
 
 class TaskNotFoundError(RemoteCallError):

@@ -11,7 +11,8 @@
 
 ``lease_version`` is the token the poll handed out with the task; a ``worker_id``, when sent,
 must be the one that polled. A refused call answers ``{"error": {"type", "message"}}`` with the
-status of its :class:`~dex.remote.errors.RemoteCallError` (400, 404, 409, 422; 503 when the store
+status of its :class:`~dex.remote.errors.RemoteCallError` (400 ``BadRequest`` for a body that is not
+a JSON object or lacks a field, as the rest of ``/v1`` answers one; 404, 409, 413, 422; 503 when the store
 failed, or when a poll would wait while the most long polls are open: then with ``Retry-After``),
 and changed nothing. A long poll waits on the event loop (``ActivityTaskService.poll_async``),
 holding no thread; the other calls are short and run in Starlette's thread pool.
@@ -19,7 +20,6 @@ holding no thread; the other calls are short and run in Starlette's thread pool.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,9 +29,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from dex.remote.errors import InvalidRequestError, RemoteCallError
+from dex.remote.errors import BodyTooLargeError, InvalidRequestError, RemoteCallError
 from dex.remote.service import ActivityTaskService
 from dex.remote.values import PolledTask, RemoteFailure
+from dex.serialization import json_body
 
 log = logging.getLogger("dex.remote")
 
@@ -123,22 +124,15 @@ def _answering(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[R
 async def _body(request: Request) -> dict[str, Any]:
     data = await request.body()
     if len(data) > _MAX_BODY:
-        raise InvalidRequestError(f"the request body is larger than {_MAX_BODY} bytes")
-    try:
-        body = json.loads(data, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError):
-        raise InvalidRequestError("the request body is not JSON") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    return body
+        raise BodyTooLargeError(f"the request body is larger than {_MAX_BODY} bytes")
+    try:  # read, and refused, as the JSON API reads its bodies: one answer for the same bytes
+        return json_body.json_object(data)
+    except json_body.MalformedBodyError as exc:
+        raise InvalidRequestError(str(exc)) from None
 
 
 def _field(body: dict[str, Any], name: str, prefix: str = "") -> Any:
     value = body.get(name, _MISSING)
     if value is _MISSING:
-        raise InvalidRequestError(f"the request needs {prefix}{name}")
+        raise InvalidRequestError(f"{prefix}{name} is required")  # worded as the app's check at the door
     return value
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")

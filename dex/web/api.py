@@ -21,7 +21,7 @@ from dex.views.attempts import step_json
 from dex.web import inputs
 from dex.web.api_admin import admin_operations
 from dex.web.errors import ApiError, first_line
-from dex.web.listing import event_document, page_of_runs, run_document, run_query
+from dex.web.listing import LEVELS, event_document, page_of_runs, run_document, run_query
 from dex.web.openapi import KEY, LABELS, NAME, PRIORITY, QUEUE_NAME, STATUSES, TEXT, links, nullable, run_links
 from dex.web.operations import Operation, Param, blocking, json
 
@@ -46,6 +46,17 @@ FILTERS = (
         description="KEY=VALUE: only runs with this label (repeatable; all must match; a blank one is ignored)",
     ),
     Param(name="instance_id", schema=TEXT, description="Only runs with this instance id"),
+    Param(
+        name="parent_run_id",
+        schema=TEXT,
+        description="Only the children of this run (the runs it started with ctx.child), whatever level is",
+    ),
+    Param(
+        name="level",
+        schema={"type": "string", "enum": [*LEVELS, ""], "default": "top"},
+        description="top (the default): only top-level runs, no run's child; all: runs at every level. "
+        "Ignored with parent_run_id",
+    ),
     Param(
         name="code_version",
         schema={**TEXT, "maxLength": 256},

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +29,7 @@ from urllib.parse import parse_qsl
 
 import attrs
 
+from dex.serialization import json_body
 from dex.web.errors import bad_request
 from dex.web.signing import Signer
 
@@ -110,31 +110,12 @@ def labels(values: list[str], field: str = "label") -> dict[str, str]:
 
 
 async def json_object(request: Any) -> dict[str, Any]:
-    """The request's JSON body, an object ({} when the body is empty)."""
-    body = await _body(request)
-    if not body:  # no body at all; whitespace alone is not JSON
-        return {}
+    """The request's JSON body, an object ({} when the body is empty); a 400 ``BadRequest``
+    otherwise, worded as the remote workers' routes word it (:mod:`dex.serialization.json_body`)."""
     try:
-        value = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise bad_request(f"the body is not JSON: {exc}") from None
-    except RecursionError:
-        raise bad_request("the body is nested too deeply") from None
-    if not isinstance(value, dict):
-        raise bad_request(f"the body must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    # Python's json reads NaN and Infinity, which JSON has not: refused, as the CLI does
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e999 reads as infinity
-        raise ValueError(f"the number {text[:40]} is out of range")
-    return value
+        return json_body.json_object(await _body(request))
+    except json_body.MalformedBodyError as exc:
+        raise bad_request(str(exc)) from None
 
 
 async def form(request: Any) -> dict[str, str]:

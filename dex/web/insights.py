@@ -1,5 +1,6 @@
 """What the overview and the run page show beyond single runs: runs by status, runs started
-and ended per minute, failing work, a run's pending activities.
+and ended per minute, failing work, a run's pending activities; and for the runs list, how
+many children each run has.
 
 ``Insights`` is the small read port the pages need. ``PortInsights`` answers it through the
 store's ports alone (the memory adapter, or any store): bounded reads of the newest runs.
@@ -24,6 +25,7 @@ from dex.domain.values import FailureInfo
 
 SAMPLE = 10_000  # runs by status are counted among this many of the newest runs
 WINDOW_MINUTES = 60
+MAX_CHILDREN_COUNTED = 1000  # a run's children are counted up to this many (the runs list says "1000+")
 
 
 @attrs.frozen(kw_only=True)
@@ -70,6 +72,11 @@ class Insights(Protocol):
     def failing(self, limit: int) -> list[FailingWork]: ...
 
     def pending_activities(self, run_id: str, history: Sequence[ev.HistoryEvent]) -> list[PendingActivity]: ...
+
+    def child_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many children each run has, up to ``MAX_CHILDREN_COUNTED + 1`` (more than the
+        most counted); a run with none is left out."""
+        ...
 
 
 def minutes_of(now: datetime) -> list[datetime]:
@@ -169,3 +176,11 @@ class PortInsights:
                 )
             )
         return found
+
+    def child_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        counts = {}
+        for run_id in run_ids:
+            found = self._store.list_runs(RunFilter(parent_run_id=run_id, limit=MAX_CHILDREN_COUNTED + 1))
+            if found:
+                counts[run_id] = len(found)
+        return counts

@@ -25,6 +25,7 @@ from dex.web.inputs import Cursor
 from dex.web.signing import Signer
 
 STATUSES = tuple(status.value for status in RunStatus)
+LEVELS = ("top", "all")  # the runs list's `level`: top-level runs (the default), or runs at any level
 
 
 @attrs.frozen(kw_only=True)
@@ -39,7 +40,11 @@ class RunQuery:
 def run_query(params: Any, signer: Signer, default_limit: int = 50) -> RunQuery:
     """The runs list request a query string makes (``workflow``, ``status`` (repeatable),
     ``label=KEY=VALUE`` (repeatable), ``instance_id``, ``code_version``, ``created_after``,
-    ``created_before``, ``limit``, ``cursor``, its signature checked by ``signer``)."""
+    ``created_before``, ``parent_run_id``, ``level``, ``limit``, ``cursor``, its signature
+    checked by ``signer``).
+
+    Children are listed under their parents: without ``parent_run_id`` only top-level runs
+    (no run's child) are listed unless ``level`` is ``all``; with it, that run's children."""
     statuses = [inputs.checked(s, "status").upper() for s in params.getlist("status") if s]
     for status in statuses:
         if status not in STATUSES:
@@ -58,6 +63,11 @@ def run_query(params: Any, signer: Signer, default_limit: int = 50) -> RunQuery:
         )
     except (ValueError, TypeError) as exc:
         raise bad_request(str(exc)) from None
+    parent = inputs.one(params, "parent_run_id")
+    level = inputs.one(params, "level") or "top"
+    if level not in LEVELS:
+        raise bad_request(f"level must be top or all, got {level[:40]!r}")
+    base = attrs.evolve(base, parent_run_id=parent, top_level=parent is None and level == "top")
     cursor_text = inputs.one(params, "cursor")
     return RunQuery(filter=base, limit=limit, cursor=Cursor.decode(cursor_text, signer) if cursor_text else None)
 

@@ -170,10 +170,13 @@ SCHEMAS["RunDetails"] = {
 # each status an operation can answer with an error, and the error types it then carries
 ERRORS: dict[int, tuple[str, list[str] | None]] = {
     400: (
-        "The request breaks what this document says of it (not JSON, a value of the wrong type, out of "
-        "its range or not matching its pattern, a NUL, a required field missing), or a cursor this API "
-        "did not give out; the message names the field",
-        ["BadRequest", "InvalidRequest"],
+        "The request breaks what this document says of it: a body that is not a JSON object (not UTF-8, "
+        "not strict JSON: NaN, 1e999, nested too deeply; or an array, a string, ...), a value of the wrong "
+        "type, out of its range or not matching its pattern, a NUL or a lone surrogate where text is due, a "
+        "required field missing, or a cursor this API did not give out. Every route answers it alike, the "
+        "activity-task routes too: type BadRequest, and a message naming the field (or saying what is wrong "
+        "with the body: 'the body is not JSON: ...', 'the body must be a JSON object, got array')",
+        ["BadRequest"],
     ),
     401: ("No valid token (the answer carries WWW-Authenticate: Bearer)", ["Unauthorized"]),
     403: (

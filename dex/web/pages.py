@@ -24,7 +24,8 @@ from starlette.routing import BaseRoute, Route
 from dex.views.render import show_duration, show_labels, show_schedule_status, show_schedule_timing, show_time
 from dex.web import actions, inputs
 from dex.web.errors import classify
-from dex.web.listing import STATUSES, page_of_runs, query_string, run_query
+from dex.web.insights import MAX_CHILDREN_COUNTED
+from dex.web.listing import LEVELS, STATUSES, page_of_runs, query_string, run_query
 from dex.web.operations import blocking
 from dex.web.run_view import run_view
 from dex.web.security import (
@@ -46,6 +47,9 @@ ENV.filters["moment"] = lambda moment: show_time(moment, millis=True)
 ENV.filters["labels"] = show_labels
 ENV.filters["schedule_timing"] = show_schedule_timing  # the words of `dex schedules list`
 ENV.filters["schedule_status"] = show_schedule_status
+# a run id in a narrow cell: its start and its end (ids made in one millisecond share their
+# start, so the end tells them apart); the whole id is the link's title
+ENV.filters["short_id"] = lambda run_id: run_id if len(run_id) <= 16 else f"{run_id[:8]}…{run_id[-6:]}"
 ENV.filters["took"] = lambda run: show_duration(run.completed_at - run.created_at) if run.completed_at else "-"
 
 
@@ -113,6 +117,7 @@ async def _runs_view(request: Request) -> dict[str, Any]:
     web = request.app.state.web
     query = run_query(request.query_params, web.signer)
     page, cursor = await blocking(page_of_runs, web.store, query)
+    children = await blocking(web.insights.child_counts, [run.run_id for run in page])
     params = request.query_params
     filters = {
         "workflow": params.get("workflow", ""),
@@ -122,19 +127,34 @@ async def _runs_view(request: Request) -> dict[str, Any]:
         "code_version": params.get("code_version", ""),
         "created_after": params.get("created_after", ""),
         "created_before": params.get("created_before", ""),
+        "parent_run_id": params.get("parent_run_id", ""),
+        "level": params.get("level", ""),
         "limit": params.get("limit", ""),
     }
     here = query_string(filters)
     return {
         "runs": page,
+        "children": {run_id: _children(count) for run_id, count in children.items()},
+        "nested": query.filter.top_level,  # top-level runs only: say so, and how to see the rest
+        "parent": query.filter.parent_run_id,
+        "filtered": any(value for key, value in filters.items() if key not in ("level", "limit")),
+        "all_levels": query_string({**filters, "level": "all"}),
+        "label_query": lambda key, value: query_string({**filters, "label": [f"{key}={value}"]}),
         "filters": filters,
         "statuses": STATUSES,
+        "levels": LEVELS,
         "here": here,
         # the refresh reloads this very page (the same cursor), not the first one
         "refresh": query_string({**filters, "cursor": params.get("cursor", "")}),
         "next_page": query_string({**filters, "cursor": cursor.encode(web.signer)}) if cursor else None,
         "first_page": query.cursor is not None,
     }
+
+
+def _children(count: int) -> str:
+    """A run's children as the runs list counts them ("1000+" past the most counted)."""
+    shown = f"{MAX_CHILDREN_COUNTED}+" if count > MAX_CHILDREN_COUNTED else str(count)
+    return f"{shown} child" if count == 1 else f"{shown} children"
 
 
 async def run_page(request: Request) -> Response:

@@ -9,7 +9,9 @@ already keeps, so the overview answers as fast over a million runs as over a hun
   that table holds live tasks only), failed runs from ``runs_finished`` over the last day,
   retrying activities from ``activity_tasks`` (live tasks only), each with its newest failure
   from ``activity_attempts`` (by its key);
-- a run's pending activities: ``activity_tasks_run``.
+- a run's pending activities: ``activity_tasks_run``;
+- the children of the runs of a page of the runs list: ``runs_children``, at most
+  ``MAX_CHILDREN_COUNTED + 1`` index entries a run.
 
 The statements run on a connection of the adapter's own pool (``PostgresAdapter.reading``;
 the pool's sessions are in autocommit and each read here is one statement).
@@ -27,6 +29,7 @@ from dex.domain.status import RunStatus
 from dex.domain.values import FailureInfo
 from dex.serialization.values import decode_failure
 from dex.web.insights import (
+    MAX_CHILDREN_COUNTED,
     SAMPLE,
     FailingWork,
     Minute,
@@ -166,6 +169,20 @@ class PostgresInsights:
                 seq, PendingActivity(seq=seq, name=name, attempt=None, state="scheduling", next_attempt_at=None)
             )
         return [found[seq] for seq in sorted(found)]
+
+    def child_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        if not run_ids:
+            return {}
+        with self._adapter.reading() as conn:
+            rows = conn.execute(
+                self._q(
+                    "SELECT parent.run_id, (SELECT count(*) FROM (SELECT 1 FROM {s}.runs"
+                    '  WHERE parent_run_id = parent.run_id COLLATE "C" LIMIT %s) counted)'
+                    " FROM unnest(%s::text[]) AS parent(run_id)"
+                ),
+                [MAX_CHILDREN_COUNTED + 1, list(run_ids)],
+            ).fetchall()
+        return {run_id: int(count) for run_id, count in rows if count}
 
 
 def _failure(blob: bytes | None) -> FailureInfo | None:

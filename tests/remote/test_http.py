@@ -73,13 +73,13 @@ def test_fail_with_retry_after_and_terminal(engine: dex.Engine, url: str) -> Non
         ({"worker_id": "w", "names": ["ec\x00ho"]}, 422, "InvalidValue"),
         ({"worker_id": "w", "names": ["\udfff"]}, 422, "InvalidValue"),
         ({"worker_id": "w", "names": []}, 422, "InvalidValue"),
-        ({"worker_id": "w", "names": "echo"}, 400, "InvalidRequest"),
-        ({"worker_id": 7, "names": ["echo"]}, 400, "InvalidRequest"),
-        ({"names": ["echo"]}, 400, "InvalidRequest"),
+        ({"worker_id": "w", "names": "echo"}, 400, "BadRequest"),
+        ({"worker_id": 7, "names": ["echo"]}, 400, "BadRequest"),
+        ({"names": ["echo"]}, 400, "BadRequest"),
         ({"worker_id": "w", "names": ["echo"], "max": 0}, 422, "InvalidValue"),
         ({"worker_id": "w", "names": ["echo"], "wait_seconds": -1}, 422, "InvalidValue"),
         ({"worker_id": "w", "names": ["echo"], "wait_seconds": 1e9}, 422, "InvalidValue"),
-        ([1, 2], 400, "InvalidRequest"),
+        ([1, 2], 400, "BadRequest"),
     ],
 )
 def test_a_poisoned_poll_gets_a_clear_error(engine: dex.Engine, url: str, body: Any, status: int, kind: str) -> None:
@@ -94,7 +94,7 @@ def test_a_poisoned_poll_gets_a_clear_error(engine: dex.Engine, url: str, body: 
 )
 def test_a_body_that_is_not_json_is_refused(engine: dex.Engine, url: str, raw: bytes) -> None:
     status, answer = post(f"{url}/poll", None, raw=raw)
-    assert (status, answer["error"]["type"]) == (400, "InvalidRequest")
+    assert (status, answer["error"]["type"]) == (400, "BadRequest")
     _healthy(engine, url)
 
 
@@ -152,7 +152,7 @@ def test_a_complete_without_a_proper_lease_version_is_400(engine: dex.Engine, ur
     run_id = engine.start_workflow(one, "echo", 1)
     task = _claim(url)
     status, answer = post(f"{url}/{task['task_id']}/complete", body)
-    assert (status, answer["error"]["type"]) == (400, "InvalidRequest")
+    assert (status, answer["error"]["type"]) == (400, "BadRequest")
     post(f"{url}/{task['task_id']}/complete", {"lease_version": task["lease_version"], "result": 2})
     assert engine.wait(run_id, timeout=10) == 2
 
@@ -161,7 +161,7 @@ def test_a_fail_without_a_proper_error_is_400(engine: dex.Engine, url: str) -> N
     task_id = 1
     for body in ({"lease_version": 1}, {"lease_version": 1, "error": "boom"}, {"lease_version": 1, "error": {}}):
         status, answer = post(f"{url}/{task_id}/fail", body)
-        assert (status, answer["error"]["type"]) == (400, "InvalidRequest"), body
+        assert (status, answer["error"]["type"]) == (400, "BadRequest"), body
     status, answer = post(f"{url}/{task_id}/fail", {"lease_version": 1, "error": {"type": "", "message": "x"}})
     assert status == 422
     _healthy(engine, url)

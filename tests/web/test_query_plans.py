@@ -103,6 +103,8 @@ def test_pages_and_api_calls_never_scan_the_runs_table_whole(monkeypatch: pytest
                     f"/runs?cursor={cursor}",
                     "/runs?label=shop%3Deu",
                     "/runs?status=FAILED",
+                    f"/runs?parent_run_id={done}",  # a run's children: runs_children
+                    "/runs?level=all",
                     f"/runs/{done}",
                     f"/v1/runs/{done}/history",
                     f"/v1/runs/{done}/history?limit=2&after=1",  # a page: Store.load_history_after

@@ -72,6 +72,7 @@ class MemoryRuns:
         storable.text(run_filter.workflow_name, "workflow_name")
         storable.text(run_filter.instance_id, "instance_id")
         storable.text(run_filter.code_version, "code_version")
+        storable.text(run_filter.parent_run_id, "parent_run_id")
         storable.labels(run_filter.labels)
         with self._state.lock:
             rows = [row for row in self._state.runs.values() if _matches(row, run_filter)]
@@ -144,6 +145,10 @@ def _matches(row: RunRow, run_filter: RunFilter) -> bool:
     if run_filter.instance_id is not None and c.instance_id != run_filter.instance_id:
         return False
     if run_filter.code_version is not None and c.code_version != run_filter.code_version:
+        return False
+    if run_filter.parent_run_id is not None and c.parent_run_id != run_filter.parent_run_id:
+        return False
+    if run_filter.top_level and c.parent_run_id is not None:
         return False
     if run_filter.created_after is not None and row.created_at <= run_filter.created_after:
         return False

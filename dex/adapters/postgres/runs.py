@@ -255,6 +255,11 @@ def list_runs(conn: psycopg.Connection, q: Statements, run_filter: RunFilter) ->
     if run_filter.code_version is not None:
         conditions.append(sql.SQL("code_version = %s"))
         params.append(run_filter.code_version)
+    if run_filter.parent_run_id is not None:
+        conditions.append(sql.SQL("parent_run_id = %s"))  # served by the index runs_children
+        params.append(run_filter.parent_run_id)
+    if run_filter.top_level:
+        conditions.append(sql.SQL("parent_run_id IS NULL"))
     if run_filter.created_after is not None:
         conditions.append(sql.SQL("created_at > %s"))
         params.append(run_filter.created_after)

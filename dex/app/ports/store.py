@@ -122,6 +122,10 @@ class RunFilter:
     created_before: datetime | None = None
     limit: int = 100
     code_version: str | None = None
+    # only the children of this run (``RunRecord.parent_run_id``)
+    parent_run_id: str | None = None
+    # only runs that are no run's child (the dashboard's runs list, which nests children)
+    top_level: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -26,6 +26,7 @@ from dex.adapters.postgres.migrations import (
     m8_forks,
     m9_complete_activities,
     m10_activity_attempts,
+    m11_child_runs,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -41,6 +42,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m8_forks,
         m9_complete_activities,
         m10_activity_attempts,
+        m11_child_runs,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
