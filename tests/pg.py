@@ -5,7 +5,8 @@
 1. ``DEX_TEST_DATABASE_URL``, if set (CI with a service container, a developer's database);
 2. a testcontainers ``PostgresContainer``, if a Docker daemon answers within about a second;
 3. an embedded server from ``pgserver`` in a temporary directory (stopped and deleted when
-   the test process exits).
+   the test process exits; pytest-xdist's workers of one run share one, stopped and deleted
+   when the last of them exits).
 
 :func:`fresh_schema` gives each test its own schema, so tests never see each other's rows
 and one server serves the whole session. A test that restarts its server takes one of its own
@@ -84,12 +85,31 @@ def _embedded_dsn() -> str:
 
     # Run as root, pgserver starts the server as the system user "pgserver", which must be
     # able to enter the directory that holds the data directory and the socket.
-    base = Path(tempfile.mkdtemp(prefix="dex-test-pg-", dir="/tmp"))
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:  # a single test process: a server of its own
+        base = Path(tempfile.mkdtemp(prefix="dex-test-pg-", dir="/tmp"))
+        # atexit runs last-in first-out: pgserver's own cleanup (stop, delete data) runs first
+        atexit.register(shutil.rmtree, base, ignore_errors=True)
+    else:
+        # pytest-xdist's workers of one run share one server in a directory named after the
+        # run: pgserver starts it for the first of them (under its inter-process lock) and
+        # stops and deletes it when the last one exits, so that one also removes the emptied
+        # base; the others find it in use and leave it
+        base = Path("/tmp", f"dex-test-pg-{run}")
+        base.mkdir(exist_ok=True)
+        atexit.register(_remove_if_empty, base)
     base.chmod(0o777)
-    # atexit runs last-in first-out: pgserver's own cleanup (stop, delete data) runs first
-    atexit.register(shutil.rmtree, base, ignore_errors=True)
+    # made here, not by get_server, whose check-then-mkdir would race between the workers
+    (base / "data").mkdir(exist_ok=True)
     server = pgserver.get_server(base / "data", cleanup_mode="delete")
     return str(server.get_uri())
+
+
+def _remove_if_empty(directory: Path) -> None:
+    try:
+        directory.rmdir()
+    except OSError:
+        pass
 
 
 def new_schema_name(prefix: str = "dex_test") -> str:
