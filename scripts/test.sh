@@ -18,5 +18,6 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 # exit code 5 (no tests collected) is non-zero and so fails this script, as it should
 # The suite mostly waits (leases, timeouts, subprocesses), so three pytest-xdist workers share
-# the cores (and one PostgreSQL server, tests/pg.py); `-n 0` runs it in this one process.
-exec .venv/bin/python -m pytest -q -n 3 --dist loadgroup "$@"
+# the cores and one PostgreSQL server (tests/pg.py), each taking whole files (a file's tests
+# run in order in one process, as without xdist); `-n 0` runs everything in this process.
+exec .venv/bin/python -m pytest -q -n 3 --dist loadfile "$@"
