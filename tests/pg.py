@@ -6,8 +6,8 @@
 2. a testcontainers ``PostgresContainer``, if a Docker daemon answers within about a second
    (one per pytest-xdist worker);
 3. an embedded server from ``pgserver`` in a temporary directory (stopped and deleted when
-   the test process exits; pytest-xdist's workers of one run share one, stopped and deleted
-   when the last of them exits).
+   the test process exits; pytest-xdist's workers of one run share one, which the process
+   that started them stops and deletes after they exit).
 
 :func:`fresh_schema` gives each test its own schema, so tests never see each other's rows
 and one server serves the whole session. A test that restarts its server takes one of its own
