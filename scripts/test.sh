@@ -23,7 +23,9 @@ echo "installing dex and its test extras into .venv ..." >&2
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-# progress: one line per test file, its name then a dot per test, ending in [done/total]; not
-# -q, whose bare dots say nothing of where a long run is (-v would be a line per test: too long)
 # exit code 5 (no tests collected) is non-zero and so fails this script, as it should
-exec .venv/bin/python -m pytest -o console_output_style=count "$@"
+# The suite mostly waits (leases, timeouts, subprocesses), so three pytest-xdist workers share
+# the cores and one PostgreSQL server (tests/pg.py), each taking whole files (a file's tests
+# run in order in one process, as without xdist); `-n 0` runs everything in this process.
+# Progress is a count of tests done out of all ([1234/2863], pyproject's console_output_style).
+exec .venv/bin/python -m pytest -q -n 3 --dist loadfile "$@"

@@ -1,8 +1,10 @@
-"""Shared fixtures: adapters for the contract suite and a virtual clock."""
+"""Shared fixtures: adapters for the contract suite and a virtual clock; and, when pytest-xdist
+runs the tests, the one embedded PostgreSQL server its workers share (tests/pg.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,8 +12,23 @@ import pytest
 import dex
 from dex.adapters.memory import InMemoryAdapter
 from dex.testing import VirtualClock
+from tests.pg import remove_shared_server, share_embedded_server
 
 ADAPTERS = ["memory", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+_SHARED_SERVER = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which decides whether workers run the tests
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.has_plugin("dsession"):  # this process starts the workers, runs no test
+        config.stash[_SHARED_SERVER] = share_embedded_server()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(_SHARED_SERVER, None)
+    if shared is not None:  # the workers have exited
+        remove_shared_server(shared)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from psycopg import sql
 import dex
 from dex.adapters.postgres import PostgresAdapter
 from dex.domain.errors import SerializationError
+from tests.pg import new_schema_name
 
 pytestmark = pytest.mark.postgres
 
@@ -342,7 +343,7 @@ async def noter(ctx: dex.WorkflowContext, note: str) -> int:
 def test_a_separate_database_and_an_async_step(pg_dsn: str) -> None:
     """The engine on a database of its own (not the application's default one): the step's
     connection is that database's, and the step's table lives there."""
-    name = f"dex_tx_{threading.get_ident() % 100000}"
+    name = new_schema_name("dex_tx")  # a database name no other test (nor test process) uses
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

@@ -38,7 +38,7 @@ def stand_in(directory: Path, name: str, text: str) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the script installs Chromium only as root")
-def test_the_script_says_what_it_installs_and_pytest_shows_files_and_counts(tmp_path: Path) -> None:
+def test_the_script_says_what_it_installs_and_runs_pytest_on_three_workers(tmp_path: Path) -> None:
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
     bin_dir = tmp_path / "bin"  # the only PATH: no chromedriver on it, apt-get a stand-in
@@ -65,4 +65,4 @@ def test_the_script_says_what_it_installs_and_pytest_shows_files_and_counts(tmp_
     assert any(line.startswith("could not install chromium (log in ") for line in lines)
     assert lines[-1] == "installing dex and its test extras into .venv ..."
     args = recorded.read_text().split()
-    assert args == ["-o", "console_output_style=count", "-m", "slow"]  # not -q: file names show
+    assert args == ["-q", "-n", "3", "--dist", "loadfile", "-m", "slow"]  # the counts: pyproject
