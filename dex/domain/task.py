@@ -112,7 +112,7 @@ def split_blocks(history: Sequence[ev.HistoryEvent]) -> tuple[ev.RunCreated, lis
             current = None
         elif isinstance(event, ev.COMMAND_EVENT_TYPES):
             commands.append(item)
-        elif isinstance(event, ev.MESSAGE_TYPES):
+        elif isinstance(event, ev.RECORDED_MESSAGE_TYPES):
             if commands:
                 raise ValueError(f"event {item.sequence_number}: message {item.kind} after a command")
             messages.append((item.sequence_number, event))
