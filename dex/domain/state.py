@@ -46,8 +46,8 @@ class RunState:
     streams: tuple[tuple[str, int], ...] = ()
     """How many items each stream holds, in the order the streams were first written."""
     closed_streams: frozenset[str] = frozenset()
-    pending_updates: frozenset[str] = frozenset()
-    """Updates accepted and not yet answered."""
+    pending_updates: tuple[str, ...] = ()
+    """Updates accepted and not yet answered, in the order they were accepted."""
     answered_updates: frozenset[str] = frozenset()
     detached_runs: tuple[str, ...] = ()
     terminate_reason: str | None = None
@@ -100,7 +100,9 @@ def evolve(state: RunState, event: ev.Event) -> RunState:
             return state  # a second request changes nothing: cleanup steps started since stay pending
         case ev.RunCancelled():
             # the request cancels every pending activity and timer (children are sent it too and
-            # stay pending until their outcome arrives)
+            # stay pending until their outcome arrives); a suspended run resumes to clean up
+            if state.suspended:
+                state = attrs.evolve(state, status=transition(state.status, RunStatus.RUNNING), suspended=False)
             return attrs.evolve(
                 state, cancel_requested=True, pending_activities=frozenset(), pending_timers=frozenset()
             )
@@ -117,13 +119,13 @@ def evolve(state: RunState, event: ev.Event) -> RunState:
         case ev.UpdateAccepted():
             if event.update_id in state.pending_updates or event.update_id in state.answered_updates:
                 raise InvalidStateError(f"update {event.update_id!r} accepted twice")
-            return attrs.evolve(state, pending_updates=state.pending_updates | {event.update_id})
+            return attrs.evolve(state, pending_updates=(*state.pending_updates, event.update_id))
         case ev.UpdateCompleted():
             if event.update_id not in state.pending_updates:
                 raise InvalidStateError(f"update {event.update_id!r} answered without being accepted, or twice")
             return attrs.evolve(
                 state,
-                pending_updates=state.pending_updates - {event.update_id},
+                pending_updates=tuple(u for u in state.pending_updates if u != event.update_id),
                 answered_updates=state.answered_updates | {event.update_id},
             )
         case ev.ValuePublished():

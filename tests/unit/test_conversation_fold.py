@@ -64,7 +64,7 @@ def test_labels_start_from_the_run_and_follow_every_change() -> None:
 def test_each_accepted_update_is_answered_exactly_once() -> None:
     accepted = ev.UpdateAccepted(update_id="u1", name="add", args=(value("x"),))
     state = fold(history(accepted))
-    assert state.pending_updates == {"u1"} and not state.answered_updates
+    assert state.pending_updates == ("u1",) and not state.answered_updates
     state = fold(history(accepted, ev.UpdateCompleted(update_id="u1", result=value("1"))))
     assert not state.pending_updates and state.answered_updates == {"u1"}
     with pytest.raises(InvalidStateError, match="answered without being accepted, or twice"):
