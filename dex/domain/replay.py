@@ -92,6 +92,7 @@ class UpdateVerdict:
 
 
 RUN_ENDED_UPDATE = "the run ended before the update finished"
+TERMINATED_UPDATE = "the run was terminated before the update finished"
 
 
 class WorkflowExecutor:
@@ -331,7 +332,11 @@ class WorkflowExecutor:
         elif isinstance(exc, _Abort):
             pass
         elif isinstance(exc, CancelledError):
-            self._complete(cmd.CompleteRun(status=RunStatus.CANCELLED))
+            # the failure says why (and tells this block from one recorded before cancellation
+            # reached workflow code, whose outcome had none: _closing_cancel)
+            text = f"run {self.run_id} was cancelled" + (f": {exc.reason}" if exc.reason else "")
+            failure = FailureInfo(type="WorkflowCancelledError", message=text, terminal=True)
+            self._complete(cmd.CompleteRun(status=RunStatus.CANCELLED, failure=failure))
         else:
             self._complete_failed(exc)
 
@@ -362,9 +367,9 @@ class WorkflowExecutor:
         return [
             cmd.CompleteUpdate(
                 update_id=update_id,
-                failure=FailureInfo(type=UpdateFailedError.__name__, message=f"update {name!r}: {why}", terminal=True),
+                failure=FailureInfo(type=UpdateFailedError.__name__, message=why, terminal=True),
             )
-            for update_id, name in self._running_updates.items()
+            for update_id in self._running_updates
         ]
 
     # -- cancellation and termination ---------------------------------------------------------
@@ -399,7 +404,9 @@ class WorkflowExecutor:
     def _terminate(self, reason: str) -> None:
         """The hard stop: no more workflow code; pending steps dropped, children terminated."""
         self._cancel_pending(reason)
-        self._answer_running_updates("the run was terminated")
+        # the run's inbox goes with its end: its timers need no cancelling (as terminate() says)
+        self.cancellations.timers.clear()
+        self._answer_running_updates(TERMINATED_UPDATE)
         failure = FailureInfo(type="RunTerminated", message=reason or "terminated", terminal=True)
         command = cmd.CompleteRun(status=RunStatus.TERMINATED, failure=failure)
         if self._issue(command) is not None:
@@ -917,14 +924,13 @@ class WorkflowExecutor:
 
 
 def _closing_cancel(messages: Sequence[tuple[int, ev.Event]], recorded: Sequence[ev.HistoryEvent]) -> bool:
-    """A replayed block in which a cancel request ended the run with nothing recorded before its
-    outcome: how a cancel was recorded before it reached workflow code, replayed the same way."""
-    return (
-        any(isinstance(message, ev.RunCancelled) for _seq, message in messages)
-        and len(recorded) == 1
-        and isinstance(recorded[0].event, ev.RunCompleted)
-        and recorded[0].event.status is RunStatus.CANCELLED
-    )
+    """A replayed block in which a cancel request ended the run by closing its code: how a cancel
+    was recorded before it reached workflow code (and still is for code that never started).
+    Its CANCELLED outcome has no failure; one that ``CancelledError`` ended names the request."""
+    if not recorded or not any(isinstance(message, ev.RunCancelled) for _seq, message in messages):
+        return False
+    last = recorded[-1].event
+    return isinstance(last, ev.RunCompleted) and last.status is RunStatus.CANCELLED and last.failure is None
 
 
 def _rejection(exc: BaseException) -> FailureInfo:

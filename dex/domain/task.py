@@ -18,7 +18,7 @@ from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition
 from dex.domain.errors import NonDeterminismError, QueryError
-from dex.domain.replay import ContinueAsNewRequest, WorkflowExecutor
+from dex.domain.replay import TERMINATED_UPDATE, ContinueAsNewRequest, WorkflowExecutor
 from dex.domain.retry import RetryPolicy
 from dex.domain.state import fold
 from dex.domain.status import RunStatus
@@ -477,8 +477,8 @@ def terminate(
 ) -> WorkflowTaskResult:
     """``engine.terminate`` decided from the history alone, without the workflow code (which may
     be stuck, unregistered or no longer deterministic): one block recording ``RunTerminated``,
-    an answer for every accepted update and the TERMINATED outcome; every pending activity and
-    timer dropped, every child terminated, the parent told. The whole inbox is consumed. Replay
+    an answer for every accepted update and the TERMINATED outcome; every pending activity
+    dropped (its timers go with the run's inbox), every child terminated, the parent told. The whole inbox is consumed. Replay
     of the block by the workflow's executor issues the same commands."""
     state = fold(history)
     last_seq = history[-1].sequence_number
@@ -495,9 +495,7 @@ def terminate(
     answers = [
         UpdateAnswer(
             update_id=update_id,
-            failure=FailureInfo(
-                type="UpdateFailedError", message="the run was terminated before the update finished", terminal=True
-            ),
+            failure=FailureInfo(type="UpdateFailedError", message=TERMINATED_UPDATE, terminal=True),
         )
         for update_id in state.pending_updates
     ]
@@ -526,7 +524,6 @@ def terminate(
         messages=tuple(messages),
         update_answers=tuple(answers) + _refused_updates(inbox),
         cancelled_activities=tuple(sorted(state.pending_activities)),
-        cancelled_timers=tuple(sorted(state.pending_timers)),
     )
 
 
