@@ -55,6 +55,7 @@ class PureRun:
         run_id: str = "0b9a3a52-5c7a-4d53-9d2c-3f1e9f1d7a10",
         labels: ev.Labels = (),
         cached: bool = False,
+        deadline: datetime | None = None,
     ) -> None:
         self.definition: WorkflowDefinition = getattr(workflow, WORKFLOW_ATTRIBUTE)
         self.activity_definitions: dict[str, ActivityDefinition] = {
@@ -68,6 +69,7 @@ class PureRun:
             queue="default",
             labels=labels,
             random_seed=7,
+            deadline=deadline,
         )
         self.history: list[ev.HistoryEvent] = [ev.HistoryEvent(sequence_number=1, timestamp=T0, event=created)]
         self._next_id = 1
