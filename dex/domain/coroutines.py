@@ -9,6 +9,7 @@ history takes the same path.
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
@@ -117,13 +118,14 @@ def resolved(value: T, label: str = "") -> DexFuture[T]:
 
 
 class _Task:
-    __slots__ = ("coro", "future", "throw", "waiting")
+    __slots__ = ("coro", "future", "interrupt", "throw", "waiting")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], label: str) -> None:
         self.coro = coro
         self.future: DexFuture[Any] = DexFuture(label)
         self.throw: BaseException | None = None
         self.waiting: DexFuture[Any] | None = None  # the future it awaits, until that wakes it
+        self.interrupt: BaseException | None = None  # for its next await (see CoroutineStepper.throw)
 
 
 class CoroutineStepper:
@@ -164,6 +166,13 @@ class CoroutineStepper:
             task.future.set_exception(_explain_missing_loop(exc))
             return
         if isinstance(yielded, DexFuture):
+            if task.interrupt is not None:
+                interrupt, task.interrupt = task.interrupt, None
+                # the step it awaits now is cancelled (a wait consumes nothing) and raises there
+                if not yielded.cancel():
+                    task.throw = interrupt
+                    self._ready.append(task)
+                    return
             task.waiting = yielded
             yielded.add_done_callback(lambda done: self._wake(task, done))
         else:
@@ -185,16 +194,22 @@ class CoroutineStepper:
 
     def throw(self, future: DexFuture[Any], exception: BaseException) -> bool:
         """Raise ``exception`` in the coroutine whose result ``future`` is, at the await where it
-        stands (at its start if it never ran); False if it is done or not ours. The future it
-        awaited no longer wakes it."""
+        stands (the future it awaited no longer wakes it), or at its start if it never ran; False
+        if it is done or not ours. One that is ready to resume with what its await gave keeps
+        that, and the exception cancels the step of its next await instead (nothing it was
+        given is lost)."""
         task = self._task_of(future)
         if task is None or future.done():
             return False
-        task.throw = exception
         if task.waiting is not None:
             task.waiting = None
+            task.throw = exception
             self._ready.append(task)
-        return True  # a task that is not waiting is in the ready queue: it gets the exception next
+        elif inspect.getcoroutinestate(task.coro) == inspect.CORO_CREATED:
+            task.throw = exception  # in the ready queue: raised before any of its code runs
+        else:
+            task.interrupt = exception
+        return True
 
     def close(self) -> int:
         """Stop every coroutine at its current await (runs their ``finally`` blocks); returns how

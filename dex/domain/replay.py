@@ -334,7 +334,7 @@ class WorkflowExecutor:
         elif isinstance(exc, CancelledError):
             # the failure says why (and tells this block from one recorded before cancellation
             # reached workflow code, whose outcome had none: _closing_cancel)
-            text = f"run {self.run_id} was cancelled" + (f": {exc.reason}" if exc.reason else "")
+            text = "the run was cancelled" + (f": {exc.reason}" if exc.reason else "")
             failure = FailureInfo(type="WorkflowCancelledError", message=text, terminal=True)
             self._complete(cmd.CompleteRun(status=RunStatus.CANCELLED, failure=failure))
         else:

@@ -18,7 +18,7 @@ from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition
 from dex.domain.errors import NonDeterminismError, QueryError
-from dex.domain.replay import TERMINATED_UPDATE, ContinueAsNewRequest, WorkflowExecutor
+from dex.domain.replay import TERMINATED_UPDATE, ContinueAsNewRequest, UpdateVerdict, WorkflowExecutor
 from dex.domain.retry import RetryPolicy
 from dex.domain.state import fold
 from dex.domain.status import RunStatus
@@ -288,6 +288,8 @@ def advance(
         if not isinstance(request, ev.UpdateRequested):
             continue
         verdict = executor.screen_update(request)
+        if verdict.accepted and any(getattr(e, "update_id", None) == request.update_id for _i, e in accepted):
+            verdict = UpdateVerdict(repeat=True)  # the same id twice in one task: answered once, by id
         if verdict.accepted:
             accepted.append(
                 (
