@@ -11,7 +11,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from dex.domain import events as ev
 from dex.domain.definitions import Signature, validate_name, validate_text
+from dex.domain.values import Payload
 
 KEY_LIMIT = 256
 
@@ -28,6 +30,14 @@ def validate_key(key: object, what: str) -> str:
     if not text or len(text) > KEY_LIMIT:
         raise ValueError(f"{what} must be 1 to {KEY_LIMIT} characters long, got {len(text)}")
     return text
+
+
+def update_request(update_id: object, name: object, args: tuple[Payload, ...]) -> ev.UpdateRequested:
+    """The inbox message of ``engine.update``, its id and name checked where they enter (a NUL or
+    a lone surrogate is refused naming the problem, before anything is written)."""
+    return ev.UpdateRequested(
+        update_id=validate_key(update_id, "update id"), name=validate_handler_name(name, "update name"), args=args
+    )
 
 
 class UpdateHandler:

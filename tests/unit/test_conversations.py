@@ -609,3 +609,97 @@ def test_a_cancel_recorded_the_old_way_still_replays() -> None:
 
 def _none() -> dex.FailureInfo:
     raise AssertionError("expected a failure")
+
+
+# -- hostile handlers ----------------------------------------------------------------------------
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+class Escape(BaseException):
+    pass
+
+
+@dex.workflow(name="conv-hostile")
+async def hostile(ctx: dex.WorkflowContext) -> str:
+    @ctx.on_update("unprintable")
+    def unprintable() -> None:
+        raise Unprintable()
+
+    @ctx.on_update("escape")
+    def escape() -> None:
+        raise Escape("out")
+
+    @ctx.on_update("guarded")
+    def guarded() -> int:
+        return 1
+
+    @guarded.validator
+    def _() -> None:
+        raise Escape("refused hard")
+
+    @ctx.on_event("boom")
+    def boom(_value: object) -> None:
+        raise ValueError("the event handler broke")
+
+    return str(await ctx.wait_for_event("done"))
+
+
+@pytest.mark.parametrize(
+    ("name", "rejected", "kind"),
+    [("unprintable", False, "Unprintable"), ("escape", False, "Escape"), ("guarded", True, "Escape")],
+)
+def test_a_handler_or_validator_raising_anything_answers_the_update_and_the_run_goes_on(
+    name: str, rejected: bool, kind: str
+) -> None:
+    run = PureRun(hostile, cached=True)
+    run.step()
+    run.update(name, update_id="u1")
+    run.step()
+    answer = run.answer("u1")
+    assert answer.rejected is rejected and answer.failure is not None and answer.failure.type == kind
+    run.send_event("done", "ok")
+    run.step()
+    assert run.value(run.completion.result) == "ok"  # a healthy run after it
+    run.replays()
+
+
+def test_an_event_handler_that_raises_fails_the_run_like_the_workflow_raising() -> None:
+    run = PureRun(hostile, cached=True)
+    run.step()
+    run.send_event("boom")
+    run.step()
+    assert run.completion.status is dex.RunStatus.FAILED
+    assert (run.completion.failure or _none()).message == "the event handler broke"
+
+
+def test_update_requests_from_outside_are_checked_where_they_enter() -> None:
+    from dex.domain.handlers import update_request
+
+    assert update_request("u1", "add-item", ()).name == "add-item"
+    with pytest.raises(ValueError, match="update name must not contain a NUL character"):
+        update_request("u1", "add\x00item", ())
+    with pytest.raises(ValueError, match="update id must be valid Unicode text, but it holds a lone surrogate"):
+        update_request("u\ud800", "add-item", ())
+    run = checkout_run()
+    with pytest.raises(ValueError, match="query name must not contain a NUL character"):
+        answer_query(run.definition, run.run_id, run.history, "it\x00ems", (), CONVERTER)
+
+
+@dex.workflow(name="conv-relabel-and-continue")
+async def relabel_and_continue(ctx: dex.WorkflowContext, generation: int) -> dict[str, str]:
+    if generation == 0:
+        ctx.set_labels({"stage": "second"})
+        ctx.continue_as_new(1)
+    return dict(ctx.labels)
+
+
+def test_labels_set_by_the_code_carry_over_continue_as_new() -> None:
+    run = PureRun(relabel_and_continue, 0, labels=(("team", "a"),))
+    result = run.step()
+    assert result.new_history is not None and result.labels == (("stage", "second"), ("team", "a"))
+    run.step()
+    assert run.value(run.completion.result) == {"stage": "second", "team": "a"}
