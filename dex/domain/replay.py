@@ -392,18 +392,18 @@ class WorkflowExecutor:
             return  # it awaited one of the steps just cancelled: that raises at its await
         self._stepper.throw(main, CancelledError(reason))
 
-    def _cancel_pending(self, reason: str) -> None:
+    def _cancel_pending(self, reason: str, children_reason: str | None = None) -> None:
         activities, timers, children = self._waits.cancel_all(reason)
         self.cancellations.activities += activities
         self.cancellations.timers += timers
-        self.cancellations.children += [(child, reason) for child in children]
+        self.cancellations.children += [(child, children_reason or reason) for child in children]
         conditions, self._conditions = self._conditions, []
         for _predicate, future in conditions:
             future.set_exception(CancelledError(reason))
 
     def _terminate(self, reason: str) -> None:
         """The hard stop: no more workflow code; pending steps dropped, children terminated."""
-        self._cancel_pending(reason)
+        self._cancel_pending(reason, terminated_parent(self.run_id))
         # the run's inbox goes with its end: its timers need no cancelling (as terminate() says)
         self.cancellations.timers.clear()
         self._answer_running_updates(TERMINATED_UPDATE)
@@ -921,6 +921,11 @@ class WorkflowExecutor:
         validate_name(patch_id, "patch id")
         if not self._block.deciding:
             self._block.take_patch(patch_id)
+
+
+def terminated_parent(run_id: str) -> str:
+    """The reason a terminated run's children are terminated with."""
+    return f"parent run {run_id} was terminated"
 
 
 def _closing_cancel(messages: Sequence[tuple[int, ev.Event]], recorded: Sequence[ev.HistoryEvent]) -> bool:

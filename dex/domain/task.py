@@ -18,7 +18,13 @@ from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition
 from dex.domain.errors import NonDeterminismError, QueryError
-from dex.domain.replay import TERMINATED_UPDATE, ContinueAsNewRequest, UpdateVerdict, WorkflowExecutor
+from dex.domain.replay import (
+    TERMINATED_UPDATE,
+    ContinueAsNewRequest,
+    UpdateVerdict,
+    WorkflowExecutor,
+    terminated_parent,
+)
 from dex.domain.retry import RetryPolicy
 from dex.domain.state import fold
 from dex.domain.status import RunStatus
@@ -390,7 +396,8 @@ def _block(
         )
     elif completion is not None:
         messages.extend(_completion_messages(run_id, created, completion, executor.pending_children(), now))
-        unread = len(executor.unconsumed_events())
+        # a terminated run's code is not asked (terminate() decides without it): it reports none
+        unread = 0 if terminated else len(executor.unconsumed_events())
     return WorkflowTaskResult(
         run_id=run_id,
         expected_last_seq=last_seq,
@@ -511,9 +518,7 @@ def terminate(
         ev.HistoryEvent(sequence_number=last_seq + 1 + i, timestamp=now, event=event) for i, event in enumerate(events)
     )
     messages = [
-        OutgoingMessage(
-            run_id=child, event=ev.RunTerminated(reason=f"parent run {run_id} was terminated"), visible_from=now
-        )
+        OutgoingMessage(run_id=child, event=ev.RunTerminated(reason=terminated_parent(run_id)), visible_from=now)
         for child in state.pending_children
     ]
     messages += _completion_messages(run_id, created, completion, (), now)

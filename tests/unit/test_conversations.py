@@ -703,3 +703,24 @@ def test_labels_set_by_the_code_carry_over_continue_as_new() -> None:
     assert result.new_history is not None and result.labels == (("stage", "second"), ("team", "a"))
     run.step()
     assert run.value(run.completion.result) == {"stage": "second", "team": "a"}
+
+
+@dex.workflow(name="conv-parent-stuck")
+async def parent_stuck(ctx: dex.WorkflowContext) -> None:
+    kid = ctx.child(checkout, "kid")
+    await ctx.gather(kid, ctx.activity(charge, "p"), ctx.wait_for_event("never"))
+
+
+def test_terminate_decided_with_or_without_the_code_is_the_same_for_children_activities_and_events() -> None:
+    run = PureRun(parent_stuck, activities=ACTIVITIES, cached=True)  # cached: advance() must agree
+    first = run.step()
+    (kid,) = first.child_runs
+    run.send_event("stray", 1)  # never read
+    run.step()
+    run.terminate("enough")
+    result = run.step()
+    assert run.completion.status is dex.RunStatus.TERMINATED
+    assert [(m.run_id, m.event) for m in result.messages] == [
+        (kid.run_id, ev.RunTerminated(reason=f"parent run {run.run_id} was terminated"))
+    ]
+    assert result.cancelled_activities == (5,) and result.unread_events == 0
