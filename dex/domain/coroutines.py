@@ -9,7 +9,6 @@ history takes the same path.
 
 from __future__ import annotations
 
-import inspect
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
@@ -118,14 +117,14 @@ def resolved(value: T, label: str = "") -> DexFuture[T]:
 
 
 class _Task:
-    __slots__ = ("coro", "future", "interrupt", "throw", "waiting")
+    __slots__ = ("coro", "future", "throw", "waiting", "woken_by")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], label: str) -> None:
         self.coro = coro
         self.future: DexFuture[Any] = DexFuture(label)
         self.throw: BaseException | None = None
         self.waiting: DexFuture[Any] | None = None  # the future it awaits, until that wakes it
-        self.interrupt: BaseException | None = None  # for its next await (see CoroutineStepper.throw)
+        self.woken_by: DexFuture[Any] | None = None  # the future that woke it, until it resumes
 
 
 class CoroutineStepper:
@@ -153,6 +152,7 @@ class CoroutineStepper:
             self._step(self._ready.popleft())
 
     def _step(self, task: _Task) -> None:
+        task.woken_by = None
         try:
             if task.throw is not None:
                 exc, task.throw = task.throw, None
@@ -166,13 +166,6 @@ class CoroutineStepper:
             task.future.set_exception(_explain_missing_loop(exc))
             return
         if isinstance(yielded, DexFuture):
-            if task.interrupt is not None:
-                interrupt, task.interrupt = task.interrupt, None
-                # the step it awaits now is cancelled (a wait consumes nothing) and raises there
-                if not yielded.cancel():
-                    task.throw = interrupt
-                    self._ready.append(task)
-                    return
             task.waiting = yielded
             yielded.add_done_callback(lambda done: self._wake(task, done))
         else:
@@ -181,7 +174,7 @@ class CoroutineStepper:
 
     def _wake(self, task: _Task, done: DexFuture[Any]) -> None:
         if task.waiting is done:  # not a future it was pulled away from by throw()
-            task.waiting = None
+            task.waiting, task.woken_by = None, done
             self._ready.append(task)
 
     def _task_of(self, future: DexFuture[Any]) -> _Task | None:
@@ -192,24 +185,20 @@ class CoroutineStepper:
         task = self._task_of(future)
         return None if task is None else task.waiting
 
-    def throw(self, future: DexFuture[Any], exception: BaseException) -> bool:
+    def throw(self, future: DexFuture[Any], exception: BaseException) -> DexFuture[Any] | None:
         """Raise ``exception`` in the coroutine whose result ``future`` is, at the await where it
-        stands (the future it awaited no longer wakes it), or at its start if it never ran; False
-        if it is done or not ours. One that is ready to resume with what its await gave keeps
-        that, and the exception cancels the step of its next await instead (nothing it was
-        given is lost)."""
+        stands (at its start if it never ran); the future it awaited no longer wakes it. One that
+        is ready to resume with what its await gave gets the exception instead: that future is
+        returned (the caller may give back what it held). Nothing happens if it is done."""
         task = self._task_of(future)
         if task is None or future.done():
-            return False
+            return None
+        task.throw = exception
         if task.waiting is not None:
             task.waiting = None
-            task.throw = exception
             self._ready.append(task)
-        elif inspect.getcoroutinestate(task.coro) == inspect.CORO_CREATED:
-            task.throw = exception  # in the ready queue: raised before any of its code runs
-        else:
-            task.interrupt = exception
-        return True
+            return None
+        return task.woken_by  # in the ready queue (or never started): it gets the exception next
 
     def close(self) -> int:
         """Stop every coroutine at its current await (runs their ``finally`` blocks); returns how

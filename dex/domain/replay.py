@@ -294,6 +294,8 @@ class WorkflowExecutor:
                 self._run_update(message)
             case ev.UpdateRequested():
                 raise ValueError("an update request is screened (screen_update) and applied as UpdateAccepted")
+            case ev.RunSuspended() if self._cancel_requested:
+                self.resumed = True  # a cancelling run is not held back: its cleanup must run
             case ev.RunSuspended():
                 self.suspended = True  # the code waits; later messages are held back in the inbox
             case ev.RunResumed():
@@ -332,13 +334,16 @@ class WorkflowExecutor:
         elif isinstance(exc, _Abort):
             pass
         elif isinstance(exc, CancelledError):
-            # the failure says why (and tells this block from one recorded before cancellation
-            # reached workflow code, whose outcome had none: _closing_cancel)
-            text = "the run was cancelled" + (f": {exc.reason}" if exc.reason else "")
-            failure = FailureInfo(type="WorkflowCancelledError", message=text, terminal=True)
-            self._complete(cmd.CompleteRun(status=RunStatus.CANCELLED, failure=failure))
+            self._complete_cancelled(exc)
         else:
             self._complete_failed(exc)
+
+    def _complete_cancelled(self, exc: CancelledError) -> None:
+        # the failure says why (and tells this block from one recorded before cancellation
+        # reached workflow code, whose outcome had none: _closing_cancel)
+        text = "the run was cancelled" + (f": {exc.reason}" if exc.reason else "")
+        failure = FailureInfo(type="WorkflowCancelledError", message=text, terminal=True)
+        self._complete(cmd.CompleteRun(status=RunStatus.CANCELLED, failure=failure))
 
     def _complete_failed(self, exc: BaseException) -> None:
         self._complete(cmd.CompleteRun(status=RunStatus.FAILED, failure=FailureInfo.from_exception(exc, terminal=True)))
@@ -390,7 +395,10 @@ class WorkflowExecutor:
             return  # not started: _apply_block ends it CANCELLED
         if waiting is not None and waiting.done() and isinstance(waiting.exception(), CancelledError):
             return  # it awaited one of the steps just cancelled: that raises at its await
-        self._stepper.throw(main, CancelledError(reason))
+        given = self._stepper.throw(main, CancelledError(reason))
+        if isinstance(given, EventWait):
+            # it was about to resume with an event: the cancel comes first, and the event stays unread
+            self._waits.give_back(given)
 
     def _cancel_pending(self, reason: str, children_reason: str | None = None) -> None:
         activities, timers, children = self._waits.cancel_all(reason)

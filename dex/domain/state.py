@@ -90,6 +90,8 @@ def evolve(state: RunState, event: ev.Event) -> RunState:
             return attrs.evolve(state, pending_children=children)
         case ev.ExternalEventReceived() | ev.SideEffectExecuted() | ev.PatchApplied():
             return state
+        case ev.RunSuspended() if state.cancel_requested:
+            return state  # a cancelling run is not held back: its cleanup must run
         case ev.RunSuspended():
             return attrs.evolve(state, status=transition(state.status, RunStatus.SUSPENDED), suspended=True)
         case ev.RunResumed() if not state.suspended:

@@ -39,7 +39,7 @@ class EventWait(DexFuture[Any]):
     when something first awaits it or waits on it. Released (the loser of ``first``, or
     cancelled), it gives a reserved event back to the front of the buffer."""
 
-    __slots__ = ("claim", "claimed", "event_id", "reserved", "timer_seq")
+    __slots__ = ("claim", "claimed", "event_id", "given", "reserved", "timer_seq")
 
     def __init__(self, event_id: str, claim: Callable[[EventWait], None]) -> None:
         super().__init__(f"event {event_id}")
@@ -47,6 +47,7 @@ class EventWait(DexFuture[Any]):
         self.claim = claim
         self.claimed = False
         self.reserved: Payload | None = None
+        self.given: Payload | None = None  # the event it resolved with
         self.timer_seq: int | None = None  # its timeout's timer, if it has one
 
     def add_done_callback(self, callback: Callable[[DexFuture[Any]], None]) -> None:
@@ -118,6 +119,13 @@ class Waits:
             wait.reserved = None
         else:
             self._event_waiters[wait.event_id].remove(wait)
+
+    def give_back(self, wait: EventWait) -> None:
+        """The event a wait resolved with, back to the front of the buffer: the code it was for
+        was cancelled before it could read it (the wait itself stays as it is)."""
+        if wait.given is not None:
+            self._event_buffer.setdefault(wait.event_id, deque()).appendleft(wait.given)
+            wait.given = None
 
     def cancel_event_wait(self, wait: EventWait) -> None:
         """A wait the code cancelled: it consumed nothing, and its timeout no longer counts."""
@@ -253,6 +261,8 @@ class Waits:
         except BaseException as exc:  # noqa: BLE001 - raised at the await, where the code may catch it
             waiter.set_exception(exc)
         else:
+            if isinstance(waiter, EventWait):
+                waiter.given = payload
             waiter.set_result(value)
 
     # -- what is left -------------------------------------------------------------------------------

@@ -724,3 +724,30 @@ def test_terminate_decided_with_or_without_the_code_is_the_same_for_children_act
         (kid.run_id, ev.RunTerminated(reason=f"parent run {run.run_id} was terminated"))
     ]
     assert result.cancelled_activities == (5,) and result.unread_events == 0
+
+
+@dex.workflow(name="conv-waits-once")
+async def waits_once(ctx: dex.WorkflowContext) -> str:
+    return str(await ctx.wait_for_event("x"))
+
+
+def test_a_cancel_in_the_task_that_brings_the_awaited_event_comes_first_and_the_event_stays_unread() -> None:
+    run = PureRun(waits_once, cached=True)
+    run.step()
+    run.send_event("x", "v")
+    run.cancel("now")
+    result = run.step()
+    assert run.completion.status is dex.RunStatus.CANCELLED
+    assert (run.completion.failure or _none()).message == "the run was cancelled: now"
+    assert result.unread_events == 1
+
+
+def test_a_cancelling_run_is_not_held_back_by_a_suspend() -> None:
+    run = finished_checkout_waiting_for_charge()
+    run.cancel()
+    run.suspend()
+    result = run.step()
+    assert result.resumed and [t.name for t in result.activity_tasks] == ["conv-release"]
+    assert not fold(run.history).suspended
+    run.settle()
+    assert run.completion.status is dex.RunStatus.CANCELLED
