@@ -751,3 +751,18 @@ def test_a_cancelling_run_is_not_held_back_by_a_suspend() -> None:
     assert not fold(run.history).suspended
     run.settle()
     assert run.completion.status is dex.RunStatus.CANCELLED
+
+
+def test_a_worker_holding_the_run_answers_a_query_from_its_executor_and_records_nothing() -> None:
+    run = checkout_run()
+    run.update("add-item", "lamp", update_id="u1")
+    run.step()
+    assert run.cached is not None
+    before = list(run.history)
+    assert CONVERTER.decode(run.cached.query("items", ())) == ["lamp"]
+    with pytest.raises(dex.QueryError, match="may not start an activity"):
+        run.cached.query("sneaky", ())
+    run.update("add-item", "shade", update_id="u2")
+    run.step()  # and the executor decides on exactly as the fresh replay does (PureRun checks)
+    assert run.history[: len(before)] == before
+    assert CONVERTER.decode(run.cached.query("items", ())) == ["lamp", "shade"]
