@@ -137,11 +137,10 @@ class WorkflowExecutor:
         self.resumed = False  # in the block being applied: a cancel request resumed a suspended run
         self.cancellations = Cancellations()  # in the block being applied
         self._main: DexFuture[Any] | None = None
-        self._cancel_reason = ""
         self._updates: dict[str, UpdateHandler] = {}
         self._queries: dict[str, Callable[..., Any]] = {}
         self._accepted: set[str] = set()  # every update id accepted in this generation
-        self._running_updates: dict[str, str] = {}  # accepted, not answered: id -> name, in order
+        self._running_updates: dict[str, str] = {}  # accepted, not answered, in order: id -> name
         self._answers: dict[str, cmd.CompleteUpdate] = {}
         self._conditions: list[tuple[Callable[[], object], DexFuture[None]]] = []
         self._closed_streams: set[str] = set()
@@ -210,8 +209,8 @@ class WorkflowExecutor:
                 ending.append(cmd.CompleteRun(status=RunStatus.FAILED, failure=failure))
                 self._block.new.extend((next_seq + i, command) for i, command in enumerate(ending))
             return self._block.new
-        # a cancel recorded by code from before cancellation reached workflow code: its block
-        # holds nothing but the outcome, and replays the old way (the coroutine closed)
+        # a cancel that ended the run by closing its code (recorded before cancellation reached
+        # workflow code, or for code that never started) replays the same way: _closing_cancel
         closing_cancel = recorded is not None and _closing_cancel(messages, recorded)
         for seq, message in messages:
             if closing_cancel and isinstance(message, ev.RunCancelled):
@@ -221,7 +220,7 @@ class WorkflowExecutor:
         if self._cancel_requested and self.outcome is None and (self._main is None or closing_cancel):
             self._refused += self._stepper.close()
             self._complete(cmd.CompleteRun(status=RunStatus.CANCELLED))
-        elif not self.suspended:
+        elif not self.suspended and self.outcome is None:  # a terminate ends it: no code runs
             self._run_until_quiet()
         if self.nondeterminism is None:
             self._block.check_all_asked()
@@ -384,7 +383,7 @@ class WorkflowExecutor:
         changes nothing."""
         if self._cancel_requested:
             return
-        self._cancel_requested, self._cancel_reason = True, reason
+        self._cancel_requested = True
         if self.suspended:
             # a suspended run resumes to clean up: its code must run for the request to reach it
             self.suspended, self.resumed = False, True

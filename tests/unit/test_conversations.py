@@ -766,3 +766,25 @@ def test_a_worker_holding_the_run_answers_a_query_from_its_executor_and_records_
     run.step()  # and the executor decides on exactly as the fresh replay does (PureRun checks)
     assert run.history[: len(before)] == before
     assert CONVERTER.decode(run.cached.query("items", ())) == ["lamp", "shade"]
+
+
+RAN_AFTER_TERMINATE: list[str] = []
+
+
+@dex.workflow(name="conv-terminated-quietly")
+async def terminated_quietly(ctx: dex.WorkflowContext) -> None:
+    try:
+        await ctx.sleep(60)
+    except dex.CancelledError:
+        RAN_AFTER_TERMINATE.append("except")
+        raise
+
+
+def test_no_workflow_code_runs_once_the_run_is_terminated() -> None:
+    RAN_AFTER_TERMINATE.clear()
+    run = PureRun(terminated_quietly, cached=True)
+    run.step()
+    run.terminate("stop")
+    run.step()
+    assert run.completion.status is dex.RunStatus.TERMINATED
+    assert RAN_AFTER_TERMINATE == []  # neither the fresh decide nor the cached executor ran it
