@@ -17,7 +17,13 @@ import attrs
 from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition
-from dex.domain.errors import NonDeterminismError, QueryError
+from dex.domain.errors import (
+    InvalidStateError,
+    NonDeterminismError,
+    QueryError,
+    UpdateFailedError,
+    UpdateRejectedError,
+)
 from dex.domain.replay import (
     TERMINATED_UPDATE,
     ContinueAsNewRequest,
@@ -29,7 +35,7 @@ from dex.domain.retry import RetryPolicy
 from dex.domain.state import fold
 from dex.domain.status import RunStatus
 from dex.domain.steps import ActivityLookup, WorkflowLookup
-from dex.domain.values import FailureInfo, Payload
+from dex.domain.values import FailureInfo, Payload, describe_failure
 
 
 @attrs.frozen(kw_only=True)
@@ -81,6 +87,21 @@ class UpdateAnswer:
     result: Payload | None = None
     failure: FailureInfo | None = None
     rejected: bool = False
+
+
+def update_result(answer: UpdateAnswer) -> Payload | None:
+    """What ``engine.update`` returns for ``answer`` (the handler's encoded result), or raises:
+    InvalidStateError for a run that had ended, UpdateRejectedError for a refusal,
+    UpdateFailedError (``.failure``) for a handler that raised."""
+    failure = answer.failure
+    if failure is None:
+        return answer.result
+    text = f"update {answer.update_id!r}: {describe_failure(failure)}"
+    if answer.rejected and failure.type == InvalidStateError.__name__:
+        raise InvalidStateError(text)
+    if answer.rejected:
+        raise UpdateRejectedError(f"{text} (rejected: nothing was recorded)", failure)
+    raise UpdateFailedError(text, failure)
 
 
 @attrs.frozen(kw_only=True)

@@ -788,3 +788,25 @@ def test_no_workflow_code_runs_once_the_run_is_terminated() -> None:
     run.step()
     assert run.completion.status is dex.RunStatus.TERMINATED
     assert RAN_AFTER_TERMINATE == []  # neither the fresh decide nor the cached executor ran it
+
+
+def test_what_the_caller_of_an_update_gets_for_each_answer() -> None:
+    from dex.domain.task import update_result
+
+    run = checkout_run()
+    run.update("add-item", "lamp", update_id="ok")
+    run.update("add-item", "", update_id="refused")
+    run.update("fail", update_id="failed")
+    run.step()
+    assert CONVERTER.decode(update_result(run.answer("ok"))) == 1
+    with pytest.raises(dex.UpdateRejectedError, match="'refused': ValueError: an item needs a name") as refused:
+        update_result(run.answer("refused"))
+    assert refused.value.failure.type == "ValueError"
+    with pytest.raises(dex.UpdateFailedError, match="RuntimeError: the handler gave up") as failed:
+        update_result(run.answer("failed"))
+    assert failed.value.failure.message == "the handler gave up"
+    ended = finished_checkout()
+    ended.update("add-item", "late", update_id="late")
+    ended.step()
+    with pytest.raises(dex.InvalidStateError, match="the run has ended"):
+        update_result(ended.answer("late"))
