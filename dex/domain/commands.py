@@ -41,6 +41,55 @@ class StartChild:
     priority: int
     concurrency_key: str | None
     labels: ev.Labels
+    deadline: datetime | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StartDetached:
+    run_id: str
+    workflow_name: str
+    input: tuple[Payload, ...]
+    queue: str
+    instance_id: str | None
+    priority: int
+    concurrency_key: str | None
+    labels: ev.Labels
+    deadline: datetime | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CompleteUpdate:
+    update_id: str
+    result: Payload | None = None
+    failure: FailureInfo | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PublishValue:
+    key: str
+    value: Payload
+
+
+@attrs.frozen(kw_only=True)
+class WriteStream:
+    key: str
+    value: Payload
+
+
+@attrs.frozen(kw_only=True)
+class CloseStream:
+    key: str
+
+
+@attrs.frozen(kw_only=True)
+class ChangeLabels:
+    set: ev.Labels
+    removed: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class CancelStep:
+    created_seq: int
 
 
 @attrs.frozen(kw_only=True)
@@ -61,7 +110,21 @@ class CompleteRun:
     failure: FailureInfo | None = None
 
 
-Command = ScheduleActivity | StartTimer | StartChild | RecordSideEffect | RecordPatch | CompleteRun
+Command = (
+    ScheduleActivity
+    | StartTimer
+    | StartChild
+    | RecordSideEffect
+    | RecordPatch
+    | CompleteRun
+    | StartDetached
+    | CompleteUpdate
+    | PublishValue
+    | WriteStream
+    | CloseStream
+    | ChangeLabels
+    | CancelStep
+)
 
 
 def to_event(command: Command) -> ev.Event:
@@ -88,9 +151,34 @@ def to_event(command: Command) -> ev.Event:
                 priority=command.priority,
                 concurrency_key=command.concurrency_key,
                 labels=command.labels,
+                deadline=command.deadline,
             )
         case RecordSideEffect():
             return ev.SideEffectExecuted(name=command.name, result=command.result)
+        case StartDetached():
+            return ev.DetachedRunCreated(
+                run_id=command.run_id,
+                workflow_name=command.workflow_name,
+                input=command.input,
+                queue=command.queue,
+                instance_id=command.instance_id,
+                priority=command.priority,
+                concurrency_key=command.concurrency_key,
+                labels=command.labels,
+                deadline=command.deadline,
+            )
+        case CompleteUpdate():
+            return ev.UpdateCompleted(update_id=command.update_id, result=command.result, failure=command.failure)
+        case PublishValue():
+            return ev.ValuePublished(key=command.key, value=command.value)
+        case WriteStream():
+            return ev.StreamItemWritten(key=command.key, value=command.value)
+        case CloseStream():
+            return ev.StreamClosed(key=command.key)
+        case ChangeLabels():
+            return ev.LabelsChanged(set=command.set, removed=command.removed)
+        case CancelStep():
+            return ev.CancelRequested(created_seq=command.created_seq)
         case RecordPatch():
             return ev.PatchApplied(patch_id=command.patch_id)
         case CompleteRun():
@@ -118,6 +206,20 @@ def describe_event(event: ev.Event) -> str:
             return f"patch {event.patch_id!r}"
         case ev.RunCompleted():
             return f"run completion ({event.status.value})"
+        case ev.DetachedRunCreated():
+            return f"workflow start {event.workflow_name!r}"
+        case ev.UpdateCompleted():
+            return f"answer to update {event.update_id!r}"
+        case ev.ValuePublished():
+            return f"published value {event.key!r}"
+        case ev.StreamItemWritten():
+            return f"item of stream {event.key!r}"
+        case ev.StreamClosed():
+            return f"close of stream {event.key!r}"
+        case ev.LabelsChanged():
+            return "label change"
+        case ev.CancelRequested():
+            return f"cancel of step {event.created_seq}"
     return type(event).__name__
 
 
@@ -148,6 +250,33 @@ def matches(command: Command, recorded: ev.Event) -> str | None:
             return None
         case CompleteRun():
             if not isinstance(recorded, ev.RunCompleted) or recorded.status != command.status:
+                return "step"
+            return None
+        case StartDetached():
+            if not isinstance(recorded, ev.DetachedRunCreated) or recorded.workflow_name != command.workflow_name:
+                return "step"
+            return None if recorded.input == command.input else "arguments"
+        case CompleteUpdate():
+            # the answer itself is not compared: like a side effect's result, what was recorded stands
+            if not isinstance(recorded, ev.UpdateCompleted) or recorded.update_id != command.update_id:
+                return "step"
+            return None
+        case PublishValue():
+            if not isinstance(recorded, ev.ValuePublished) or recorded.key != command.key:
+                return "step"
+            return None if recorded.value == command.value else "value"
+        case WriteStream():
+            if not isinstance(recorded, ev.StreamItemWritten) or recorded.key != command.key:
+                return "step"
+            return None if recorded.value == command.value else "value"
+        case CloseStream():
+            return None if isinstance(recorded, ev.StreamClosed) and recorded.key == command.key else "step"
+        case ChangeLabels():
+            if not isinstance(recorded, ev.LabelsChanged):
+                return "step"
+            return None if (recorded.set, recorded.removed) == (command.set, command.removed) else "labels"
+        case CancelStep():
+            if not isinstance(recorded, ev.CancelRequested) or recorded.created_seq != command.created_seq:
                 return "step"
             return None
     raise TypeError(f"not a command: {command!r}")  # pragma: no cover

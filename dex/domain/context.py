@@ -17,6 +17,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 from dex.domain import events as ev
 from dex.domain.coroutines import DexFuture
 from dex.domain.definitions import validate_optional_text
+from dex.domain.handlers import UpdateHandler
 from dex.domain.retry import RetryPolicy
 from dex.domain.values import Payload
 
@@ -35,6 +36,7 @@ class StepIssuer(Protocol):
     now: datetime
     is_replaying: bool
     custom_status: str | None
+    labels: dict[str, str]
 
     def schedule_activity(
         self,
@@ -60,9 +62,45 @@ class StepIssuer(Protocol):
         concurrency_key: str | None,
         priority: int | None,
         labels: Mapping[str, str] | None,
+        timeout: timedelta | float | None = None,
     ) -> DexFuture[Any]: ...
 
     def gather(self, awaitables: Sequence[Awaitable[Any]]) -> DexFuture[list[Any]]: ...
+
+    def first(
+        self, awaitables: Sequence[Awaitable[Any]], timeout: timedelta | float | None
+    ) -> DexFuture[tuple[int, Any]]: ...
+
+    def wait_condition(self, predicate: Callable[[], object], timeout: timedelta | float | None) -> DexFuture[None]: ...
+
+    def on_update(self, name: str, fn: Callable[..., Any]) -> UpdateHandler: ...
+
+    def on_query(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]: ...
+
+    def on_event(self, event_id: str, fn: Callable[..., Any]) -> Callable[..., Any]: ...
+
+    def publish(self, key: str, value: Any) -> None: ...
+
+    def write_stream(self, key: str, value: Any) -> DexFuture[None]: ...
+
+    def close_stream(self, key: str) -> None: ...
+
+    def set_labels(self, changes: Mapping[str, str | None]) -> None: ...
+
+    def start_workflow(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        *,
+        instance_id: str | None,
+        queue: str | None,
+        concurrency_key: str | None,
+        priority: int | None,
+        labels: Mapping[str, str] | None,
+        timeout: timedelta | float | None,
+    ) -> str: ...
+
+    def check_writable(self, what: str) -> None: ...
 
     def side_effect(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any: ...
 
@@ -132,7 +170,8 @@ class WorkflowContext:
 
     @property
     def labels(self) -> Mapping[str, str]:
-        return dict(self._executor.created.labels)
+        """The run's labels now: those it started with, changed by ``set_labels``."""
+        return dict(self._executor.labels)
 
     @property
     def scheduled_at(self) -> datetime | None:
@@ -187,8 +226,10 @@ class WorkflowContext:
         concurrency_key: str | None = None,
         priority: int | None = None,
         labels: Mapping[str, str] | None = None,
+        timeout: timedelta | float | None = None,
     ) -> DexFuture[Any]:
-        """Start a child workflow now; await the returned future for its result."""
+        """Start a child workflow now; await the returned future for its result. ``timeout``
+        sets its deadline: when it passes the child is cancelled with reason "timeout"."""
         return self._executor.start_child(
             fn_or_name,
             args,
@@ -197,11 +238,97 @@ class WorkflowContext:
             concurrency_key=concurrency_key,
             priority=priority,
             labels=labels,
+            timeout=timeout,
+        )
+
+    def start_workflow(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        *args: Any,
+        instance_id: str | None = None,
+        queue: str | None = None,
+        concurrency_key: str | None = None,
+        priority: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        timeout: timedelta | float | None = None,
+    ) -> str:
+        """Start an independent run (not a child: it outlives this one), recorded once; returns
+        its run id (docs/reference/contract.md §14)."""
+        return self._executor.start_workflow(
+            fn_or_name,
+            args,
+            instance_id=instance_id,
+            queue=queue,
+            concurrency_key=concurrency_key,
+            priority=priority,
+            labels=labels,
+            timeout=timeout,
         )
 
     def gather(self, *awaitables: Awaitable[Any]) -> DexFuture[list[Any]]:
         """Await several steps (or coroutines) at once; results come in argument order."""
         return self._executor.gather(awaitables)
+
+    def first(self, *steps: Awaitable[Any], timeout: timedelta | float | None = None) -> DexFuture[tuple[int, Any]]:
+        """Await whichever step finishes first: ``(index, result)`` (its exception if it failed;
+        ``WaitTimeoutError`` after ``timeout``). The others stay pending, to be awaited later or
+        cancelled; a losing ``wait_for_event`` consumes no event."""
+        return self._executor.first(steps, timeout)
+
+    def wait_condition(
+        self, predicate: Callable[[], object], timeout: timedelta | float | None = None
+    ) -> DexFuture[None]:
+        """Return once ``predicate()`` is true, re-checked after every handler, event and step
+        result; ``WaitTimeoutError`` after ``timeout``. The predicate only reads state."""
+        return self._executor.wait_condition(predicate, timeout)
+
+    # -- talking to the outside (docs/reference/contract.md §14) ---------------------------------
+    def on_update(self, name: str) -> Callable[[Callable[..., Any]], UpdateHandler]:
+        """Decorator: ``engine.update(run_id, name, *args)`` runs the function (sync or async)
+        inside the workflow and returns its result; ``.validator`` on the result refuses
+        requests before anything is recorded."""
+
+        def register(fn: Callable[..., Any]) -> UpdateHandler:
+            return self._executor.on_update(name, fn)
+
+        return register
+
+    def on_query(self, name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        """Decorator: ``engine.query(run_id, name, *args)`` returns the (sync) function's result,
+        computed from the run's current state; it records nothing and may change nothing."""
+
+        def register(fn: Callable[..., T]) -> Callable[..., T]:
+            self._executor.on_query(name, fn)
+            return fn
+
+        return register
+
+    def on_event(self, event_id: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        """Decorator: every external event ``event_id`` (those buffered first) is handed to the
+        (sync) function in arrival order, instead of waiting for ``wait_for_event``."""
+
+        def register(fn: Callable[..., T]) -> Callable[..., T]:
+            self._executor.on_event(event_id, fn)
+            return fn
+
+        return register
+
+    def publish(self, key: str, value: Any) -> None:
+        """Record ``value`` as the latest under ``key``; ``engine.get_published`` reads it."""
+        self._executor.publish(key, value)
+
+    def write_stream(self, key: str, value: Any) -> DexFuture[None]:
+        """Append ``value`` to the stream ``key`` (await it); the outside reads it in order while
+        the run goes on. ``ValueError`` once the stream is closed."""
+        return self._executor.write_stream(key, value)
+
+    def close_stream(self, key: str) -> None:
+        """End the stream ``key``: its readers stop after its last item."""
+        self._executor.close_stream(key)
+
+    def set_labels(self, changes: Mapping[str, str | None]) -> None:
+        """Change the run's labels: a value sets one, None removes it."""
+        self._executor.set_labels(changes)
 
     def side_effect(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` once and record its result; replay returns the recorded value."""
@@ -224,6 +351,7 @@ class WorkflowContext:
 
     def set_status(self, text: str | None) -> None:
         """Set the custom status shown in ``RunInfo.custom_status``."""
+        self._executor.check_writable("set the run's status")
         if text is not None and not isinstance(text, str):
             raise TypeError(f"set_status takes a str or None, got {type(text).__name__}")
         # refused here, at the call, where the code can catch it: stored, it would fail the write
@@ -232,6 +360,7 @@ class WorkflowContext:
     def continue_as_new(self, *args: Any) -> NoReturn:
         """End this generation and start the same run afresh with ``args``; an argument that
         cannot be serialised raises ``SerializationError`` here, at the call (docs/reference/contract.md §2)."""
+        self._executor.check_writable("continue as new")
         raise ContinueAsNew(self._executor.encode_arguments(args))
 
 

@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
+from dex.domain.errors import CancelledError
+
 T = TypeVar("T")
 
 CLOSE_THROWS = 3
@@ -36,7 +38,7 @@ _MISSING_LOOP = ("no running event loop", "no current event loop")
 class DexFuture(Generic[T]):
     """The awaitable that every WorkflowContext step returns."""
 
-    __slots__ = ("_callbacks", "_done", "_exception", "_value", "label")
+    __slots__ = ("_callbacks", "_done", "_exception", "_value", "canceller", "label")
 
     def __init__(self, label: str = "") -> None:
         self._done = False
@@ -44,6 +46,19 @@ class DexFuture(Generic[T]):
         self._exception: BaseException | None = None
         self._callbacks: list[Callable[[DexFuture[T]], None]] = []
         self.label = label
+        # what cancelling the step means outside this future (an activity dropped, a child
+        # cancelled), set by whoever made the future; it returns False where it may not cancel
+        self.canceller: Callable[[], bool] | None = None
+
+    def cancel(self) -> bool:
+        """Cancel the step (docs/reference/contract.md §14): awaiting it then raises
+        ``dex.CancelledError``. False, and nothing changes, if it is done already."""
+        if self._done:
+            return False
+        if self.canceller is not None and not self.canceller():
+            return False
+        self.set_exception(CancelledError(f"{self.label or 'step'} was cancelled"))
+        return True
 
     def done(self) -> bool:
         return self._done
@@ -102,12 +117,14 @@ def resolved(value: T, label: str = "") -> DexFuture[T]:
 
 
 class _Task:
-    __slots__ = ("coro", "future", "throw")
+    __slots__ = ("coro", "future", "throw", "waiting", "woken_by")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], label: str) -> None:
         self.coro = coro
         self.future: DexFuture[Any] = DexFuture(label)
         self.throw: BaseException | None = None
+        self.waiting: DexFuture[Any] | None = None  # the future it awaits, until that wakes it
+        self.woken_by: DexFuture[Any] | None = None  # the future that woke it, until it resumes
 
 
 class CoroutineStepper:
@@ -135,6 +152,7 @@ class CoroutineStepper:
             self._step(self._ready.popleft())
 
     def _step(self, task: _Task) -> None:
+        task.woken_by = None
         try:
             if task.throw is not None:
                 exc, task.throw = task.throw, None
@@ -148,10 +166,39 @@ class CoroutineStepper:
             task.future.set_exception(_explain_missing_loop(exc))
             return
         if isinstance(yielded, DexFuture):
-            yielded.add_done_callback(lambda _f: self._ready.append(task))
+            task.waiting = yielded
+            yielded.add_done_callback(lambda done: self._wake(task, done))
         else:
             task.throw = TypeError(f"workflow awaited {_shown(yielded)}: {_FOREIGN_AWAIT_HINT}")
             self._ready.append(task)
+
+    def _wake(self, task: _Task, done: DexFuture[Any]) -> None:
+        if task.waiting is done:  # not a future it was pulled away from by throw()
+            task.waiting, task.woken_by = None, done
+            self._ready.append(task)
+
+    def _task_of(self, future: DexFuture[Any]) -> _Task | None:
+        return next((task for task in self._tasks if task.future is future), None)
+
+    def waiting_on(self, future: DexFuture[Any]) -> DexFuture[Any] | None:
+        """What the coroutine whose result ``future`` is awaits now (None: ready, or not ours)."""
+        task = self._task_of(future)
+        return None if task is None else task.waiting
+
+    def throw(self, future: DexFuture[Any], exception: BaseException) -> DexFuture[Any] | None:
+        """Raise ``exception`` in the coroutine whose result ``future`` is, at the await where it
+        stands (at its start if it never ran); the future it awaited no longer wakes it. One that
+        is ready to resume with what its await gave gets the exception instead: that future is
+        returned (the caller may give back what it held). Nothing happens if it is done."""
+        task = self._task_of(future)
+        if task is None or future.done():
+            return None
+        task.throw = exception
+        if task.waiting is not None:
+            task.waiting = None
+            self._ready.append(task)
+            return None
+        return task.woken_by  # in the ready queue (or never started): it gets the exception next
 
     def close(self) -> int:
         """Stop every coroutine at its current await (runs their ``finally`` blocks); returns how

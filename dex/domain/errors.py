@@ -61,8 +61,35 @@ class WorkflowFailedError(_FailureCarrier):
 
 
 class WaitTimeoutError(DexError):
-    """``wait_for_event`` reached its timeout before the event arrived."""
+    """``wait_for_event``, ``wait_condition`` or ``first`` reached its timeout first."""
 
 
 class WorkflowCancelledError(DexError):
     """``Engine.wait`` on a run that ended CANCELLED."""
+
+
+class CancelledError(BaseException):
+    """Raised at the await where workflow code stands when its run is cancelled (``engine.cancel``,
+    a deadline) or when it awaits a step it cancelled (``step.cancel()``).
+
+    A BaseException, so that ``except Exception`` does not swallow it: cleanup goes in ``finally``
+    or ``except dex.CancelledError`` (docs/reference/contract.md §14). The run ends CANCELLED when
+    it escapes the workflow function."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason or "cancelled")
+        self.reason = reason
+
+
+class UpdateRejectedError(_FailureCarrier):
+    """``Engine.update``: the update's validator refused it, or the run has no handler of that
+    name (``.failure`` says why). Nothing was recorded."""
+
+
+class UpdateFailedError(_FailureCarrier):
+    """``Engine.update``: the handler raised (``.failure`` says what); the run goes on."""
+
+
+class QueryError(DexError):
+    """``Engine.query``: no query handler of that name, or the handler raised, or it tried to
+    start a step or change the run's state (queries are read-only and never recorded)."""

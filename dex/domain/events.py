@@ -37,6 +37,9 @@ class RunCreated:
     # the code version of the engine that started the run (Engine(code_version=)); a child
     # run and a continued generation carry the version of the run that started them
     code_version: str | None = None
+    # when the run is cancelled with reason "timeout" (start_workflow(timeout=), ctx.child(timeout=));
+    # a continued generation keeps it: the deadline is the whole run's (docs/reference/contract.md §14)
+    deadline: datetime | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +105,7 @@ class ChildRunCreated:
     priority: int = 0
     concurrency_key: str | None = None
     labels: Labels = ()
+    deadline: datetime | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -145,6 +149,89 @@ class RunCancelled:
 
 
 @attrs.frozen(kw_only=True)
+class RunTerminated:
+    """A hard stop (``engine.terminate``): no workflow code runs again; a ``RunCompleted`` with
+    status TERMINATED follows in the same block."""
+
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class UpdateRequested:
+    """An update request waiting in the inbox; it never enters the history itself: the task
+    that takes it records ``UpdateAccepted`` or, when the validator refuses it, nothing."""
+
+    update_id: str
+    name: str
+    args: tuple[Payload, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class UpdateAccepted:
+    """An update request that passed its validator; its handler runs from here."""
+
+    update_id: str
+    name: str
+    args: tuple[Payload, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class UpdateCompleted:
+    """The answer of an accepted update: the handler's result, or its failure."""
+
+    update_id: str
+    result: Payload | None = None
+    failure: FailureInfo | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ValuePublished:
+    key: str
+    value: Payload
+
+
+@attrs.frozen(kw_only=True)
+class StreamItemWritten:
+    key: str
+    value: Payload
+
+
+@attrs.frozen(kw_only=True)
+class StreamClosed:
+    key: str
+
+
+@attrs.frozen(kw_only=True)
+class LabelsChanged:
+    """``ctx.set_labels``: labels set (or replaced) and labels removed."""
+
+    set: Labels = ()
+    removed: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class CancelRequested:
+    """Workflow code cancelled the activity, timer or child created at ``created_seq``."""
+
+    created_seq: int
+
+
+@attrs.frozen(kw_only=True)
+class DetachedRunCreated:
+    """``ctx.start_workflow``: an independent run (no parent; it outlives this one)."""
+
+    run_id: str
+    workflow_name: str
+    input: tuple[Payload, ...]
+    queue: str
+    instance_id: str | None = None
+    priority: int = 0
+    concurrency_key: str | None = None
+    labels: Labels = ()
+    deadline: datetime | None = None
+
+
+@attrs.frozen(kw_only=True)
 class RunCompleted:
     """The one terminal outcome of a run; ``status`` says which."""
 
@@ -173,6 +260,16 @@ Event = (
     | RunResumed
     | RunCancelled
     | RunCompleted
+    | RunTerminated
+    | UpdateRequested
+    | UpdateAccepted
+    | UpdateCompleted
+    | ValuePublished
+    | StreamItemWritten
+    | StreamClosed
+    | LabelsChanged
+    | CancelRequested
+    | DetachedRunCreated
 )
 
 # Events that other parties send to a run; they wait in its inbox until a workflow task takes them.
@@ -187,6 +284,8 @@ Message = (
     | RunSuspended
     | RunResumed
     | RunCancelled
+    | RunTerminated
+    | UpdateRequested
 )
 MESSAGE_TYPES: tuple[type, ...] = (
     RunStarted,
@@ -199,6 +298,15 @@ MESSAGE_TYPES: tuple[type, ...] = (
     RunSuspended,
     RunResumed,
     RunCancelled,
+    RunTerminated,
+    UpdateRequested,
+)
+
+# Events recorded in the message part of a block (before its commands): the inbox messages a task
+# consumed, an update request as the UpdateAccepted it became. An UpdateRequested is never history.
+RECORDED_MESSAGE_TYPES: tuple[type, ...] = (
+    *(kind for kind in MESSAGE_TYPES if kind is not UpdateRequested),
+    UpdateAccepted,
 )
 
 # Events that workflow code causes; replay matches them against what the code asks for.
@@ -209,6 +317,13 @@ COMMAND_EVENT_TYPES: tuple[type, ...] = (
     SideEffectExecuted,
     PatchApplied,
     RunCompleted,
+    UpdateCompleted,
+    ValuePublished,
+    StreamItemWritten,
+    StreamClosed,
+    LabelsChanged,
+    CancelRequested,
+    DetachedRunCreated,
 )
 
 EVENT_TYPES: tuple[type, ...] = (
@@ -216,6 +331,7 @@ EVENT_TYPES: tuple[type, ...] = (
     WorkflowTaskStarted,
     WorkflowTaskCompleted,
     *MESSAGE_TYPES,
+    UpdateAccepted,
     *COMMAND_EVENT_TYPES,
 )
 

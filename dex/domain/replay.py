@@ -14,9 +14,11 @@ commands themselves are built (definitions found, arguments checked) in ``dex.do
 
 from __future__ import annotations
 
+import functools
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,9 +27,18 @@ import attrs
 from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.context import ContinueAsNew, WorkflowContext
-from dex.domain.coroutines import CoroutineStepper, DexFuture, never
-from dex.domain.definitions import PayloadConverter, Signature, WorkflowDefinition, validate_name
-from dex.domain.errors import InvalidStateError, NonDeterminismError
+from dex.domain.coroutines import CoroutineStepper, DexFuture, never, resolved
+from dex.domain.definitions import PayloadConverter, Signature, WorkflowDefinition, validate_name, validate_text
+from dex.domain.errors import (
+    CancelledError,
+    InvalidStateError,
+    NonDeterminismError,
+    QueryError,
+    UpdateFailedError,
+    UpdateRejectedError,
+    WaitTimeoutError,
+)
+from dex.domain.handlers import UpdateHandler, sync_handler, validate_handler_name, validate_key
 from dex.domain.matching import BlockCursor
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
@@ -41,7 +52,7 @@ from dex.domain.steps import (
     gather,
 )
 from dex.domain.values import FailureInfo, Payload
-from dex.domain.waits import Waits
+from dex.domain.waits import EventWait, Waits
 
 
 class _Abort(BaseException):
@@ -56,6 +67,32 @@ class ContinueAsNewRequest:
     """The run ends this generation and starts again with ``input``."""
 
     input: tuple[Payload, ...]
+
+
+@attrs.define
+class Cancellations:
+    """Steps cancelled in the block being applied: by ``step.cancel()``, a run cancel request or
+    a terminate. The store drops the activity tasks and timers and tells the children."""
+
+    activities: list[int] = attrs.Factory(list)
+    timers: list[int] = attrs.Factory(list)
+    children: list[tuple[str, str]] = attrs.Factory(list)
+    """(child run id, reason)"""
+
+
+@attrs.frozen(kw_only=True)
+class UpdateVerdict:
+    """What screening an update request decided: accepted, rejected (``failure``), or a repeat of
+    an accepted one (``answer`` if it was answered already, else None: it is answered when done)."""
+
+    accepted: bool = False
+    failure: FailureInfo | None = None
+    repeat: bool = False
+    answer: cmd.CompleteUpdate | None = None
+
+
+RUN_ENDED_UPDATE = "the run ended before the update finished"
+TERMINATED_UPDATE = "the run was terminated before the update finished"
 
 
 class WorkflowExecutor:
@@ -95,6 +132,20 @@ class WorkflowExecutor:
         self.nondeterminism: str | None = None
         self._block = BlockCursor(self._mismatch)  # the block being applied
         self._patches: dict[str, bool] = {}  # each patch's answer, fixed for the rest of the run
+        self.labels: dict[str, str] = dict(created.labels)
+        self.labels_changed = False  # in the block being applied
+        self.resumed = False  # in the block being applied: a cancel request resumed a suspended run
+        self.cancellations = Cancellations()  # in the block being applied
+        self._main: DexFuture[Any] | None = None
+        self._updates: dict[str, UpdateHandler] = {}
+        self._queries: dict[str, Callable[..., Any]] = {}
+        self._accepted: set[str] = set()  # every update id accepted in this generation
+        self._running_updates: dict[str, str] = {}  # accepted, not answered, in order: id -> name
+        self._answers: dict[str, cmd.CompleteUpdate] = {}
+        self._conditions: list[tuple[Callable[[], object], DexFuture[None]]] = []
+        self._closed_streams: set[str] = set()
+        self._read_only: str | None = None  # who runs now, while a query, validator or condition does
+        self._child_seqs: dict[str, int] = {}  # each child's ChildRunCreated, for step.cancel()
 
     # -- driving ---------------------------------------------------------------------------
     @property
@@ -149,18 +200,28 @@ class WorkflowExecutor:
         if recorded is not None and any(isinstance(item.event, ev.RunCompleted) for item in recorded):
             self.completed_in_history = True
         self._block.begin(recorded, next_seq)
+        self.labels_changed, self.cancellations, self.resumed = False, Cancellations(), False
         if self.nondeterminism is not None:
             if recorded is None:
                 failure = FailureInfo(type=NonDeterminismError.__name__, message=self.nondeterminism, terminal=True)
-                self._block.new.append((next_seq, cmd.CompleteRun(status=RunStatus.FAILED, failure=failure)))
+                # the updates it accepted are answered before its end, as on every other way out
+                ending: list[cmd.Command] = [*self._unfinished_answers(RUN_ENDED_UPDATE)]
+                ending.append(cmd.CompleteRun(status=RunStatus.FAILED, failure=failure))
+                self._block.new.extend((next_seq + i, command) for i, command in enumerate(ending))
             return self._block.new
+        # a cancel that ended the run by closing its code (recorded before cancellation reached
+        # workflow code, or for code that never started) replays the same way: _closing_cancel
+        closing_cancel = recorded is not None and _closing_cancel(messages, recorded)
         for seq, message in messages:
+            if closing_cancel and isinstance(message, ev.RunCancelled):
+                self._cancel_requested = True
+                continue
             self._apply(seq, message)
-        if self._cancel_requested and self.outcome is None:
+        if self._cancel_requested and self.outcome is None and (self._main is None or closing_cancel):
             self._refused += self._stepper.close()
-            self._issue(cmd.CompleteRun(status=RunStatus.CANCELLED))
-        elif not self.suspended:
-            self._stepper.run_until_blocked()
+            self._complete(cmd.CompleteRun(status=RunStatus.CANCELLED))
+        elif not self.suspended and self.outcome is None:  # a terminate ends it: no code runs
+            self._run_until_quiet()
         if self.nondeterminism is None:
             self._block.check_all_asked()
         if self.nondeterminism is not None:
@@ -195,9 +256,21 @@ class WorkflowExecutor:
         if self.nondeterminism is None:
             self.nondeterminism = f"workflow {self.workflow_name!r} is not deterministic: {text}"
 
+    def _run_until_quiet(self) -> None:
+        """Step the code until every coroutine is blocked and no ``wait_condition`` is met."""
+        while True:
+            self._stepper.run_until_blocked()
+            if self.finished or not self._check_conditions():
+                return
+
+    def _may_issue(self) -> bool:
+        # once the run has an outcome nothing more is recorded: not even by code that a close
+        # runs (docs/reference/contract.md §14, nothing after the terminal event)
+        return self.nondeterminism is None and not self.closed and self._driving and self.outcome is None
+
     def _issue(self, command: cmd.Command) -> tuple[int, ev.Event] | None:
         """Record a command: match it against history when replaying, else number it as new."""
-        if self.nondeterminism is not None or self.closed or not self._driving:
+        if not self._may_issue():
             return None
         return self._block.issue(command)
 
@@ -213,7 +286,15 @@ class WorkflowExecutor:
             case ev.RunStarted():
                 self._start()
             case ev.RunCancelled():
-                self._cancel_requested = True
+                self._request_cancel(message.reason)
+            case ev.RunTerminated():
+                self._terminate(message.reason)
+            case ev.UpdateAccepted():
+                self._run_update(message)
+            case ev.UpdateRequested():
+                raise ValueError("an update request is screened (screen_update) and applied as UpdateAccepted")
+            case ev.RunSuspended() if self._cancel_requested:
+                self.resumed = True  # a cancelling run is not held back: its cleanup must run
             case ev.RunSuspended():
                 self.suspended = True  # the code waits; later messages are held back in the inbox
             case ev.RunResumed():
@@ -233,7 +314,8 @@ class WorkflowExecutor:
         except BaseException as exc:  # noqa: BLE001 - bad input (or user code decoding it) fails the run, not the worker
             self._complete_failed(exc)
             return
-        self._stepper.spawn(coro, "main").add_done_callback(self._on_main_done)
+        self._main = self._stepper.spawn(coro, "main")
+        self._main.add_done_callback(self._on_main_done)
 
     def _on_main_done(self, future: DexFuture[Any]) -> None:
         if self.outcome is not None or self.nondeterminism is not None:
@@ -250,13 +332,23 @@ class WorkflowExecutor:
             self._continue_as_new(exc.payloads)
         elif isinstance(exc, _Abort):
             pass
+        elif isinstance(exc, CancelledError):
+            self._complete_cancelled(exc)
         else:
             self._complete_failed(exc)
+
+    def _complete_cancelled(self, exc: CancelledError) -> None:
+        # the failure says why (and tells this block from one recorded before cancellation
+        # reached workflow code, whose outcome had none: _closing_cancel)
+        text = "the run was cancelled" + (f": {exc.reason}" if exc.reason else "")
+        failure = FailureInfo(type="WorkflowCancelledError", message=text, terminal=True)
+        self._complete(cmd.CompleteRun(status=RunStatus.CANCELLED, failure=failure))
 
     def _complete_failed(self, exc: BaseException) -> None:
         self._complete(cmd.CompleteRun(status=RunStatus.FAILED, failure=FailureInfo.from_exception(exc, terminal=True)))
 
     def _complete(self, command: cmd.CompleteRun) -> None:
+        self._answer_running_updates(RUN_ENDED_UPDATE)
         if self._issue(command) is not None:
             self.outcome = command
 
@@ -267,7 +359,419 @@ class WorkflowExecutor:
                 InvalidStateError(f"continue_as_new refused while {', '.join(pending)} are pending; await them first")
             )
             return
+        self._answer_running_updates("the run continued as new before the update finished")
         self.outcome = ContinueAsNewRequest(input=payloads)
+
+    def _answer_running_updates(self, why: str) -> None:
+        """Every accepted update is answered exactly once, before the run's terminal event."""
+        for command in self._unfinished_answers(why):
+            self._answer(command)
+
+    def _unfinished_answers(self, why: str) -> list[cmd.CompleteUpdate]:
+        return [
+            cmd.CompleteUpdate(
+                update_id=update_id,
+                failure=FailureInfo(type=UpdateFailedError.__name__, message=why, terminal=True),
+            )
+            for update_id in self._running_updates
+        ]
+
+    # -- cancellation and termination ---------------------------------------------------------
+    def _request_cancel(self, reason: str) -> None:
+        """docs/reference/contract.md §14: every pending step is cancelled and the main code gets
+        ``CancelledError`` at its current await; cleanup then runs live. A repeated request
+        changes nothing."""
+        if self._cancel_requested:
+            return
+        self._cancel_requested = True
+        if self.suspended:
+            # a suspended run resumes to clean up: its code must run for the request to reach it
+            self.suspended, self.resumed = False, True
+        main = self._main
+        waiting = None if main is None else self._stepper.waiting_on(main)
+        self._cancel_pending(reason)
+        if main is None or main.done():
+            return  # not started: _apply_block ends it CANCELLED
+        if waiting is not None and waiting.done() and isinstance(waiting.exception(), CancelledError):
+            return  # it awaited one of the steps just cancelled: that raises at its await
+        given = self._stepper.throw(main, CancelledError(reason))
+        if isinstance(given, EventWait):
+            # it was about to resume with an event: the cancel comes first, and the event stays unread
+            self._waits.give_back(given)
+
+    def _cancel_pending(self, reason: str, children_reason: str | None = None) -> None:
+        activities, timers, children = self._waits.cancel_all(reason)
+        self.cancellations.activities += activities
+        self.cancellations.timers += timers
+        self.cancellations.children += [(child, children_reason or reason) for child in children]
+        conditions, self._conditions = self._conditions, []
+        for _predicate, future in conditions:
+            future.set_exception(CancelledError(reason))
+
+    def _terminate(self, reason: str) -> None:
+        """The hard stop: no more workflow code; pending steps dropped, children terminated."""
+        self._cancel_pending(reason, terminated_parent(self.run_id))
+        # the run's inbox goes with its end: its timers need no cancelling (as terminate() says)
+        self.cancellations.timers.clear()
+        self._answer_running_updates(TERMINATED_UPDATE)
+        failure = FailureInfo(type="RunTerminated", message=reason or "terminated", terminal=True)
+        command = cmd.CompleteRun(status=RunStatus.TERMINATED, failure=failure)
+        if self._issue(command) is not None:
+            self.outcome = command
+
+    def _cancel_step(self, kind: str, key: int | str) -> bool:
+        """``step.cancel()`` on a pending activity, timer or child: recorded, then each raises
+        CancelledError where it is awaited; False where the code may record nothing."""
+        self._check_writable("cancel a step")
+        if kind == "child":
+            assert isinstance(key, str)
+            seq = self._child_seqs.get(key)
+            if seq is None or self._issue(cmd.CancelStep(created_seq=seq)) is None:
+                return False
+            self._waits.cancel_child(key)
+            self.cancellations.children.append((key, f"cancelled by parent run {self.run_id}"))
+            return True
+        assert isinstance(key, int)
+        if self._issue(cmd.CancelStep(created_seq=key)) is None:
+            return False
+        if kind == "activity":
+            self._waits.cancel_activity(key)
+            self.cancellations.activities.append(key)
+        else:
+            self._waits.cancel_timer(key)
+            self.cancellations.timers.append(key)
+        return True
+
+    # -- updates, queries, handlers ------------------------------------------------------------
+    @contextmanager
+    def _reading(self, who: str) -> Iterator[None]:
+        """Run a query, validator or condition: any step or state change it asks for raises QueryError."""
+        outer, self._read_only = self._read_only, who
+        try:
+            yield
+        finally:
+            self._read_only = outer
+
+    def _check_writable(self, what: str) -> None:
+        if self._read_only is not None:
+            raise QueryError(f"{self._read_only} may not {what}: it only reads the run's state")
+
+    def on_update(self, name: str, fn: Callable[..., Any]) -> UpdateHandler:
+        name = validate_handler_name(name, "update name")
+        if not callable(fn):
+            raise TypeError(f"the handler of update {name!r} must be a function, got {fn!r}")
+        handler = UpdateHandler(name, fn)
+        self._updates[name] = handler
+        return handler
+
+    def on_query(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        name = validate_handler_name(name, "query name")
+        self._queries[name] = sync_handler(fn, f"the handler of query {name!r}")
+        return fn
+
+    def on_event(self, event_id: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        event_id = validate_handler_name(event_id, "event id")
+        handler = sync_handler(fn, f"the handler of event {event_id!r}")
+        try:
+            hint = Signature.of(handler).hint_for(0)
+        except (TypeError, ValueError):
+            hint = None
+        self._waits.on_event(event_id, functools.partial(self._handle_event, event_id, handler, hint))
+        return fn
+
+    def _handle_event(self, event_id: str, handler: Callable[..., Any], hint: object, payload: Payload) -> None:
+        # run as a coroutine of the run, in arrival order with everything else it does
+        async def call() -> None:
+            handler(self.converter.decode(payload, hint))
+
+        self._stepper.spawn(call(), f"event handler {event_id}").add_done_callback(self._on_handler_done)
+
+    def _on_handler_done(self, future: DexFuture[Any]) -> None:
+        exc = future.exception()
+        if exc is not None and not isinstance(exc, _Abort) and not self.finished:
+            self._complete_failed(exc)  # like an exception escaping the workflow function
+
+    def screen_update(self, request: ev.UpdateRequested) -> UpdateVerdict:
+        """Decide whether an update request is accepted, with the code blocked (between blocks):
+        a repeated id, an unknown name, arguments that do not fit or a validator that raises
+        refuse it; nothing of a refused request is recorded. Validators never run on replay."""
+        if request.update_id in self._answers:
+            return UpdateVerdict(repeat=True, answer=self._answers[request.update_id])
+        if request.update_id in self._accepted:
+            return UpdateVerdict(repeat=True)
+        if self.finished or self.completed_in_history or self.closed:
+            return UpdateVerdict(failure=_rejection(InvalidStateError("the run has ended")))
+        handler = self._updates.get(request.name)
+        if handler is None:
+            known = ", ".join(repr(n) for n in sorted(self._updates)) or "none"
+            text = f"workflow {self.workflow_name!r} has no update handler named {request.name!r} (known: {known})"
+            return UpdateVerdict(failure=FailureInfo(type=UpdateRejectedError.__name__, message=text, terminal=True))
+        try:
+            args = self._handler_args(handler.signature, request.args, f"update {request.name!r}")
+            if handler.validate is not None:
+                with self._reading(f"the validator of update {request.name!r}"):
+                    handler.validate(*args)
+        except BaseException as exc:  # noqa: BLE001 - a refusal, however the validator says it
+            return UpdateVerdict(failure=_rejection(exc))
+        return UpdateVerdict(accepted=True)
+
+    def _handler_args(self, signature: Signature, payloads: tuple[Payload, ...], what: str) -> list[Any]:
+        signature.check_arity(len(payloads), what)
+        return [self.converter.decode(p, signature.hint_for(i)) for i, p in enumerate(payloads)]
+
+    def _run_update(self, accepted: ev.UpdateAccepted) -> None:
+        update_id = accepted.update_id
+        self._accepted.add(update_id)
+        self._running_updates[update_id] = accepted.name
+        handler = self._updates.get(accepted.name)
+
+        async def run() -> Any:
+            if handler is None:  # accepted by code that had it: this code does not
+                raise LookupError(f"workflow {self.workflow_name!r} has no update handler named {accepted.name!r}")
+            result = handler.fn(*self._handler_args(handler.signature, accepted.args, f"update {accepted.name!r}"))
+            if inspect.iscoroutine(result):
+                result = await result
+            return result
+
+        future = self._stepper.spawn(run(), f"update {accepted.name}")
+        future.add_done_callback(lambda done: self._on_update_done(update_id, done))
+
+    def _on_update_done(self, update_id: str, future: DexFuture[Any]) -> None:
+        if update_id not in self._running_updates:
+            return  # answered already (the run ended first)
+        exc = future.exception()
+        if isinstance(exc, _Abort):
+            return
+        if exc is None:
+            try:
+                payload = self.converter.encode(future.result())
+            except BaseException as error:  # noqa: BLE001 - a result that cannot be sent fails the update
+                exc = error
+            else:
+                self._answer(cmd.CompleteUpdate(update_id=update_id, result=payload))
+                return
+        self._answer(cmd.CompleteUpdate(update_id=update_id, failure=FailureInfo.from_exception(exc)))
+
+    def _answer(self, command: cmd.CompleteUpdate) -> None:
+        if self._issue(command) is not None:
+            self._running_updates.pop(command.update_id, None)
+            self._answers[command.update_id] = command
+
+    def query(self, name: str, args: tuple[Payload, ...]) -> Payload:
+        """Answer query ``name`` from the run's current state; records nothing. QueryError for an
+        unknown name, a handler that raises, or one that asks for a step or a state change."""
+        validate_handler_name(name, "query name")
+        handler = self._queries.get(name)
+        if handler is None:
+            known = ", ".join(repr(n) for n in sorted(self._queries)) or "none"
+            raise QueryError(f"workflow {self.workflow_name!r} has no query named {name!r} (known: {known})")
+        try:
+            signature = Signature.of(handler)
+            values = self._handler_args(signature, args, f"query {name!r}")
+            with self._reading(f"query {name!r}"):
+                result = handler(*values)
+            if inspect.iscoroutine(result):
+                result.close()
+                raise TypeError("a query handler must be a plain function, not async")
+            return self.converter.encode(result)
+        except QueryError:
+            raise
+        except BaseException as exc:
+            failure = FailureInfo.from_exception(exc)
+            raise QueryError(f"query {name!r} failed: {failure.type}: {failure.message}") from exc
+
+    # -- published values, streams, labels, detached runs ------------------------------------------
+    def publish(self, key: str, value: Any) -> None:
+        self._check_writable("publish a value")
+        key = validate_key(key, "published value key")
+        self._issue(cmd.PublishValue(key=key, value=self.converter.encode(value)))
+
+    def write_stream(self, key: str, value: Any) -> DexFuture[None]:
+        self._check_writable("write to a stream")
+        key = validate_key(key, "stream key")
+        if key in self._closed_streams:
+            raise ValueError(f"stream {key!r} is closed: nothing more can be written to it")
+        self._issue(cmd.WriteStream(key=key, value=self.converter.encode(value)))
+        return resolved(None, f"stream {key}")
+
+    def close_stream(self, key: str) -> None:
+        self._check_writable("close a stream")
+        key = validate_key(key, "stream key")
+        if key in self._closed_streams:
+            return
+        self._closed_streams.add(key)
+        self._issue(cmd.CloseStream(key=key))
+
+    def set_labels(self, changes: Mapping[str, str | None]) -> None:
+        self._check_writable("change the run's labels")
+        if not isinstance(changes, Mapping):
+            raise TypeError(f"set_labels takes a mapping of str to str or None, got {type(changes).__name__}")
+        set_: dict[str, str] = {}
+        removed: set[str] = set()
+        for key, value in changes.items():
+            key = validate_text(key, "labels key")
+            if value is None:
+                removed.add(key)
+            else:
+                set_[key] = validate_text(value, f"labels[{key!r}] value")
+        command = cmd.ChangeLabels(set=tuple(sorted(set_.items())), removed=tuple(sorted(removed)))
+        if not command.set and not command.removed:
+            return
+        if self._issue(command) is not None:
+            for key in removed:
+                self.labels.pop(key, None)
+            self.labels.update(set_)
+            self.labels_changed = True
+
+    def start_workflow(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        *,
+        instance_id: str | None,
+        queue: str | None,
+        concurrency_key: str | None,
+        priority: int | None,
+        labels: Mapping[str, str] | None,
+        timeout: timedelta | float | None,
+    ) -> str:
+        self._check_writable("start a workflow")
+        run_id = str(
+            uuid.uuid5(uuid.NAMESPACE_URL, f"dex-detached:{self.run_id}:{self.generation}:{self._block.peek_seq()}")
+        )
+        child, _definition = child_command(
+            fn_or_name,
+            args,
+            child_run_id=run_id,
+            instance_id=instance_id,
+            queue=queue,
+            concurrency_key=concurrency_key,
+            priority=priority,
+            labels=labels,
+            run_priority=self.created.priority,
+            converter=self.converter,
+            lookup=self._workflows_lookup,
+        )
+        command = cmd.StartDetached(
+            run_id=run_id,
+            workflow_name=child.workflow_name,
+            input=child.input,
+            queue=child.queue,
+            instance_id=child.instance_id,
+            priority=child.priority,
+            concurrency_key=child.concurrency_key,
+            labels=child.labels,
+            deadline=None if timeout is None else self.now + delay_of(timeout),
+        )
+        issued = self._issue(command)
+        if issued is None:
+            return run_id
+        event = issued[1]
+        assert isinstance(event, ev.DetachedRunCreated)
+        return event.run_id
+
+    # -- waiting for a condition, or for the first of several steps -------------------------------------
+    def wait_condition(self, predicate: Callable[[], object], timeout: timedelta | float | None) -> DexFuture[None]:
+        self._check_writable("wait for a condition")
+        if not callable(predicate):
+            raise TypeError(f"wait_condition takes a function of no arguments, got {predicate!r}")
+        with self._reading("a wait_condition predicate"):
+            met = predicate()
+        if met:
+            return resolved(None, "condition")
+        future: DexFuture[None] = DexFuture("condition")
+        if timeout is not None:
+            seq = self._create_timer(timeout)
+            if seq is None:
+                return never("condition")
+            self._waits.timer(seq, "condition timeout")
+
+            def on_timeout(fired: DexFuture[None]) -> None:
+                if not future.done() and fired.exception() is None:
+                    future.set_exception(WaitTimeoutError(f"the condition was not met within {timeout}"))
+
+            self._waits.guard(seq, future, on_timeout)
+        self._conditions.append((predicate, future))
+        return future
+
+    def _check_conditions(self) -> bool:
+        """Resolve every condition that is met now; True if one was (its waiter is ready)."""
+        met = False
+        for entry in list(self._conditions):
+            predicate, future = entry
+            if future.done():
+                self._conditions.remove(entry)
+                continue
+            try:
+                with self._reading("a wait_condition predicate"):
+                    ok = predicate()
+            except BaseException as exc:  # noqa: BLE001 - raised at the await, where the code may catch it
+                self._conditions.remove(entry)
+                future.set_exception(exc)
+                met = True
+                continue
+            if ok:
+                self._conditions.remove(entry)
+                future.set_result(None)
+                met = True
+        return met
+
+    def first(
+        self, awaitables: Sequence[Awaitable[Any]], timeout: timedelta | float | None
+    ) -> DexFuture[tuple[int, Any]]:
+        """The first of several steps to finish, as (index, result); the others stay pending. The
+        losing event waits are released: they consume nothing."""
+        self._check_writable("wait for steps")
+        if not awaitables:
+            raise TypeError("first takes at least one step")
+        futures = [self._as_future(item, "first") for item in awaitables]
+        result: DexFuture[tuple[int, Any]] = DexFuture("first")
+
+        def release(winner: int | None) -> None:
+            # backwards: events reserved from one buffer go back to its front in their order
+            for index in range(len(futures) - 1, -1, -1):
+                future = futures[index]
+                if index != winner and isinstance(future, EventWait):
+                    self._waits.release(future)
+
+        def on_done(index: int, done: DexFuture[Any]) -> None:
+            if result.done():
+                return
+            release(index)
+            exc = done.exception()
+            if exc is not None:
+                result.set_exception(exc)
+            else:
+                result.set_result((index, done.result()))
+
+        for index, future in enumerate(futures):
+            future.add_done_callback(functools.partial(on_done, index))
+            if result.done():
+                break  # the rest are not waited on: an event wait among them claims nothing
+        if timeout is not None and not result.done():
+            seq = self._create_timer(timeout)
+            if seq is None:
+                return never("first")
+            self._waits.timer(seq, "first timeout")
+
+            def on_timeout(fired: DexFuture[None]) -> None:
+                if not result.done() and fired.exception() is None:
+                    release(None)
+                    result.set_exception(WaitTimeoutError(f"none of {len(futures)} steps finished within {timeout}"))
+
+            self._waits.guard(seq, result, on_timeout)
+        return result
+
+    def _as_future(self, item: Awaitable[Any], what: str) -> DexFuture[Any]:
+        if isinstance(item, DexFuture):
+            return item
+        if inspect.iscoroutine(item):
+            return self._stepper.spawn(item, what)
+        raise TypeError(f"{what} takes WorkflowContext steps or coroutines, got {item!r}")
+
+    def check_writable(self, what: str) -> None:
+        """QueryError while a query, validator or condition runs (for the context's own members)."""
+        self._check_writable(what)
 
     def encode_arguments(self, args: tuple[Any, ...]) -> tuple[Payload, ...]:
         """``continue_as_new``'s arguments, encoded at its call: ``SerializationError`` naming
@@ -284,6 +788,7 @@ class WorkflowExecutor:
         retry: RetryPolicy | None,
         priority: int | None,
     ) -> DexFuture[Any]:
+        self._check_writable("start an activity")
         command, definition = activity_command(
             fn_or_name,
             args,
@@ -298,28 +803,39 @@ class WorkflowExecutor:
         issued = self._issue(command)
         if issued is None:
             return never(name)  # it may issue nothing: the code stops at its await (see _Abort)
-        return self._waits.activity(issued[0], name, definition.signature.returns if definition else None)
+        future = self._waits.activity(issued[0], name, definition.signature.returns if definition else None)
+        future.canceller = functools.partial(self._cancel_step, "activity", issued[0])
+        return future
 
     def start_timer(self, delay: timedelta | float) -> DexFuture[None]:
+        self._check_writable("start a timer")
         seq = self._create_timer(delay)
-        return never("timer") if seq is None else self._waits.timer(seq)
+        if seq is None:
+            return never("timer")
+        future = self._waits.timer(seq)
+        future.canceller = functools.partial(self._cancel_step, "timer", seq)
+        return future
 
     def _create_timer(self, delay: timedelta | float) -> int | None:
         issued = self._issue(cmd.StartTimer(fire_at=self.now + delay_of(delay)))
         return None if issued is None else issued[0]
 
     def wait_for_event(self, event_id: str, timeout: timedelta | float | None) -> DexFuture[Any]:
-        validate_name(event_id, "event id")
-        buffered = self._waits.buffered_event(event_id)
-        if buffered is not None:
-            return buffered
+        self._check_writable("wait for an event")
+        validate_handler_name(event_id, "event id")
         waiter = self._waits.event(event_id)
-        if timeout is not None:
+        if timeout is not None and waiter.reserved is None:  # a buffered event needs no timeout
             seq = self._create_timer(timeout)
             if seq is None:
                 return never(event_id)
-            self._waits.time_out(event_id, waiter, seq, timeout)
+            self._waits.time_out(waiter, seq, timeout)
+        waiter.canceller = functools.partial(self._cancel_event_wait, waiter)
         return waiter
+
+    def _cancel_event_wait(self, waiter: EventWait) -> bool:
+        self._check_writable("cancel a step")
+        self._waits.cancel_event_wait(waiter)  # nothing to record: it consumed nothing
+        return True
 
     def start_child(
         self,
@@ -331,7 +847,9 @@ class WorkflowExecutor:
         concurrency_key: str | None,
         priority: int | None,
         labels: Mapping[str, str] | None,
+        timeout: timedelta | float | None = None,
     ) -> DexFuture[Any]:
+        self._check_writable("start a child workflow")
         child_run_id = uuid.uuid5(uuid.NAMESPACE_URL, f"dex:{self.run_id}:{self.generation}:{self._block.peek_seq()}")
         command, definition = child_command(
             fn_or_name,
@@ -346,13 +864,18 @@ class WorkflowExecutor:
             converter=self.converter,
             lookup=self._workflows_lookup,
         )
+        if timeout is not None:
+            command = attrs.evolve(command, deadline=self.now + delay_of(timeout))
         name = command.workflow_name
         issued = self._issue(command)
         if issued is None:
             return never(name)
-        _seq, event = issued
+        seq, event = issued
         assert isinstance(event, ev.ChildRunCreated)
-        return self._waits.child(event.child_run_id, name, definition.signature.returns if definition else None)
+        future = self._waits.child(event.child_run_id, name, definition.signature.returns if definition else None)
+        self._child_seqs[event.child_run_id] = seq
+        future.canceller = functools.partial(self._cancel_step, "child", event.child_run_id)
+        return future
 
     def pending_children(self) -> tuple[str, ...]:
         """Children started and not yet finished, in the order they were started."""
@@ -363,15 +886,17 @@ class WorkflowExecutor:
         return self._waits.unconsumed_events()
 
     def gather(self, awaitables: Sequence[Awaitable[Any]]) -> DexFuture[list[Any]]:
+        self._check_writable("wait for steps")
         return gather(self._stepper, awaitables)
 
     def side_effect(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        self._check_writable("run a side effect")
         validate_name(name, "side effect name")
         try:
             hint = Signature.of(fn).returns
         except (TypeError, ValueError):  # builtins without a signature
             hint = None
-        if self._block.deciding and self.nondeterminism is None and self._driving and not self.closed:
+        if self._block.deciding and self._may_issue():
             payload = self.converter.encode(fn(*args))
             self._issue_or_abort(cmd.RecordSideEffect(name=name, result=payload))
         else:
@@ -383,6 +908,7 @@ class WorkflowExecutor:
     def patched(self, patch_id: str) -> bool:
         """docs/reference/contract.md §11: True where the run takes the patched branch, False where its history was
         made by code without the patch; the first answer holds for the rest of the run."""
+        self._check_writable("take a patch")
         validate_name(patch_id, "patch id")
         known = self._patches.get(patch_id)
         if known is not None:
@@ -402,3 +928,22 @@ class WorkflowExecutor:
         validate_name(patch_id, "patch id")
         if not self._block.deciding:
             self._block.take_patch(patch_id)
+
+
+def terminated_parent(run_id: str) -> str:
+    """The reason a terminated run's children are terminated with."""
+    return f"parent run {run_id} was terminated"
+
+
+def _closing_cancel(messages: Sequence[tuple[int, ev.Event]], recorded: Sequence[ev.HistoryEvent]) -> bool:
+    """A replayed block in which a cancel request ended the run by closing its code: how a cancel
+    was recorded before it reached workflow code (and still is for code that never started).
+    Its CANCELLED outcome has no failure; one that ``CancelledError`` ended names the request."""
+    if not recorded or not any(isinstance(message, ev.RunCancelled) for _seq, message in messages):
+        return False
+    last = recorded[-1].event
+    return isinstance(last, ev.RunCompleted) and last.status is RunStatus.CANCELLED and last.failure is None
+
+
+def _rejection(exc: BaseException) -> FailureInfo:
+    return FailureInfo.from_exception(exc, terminal=True)

@@ -8,7 +8,7 @@ from dex.domain.errors import InvalidStateError
 
 
 class RunStatus(enum.Enum):
-    """Where a run is in its life. The last three are terminal."""
+    """Where a run is in its life. The last four are terminal."""
 
     CREATED = "CREATED"
     RUNNING = "RUNNING"
@@ -16,21 +16,26 @@ class RunStatus(enum.Enum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # the hard stop of docs/reference/contract.md §14: no workflow code ran to end it
+    TERMINATED = "TERMINATED"
 
     @property
     def is_terminal(self) -> bool:
         return self in TERMINAL_STATUSES
 
 
-TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TERMINATED})
 
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
-    RunStatus.CREATED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
-    RunStatus.RUNNING: frozenset({RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}),
-    RunStatus.SUSPENDED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    RunStatus.CREATED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.TERMINATED}),
+    RunStatus.RUNNING: frozenset(
+        {RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TERMINATED}
+    ),
+    RunStatus.SUSPENDED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.TERMINATED}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.FAILED: frozenset(),
     RunStatus.CANCELLED: frozenset(),
+    RunStatus.TERMINATED: frozenset(),
 }
 
 

@@ -17,12 +17,25 @@ import attrs
 from dex.domain import commands as cmd
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition
-from dex.domain.errors import NonDeterminismError
-from dex.domain.replay import ContinueAsNewRequest, WorkflowExecutor
+from dex.domain.errors import (
+    InvalidStateError,
+    NonDeterminismError,
+    QueryError,
+    UpdateFailedError,
+    UpdateRejectedError,
+)
+from dex.domain.replay import (
+    TERMINATED_UPDATE,
+    ContinueAsNewRequest,
+    UpdateVerdict,
+    WorkflowExecutor,
+    terminated_parent,
+)
 from dex.domain.retry import RetryPolicy
+from dex.domain.state import fold
 from dex.domain.status import RunStatus
 from dex.domain.steps import ActivityLookup, WorkflowLookup
-from dex.domain.values import FailureInfo, Payload
+from dex.domain.values import FailureInfo, Payload, describe_failure
 
 
 @attrs.frozen(kw_only=True)
@@ -69,6 +82,41 @@ class NewRun:
 
 
 @attrs.frozen(kw_only=True)
+class UpdateAnswer:
+    """What the caller of ``engine.update`` gets: the handler's result or failure, or (``rejected``)
+    the refusal of a request that left no trace in the history."""
+
+    update_id: str
+    result: Payload | None = None
+    failure: FailureInfo | None = None
+    rejected: bool = False
+
+
+def update_result(answer: UpdateAnswer) -> Payload | None:
+    """What ``engine.update`` returns for ``answer`` (the handler's encoded result), or raises:
+    InvalidStateError for a run that had ended, UpdateRejectedError for a refusal,
+    UpdateFailedError (``.failure``) for a handler that raised."""
+    failure = answer.failure
+    if failure is None:
+        return answer.result
+    text = f"update {answer.update_id!r}: {describe_failure(failure)}"
+    if answer.rejected and failure.type == InvalidStateError.__name__:
+        raise InvalidStateError(text)
+    if answer.rejected:
+        raise UpdateRejectedError(f"{text} (rejected: nothing was recorded)", failure)
+    raise UpdateFailedError(text, failure)
+
+
+@attrs.frozen(kw_only=True)
+class StreamItem:
+    """An item for the stream ``key`` of a run; ``seq`` (its history event) orders the run's items."""
+
+    key: str
+    seq: int
+    value: Payload
+
+
+@attrs.frozen(kw_only=True)
 class WorkflowTaskResult:
     run_id: str
     expected_last_seq: int
@@ -82,6 +130,23 @@ class WorkflowTaskResult:
     child_runs: tuple[NewRun, ...] = ()
     # continue-as-new: the history is replaced by this one and the inbox gets `messages`
     new_history: tuple[ev.HistoryEvent, ...] | None = None
+    # -- docs/reference/contract.md §14 (docs/decisions/conversations.md) --
+    update_answers: tuple[UpdateAnswer, ...] = ()
+    published: tuple[tuple[str, Payload], ...] = ()
+    """Values published, in order (the store keeps the latest per key)."""
+    stream_items: tuple[StreamItem, ...] = ()
+    streams_closed: tuple[str, ...] = ()
+    labels: ev.Labels | None = None
+    """The run's whole label set after the task, when it changed."""
+    cancelled_activities: tuple[int, ...] = ()
+    """Activity tasks (by created seq) to drop if queued, or to tell at their heartbeat if running."""
+    cancelled_timers: tuple[int, ...] = ()
+    detached_runs: tuple[NewRun, ...] = ()
+    """Independent runs to create (no parent); one whose instance id is held is not created."""
+    unread_events: int = 0
+    """Events the run received and never read, when it ends."""
+    resumed: bool = False
+    """A cancel request resumed the suspended run, to run its cleanup (its status is RUNNING)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -115,7 +180,7 @@ def split_blocks(history: Sequence[ev.HistoryEvent]) -> tuple[ev.RunCreated, lis
             current = None
         elif isinstance(event, ev.COMMAND_EVENT_TYPES):
             commands.append(item)
-        elif isinstance(event, ev.MESSAGE_TYPES):
+        elif isinstance(event, ev.RECORDED_MESSAGE_TYPES):
             if commands:
                 raise ValueError(f"event {item.sequence_number}: message {item.kind} after a command")
             messages.append((item.sequence_number, event))
@@ -185,7 +250,7 @@ def select_messages(suspended: bool, inbox: Sequence[InboxMessage]) -> list[Inbo
                 suspended = False
                 taken.extend(held)
                 held.clear()
-            case ev.RunCancelled():
+            case ev.RunCancelled() | ev.RunTerminated():
                 taken.append(message)
             case _:
                 (held if suspended else taken).append(message)
@@ -204,6 +269,9 @@ def decide(
     workflows: WorkflowLookup = lambda _n: None,
 ) -> WorkflowTaskResult:
     """Decide one workflow task of run ``run_id`` from its whole history."""
+    terminating = next((m.event for m in inbox if isinstance(m.event, ev.RunTerminated)), None)
+    if terminating is not None:
+        return terminate(run_id, history, inbox, terminating.reason, now)
     executor = replay_history(definition, run_id, history, converter, activities=activities, workflows=workflows)
     try:
         return advance(executor, history[-1].sequence_number, inbox, now)
@@ -215,30 +283,95 @@ def advance(
     executor: WorkflowExecutor, last_seq: int, inbox: Sequence[InboxMessage], now: datetime
 ) -> WorkflowTaskResult:
     """Decide the next workflow task with an executor that has replayed the history up to
-    ``last_seq`` (freshly, or kept from the run's previous task); the executor moves on with it."""
+    ``last_seq`` (freshly, or kept from the run's previous task); the executor moves on with it.
+
+    Update requests are screened once the task's other messages are applied and the code is
+    blocked (its handlers registered); the accepted ones form a second block of the same task."""
     run_id = executor.run_id
     if executor.completed_in_history:
-        # a finished run: whatever still arrives is dropped
+        # a finished run: whatever still arrives is dropped, and update requests are refused
         return WorkflowTaskResult(
-            run_id=run_id, expected_last_seq=last_seq, consumed=tuple(m.message_id for m in inbox)
+            run_id=run_id,
+            expected_last_seq=last_seq,
+            consumed=tuple(m.message_id for m in inbox),
+            update_answers=_refused_updates(inbox),
         )
     taken = select_messages(executor.suspended, inbox)
     if not taken:
         return WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq)
+    terminating = next((m for m in taken if isinstance(m.event, ev.RunTerminated)), None)
+    if terminating is not None:
+        # the hard stop: nothing else of the inbox is applied, and no workflow code runs
+        stopped = _block(executor, last_seq, [(terminating.message_id, terminating.event)], now)
+        return attrs.evolve(
+            stopped,
+            consumed=tuple(m.message_id for m in taken),
+            update_answers=stopped.update_answers + _refused_updates(taken),
+        )
+    ordinary = [(m.message_id, m.event) for m in taken if not isinstance(m.event, ev.UpdateRequested)]
+    first = _block(executor, last_seq, ordinary, now) if ordinary else None
+    accepted: list[tuple[int, ev.Event]] = []
+    answers: list[UpdateAnswer] = []
+    refused: list[int] = []
+    for message in taken:
+        request = message.event
+        if not isinstance(request, ev.UpdateRequested):
+            continue
+        verdict = executor.screen_update(request)
+        if verdict.accepted and any(getattr(e, "update_id", None) == request.update_id for _i, e in accepted):
+            verdict = UpdateVerdict(repeat=True)  # the same id twice in one task: answered once, by id
+        if verdict.accepted:
+            accepted.append(
+                (
+                    message.message_id,
+                    ev.UpdateAccepted(update_id=request.update_id, name=request.name, args=request.args),
+                )
+            )
+            continue
+        refused.append(message.message_id)
+        if verdict.answer is not None:
+            answers.append(_answer_of(verdict.answer))
+        elif verdict.failure is not None:
+            answers.append(UpdateAnswer(update_id=request.update_id, failure=verdict.failure, rejected=True))
+    result = first
+    if accepted:
+        after = first.new_events[-1].sequence_number if first is not None else last_seq
+        second = _block(executor, after, accepted, now)
+        result = second if first is None else _merge(first, second)
+    if result is None:
+        result = WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq)
+    if not refused:
+        return result
+    return attrs.evolve(
+        result, consumed=result.consumed + tuple(refused), update_answers=tuple(answers) + result.update_answers
+    )
+
+
+def _block(
+    executor: WorkflowExecutor, last_seq: int, taken: Sequence[tuple[int, ev.Event]], now: datetime
+) -> WorkflowTaskResult:
+    """One workflow-task block: ``taken`` (message id, event as recorded) applied, the code
+    stepped, its commands as events."""
+    run_id = executor.run_id
     created = executor.created
 
     seq = last_seq + 1
     new_events = [ev.HistoryEvent(sequence_number=seq, timestamp=now, event=ev.WorkflowTaskStarted())]
     numbered: list[tuple[int, ev.Event]] = []
-    for message in taken:
+    for _message_id, event in taken:
         seq += 1
-        numbered.append((seq, message.event))
-        new_events.append(ev.HistoryEvent(sequence_number=seq, timestamp=now, event=message.event))
+        numbered.append((seq, event))
+        new_events.append(ev.HistoryEvent(sequence_number=seq, timestamp=now, event=event))
     issued = executor.apply_block(now, numbered, None, next_seq=seq + 1)
 
     activity_tasks: list[NewActivityTask] = []
     messages: list[OutgoingMessage] = []
     child_runs: list[NewRun] = []
+    detached_runs: list[NewRun] = []
+    answers: list[UpdateAnswer] = []
+    published: list[tuple[str, Payload]] = []
+    stream_items: list[StreamItem] = []
+    streams_closed: list[str] = []
     completion: ev.RunCompleted | None = None
     for command_seq, command in issued:
         event = cmd.to_event(command)
@@ -253,32 +386,198 @@ def advance(
                     )
                 )
             case ev.ChildRunCreated():
-                child_runs.append(NewRun(run_id=event.child_run_id, created=child_created(run_id, event, created)))
+                child = NewRun(run_id=event.child_run_id, created=child_created(run_id, event, created))
+                child_runs.append(child)
+                messages.extend(_deadline_messages(child))
+            case ev.DetachedRunCreated():
+                detached = NewRun(run_id=event.run_id, created=detached_created(event, created))
+                detached_runs.append(detached)
+                messages.extend(_deadline_messages(detached))
+            case ev.UpdateCompleted():
+                answers.append(UpdateAnswer(update_id=event.update_id, result=event.result, failure=event.failure))
+            case ev.ValuePublished():
+                published.append((event.key, event.value))
+            case ev.StreamItemWritten():
+                stream_items.append(StreamItem(key=event.key, seq=command_seq, value=event.value))
+            case ev.StreamClosed():
+                streams_closed.append(event.key)
             case ev.RunCompleted():
                 completion = event
     next_seq = new_events[-1].sequence_number + 1
     new_events.append(ev.HistoryEvent(sequence_number=next_seq, timestamp=now, event=ev.WorkflowTaskCompleted()))
 
+    cancellations = executor.cancellations
+    terminated = completion is not None and completion.status is RunStatus.TERMINATED
+    messages.extend(
+        OutgoingMessage(run_id=child, event=_stop(terminated, reason), visible_from=now)
+        for child, reason in cancellations.children
+    )
     new_history: tuple[ev.HistoryEvent, ...] | None = None
+    unread = 0
     if isinstance(executor.outcome, ContinueAsNewRequest):
         new_history, messages, activity_tasks, child_runs = _continue_as_new(
             executor, executor.outcome, now, first_seq=next_seq + 1
         )
     elif completion is not None:
         messages.extend(_completion_messages(run_id, created, completion, executor.pending_children(), now))
+        # a terminated run's code is not asked (terminate() decides without it): it reports none
+        unread = 0 if terminated else len(executor.unconsumed_events())
     return WorkflowTaskResult(
         run_id=run_id,
         expected_last_seq=last_seq,
         new_events=tuple(new_events),
-        consumed=tuple(m.message_id for m in taken),
-        started=any(isinstance(m.event, ev.RunStarted) for m in taken),
+        consumed=tuple(message_id for message_id, _event in taken),
+        started=any(isinstance(event, ev.RunStarted) for _id, event in taken),
         completion=completion,
         custom_status=executor.custom_status,
         activity_tasks=tuple(activity_tasks),
         messages=tuple(messages),
         child_runs=tuple(child_runs),
         new_history=new_history,
+        update_answers=tuple(answers),
+        published=tuple(published),
+        stream_items=tuple(stream_items),
+        streams_closed=tuple(streams_closed),
+        labels=tuple(sorted(executor.labels.items())) if executor.labels_changed else None,
+        cancelled_activities=tuple(cancellations.activities),
+        cancelled_timers=tuple(cancellations.timers),
+        detached_runs=tuple(detached_runs),
+        unread_events=unread,
+        resumed=executor.resumed,
     )
+
+
+def _merge(first: WorkflowTaskResult, second: WorkflowTaskResult) -> WorkflowTaskResult:
+    """Two consecutive blocks of one workflow task as one result (one write)."""
+    return WorkflowTaskResult(
+        run_id=first.run_id,
+        expected_last_seq=first.expected_last_seq,
+        new_events=first.new_events + second.new_events,
+        consumed=first.consumed + second.consumed,
+        started=first.started or second.started,
+        completion=second.completion,
+        custom_status=second.custom_status,
+        activity_tasks=first.activity_tasks + second.activity_tasks,
+        messages=first.messages + second.messages,
+        child_runs=first.child_runs + second.child_runs,
+        new_history=second.new_history,
+        update_answers=first.update_answers + second.update_answers,
+        published=first.published + second.published,
+        stream_items=first.stream_items + second.stream_items,
+        streams_closed=first.streams_closed + second.streams_closed,
+        labels=second.labels if second.labels is not None else first.labels,
+        cancelled_activities=first.cancelled_activities + second.cancelled_activities,
+        cancelled_timers=first.cancelled_timers + second.cancelled_timers,
+        detached_runs=first.detached_runs + second.detached_runs,
+        unread_events=second.unread_events,
+        resumed=first.resumed or second.resumed,
+    )
+
+
+def _stop(terminated: bool, reason: str) -> ev.Message:
+    return ev.RunTerminated(reason=reason) if terminated else ev.RunCancelled(reason=reason)
+
+
+def _answer_of(command: cmd.CompleteUpdate) -> UpdateAnswer:
+    return UpdateAnswer(update_id=command.update_id, result=command.result, failure=command.failure)
+
+
+def _refused_updates(inbox: Sequence[InboxMessage]) -> tuple[UpdateAnswer, ...]:
+    """Update requests to a run that has ended (or ends in this very task)."""
+    failure = FailureInfo(type="InvalidStateError", message="the run has ended", terminal=True)
+    return tuple(
+        UpdateAnswer(update_id=m.event.update_id, failure=failure, rejected=True)
+        for m in inbox
+        if isinstance(m.event, ev.UpdateRequested)
+    )
+
+
+def _deadline_messages(run: NewRun) -> list[OutgoingMessage]:
+    message = deadline_message(run.run_id, run.created)
+    return [] if message is None else [message]
+
+
+def deadline_message(run_id: str, created: ev.RunCreated) -> OutgoingMessage | None:
+    """The cancel request a run with a deadline gets when it passes (reason "timeout"), to insert
+    with the run: ``start_workflow(timeout=)``, ``ctx.child(timeout=)``, ``ctx.start_workflow``."""
+    if created.deadline is None:
+        return None
+    return OutgoingMessage(run_id=run_id, event=ev.RunCancelled(reason="timeout"), visible_from=created.deadline)
+
+
+def terminate(
+    run_id: str, history: Sequence[ev.HistoryEvent], inbox: Sequence[InboxMessage], reason: str, now: datetime
+) -> WorkflowTaskResult:
+    """``engine.terminate`` decided from the history alone, without the workflow code (which may
+    be stuck, unregistered or no longer deterministic): one block recording ``RunTerminated``,
+    an answer for every accepted update and the TERMINATED outcome; every pending activity
+    dropped (its timers go with the run's inbox), every child terminated, the parent told. The whole inbox is consumed. Replay
+    of the block by the workflow's executor issues the same commands."""
+    state = fold(history)
+    last_seq = history[-1].sequence_number
+    if state.status.is_terminal:
+        return WorkflowTaskResult(
+            run_id=run_id,
+            expected_last_seq=last_seq,
+            consumed=tuple(m.message_id for m in inbox),
+            update_answers=_refused_updates(inbox),
+        )
+    created = history[0].event
+    assert isinstance(created, ev.RunCreated)
+    events: list[ev.Event] = [ev.WorkflowTaskStarted(), ev.RunTerminated(reason=reason)]
+    answers = [
+        UpdateAnswer(
+            update_id=update_id,
+            failure=FailureInfo(type="UpdateFailedError", message=TERMINATED_UPDATE, terminal=True),
+        )
+        for update_id in state.pending_updates
+    ]
+    events += [ev.UpdateCompleted(update_id=a.update_id, failure=a.failure) for a in answers]
+    completion = ev.RunCompleted(
+        status=RunStatus.TERMINATED,
+        failure=FailureInfo(type="RunTerminated", message=reason or "terminated", terminal=True),
+    )
+    events += [completion, ev.WorkflowTaskCompleted()]
+    new_events = tuple(
+        ev.HistoryEvent(sequence_number=last_seq + 1 + i, timestamp=now, event=event) for i, event in enumerate(events)
+    )
+    messages = [
+        OutgoingMessage(run_id=child, event=ev.RunTerminated(reason=terminated_parent(run_id)), visible_from=now)
+        for child in state.pending_children
+    ]
+    messages += _completion_messages(run_id, created, completion, (), now)
+    return WorkflowTaskResult(
+        run_id=run_id,
+        expected_last_seq=last_seq,
+        new_events=new_events,
+        consumed=tuple(m.message_id for m in inbox),
+        completion=completion,
+        messages=tuple(messages),
+        update_answers=tuple(answers) + _refused_updates(inbox),
+        cancelled_activities=tuple(sorted(state.pending_activities)),
+    )
+
+
+def answer_query(
+    definition: WorkflowDefinition,
+    run_id: str,
+    history: Sequence[ev.HistoryEvent],
+    name: str,
+    args: tuple[Payload, ...],
+    converter: PayloadConverter,
+    *,
+    activities: ActivityLookup = lambda _n: None,
+    workflows: WorkflowLookup = lambda _n: None,
+) -> Payload:
+    """Answer a query by replaying ``history`` here (where no worker holds the run): nothing is
+    written, and an ended run answers too. QueryError as :meth:`WorkflowExecutor.query` says."""
+    executor = replay_history(definition, run_id, history, converter, activities=activities, workflows=workflows)
+    try:
+        if executor.nondeterminism is not None:
+            raise QueryError(f"the run's history no longer replays: {executor.nondeterminism}")
+        return executor.query(name, args)
+    finally:
+        executor.close()
 
 
 def activity_task(
@@ -299,6 +598,23 @@ def activity_task(
     )
 
 
+def detached_created(event: ev.DetachedRunCreated, created: ev.RunCreated) -> ev.RunCreated:
+    """The creation event of a run ``ctx.start_workflow`` starts: no parent; seeded from its id."""
+    return ev.RunCreated(
+        workflow_name=event.workflow_name,
+        input=event.input,
+        queue=event.queue,
+        instance_id=event.instance_id,
+        priority=event.priority,
+        concurrency_key=event.concurrency_key,
+        labels=event.labels,
+        random_seed=uuid.UUID(event.run_id).int >> 64,
+        trace_context=created.trace_context,
+        code_version=created.code_version,
+        deadline=event.deadline,
+    )
+
+
 def child_created(parent: str, event: ev.ChildRunCreated, created: ev.RunCreated) -> ev.RunCreated:
     """The creation event of the child ``event`` starts (its seed comes from its id)."""
     return ev.RunCreated(
@@ -313,6 +629,7 @@ def child_created(parent: str, event: ev.ChildRunCreated, created: ev.RunCreated
         random_seed=uuid.UUID(event.child_run_id).int >> 64,
         trace_context=created.trace_context,
         code_version=created.code_version,
+        deadline=event.deadline,
     )
 
 
@@ -352,19 +669,8 @@ def continue_task(
     step = advance(executor, result.new_events[-1].sequence_number, inbox, now)
     if len(step.consumed) != len(inbox):
         raise AssertionError(f"run {result.run_id}: an inline activity outcome was not applied")
-    return WorkflowTaskResult(
-        run_id=result.run_id,
-        expected_last_seq=result.expected_last_seq,
-        new_events=result.new_events + step.new_events,
-        consumed=result.consumed,
-        started=result.started or step.started,
-        completion=step.completion,
-        custom_status=step.custom_status,
-        activity_tasks=kept + step.activity_tasks,
-        messages=result.messages + step.messages,
-        child_runs=result.child_runs + step.child_runs,
-        new_history=step.new_history,
-    )
+    merged = _merge(attrs.evolve(result, activity_tasks=kept), step)
+    return attrs.evolve(merged, consumed=result.consumed)
 
 
 def _completion_messages(
@@ -396,7 +702,13 @@ def _continue_as_new(
 ) -> tuple[tuple[ev.HistoryEvent, ...], list[OutgoingMessage], list[NewActivityTask], list[NewRun]]:
     # the new generation numbers on from the old one: a run's sequence numbers never repeat,
     # so (run, sequence) names one event for the run's whole life
-    created = attrs.evolve(executor.created, input=request.input, generation=executor.created.generation + 1)
+    # the labels as set_labels left them, and the deadline, are the whole run's
+    created = attrs.evolve(
+        executor.created,
+        input=request.input,
+        generation=executor.created.generation + 1,
+        labels=tuple(sorted(executor.labels.items())),
+    )
     carried: list[ev.Message] = [ev.RunStarted(), *executor.unconsumed_events()]
     messages = [OutgoingMessage(run_id=executor.run_id, event=event, visible_from=now) for event in carried]
     history = (ev.HistoryEvent(sequence_number=first_seq, timestamp=now, event=created),)

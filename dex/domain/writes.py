@@ -28,21 +28,23 @@ import attrs
 
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
-from dex.domain.task import NewActivityTask, NewRun, OutgoingMessage, WorkflowTaskResult
-from dex.domain.values import FailureInfo
+from dex.domain.task import NewActivityTask, NewRun, OutgoingMessage, StreamItem, UpdateAnswer, WorkflowTaskResult
+from dex.domain.values import FailureInfo, Payload
 
 SURVIVES_CONTINUE_AS_NEW: tuple[type[ev.Message], ...] = (
     ev.ExternalEventReceived,
     ev.RunCancelled,
     ev.RunSuspended,
     ev.RunResumed,
+    ev.RunTerminated,
+    ev.UpdateRequested,
 )
 """The messages an unconsumed inbox keeps across continue-as-new; all others are dropped."""
 
 SURVIVING_KINDS: tuple[str, ...] = tuple(kind.__name__ for kind in SURVIVES_CONTINUE_AS_NEW)
 """:data:`SURVIVES_CONTINUE_AS_NEW` by name, as stored in an inbox row's ``kind``."""
 
-WAKES_SUSPENDED: tuple[type[ev.Message], ...] = (ev.RunCancelled,)
+WAKES_SUSPENDED: tuple[type[ev.Message], ...] = (ev.RunCancelled, ev.RunTerminated)
 """The messages that make a suspended run's workflow task due (it still must be able to end)."""
 
 WAKING_KINDS: tuple[str, ...] = tuple(kind.__name__ for kind in WAKES_SUSPENDED)
@@ -102,6 +104,22 @@ class WritePlan:
     messages: tuple[OutgoingMessage, ...]
     """Messages to insert, after the children's RunStarted or clash messages, in this order;
     those to unknown or ended runs are dropped."""
+    # -- docs/reference/contract.md §14: what docs/decisions/conversations.md says the store does --
+    update_answers: tuple[UpdateAnswer, ...] = ()
+    """Answers for the callers of ``engine.update``, kept by update id."""
+    published: tuple[tuple[str, Payload], ...] = ()
+    """Published values in order: the latest per key is kept."""
+    stream_items: tuple[StreamItem, ...] = ()
+    streams_closed: tuple[str, ...] = ()
+    labels: ev.Labels | None = None
+    """The run's labels replaced by these, when they changed."""
+    cancelled_activities: tuple[int, ...] = ()
+    """Pending activity tasks of the run (by created seq): dropped if queued, flagged if running."""
+    cancelled_timers: tuple[int, ...] = ()
+    """Timers of the run (by created seq) whose TimerElapsed is deleted from its inbox."""
+    detached_runs: tuple[NewRun, ...] = ()
+    """Runs to create with no parent; one whose instance id is held is not created."""
+    unread_events: int = 0
 
     @property
     def ends_run(self) -> bool:
@@ -120,7 +138,7 @@ def plan_write(result: WorkflowTaskResult, status: RunStatus) -> WritePlan:
     completion = result.completion
     if completion is not None:
         status = completion.status
-    elif started:
+    elif started or (result.resumed and status is RunStatus.SUSPENDED):
         status = RunStatus.RUNNING
     return WritePlan(
         events=events,
@@ -135,4 +153,13 @@ def plan_write(result: WorkflowTaskResult, status: RunStatus) -> WritePlan:
         child_runs=result.child_runs,
         activity_tasks=result.activity_tasks,
         messages=result.messages,
+        update_answers=result.update_answers,
+        published=result.published,
+        stream_items=result.stream_items,
+        streams_closed=result.streams_closed,
+        labels=result.labels,
+        cancelled_activities=result.cancelled_activities,
+        cancelled_timers=result.cancelled_timers,
+        detached_runs=result.detached_runs,
+        unread_events=result.unread_events,
     )

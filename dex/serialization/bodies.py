@@ -8,9 +8,11 @@ required field raises ``ValueError`` naming where it was read.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import assert_never
 
 from google.protobuf.message import Message as ProtoMessage
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
@@ -38,6 +40,7 @@ _STATUS_TO_PROTO: dict[RunStatus, history_pb2.RunStatus.ValueType] = {
     RunStatus.COMPLETED: history_pb2.RUN_STATUS_COMPLETED,
     RunStatus.FAILED: history_pb2.RUN_STATUS_FAILED,
     RunStatus.CANCELLED: history_pb2.RUN_STATUS_CANCELLED,
+    RunStatus.TERMINATED: history_pb2.RUN_STATUS_TERMINATED,
 }
 _STATUS_FROM_PROTO = {number: status for status, number in _STATUS_TO_PROTO.items()}
 
@@ -59,6 +62,7 @@ def body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
                 random_seed=event.random_seed,
                 trace_context=_labels_to_proto(event.trace_context),
                 code_version=event.code_version,
+                deadline=_optional_datetime(event.deadline),
             )
         case ev.RunStarted():
             return "run_started", history_pb2.RunStarted()
@@ -101,6 +105,7 @@ def body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
                 priority=event.priority,
                 concurrency_key=event.concurrency_key,
                 labels=_labels_to_proto(event.labels),
+                deadline=_optional_datetime(event.deadline),
             )
         case ev.ChildRunCompleted():
             return "child_run_completed", history_pb2.ChildRunCompleted(
@@ -128,6 +133,48 @@ def body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
                 result=None if event.result is None else payload_to_proto(event.result),
                 failure=None if event.failure is None else failure_to_proto(event.failure),
             )
+        case ev.RunTerminated():
+            return "run_terminated", history_pb2.RunTerminated(reason=event.reason)
+        case ev.UpdateRequested():
+            return "update_requested", history_pb2.UpdateRequested(
+                update_id=event.update_id, name=event.name, args=payloads_to_proto(event.args)
+            )
+        case ev.UpdateAccepted():
+            return "update_accepted", history_pb2.UpdateAccepted(
+                update_id=event.update_id, name=event.name, args=payloads_to_proto(event.args)
+            )
+        case ev.UpdateCompleted():
+            return "update_completed", history_pb2.UpdateCompleted(
+                update_id=event.update_id,
+                result=None if event.result is None else payload_to_proto(event.result),
+                failure=None if event.failure is None else failure_to_proto(event.failure),
+            )
+        case ev.ValuePublished():
+            return "value_published", history_pb2.ValuePublished(key=event.key, value=payload_to_proto(event.value))
+        case ev.StreamItemWritten():
+            return "stream_item_written", history_pb2.StreamItemWritten(
+                key=event.key, value=payload_to_proto(event.value)
+            )
+        case ev.StreamClosed():
+            return "stream_closed", history_pb2.StreamClosed(key=event.key)
+        case ev.LabelsChanged():
+            return "labels_changed", history_pb2.LabelsChanged(
+                set=_labels_to_proto(event.set), removed=list(event.removed)
+            )
+        case ev.CancelRequested():
+            return "cancel_requested", history_pb2.CancelRequested(created_seq=event.created_seq)
+        case ev.DetachedRunCreated():
+            return "detached_run_created", history_pb2.DetachedRunCreated(
+                run_id=event.run_id,
+                workflow_name=event.workflow_name,
+                input=payloads_to_proto(event.input),
+                queue=event.queue,
+                instance_id=event.instance_id,
+                priority=event.priority,
+                concurrency_key=event.concurrency_key,
+                labels=_labels_to_proto(event.labels),
+                deadline=_optional_datetime(event.deadline),
+            )
         case _:
             assert_never(event)
 
@@ -149,6 +196,7 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 random_seed=body.random_seed,
                 trace_context=tuple((label.key, label.value) for label in body.trace_context),
                 code_version=body.code_version if body.HasField("code_version") else None,
+                deadline=datetime_from_proto(body.deadline) if body.HasField("deadline") else None,
             )
         case history_pb2.RunStarted():
             return ev.RunStarted()
@@ -191,6 +239,7 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 priority=body.priority,
                 concurrency_key=body.concurrency_key if body.HasField("concurrency_key") else None,
                 labels=tuple((label.key, label.value) for label in body.labels),
+                deadline=datetime_from_proto(body.deadline) if body.HasField("deadline") else None,
             )
         case history_pb2.ChildRunCompleted():
             return ev.ChildRunCompleted(
@@ -221,7 +270,47 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 result=payload_from_proto(body.result) if body.HasField("result") else None,
                 failure=failure_from_proto(body.failure) if body.HasField("failure") else None,
             )
+        case history_pb2.RunTerminated():
+            return ev.RunTerminated(reason=body.reason)
+        case history_pb2.UpdateRequested():
+            return ev.UpdateRequested(update_id=body.update_id, name=body.name, args=payloads_from_proto(body.args))
+        case history_pb2.UpdateAccepted():
+            return ev.UpdateAccepted(update_id=body.update_id, name=body.name, args=payloads_from_proto(body.args))
+        case history_pb2.UpdateCompleted():
+            return ev.UpdateCompleted(
+                update_id=body.update_id,
+                result=payload_from_proto(body.result) if body.HasField("result") else None,
+                failure=failure_from_proto(body.failure) if body.HasField("failure") else None,
+            )
+        case history_pb2.ValuePublished():
+            return ev.ValuePublished(key=body.key, value=payload_from_proto(required_field(body, "value", where)))
+        case history_pb2.StreamItemWritten():
+            return ev.StreamItemWritten(key=body.key, value=payload_from_proto(required_field(body, "value", where)))
+        case history_pb2.StreamClosed():
+            return ev.StreamClosed(key=body.key)
+        case history_pb2.LabelsChanged():
+            return ev.LabelsChanged(
+                set=tuple((label.key, label.value) for label in body.set), removed=tuple(body.removed)
+            )
+        case history_pb2.CancelRequested():
+            return ev.CancelRequested(created_seq=body.created_seq)
+        case history_pb2.DetachedRunCreated():
+            return ev.DetachedRunCreated(
+                run_id=body.run_id,
+                workflow_name=body.workflow_name,
+                input=payloads_from_proto(body.input),
+                queue=body.queue,
+                instance_id=body.instance_id if body.HasField("instance_id") else None,
+                priority=body.priority,
+                concurrency_key=body.concurrency_key if body.HasField("concurrency_key") else None,
+                labels=tuple((label.key, label.value) for label in body.labels),
+                deadline=datetime_from_proto(body.deadline) if body.HasField("deadline") else None,
+            )
     raise ValueError(f"{where}: unexpected message {body.DESCRIPTOR.full_name}")
+
+
+def _optional_datetime(moment: datetime | None) -> Timestamp | None:
+    return None if moment is None else datetime_to_proto(moment)
 
 
 def _labels_to_proto(labels: ev.Labels) -> list[history_pb2.Label]:

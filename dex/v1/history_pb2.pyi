@@ -41,6 +41,7 @@ class _RunStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunStatus.V
     RUN_STATUS_COMPLETED: _RunStatus.ValueType  # 4
     RUN_STATUS_FAILED: _RunStatus.ValueType  # 5
     RUN_STATUS_CANCELLED: _RunStatus.ValueType  # 6
+    RUN_STATUS_TERMINATED: _RunStatus.ValueType  # 7
 
 class RunStatus(_RunStatus, metaclass=_RunStatusEnumTypeWrapper): ...
 
@@ -51,6 +52,7 @@ RUN_STATUS_SUSPENDED: RunStatus.ValueType  # 3
 RUN_STATUS_COMPLETED: RunStatus.ValueType  # 4
 RUN_STATUS_FAILED: RunStatus.ValueType  # 5
 RUN_STATUS_CANCELLED: RunStatus.ValueType  # 6
+RUN_STATUS_TERMINATED: RunStatus.ValueType  # 7
 Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
 
 @_typing.final
@@ -93,6 +95,7 @@ class RunCreated(_message.Message):
     RANDOM_SEED_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     CODE_VERSION_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     queue: _builtins.str
     instance_id: _builtins.str
@@ -113,6 +116,12 @@ class RunCreated(_message.Message):
     def trace_context(self) -> _containers.RepeatedCompositeFieldContainer[Global___Label]:
         """The tracing context of whoever started the run (e.g. W3C traceparent), for its spans."""
 
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """When the run is cancelled with reason "timeout" (docs/reference/contract.md §14); kept by
+        a continued generation.
+        """
+
     def __init__(
         self,
         *,
@@ -128,10 +137,11 @@ class RunCreated(_message.Message):
         random_seed: _builtins.int = ...,
         trace_context: _abc.Iterable[Global___Label] | None = ...,
         code_version: _builtins.str | None = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "instance_id", b"instance_id", "parent_run_id", b"parent_run_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "instance_id", b"instance_id", "parent_run_id", b"parent_run_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "trace_context", b"trace_context", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "trace_context", b"trace_context", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__code_version: _TypeAlias = _typing.Literal["code_version"]  # noqa: Y015
     _WhichOneofArgType__code_version: _TypeAlias = _typing.Literal["_code_version", b"_code_version"]  # noqa: Y015
@@ -356,6 +366,7 @@ class ChildRunCreated(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
     child_run_id: _builtins.str
     workflow_name: _builtins.str
     queue: _builtins.str
@@ -366,6 +377,8 @@ class ChildRunCreated(_message.Message):
     def input(self) -> _containers.RepeatedCompositeFieldContainer[_payload_pb2.Payload]: ...
     @_builtins.property
     def labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___Label]: ...
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -377,10 +390,11 @@ class ChildRunCreated(_message.Message):
         priority: _builtins.int = ...,
         concurrency_key: _builtins.str | None = ...,
         labels: _abc.Iterable[Global___Label] | None = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "concurrency_key", b"concurrency_key", "instance_id", b"instance_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "instance_id", b"instance_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "child_run_id", b"child_run_id", "concurrency_key", b"concurrency_key", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "priority", b"priority", "queue", b"queue", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "child_run_id", b"child_run_id", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "priority", b"priority", "queue", b"queue", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__concurrency_key: _TypeAlias = _typing.Literal["concurrency_key"]  # noqa: Y015
     _WhichOneofArgType__concurrency_key: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key"]  # noqa: Y015
@@ -564,6 +578,281 @@ class RunCompleted(_message.Message):
 Global___RunCompleted: _TypeAlias = RunCompleted  # noqa: Y015
 
 @_typing.final
+class RunTerminated(_message.Message):
+    """A hard stop (engine.terminate); a RunCompleted with status TERMINATED follows it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunTerminated: _TypeAlias = RunTerminated  # noqa: Y015
+
+@_typing.final
+class UpdateRequested(_message.Message):
+    """An update request in a run's inbox; never history: it is recorded as UpdateAccepted, or not
+    at all when its validator refuses it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ARGS_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    name: _builtins.str
+    @_builtins.property
+    def args(self) -> _containers.RepeatedCompositeFieldContainer[_payload_pb2.Payload]: ...
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        args: _abc.Iterable[_payload_pb2.Payload] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "name", b"name", "update_id", b"update_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateRequested: _TypeAlias = UpdateRequested  # noqa: Y015
+
+@_typing.final
+class UpdateAccepted(_message.Message):
+    """An update request that passed its validator; its handler runs from here."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ARGS_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    name: _builtins.str
+    @_builtins.property
+    def args(self) -> _containers.RepeatedCompositeFieldContainer[_payload_pb2.Payload]: ...
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        args: _abc.Iterable[_payload_pb2.Payload] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args", b"args", "name", b"name", "update_id", b"update_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateAccepted: _TypeAlias = UpdateAccepted  # noqa: Y015
+
+@_typing.final
+class UpdateCompleted(_message.Message):
+    """The answer of an accepted update: the handler's result or its failure."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPDATE_ID_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    update_id: _builtins.str
+    @_builtins.property
+    def result(self) -> _payload_pb2.Payload: ...
+    @_builtins.property
+    def failure(self) -> _failure_pb2.FailureInfo: ...
+    def __init__(
+        self,
+        *,
+        update_id: _builtins.str = ...,
+        result: _payload_pb2.Payload | None = ...,
+        failure: _failure_pb2.FailureInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failure", b"failure", "result", b"result", "update_id", b"update_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateCompleted: _TypeAlias = UpdateCompleted  # noqa: Y015
+
+@_typing.final
+class ValuePublished(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    @_builtins.property
+    def value(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        value: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValuePublished: _TypeAlias = ValuePublished  # noqa: Y015
+
+@_typing.final
+class StreamItemWritten(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    @_builtins.property
+    def value(self) -> _payload_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        value: _payload_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamItemWritten: _TypeAlias = StreamItemWritten  # noqa: Y015
+
+@_typing.final
+class StreamClosed(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamClosed: _TypeAlias = StreamClosed  # noqa: Y015
+
+@_typing.final
+class LabelsChanged(_message.Message):
+    """ctx.set_labels: labels set (or replaced) and labels removed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SET_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def set(self) -> _containers.RepeatedCompositeFieldContainer[Global___Label]: ...
+    @_builtins.property
+    def removed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        set: _abc.Iterable[Global___Label] | None = ...,
+        removed: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed", "set", b"set"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LabelsChanged: _TypeAlias = LabelsChanged  # noqa: Y015
+
+@_typing.final
+class CancelRequested(_message.Message):
+    """Workflow code cancelled the activity, timer or child created at created_seq."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATED_SEQ_FIELD_NUMBER: _builtins.int
+    created_seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        created_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_seq", b"created_seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelRequested: _TypeAlias = CancelRequested  # noqa: Y015
+
+@_typing.final
+class DetachedRunCreated(_message.Message):
+    """ctx.start_workflow: an independent run, with no parent."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    workflow_name: _builtins.str
+    queue: _builtins.str
+    instance_id: _builtins.str
+    priority: _builtins.int
+    concurrency_key: _builtins.str
+    @_builtins.property
+    def input(self) -> _containers.RepeatedCompositeFieldContainer[_payload_pb2.Payload]: ...
+    @_builtins.property
+    def labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___Label]: ...
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        workflow_name: _builtins.str = ...,
+        input: _abc.Iterable[_payload_pb2.Payload] | None = ...,
+        queue: _builtins.str = ...,
+        instance_id: _builtins.str | None = ...,
+        priority: _builtins.int = ...,
+        concurrency_key: _builtins.str | None = ...,
+        labels: _abc.Iterable[Global___Label] | None = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "instance_id", b"instance_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "priority", b"priority", "queue", b"queue", "run_id", b"run_id", "workflow_name", b"workflow_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__concurrency_key: _TypeAlias = _typing.Literal["concurrency_key"]  # noqa: Y015
+    _WhichOneofArgType__concurrency_key: _TypeAlias = _typing.Literal["_concurrency_key", b"_concurrency_key"]  # noqa: Y015
+    _WhichOneofReturnType__instance_id: _TypeAlias = _typing.Literal["instance_id"]  # noqa: Y015
+    _WhichOneofArgType__instance_id: _TypeAlias = _typing.Literal["_instance_id", b"_instance_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__concurrency_key) -> _WhichOneofReturnType__concurrency_key | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__instance_id) -> _WhichOneofReturnType__instance_id | None: ...
+
+Global___DetachedRunCreated: _TypeAlias = DetachedRunCreated  # noqa: Y015
+
+@_typing.final
 class HistoryEvent(_message.Message):
     """One entry of a run's history; sequence numbers are gapless from 1."""
 
@@ -590,6 +879,16 @@ class HistoryEvent(_message.Message):
     RUN_CANCELLED_FIELD_NUMBER: _builtins.int
     RUN_COMPLETED_FIELD_NUMBER: _builtins.int
     PATCH_APPLIED_FIELD_NUMBER: _builtins.int
+    RUN_TERMINATED_FIELD_NUMBER: _builtins.int
+    UPDATE_REQUESTED_FIELD_NUMBER: _builtins.int
+    UPDATE_ACCEPTED_FIELD_NUMBER: _builtins.int
+    UPDATE_COMPLETED_FIELD_NUMBER: _builtins.int
+    VALUE_PUBLISHED_FIELD_NUMBER: _builtins.int
+    STREAM_ITEM_WRITTEN_FIELD_NUMBER: _builtins.int
+    STREAM_CLOSED_FIELD_NUMBER: _builtins.int
+    LABELS_CHANGED_FIELD_NUMBER: _builtins.int
+    CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    DETACHED_RUN_CREATED_FIELD_NUMBER: _builtins.int
     sequence_number: _builtins.int
     @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp: ...
@@ -631,6 +930,26 @@ class HistoryEvent(_message.Message):
     def run_completed(self) -> Global___RunCompleted: ...
     @_builtins.property
     def patch_applied(self) -> Global___PatchApplied: ...
+    @_builtins.property
+    def run_terminated(self) -> Global___RunTerminated: ...
+    @_builtins.property
+    def update_requested(self) -> Global___UpdateRequested: ...
+    @_builtins.property
+    def update_accepted(self) -> Global___UpdateAccepted: ...
+    @_builtins.property
+    def update_completed(self) -> Global___UpdateCompleted: ...
+    @_builtins.property
+    def value_published(self) -> Global___ValuePublished: ...
+    @_builtins.property
+    def stream_item_written(self) -> Global___StreamItemWritten: ...
+    @_builtins.property
+    def stream_closed(self) -> Global___StreamClosed: ...
+    @_builtins.property
+    def labels_changed(self) -> Global___LabelsChanged: ...
+    @_builtins.property
+    def cancel_requested(self) -> Global___CancelRequested: ...
+    @_builtins.property
+    def detached_run_created(self) -> Global___DetachedRunCreated: ...
     def __init__(
         self,
         *,
@@ -655,12 +974,22 @@ class HistoryEvent(_message.Message):
         run_cancelled: Global___RunCancelled | None = ...,
         run_completed: Global___RunCompleted | None = ...,
         patch_applied: Global___PatchApplied | None = ...,
+        run_terminated: Global___RunTerminated | None = ...,
+        update_requested: Global___UpdateRequested | None = ...,
+        update_accepted: Global___UpdateAccepted | None = ...,
+        update_completed: Global___UpdateCompleted | None = ...,
+        value_published: Global___ValuePublished | None = ...,
+        stream_item_written: Global___StreamItemWritten | None = ...,
+        stream_closed: Global___StreamClosed | None = ...,
+        labels_changed: Global___LabelsChanged | None = ...,
+        cancel_requested: Global___CancelRequested | None = ...,
+        detached_run_created: Global___DetachedRunCreated | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "patch_applied", b"patch_applied", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "cancel_requested", b"cancel_requested", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "detached_run_created", b"detached_run_created", "event", b"event", "external_event_received", b"external_event_received", "labels_changed", b"labels_changed", "patch_applied", b"patch_applied", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "run_terminated", b"run_terminated", "side_effect_executed", b"side_effect_executed", "stream_closed", b"stream_closed", "stream_item_written", b"stream_item_written", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "update_requested", b"update_requested", "value_published", b"value_published", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "patch_applied", b"patch_applied", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "sequence_number", b"sequence_number", "side_effect_executed", b"side_effect_executed", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_created", b"activity_task_created", "activity_task_failed", b"activity_task_failed", "cancel_requested", b"cancel_requested", "child_run_completed", b"child_run_completed", "child_run_created", b"child_run_created", "child_run_failed", b"child_run_failed", "detached_run_created", b"detached_run_created", "event", b"event", "external_event_received", b"external_event_received", "labels_changed", b"labels_changed", "patch_applied", b"patch_applied", "run_cancelled", b"run_cancelled", "run_completed", b"run_completed", "run_created", b"run_created", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "run_terminated", b"run_terminated", "sequence_number", b"sequence_number", "side_effect_executed", b"side_effect_executed", "stream_closed", b"stream_closed", "stream_item_written", b"stream_item_written", "timer_created", b"timer_created", "timer_elapsed", b"timer_elapsed", "timestamp", b"timestamp", "update_accepted", b"update_accepted", "update_completed", b"update_completed", "update_requested", b"update_requested", "value_published", b"value_published", "workflow_task_completed", b"workflow_task_completed", "workflow_task_started", b"workflow_task_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_created", "run_started", "workflow_task_started", "workflow_task_completed", "activity_task_created", "activity_task_completed", "activity_task_failed", "timer_created", "timer_elapsed", "external_event_received", "child_run_created", "child_run_completed", "child_run_failed", "side_effect_executed", "run_suspended", "run_resumed", "run_cancelled", "run_completed", "patch_applied"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_created", "run_started", "workflow_task_started", "workflow_task_completed", "activity_task_created", "activity_task_completed", "activity_task_failed", "timer_created", "timer_elapsed", "external_event_received", "child_run_created", "child_run_completed", "child_run_failed", "side_effect_executed", "run_suspended", "run_resumed", "run_cancelled", "run_completed", "patch_applied", "run_terminated", "update_requested", "update_accepted", "update_completed", "value_published", "stream_item_written", "stream_closed", "labels_changed", "cancel_requested", "detached_run_created"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
@@ -684,6 +1013,8 @@ class InboxMessage(_message.Message):
     RUN_SUSPENDED_FIELD_NUMBER: _builtins.int
     RUN_RESUMED_FIELD_NUMBER: _builtins.int
     RUN_CANCELLED_FIELD_NUMBER: _builtins.int
+    RUN_TERMINATED_FIELD_NUMBER: _builtins.int
+    UPDATE_REQUESTED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def run_started(self) -> Global___RunStarted: ...
     @_builtins.property
@@ -704,6 +1035,10 @@ class InboxMessage(_message.Message):
     def run_resumed(self) -> Global___RunResumed: ...
     @_builtins.property
     def run_cancelled(self) -> Global___RunCancelled: ...
+    @_builtins.property
+    def run_terminated(self) -> Global___RunTerminated: ...
+    @_builtins.property
+    def update_requested(self) -> Global___UpdateRequested: ...
     def __init__(
         self,
         *,
@@ -717,12 +1052,14 @@ class InboxMessage(_message.Message):
         run_suspended: Global___RunSuspended | None = ...,
         run_resumed: Global___RunResumed | None = ...,
         run_cancelled: Global___RunCancelled | None = ...,
+        run_terminated: Global___RunTerminated | None = ...,
+        update_requested: Global___UpdateRequested | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "run_cancelled", b"run_cancelled", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "timer_elapsed", b"timer_elapsed"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "run_cancelled", b"run_cancelled", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "run_terminated", b"run_terminated", "timer_elapsed", b"timer_elapsed", "update_requested", b"update_requested"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "run_cancelled", b"run_cancelled", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "timer_elapsed", b"timer_elapsed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_task_completed", b"activity_task_completed", "activity_task_failed", b"activity_task_failed", "child_run_completed", b"child_run_completed", "child_run_failed", b"child_run_failed", "event", b"event", "external_event_received", b"external_event_received", "run_cancelled", b"run_cancelled", "run_resumed", b"run_resumed", "run_started", b"run_started", "run_suspended", b"run_suspended", "run_terminated", b"run_terminated", "timer_elapsed", b"timer_elapsed", "update_requested", b"update_requested"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "activity_task_completed", "activity_task_failed", "timer_elapsed", "external_event_received", "child_run_completed", "child_run_failed", "run_suspended", "run_resumed", "run_cancelled"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["run_started", "activity_task_completed", "activity_task_failed", "timer_elapsed", "external_event_received", "child_run_completed", "child_run_failed", "run_suspended", "run_resumed", "run_cancelled", "run_terminated", "update_requested"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -149,6 +149,25 @@ def describe(item: ev.HistoryEvent, by_seq: dict[int, ev.Event]) -> str:
             if event.result is not None:
                 return f"{event.status.value} -> {show_payload(event.result)}"
             return event.status.value
+        case ev.RunTerminated():
+            return f"reason: {event.reason}" if event.reason else ""
+        case ev.UpdateRequested() | ev.UpdateAccepted():
+            return f"{event.name}{show_args(event.args)} as update {event.update_id}"
+        case ev.UpdateCompleted():
+            if event.failure is not None:
+                return f"update {event.update_id}: {show_failure(event.failure)}"
+            return f"update {event.update_id} -> {show_payload(event.result) if event.result is not None else ''}"
+        case ev.ValuePublished() | ev.StreamItemWritten():
+            return f"{event.key}: {show_payload(event.value)}"
+        case ev.StreamClosed():
+            return event.key
+        case ev.LabelsChanged():
+            changes = [f"{key}={value}" for key, value in event.set] + [f"-{key}" for key in event.removed]
+            return ", ".join(changes)
+        case ev.CancelRequested():
+            return f"step #{event.created_seq}"
+        case ev.DetachedRunCreated():
+            return f"{event.workflow_name}{show_args(event.input)} as run {event.run_id}"
         case _:
             assert_never(event)
 

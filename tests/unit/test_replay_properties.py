@@ -690,12 +690,20 @@ def test_crashes_and_restarts_change_neither_result_nor_history_many(
 # -- property 3 (status machine): nothing leaves a terminal status ---------------------------------
 
 SPEC_TRANSITIONS = {
-    RunStatus.CREATED: {RunStatus.RUNNING, RunStatus.CANCELLED},
-    RunStatus.RUNNING: {RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED},
-    RunStatus.SUSPENDED: {RunStatus.RUNNING, RunStatus.CANCELLED},
+    # TERMINATED (docs/reference/contract.md §14) is reachable from every live status
+    RunStatus.CREATED: {RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.TERMINATED},
+    RunStatus.RUNNING: {
+        RunStatus.SUSPENDED,
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.TERMINATED,
+    },
+    RunStatus.SUSPENDED: {RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.TERMINATED},
     RunStatus.COMPLETED: set(),
     RunStatus.FAILED: set(),
     RunStatus.CANCELLED: set(),
+    RunStatus.TERMINATED: set(),
 }
 
 

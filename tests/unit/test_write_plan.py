@@ -84,12 +84,16 @@ def test_the_effects_are_passed_on_in_order() -> None:
 
 def test_events_and_requests_to_the_run_survive_continue_as_new_its_old_generation_s_news_not() -> None:
     kept = {kind.__name__ for kind in ev.MESSAGE_TYPES if survives_continue_as_new(_blank(kind))}
-    assert kept == {"ExternalEventReceived", "RunCancelled", "RunSuspended", "RunResumed"} == set(SURVIVING_KINDS)
+    assert (
+        kept
+        == {"ExternalEventReceived", "RunCancelled", "RunSuspended", "RunResumed", "RunTerminated", "UpdateRequested"}
+        == set(SURVIVING_KINDS)
+    )
 
 
-def test_only_a_cancel_wakes_a_suspended_run() -> None:
+def test_only_a_cancel_or_a_terminate_wakes_a_suspended_run() -> None:
     waking = {kind.__name__ for kind in ev.MESSAGE_TYPES if wakes_suspended(_blank(kind))}
-    assert waking == {"RunCancelled"} == set(WAKING_KINDS)
+    assert waking == {"RunCancelled", "RunTerminated"} == set(WAKING_KINDS)
 
 
 def test_a_clashing_child_fails_terminally_naming_its_instance_id() -> None:

@@ -49,6 +49,8 @@ def one_of_each() -> list[ev.Message]:
         ev.RunSuspended(),
         ev.RunResumed(),
         ev.RunCancelled(reason="r"),
+        ev.RunTerminated(reason="t"),
+        ev.UpdateRequested(update_id="u", name="n", args=(payload(3),)),
     ]
     assert {type(m) for m in messages} == set(ev.MESSAGE_TYPES)  # a new kind is added here too
     return messages
