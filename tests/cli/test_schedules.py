@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from datetime import timedelta
 
 import attrs
@@ -134,12 +136,11 @@ def test_the_dashboard_words_schedules_as_the_command_line_does(world: World) ->
     assert "every 15m00s" in rows["often"] and "ACTIVE" in rows["often"]
     with client(create_app(world.engine)) as http:
         page = http.get("/schedules").text
-    cells = {
-        name: [cell.strip() for cell in row.split("</td>")]
-        for row in page.split("<tr>")
-        for name in ("nightly", "often", "hourly")
-        if row.startswith(f"\n<td>{name}</td>")
-    }
-    assert cells["nightly"][2] == "<td>cron &#39;0 3 * * *&#39; Europe/Berlin"
-    assert cells["often"][2:4] == ["<td>every 15m00s", "<td>ACTIVE"]
-    assert cells["hourly"][2:4] == ["<td>every 1h00m", "<td>PAUSED: migration"]
+    cells = {}  # schedule name -> the text of its row's cells (tags dropped, entities decoded)
+    for row in page.split("<tr>")[1:]:
+        texts = [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", cell)).split()) for cell in row.split("</td>")]
+        if texts and texts[0] in ("nightly", "often", "hourly"):
+            cells[texts[0]] = texts
+    assert cells["nightly"][2] == "cron '0 3 * * *' Europe/Berlin"
+    assert cells["often"][2:4] == ["every 15m00s", "ACTIVE"]
+    assert cells["hourly"][2:4] == ["every 1h00m", "PAUSED migration"]
