@@ -80,12 +80,12 @@ def minute_chart(minutes: Sequence[Minute]) -> Chart:
 @attrs.frozen(kw_only=True)
 class Step:
     seq: int
-    kind: str  # activity, timer, child, side effect
+    kind: str  # activity, timer, child, side effect, update, suspension, or a mark: event, cancel, ...
     name: str
     attempt: int | None
     start: datetime
     end: datetime | None
-    outcome: str  # completed, failed, pending, fired, waiting
+    outcome: str  # completed, failed, pending, fired, cancelled, resumed; a mark's: received, requested, ...
 
     @property
     def duration(self) -> str:
@@ -97,13 +97,24 @@ def steps_of(
     pending: Sequence[PendingActivity],
     attempts_made: Mapping[int, int] | None = None,
 ) -> list[Step]:
-    """The run's steps (activities, timers, children), each from the event that scheduled it
-    to the one that answered it; an activity's attempt is the pending task's, else how many
-    ``attempts_made`` says it took (a step retried looks like one bar: its label says so)."""
+    """The run's steps (activities, timers, children, updates), each from the event that
+    scheduled it to the one that answered it, a suspension from its start to the resume, and
+    what happened to the run at one moment (an event received, a cancel asked for, a value
+    published, a stream item, labels changed, a patch, a run started apart) as a mark of no
+    length: every event a reader of the history looks for, but the workflow-task bookkeeping.
+    An activity's attempt is the pending task's, else how many ``attempts_made`` says it took
+    (a step retried looks like one bar: its label says so)."""
     attempts = {**(attempts_made or {}), **{p.seq: p.attempt for p in pending if p.attempt is not None}}
     opened: dict[int, tuple[str, str, datetime]] = {}
     closed: dict[int, tuple[datetime, str]] = {}
     children: dict[str, int] = {}
+    updates: dict[str, int] = {}
+    suspended: int | None = None
+
+    def mark(seq: int, kind: str, name: str, at: datetime, outcome: str) -> None:
+        opened[seq] = (kind, name, at)
+        closed[seq] = (at, outcome)
+
     for item in history:
         event, seq, at = item.event, item.sequence_number, item.timestamp
         match event:
@@ -128,6 +139,41 @@ def steps_of(
                 created = children.get(event.child_run_id)
                 if created is not None:
                     closed[created] = (at, "completed" if isinstance(event, ev.ChildRunCompleted) else "failed")
+            case ev.UpdateAccepted():
+                opened[seq] = ("update", f"update {event.name}", at)
+                updates[event.update_id] = seq
+            case ev.UpdateCompleted():
+                accepted = updates.get(event.update_id)
+                if accepted is not None:
+                    closed[accepted] = (at, "failed" if event.failure is not None else "completed")
+            case ev.CancelRequested():  # one step cancelled by the code
+                if event.created_seq in opened and event.created_seq not in closed:
+                    closed[event.created_seq] = (at, "cancelled")
+            case ev.RunSuspended():
+                opened[seq] = ("suspension", "suspended", at)
+                suspended = seq
+            case ev.RunResumed():
+                if suspended is not None:
+                    closed[suspended] = (at, "resumed")
+                    suspended = None
+            case ev.ExternalEventReceived():
+                mark(seq, "event", f"event {event.event_id}", at, "received")
+            case ev.RunCancelled():
+                mark(seq, "cancel", "cancel requested" + (f": {event.reason}" if event.reason else ""), at, "requested")
+            case ev.RunTerminated():
+                mark(seq, "terminate", "terminated" + (f": {event.reason}" if event.reason else ""), at, "terminated")
+            case ev.ValuePublished():
+                mark(seq, "published", f"published {event.key}", at, "published")
+            case ev.StreamItemWritten():
+                mark(seq, "stream", f"stream {event.key}", at, "written")
+            case ev.StreamClosed():
+                mark(seq, "stream", f"stream {event.key} closed", at, "closed")
+            case ev.LabelsChanged():
+                mark(seq, "labels", "labels changed", at, "changed")
+            case ev.PatchApplied():
+                mark(seq, "patch", f"patch {event.patch_id}", at, "applied")
+            case ev.DetachedRunCreated():
+                mark(seq, "run", f"{event.workflow_name} ({event.run_id[:8]}…)", at, "started")
             case _:
                 pass
     return [
