@@ -10,6 +10,7 @@ error, not a traceback from the server. The token is never printed.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import click
 
 from dex.cli.database import CommandError, UsageProblem, connection_options, open_engine, progress
-from dex.cli.params import SECRET, TEXT
+from dex.cli.params import SECRET, TEXT, TextPath
 from dex.cli.serving import stop_when_set, until_signalled
 from dex.views.secrets import token_problem
 
@@ -83,7 +84,13 @@ def url_of(sock: socket.socket) -> str:
     help="Base URL of the documentation site, for the pages' Docs link [default: $DEX_DOCS_URL, else /docs/ "
     "on this host].",
 )
-def web(host: str, port: int, token: str | None, grpc_port: int | None, docs_url: str) -> None:
+@click.option(
+    "--docs-dir",
+    metavar="DIR",
+    type=TextPath(file_okay=False, exists=True),
+    help="A built documentation site (mkdocs build) to serve under /docs/.",
+)
+def web(host: str, port: int, token: str | None, grpc_port: int | None, docs_url: str, docs_dir: str | None) -> None:
     """Serve the web dashboard and the JSON API (under /v1) until Ctrl-C."""
     try:
         import uvicorn
@@ -104,6 +111,8 @@ def web(host: str, port: int, token: str | None, grpc_port: int | None, docs_url
         raise UsageProblem(f"--token (not shown): {problem}")
     if (problem := docs_url_problem(docs_url)) is not None:
         raise UsageProblem(f"--docs-url: {problem}")
+    if docs_dir is not None and not os.path.isfile(os.path.join(docs_dir, "index.html")):
+        raise UsageProblem(f"--docs-dir: {docs_dir} holds no built site (no index.html): run mkdocs build")
     if not is_loopback(host) and not token:
         raise UsageProblem(
             f"refusing to serve on {host}, which is not a loopback address, without a token: pass --token "
@@ -111,7 +120,9 @@ def web(host: str, port: int, token: str | None, grpc_port: int | None, docs_url
         )
     with open_engine() as engine:
         service = ActivityTaskService(engine)
-        app = create_app(engine, token=token or None, activity_task_service=service, docs_url=docs_url)
+        app = create_app(
+            engine, token=token or None, activity_task_service=service, docs_url=docs_url, docs_dir=docs_dir
+        )
         sock = listen(host, port)
         grpc_server = None
         if serve_grpc is not None:

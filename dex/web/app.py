@@ -9,6 +9,7 @@ reads and requests, the workers run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from datetime import timedelta
 from importlib import metadata
@@ -34,7 +35,7 @@ from dex.web.body_limit import (
     BodyLimit,
     check_limit,
 )
-from dex.web.docs_link import DEFAULT_DOCS_URL, dashboard_docs_link, docs_url_problem
+from dex.web.docs_link import DEFAULT_DOCS_URL, dashboard_docs_link, docs_mount, docs_url_problem
 from dex.web.errors import ApiError, error_response
 from dex.web.insights import Insights, PortInsights
 from dex.web.openapi import document
@@ -103,6 +104,7 @@ def create_app(
     session_lifetime: timedelta = DEFAULT_SESSION_LIFETIME,
     signin_limiter: SignInLimiter | None = None,
     docs_url: str = DEFAULT_DOCS_URL,
+    docs_dir: str | os.PathLike[str] | None = None,
 ) -> Starlette:
     """The dashboard and the JSON API over ``adapter_or_engine``, as a Starlette (ASGI) app.
 
@@ -119,7 +121,9 @@ def create_app(
     ``signin_limiter`` bounds wrong tokens per client (by default 10 in 5 minutes).
     ``docs_url`` is the base URL of the documentation site, whose page about the dashboard the
     pages' "Docs" link opens (by default ``/docs/`` on the dashboard's own host:
-    :mod:`dex.web.docs_link`).
+    :mod:`dex.web.docs_link`). ``docs_dir``, a built site (``mkdocs build``), is served under
+    ``/docs/``; without it, ``/docs/`` answers a page that says how to build and serve the site,
+    so the default link never ends on "not found".
     """
     if token is not None:
         if not isinstance(token, str) or not token or token != token.strip() or not token.isprintable():
@@ -130,6 +134,8 @@ def create_app(
         raise ValueError(f"session_lifetime must be a timedelta of at least a second, got {session_lifetime!r}")
     if (problem := docs_url_problem(docs_url)) is not None:
         raise ValueError(problem)
+    if docs_dir is not None and not (Path(docs_dir) / "index.html").is_file():
+        raise ValueError(f"docs_dir must be a built documentation site (no index.html in {os.fspath(docs_dir)!r})")
     engine = adapter_or_engine if isinstance(adapter_or_engine, Engine) else Engine(adapter_or_engine)
     signer = Signer.for_app(token)
     web = Web(engine, signer, docs_link=dashboard_docs_link(docs_url))
@@ -162,6 +168,7 @@ def create_app(
         *routes(operations, web),
         *pages.routes(web, token, signin_limiter or SignInLimiter(), session_lifetime),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+        docs_mount(docs_dir),
     ]
     hosts = frozenset(h.lower() for h in allowed_hosts) | LOOPBACK_HOSTS if allowed_hosts else LOOPBACK_HOSTS
     app = Starlette(

@@ -63,3 +63,27 @@ def test_dex_web_takes_the_base_url_and_refuses_a_bad_one_in_one_line() -> None:
     result = invoke("web", "--docs-url", "javascript:alert(1)", env={"DEX_DATABASE_URL": "postgresql://nowhere/x"})
     assert result.exit_code == 2, result.output
     assert "--docs-url" in one_line_error(result)
+
+
+def test_without_a_built_site_the_default_link_opens_a_page_that_says_how_to_get_one(engine: dex.Engine) -> None:
+    with client(create_app(engine)) as http:
+        page = http.get("/docs/how-to/web-dashboard/")
+    assert page.status_code == 200
+    assert 'id="docs-missing"' in page.text and "mkdocs build" in page.text and "--docs-dir" in page.text
+
+
+def test_a_built_site_is_served_under_docs(engine: dex.Engine, tmp_path: Any) -> None:
+    (tmp_path / "how-to" / "web-dashboard").mkdir(parents=True)
+    (tmp_path / "index.html").write_text("<h1>dex docs</h1>")
+    (tmp_path / "how-to" / "web-dashboard" / "index.html").write_text("<h1>The dashboard</h1>")
+    with client(create_app(engine, docs_dir=tmp_path)) as http:
+        assert "The dashboard" in http.get(docs_hrefs(http.get("/").text)[0]).text
+        assert http.get("/docs/no-such-page/").status_code == 404
+
+
+def test_a_docs_dir_that_holds_no_site_is_refused(engine: dex.Engine, tmp_path: Any) -> None:
+    with pytest.raises(ValueError, match=r"no index\.html"):
+        create_app(engine, docs_dir=tmp_path)
+    result = invoke("web", "--docs-dir", str(tmp_path), env={"DEX_DATABASE_URL": "postgresql://nowhere/x"})
+    assert result.exit_code == 2
+    assert "no built site" in one_line_error(result)
