@@ -11,6 +11,7 @@ from dex.app.definitions.transactions import transaction
 from dex.app.facade.engine import Engine
 from dex.app.facade.info import RunInfo
 from dex.app.facade.steps import ActivityStep
+from dex.app.ports.engines import EngineInfo
 from dex.app.ports.store import FailedAttempt, QueueInfo
 from dex.app.runtime.health import EngineHealth
 from dex.app.schedules.spec import Schedule, ScheduleInfo
@@ -48,6 +49,7 @@ __all__ = [
     "DexError",
     "Engine",
     "EngineHealth",
+    "EngineInfo",
     "FailedAttempt",
     "FailureInfo",
     "HistoryEvent",

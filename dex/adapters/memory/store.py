@@ -7,7 +7,8 @@ calls in the same order give the same results: the simulator and hypothesis rely
 The adapter is composed of parts that share the tables (``state.py``) and receive what else
 they use in their constructors: runs and messages (``runs.py``), the task queues
 (``tasks.py``), forks (``forks.py``), schedules (``schedules.py``), queue administration and
-leadership (``queues.py``) and transaction steps (``steps.py``). It builds them, holds them,
+leadership (``queues.py``), the engine registry (``engines.py``) and transaction steps
+(``steps.py``). It builds them, holds them,
 and implements each port by one call of the part that owns it — except the ports that are
 made of others: the batches (``send_messages``, ``load_workflow_tasks``) and eager dispatch (a
 write, then a claim, under the one lock), which it composes from its own ports, as schedules
@@ -22,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dex.adapters.memory import storable
+from dex.adapters.memory.engines import MemoryEngines
 from dex.adapters.memory.forks import MemoryForks
 from dex.adapters.memory.queues import MemoryQueues
 from dex.adapters.memory.runs import MemoryRuns
@@ -30,6 +32,7 @@ from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.steps import MemorySteps
 from dex.adapters.memory.tasks import MemoryTasks
 from dex.app.ports.clock import SystemClock
+from dex.app.ports.engines import EngineInfo
 from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
 from dex.app.ports.store import (
     ActivityOutcome,
@@ -70,6 +73,7 @@ class InMemoryAdapter:
         self._forks = MemoryForks(state, self._tasks)
         self._schedules = MemorySchedules(state, self.create_run)
         self._queues = MemoryQueues(state)
+        self._engines = MemoryEngines(state)
         self._steps = MemorySteps(state, self._tasks, self._clock, transaction_connection, self.complete_activity_tasks)
 
     @property
@@ -288,6 +292,16 @@ class InMemoryAdapter:
 
     def next_due_time(self, now: datetime) -> datetime | None:
         return self._queues.next_due_time(now)
+
+    # -- the engine registry ---------------------------------------------------------------
+    def heartbeat_engine(self, info: EngineInfo, now: datetime, expires_at: datetime) -> None:
+        self._engines.heartbeat_engine(info, now, expires_at)
+
+    def remove_engine(self, node_id: str) -> None:
+        self._engines.remove_engine(node_id)
+
+    def list_engines(self, now: datetime) -> list[EngineInfo]:
+        return self._engines.list_engines(now)
 
 
 _DISPATCH_BATCH = 256  # as many as the PostgreSQL adapter schedules inside a completion

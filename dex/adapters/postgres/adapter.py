@@ -4,7 +4,7 @@ The adapter is composed of parts, each given what it uses when it is made: the c
 (:class:`~.database.Database`), the schema's statements, the start statement and the cache of
 queues known to exist (:class:`~.queues.PostgresQueues`). Runs are :class:`~.runs.PostgresRuns`;
 the task queues :class:`~.tasks.PostgresWorkflowTasks` and :class:`~.tasks.PostgresActivityTasks`;
-schedules :class:`~.schedules.PostgresSchedules`; forks :class:`~.forks.PostgresForks`; transaction
+schedules :class:`~.schedules.PostgresSchedules`; the engine registry :class:`~.engines.PostgresEngines`; forks :class:`~.forks.PostgresForks`; transaction
 steps :class:`~.step_store.PostgresTransactionSteps`. The adapter builds them, holds them and implements each port by one
 call of the part that owns it. Each port call is one short transaction on a pooled connection: a
 single statement in the pool's autocommit mode, or a ``conn.transaction()`` block.
@@ -22,6 +22,7 @@ from dex.adapters.postgres import runs
 from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.connection import KeptConnection, connect, describe_dsn, open_pool, prepare_conninfo
 from dex.adapters.postgres.database import Database
+from dex.adapters.postgres.engines import PostgresEngines
 from dex.adapters.postgres.forks import PostgresForks
 from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.runs import PostgresRuns
@@ -40,6 +41,7 @@ from dex.adapters.postgres.step_slots import StepSlots
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.adapters.postgres.tasks import PostgresActivityTasks, PostgresWorkflowTasks
 from dex.app.ports.clock import SystemClock
+from dex.app.ports.engines import EngineInfo
 from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
 from dex.app.ports.store import (
     ActivityOutcome,
@@ -155,6 +157,7 @@ class PostgresAdapter:
             keep=step_connections,
         )
         self._queues = queues = PostgresQueues(db, q)
+        self._engines = PostgresEngines(db, q)
         self._runs = PostgresRuns(db, q, create_statement, queues)
         self._workflow_tasks = PostgresWorkflowTasks(db, q, queues)
         self._activity_tasks = PostgresActivityTasks(db, q)
@@ -368,6 +371,15 @@ class PostgresAdapter:
 
     def next_due_time(self, now: datetime) -> datetime | None:
         return self._queues.next_due_time(now)
+
+    def heartbeat_engine(self, info: EngineInfo, now: datetime, expires_at: datetime) -> None:
+        self._engines.heartbeat_engine(info, now, expires_at)
+
+    def remove_engine(self, node_id: str) -> None:
+        self._engines.remove_engine(node_id)
+
+    def list_engines(self, now: datetime) -> list[EngineInfo]:
+        return self._engines.list_engines(now)
 
 
 def _migrate(conn: psycopg.Connection, schema: str) -> None:

@@ -33,6 +33,7 @@ from dex.app.facade.starts import Starts
 from dex.app.facade.steps import ActivityStep
 from dex.app.machinery.buffer import ResultBuffer
 from dex.app.machinery.threads import Foreground
+from dex.app.ports.engines import EngineInfo
 from dex.app.ports.ids import new_run_id
 from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store
 from dex.app.ports.telemetry import TelemetryHub
@@ -41,6 +42,7 @@ from dex.app.runtime.assembly import SCHEDULER, Runtime, timing
 from dex.app.runtime.health import EngineHealth
 from dex.app.runtime.leader import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.runtime.long_polls import LongPollGates, LongPolls
+from dex.app.runtime.registration import EngineRegistration
 from dex.app.schedules.calls import ScheduleAdmin, ScheduleCalls, drain_bound, drain_jump
 from dex.app.schedules.runner import ScheduleRunner
 from dex.app.schedules.spec import Schedule, ScheduleInfo
@@ -105,7 +107,21 @@ class Engine:
         # the activity thread keeps extending while their attempts run (dex/app/activities/leases.py)
         activity_lease = validate_activity_lease(activity_lease)
         self._async = AsyncRunner()
-        self.leader = LeaderElection(adapter, self.node_id, ttl=leader_lease, telemetry=self.telemetry)
+        # this engine's row in the engine registry (docs/reference/contract.md §15), refreshed
+        # with the leadership heartbeat, once per renewal period of the lease
+        self._registration = EngineRegistration(
+            adapter,
+            node_id=self.node_id,
+            code_version=self.code_version,
+            workflows=tuple(self.registry.workflows),
+            activities=tuple(self.registry.activities),
+            queues=tuple(d.queue for d in self.registry.workflows.values())
+            + tuple(a.queue for a in self.registry.activities.values()),
+            period=leader_lease / 3,
+        )
+        self.leader = LeaderElection(
+            adapter, self.node_id, ttl=leader_lease, telemetry=self.telemetry, registration=self._registration
+        )
         self.workflow_scheduler = WorkflowTaskScheduler(adapter)
         self.activity_scheduler = ActivityTaskScheduler(adapter)
         self.maintenance = RetentionMaintenance(adapter, retention=retention)
@@ -430,6 +446,14 @@ class Engine:
         """Every queue, with its status, capacity and depth."""
         return self._queues.list_queues()
 
+    # -- engines ------------------------------------------------------------------------------
+    def list_engines(self) -> list[EngineInfo]:
+        """The live engines on this store (this one once started): each started engine's host,
+        pid, code version, registered names and queues, by node id (docs/reference/contract.md §15).
+        A stopped engine is gone; a crashed one once its row expires (three heartbeat periods,
+        a lease of ``leader_lease``)."""
+        return self.store.list_engines(self.store.clock.now())
+
     # -- schedules ----------------------------------------------------------------------------
     def create_schedule(self, schedule: Schedule) -> None:
         """Store a new schedule; InvalidStateError when one has this name."""
@@ -518,6 +542,7 @@ class Engine:
         """
         if self._background.threads:
             raise InvalidStateError("the engine is already started")
+        self._registration.register()  # listed from now on (a store that fails: at the next heartbeat)
         self._background.start()
 
     def on_activity_work(self, listener: Callable[[], None]) -> None:
@@ -568,6 +593,7 @@ class Engine:
         written, so nothing acknowledged is lost.
         """
         self._background.stop(timeout)
+        self._registration.remove()
 
     def __enter__(self) -> Engine:
         self.start()

@@ -17,6 +17,7 @@ from dex.app.ports.attempts import MAX_RECENT_ATTEMPTS as MAX_RECENT_ATTEMPTS
 from dex.app.ports.attempts import FailedAttempt as FailedAttempt
 from dex.app.ports.attempts import PendingAttempt as PendingAttempt
 from dex.app.ports.attempts import StepAttempts as StepAttempts
+from dex.app.ports.engines import EngineRegistry
 from dex.app.ports.schedules import ScheduleStore
 
 # the task records live in their own module, so that the transaction-step port names them too
@@ -407,6 +408,7 @@ class Store(
     Leadership,
     Maintenance,
     ScheduleStore,
+    EngineRegistry,
     Protocol,
 ):
     """Everything an engine needs from one adapter."""

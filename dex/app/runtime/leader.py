@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from dex.app.ports.store import Store
 from dex.app.ports.telemetry import Telemetry, TelemetryHub
+from dex.app.runtime.registration import EngineRegistration
 
 log = logging.getLogger("dex.scheduler")
 
@@ -19,15 +20,24 @@ class LeaderElection:
     """Takes or renews the leadership lease; a node that cannot renew assumes it lost it."""
 
     def __init__(
-        self, store: Store, node_id: str, *, ttl: timedelta = timedelta(seconds=15), telemetry: Telemetry | None = None
+        self,
+        store: Store,
+        node_id: str,
+        *,
+        ttl: timedelta = timedelta(seconds=15),
+        telemetry: Telemetry | None = None,
+        registration: EngineRegistration | None = None,
     ) -> None:
         self._store, self._node_id, self._ttl = store, node_id, ttl
+        self._registration = registration  # the engine's registry row, refreshed with this heartbeat
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self.is_leader = False
         self._renewed_at: datetime | None = None
 
     def step(self) -> bool:
         now = self._store.clock.now()
+        if self._registration is not None:
+            self._registration.beat(now)  # writes at most once per its period
         # renew at a third of the lease, so that a slow round does not let it lapse
         if self.is_leader and self._renewed_at is not None and now - self._renewed_at < self._ttl / 3:
             return True

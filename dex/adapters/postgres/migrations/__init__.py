@@ -27,6 +27,7 @@ from dex.adapters.postgres.migrations import (
     m9_complete_activities,
     m10_activity_attempts,
     m11_child_runs,
+    m12_engines,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -43,6 +44,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m9_complete_activities,
         m10_activity_attempts,
         m11_child_runs,
+        m12_engines,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
