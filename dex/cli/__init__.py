@@ -2,7 +2,8 @@
 
 ``main`` is the console script; ``cli`` is the click group, for embedding or testing. The
 modules: ``main`` (root group, demo, migrate, error reporting), ``database`` (which database,
-shared options), ``runs`` (runs and events), ``queues``, ``schedules``, ``worker``, ``replay``,
+shared options), ``runs`` (runs and events), ``queues``, ``engines`` (the live engines),
+``schedules``, ``worker``, ``replay``,
 ``web``, ``dev`` (an embedded PostgreSQL and the dashboard for development) and ``params``
 (argument types); tables, JSON and timelines are :mod:`dex.views`.
 """

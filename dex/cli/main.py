@@ -35,6 +35,7 @@ from dex.adapters.postgres.connection import InvalidDsnError, connect, describe_
 from dex.cli import database
 from dex.cli.database import DEFAULT_SCHEMA, Settings, connection_options, json_option, progress, settings
 from dex.cli.dev import dev
+from dex.cli.engines import engines
 from dex.cli.params import DSN, SCHEMA
 from dex.cli.queues import queues
 from dex.cli.replay import replay
@@ -225,6 +226,7 @@ cli.add_command(worker)
 cli.add_command(runs)
 cli.add_command(events)
 cli.add_command(queues)
+cli.add_command(engines)
 cli.add_command(schedules)
 cli.add_command(replay)
 cli.add_command(web)
