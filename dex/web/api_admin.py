@@ -1,6 +1,7 @@
-"""The JSON API of queues and schedules under ``/v1`` (docs/reference/contract.md §12): list queues, pause, resume
-and size one; list schedules, show one, pause, resume and trigger one. Each is the engine's
-own call (``Engine.pause_queue``, ``Engine.trigger_schedule``, ...)."""
+"""The JSON API of queues, engines and schedules under ``/v1`` (docs/reference/contract.md §12): list queues, pause,
+resume and size one; list the live engines (docs/reference/contract.md §15); list schedules, show one, pause, resume
+and trigger one. Each is the engine's own call (``Engine.pause_queue``, ``Engine.list_engines``,
+``Engine.trigger_schedule``, ...)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ QUEUE = Param(name="name", where="path", schema=QUEUE_NAME, description="The que
 SCHEDULE = Param(name="name", where="path", schema=NAME, description="The schedule's name")
 QUEUE_DOC = {"$ref": "#/components/schemas/Queue"}
 SCHEDULE_DOC = {"$ref": "#/components/schemas/Schedule"}
+ENGINE_DOC = {"$ref": "#/components/schemas/Engine"}
 
 
 def _queue(request: Request) -> tuple[str, str]:
@@ -62,6 +64,11 @@ async def set_capacity(request: Request, web: Any) -> Response:
         raise ApiError(422, "ValueError", "capacity (a positive integer) is required")
     await blocking(web.engine.set_queue_capacity, name, kind, capacity)
     return json(await blocking(web.queue, name, kind))
+
+
+async def list_engines(request: Request, web: Any) -> Response:
+    engines = await blocking(web.engine.list_engines)
+    return json({"engines": [jsonable(engine) for engine in engines]})
 
 
 def _schedule(request: Request) -> str:
@@ -149,6 +156,14 @@ def admin_operations() -> list[Operation]:
             },
             response=QUEUE_DOC,
             tag="queues",
+        ),
+        Operation(
+            method="GET",
+            path="/v1/engines",
+            handler=list_engines,
+            summary="The live engines: host, pid, code version, registered names, queues, last seen",
+            response={"type": "object", "properties": {"engines": {"type": "array", "items": ENGINE_DOC}}},
+            tag="engines",
         ),
         Operation(
             method="GET",

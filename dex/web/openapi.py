@@ -137,6 +137,22 @@ SCHEMAS: dict[str, Any] = {
             "depth": {"type": "integer"},
         },
     },
+    "Engine": {
+        "type": "object",
+        "description": "a live engine (docs/reference/contract.md §15): listed while its heartbeat is recent",
+        "required": ["node_id", "host", "pid", "workflows", "activities", "queues", "started_at", "last_seen"],
+        "properties": {
+            "node_id": STRING,
+            "host": STRING,
+            "pid": {"type": "integer"},
+            "code_version": NULLABLE_STRING,
+            "workflows": {"type": "array", "items": STRING},
+            "activities": {"type": "array", "items": STRING},
+            "queues": {"type": "array", "items": STRING},
+            "started_at": {"type": "string", "format": "date-time"},
+            "last_seen": {"type": "string", "format": "date-time"},
+        },
+    },
     "Schedule": {
         "type": "object",
         "properties": {

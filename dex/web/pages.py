@@ -1,4 +1,5 @@
-"""The dashboard's pages (docs/reference/contract.md §12): overview, runs, a run, queues, schedules, and sign-in.
+"""The dashboard's pages (docs/reference/contract.md §12): overview, runs, a run, queues, workers, schedules,
+and sign-in.
 
 Pages are Jinja2 templates with autoescaping on: every name, label, payload, message and
 stack trace goes through it, so a label ``<script>…`` is shown as text. Actions are plain
@@ -170,6 +171,12 @@ async def queues(request: Request) -> Response:
     return render(request, "queues.html", queues=await blocking(web.engine.list_queues))
 
 
+async def workers(request: Request) -> Response:
+    """The live engines (docs/reference/contract.md §15): which processes serve which queues."""
+    web = request.app.state.web
+    return render(request, "workers.html", engines=await blocking(web.engine.list_engines))
+
+
 async def schedules(request: Request) -> Response:
     web = request.app.state.web
     return render(request, "schedules.html", schedules=await blocking(web.engine.list_schedules))
@@ -240,6 +247,7 @@ def routes(
         Route("/runs/{run_id}/{action:str}", guarded(act), methods=post),
         Route("/queues", guarded(queues)),
         Route("/queues/{kind}/{name}/{action:str}", guarded(act), methods=post),
+        Route("/workers", guarded(workers)),
         Route("/schedules", guarded(schedules)),
         Route("/schedules/{name}/{action:str}", guarded(act), methods=post),
         Route("/signin", guarded(signin_form)),
