@@ -1,6 +1,6 @@
 """The repository cites only what a reader of it can open.
 
-The public contract lives in ``docs/reference/contract.md`` (sections §1–§13); no tracked file
+The public contract lives in ``docs/reference/contract.md`` (sections §1–§13 and the later ones built); no tracked file
 (documents, code, tests, benchmarks, scripts) cites a contract kept outside the repository
 ("SPEC §n", ``SPEC.md``, ``../shared``) or the project's issue tracker by number, and every
 document a file names under ``docs/`` exists. Generated code and this file's own patterns aside.
@@ -95,8 +95,11 @@ def test_the_documents_named_under_docs_exist() -> None:
 
 def test_the_contract_keeps_its_section_numbers() -> None:
     text = (ROOT / "docs" / "reference" / "contract.md").read_text(encoding="utf-8")
-    headings = re.findall(r"^## §(\d+) ", text, re.MULTILINE)
-    assert headings == [str(n) for n in range(1, 14)]
+    headings = [int(n) for n in re.findall(r"^## §(\d+) ", text, re.MULTILINE)]
+    # §1–§13 in order; a later section is added once something of it is built (§14 may still
+    # be planned when §15 is), so the later numbers only increase
+    assert headings[:13] == list(range(1, 14))
+    assert headings == sorted(set(headings))
 
 
 def test_the_patterns_catch_what_they_are_for() -> None:
