@@ -136,6 +136,7 @@ async def start_run(request: Request, web: Any) -> Response:
             priority=inputs.field(body, "priority", int, 0),
             concurrency_key=inputs.field(body, "concurrency_key", str),
             labels=labels,
+            force=inputs.field(body, "force", bool, False),
         )
     except NotRegisteredError as exc:
         raise ApiError(422, "NotRegisteredError", str(exc)) from None
@@ -197,6 +198,11 @@ def start_body(workflows: Mapping[str, Signature]) -> dict[str, Any]:
             "priority": nullable(PRIORITY),
             "concurrency_key": nullable(KEY),
             "labels": nullable(LABELS),
+            "force": {
+                "type": ["boolean", "null"],
+                "description": "without code (dex web over a database): make the run even though no live engine "
+                "registers the workflow (else a 422 naming it)",
+            },
         },
     }
     if workflows:

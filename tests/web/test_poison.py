@@ -18,7 +18,8 @@ POISON = ["\x00", "\ud800"]
 
 
 def healthy_run_completes(engine: dex.Engine, http: Any) -> None:
-    response = http.post("/v1/runs", json={"workflow": "web-checkout", "args": [3]})
+    # forced: over a bare app, the engine that runs it drains and is not a started (listed) one
+    response = http.post("/v1/runs", json={"workflow": "web-checkout", "args": [3], "force": True})
     assert response.status_code == 201, response.text
     engine.drain()
     assert http.get(f"/v1/runs/{response.json()['run_id']}").json()["status"] == "COMPLETED"
@@ -95,7 +96,16 @@ class FailingStore:
     """A store whose reads fail while ``failing`` is set (with ``error``)."""
 
     READS = frozenset(
-        {"get_run", "list_runs", "load_history", "load_history_after", "list_queues", "list_schedules", "get_schedule"}
+        {
+            "get_run",
+            "list_runs",
+            "load_history",
+            "load_history_after",
+            "list_queues",
+            "list_schedules",
+            "get_schedule",
+            "list_engines",
+        }
     )
 
     def __init__(self, store: Any) -> None:
@@ -138,11 +148,18 @@ def test_a_store_failing_mid_request_is_a_json_5xx_and_the_next_run_completes(
     with client(create_app(engine)) as http:
         store.failing, store.error = True, error
         history = f"/v1/runs/{run_id}/history"
-        for url in ("/v1/runs", f"/v1/runs/{run_id}", history, f"{history}?limit=5&after=1", "/v1/queues"):
+        for url in (
+            "/v1/runs",
+            f"/v1/runs/{run_id}",
+            history,
+            f"{history}?limit=5&after=1",
+            "/v1/queues",
+            "/v1/engines",
+        ):
             response = http.get(url)
             assert response.status_code == status, url
             assert set(response.json()["error"]) == {"type", "message"}
-        for page in ("/", "/runs", f"/runs/{run_id}", f"/runs/{run_id}?from=2", "/queues"):
+        for page in ("/", "/runs", f"/runs/{run_id}", f"/runs/{run_id}?from=2", "/queues", "/workers"):
             assert http.get(page).status_code == status, page
         store.failing = False
         healthy_run_completes(engine, http)
@@ -208,8 +225,9 @@ def test_a_start_by_name_without_code_over_a_failing_store_makes_nothing(
     store.READS = FailingStore.READS | {"create_run", "create_run_then_claim"}  # the write fails too
     with client(create_app(store)) as bare:  # no code: the start reads the newest run's queue, then writes
         store.failing, store.error = True, error
-        for body in ({"workflow": "web-checkout", "args": [3]}, {"workflow": "web-checkout", "queue": "default"}):
-            response = bare.post("/v1/runs", json=body)  # the read fails; with a queue, the write
+        forced = {"workflow": "web-checkout", "queue": "default", "force": True}
+        for body in ({"workflow": "web-checkout", "args": [3]}, forced):
+            response = bare.post("/v1/runs", json=body)  # the registry's read fails; forced, with a queue, the write
             assert response.status_code == status and set(response.json()["error"]) == {"type", "message"}
         store.failing = False
         poisons = ["web\x00checkout", "web\ud800checkout"]
@@ -225,7 +243,7 @@ def test_a_start_by_name_without_code_over_a_failing_store_makes_nothing(
             refused = bare.post("/v1/runs", content=body, headers={"content-type": "application/json"})
             assert refused.status_code == 400 and refused.json()["error"]["type"] == "BadRequest"
         assert worker.list_runs() == []  # nothing was made
-        started = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [3]})
-        assert started.status_code == 201
+        started = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [3], "force": True})
+        assert started.status_code == 201  # forced: the worker drains, it is not a started (listed) engine
     worker.drain()
     assert worker.wait(started.json()["run_id"], timeout=1) == {"receipt": "charged 3", "amount": 3}

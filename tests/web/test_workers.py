@@ -9,6 +9,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 import dex
 from dex.testing import VirtualClock
 from dex.web import create_app
@@ -84,3 +86,41 @@ def test_names_are_shown_as_text_never_markup(make_engine: Callable[..., dex.Eng
     row = text.split('<table id="workers">')[1]
     assert "<script>" not in row
     assert node_id in html.unescape(row)  # the text itself, escaped
+
+
+def test_a_start_by_name_no_live_engine_registers_is_refused_unless_forced(
+    make_engine: Callable[..., dex.Engine],
+) -> None:
+    worker = make_engine(WORKFLOWS, ACTIVITIES, node_id="web-node-4")
+    with client(create_app(worker.store)) as bare:  # dex web over the database: no code of its own
+        refused = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [2]})
+        assert refused.status_code == 422
+        error = refused.json()["error"]
+        assert error["type"] == "NotRegisteredError" and "'web-checkout'" in error["message"]
+        assert bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [2], "force": "yes"}).status_code == 400
+        assert worker.list_runs() == []  # nothing was made
+        worker.start()
+        started = bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [2]})
+        assert started.status_code == 201
+        assert worker.wait(started.json()["run_id"], timeout=10) == {"receipt": "charged 2", "amount": 2}
+        unknown = bare.post("/v1/runs", json={"workflow": "web-unknown", "args": []})
+        assert unknown.status_code == 422 and "'web-unknown'" in unknown.json()["error"]["message"]
+        worker.stop(timeout=5)
+        assert bare.post("/v1/runs", json={"workflow": "web-checkout", "args": [3]}).status_code == 422
+        forced = bare.post("/v1/runs", json={"workflow": "web-unknown", "args": [], "force": True})
+        assert forced.status_code == 201
+        assert worker.get_run(forced.json()["run_id"]).status is dex.RunStatus.CREATED
+    assert len(worker.list_runs()) == 2
+
+
+def test_start_by_name_refuses_a_name_no_live_engine_registers(make_engine: Callable[..., dex.Engine]) -> None:
+    worker = make_engine(WORKFLOWS, ACTIVITIES)
+    bare = dex.Engine(worker.store)
+    with pytest.raises(dex.NotRegisteredError, match="'web-checkout'"):
+        bare.start_by_name("web-checkout", [1])
+    with pytest.raises(TypeError, match="force"):
+        bare.start_by_name("web-checkout", [1], force=1)  # type: ignore[arg-type]
+    assert worker.list_runs() == []
+    run_id = bare.start_by_name("web-checkout", [1], force=True)
+    worker.drain()
+    assert worker.wait(run_id, timeout=1) == {"receipt": "charged 1", "amount": 1}

@@ -255,13 +255,16 @@ class Engine:
         priority: int = 0,
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
+        force: bool = False,
     ) -> str:
         """Start a run of the workflow named ``name``, its arguments a sequence. On an engine
         that registers workflows this is ``start_workflow`` (an unknown name:
         ``NotRegisteredError``); on one without any code (``dex web`` over a database) the run
         is made for the engines that have it, on ``queue``, else the queue of the newest run
         of that name, else ``"default"`` (the decorators' default), its arguments checked by
-        the code that runs it."""
+        the code that runs it. There, a name that no live engine registers (``list_engines``)
+        is refused with ``NotRegisteredError`` naming it, unless ``force``
+        (docs/reference/contract.md §15)."""
         return self._starts.start_by_name(
             name,
             args,
@@ -270,6 +273,7 @@ class Engine:
             priority=priority,
             concurrency_key=concurrency_key,
             labels=labels,
+            force=force,
         )
 
     def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None:

@@ -28,6 +28,7 @@ from dex.domain.definitions import (
     validate_priority,
     validate_queue,
 )
+from dex.domain.errors import NotRegisteredError
 from dex.domain.steps import encode_arguments, normalize_labels
 
 
@@ -89,14 +90,24 @@ class Starts:
         priority: int = 0,
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
+        force: bool = False,
     ) -> str:
         """``Engine.start_by_name``: with registered workflows, ``start_workflow``; without
         any code, the run is made on ``queue``, else the queue of the newest run of that name,
-        else ``"default"``."""
+        else ``"default"`` — if a live engine registers the workflow (the engine registry,
+        docs/reference/contract.md §15), or with ``force``; else ``NotRegisteredError`` naming
+        it, and nothing is written (a run nobody runs would wait, CREATED, for ever)."""
         args = tuple(args)
         if self._registry.workflows:
             return self.start_workflow(name, args, instance_id, queue, priority, concurrency_key, labels, None)
         validate_name(name, "workflow name")
+        if not isinstance(force, bool):
+            raise TypeError(f"force must be a bool, got {type(force).__name__}")
+        if not force and not any(name in e.workflows for e in self._store.list_engines(self._store.clock.now())):
+            raise NotRegisteredError(
+                f"no live engine registers the workflow {name!r}: start an engine that does "
+                "(`dex engines` lists them), or force the start to make the run for one that starts later"
+            )
         if queue is None:
             newest = self._store.list_runs(RunFilter(workflow_name=name, limit=1))
             queue = newest[0].queue if newest else DEFAULT_QUEUE
