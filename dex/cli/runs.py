@@ -1,4 +1,4 @@
-"""``dex runs`` (list, show, cancel, suspend, resume, fork) and ``dex events send``; ``dex runs
+"""``dex runs`` (list, show, start, cancel, suspend, resume, fork) and ``dex events send``; ``dex runs
 cancel`` and ``dex runs fork`` also take the filters of ``dex runs list`` instead of a run id
 (docs/reference/contract.md §11; the bulk path is :mod:`dex.cli.bulk`).
 
@@ -29,7 +29,7 @@ from dex.cli.bulk import (
     run_filter_of,
 )
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
-from dex.cli.params import EVENT_ID, JSON_VALUE, QUEUE_NAME, RUN_ID, SEQUENCE, TEXT
+from dex.cli.params import EVENT_ID, JSON_VALUE, LABEL, QUEUE_NAME, RUN_ID, SEQUENCE, TEXT
 from dex.domain.errors import InvalidStateError, RunNotFoundError
 from dex.views import attempts, render, timeline
 
@@ -53,6 +53,47 @@ def list_runs(**filters: Any) -> None:
         click.echo(render.runs_table(records))
     else:
         click.echo("no runs match", err=True)
+
+
+@runs.command("start")
+@click.argument("workflow", type=TEXT)
+@click.option(
+    "--args",
+    "args",
+    type=JSON_VALUE,
+    default=None,
+    help="The arguments as a JSON array; @PATH reads a file, - reads stdin [default: none].",
+)
+@click.option("--instance-id", metavar="ID", type=TEXT, help="The run's instance id.")
+@click.option("--queue", type=QUEUE_NAME, default=None, help="The workflow queue [default: the newest run's].")
+@click.option("--label", "labels", multiple=True, type=LABEL, help="A label KEY=VALUE (repeatable).")
+@click.option("--force", is_flag=True, help="Start it even though no live engine registers the workflow.")
+@connection_options
+@json_option
+def start_run(
+    workflow: str,
+    args: Any,
+    instance_id: str | None,
+    queue: str | None,
+    labels: tuple[tuple[str, str], ...],
+    force: bool,
+) -> None:
+    """Start a run of the workflow named WORKFLOW, for the engines that have its code.
+
+    A workflow that no live engine registers (``dex engines``) is refused, and nothing is made,
+    unless --force: such a run waits until an engine with its code starts."""
+    if args is None:
+        args = []
+    if not isinstance(args, list):
+        raise click.BadParameter(f"must be a JSON array, got {type(args).__name__}", param_hint="'--args'")
+    with open_engine() as engine:
+        run_id = engine.start_by_name(
+            workflow, args, instance_id=instance_id, queue=queue, labels=dict(labels), force=force
+        )
+    if settings().json:
+        click.echo(render.dumps({"run_id": run_id, "workflow": workflow}))
+    else:
+        click.echo(f"started run {run_id} of {workflow!r}")
 
 
 @runs.command("show")

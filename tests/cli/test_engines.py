@@ -12,7 +12,7 @@ import pytest
 
 import dex
 from dex.adapters.postgres import PostgresAdapter
-from tests.cli.conftest import ACTIVITIES, WORKFLOWS, World
+from tests.cli.conftest import ACTIVITIES, WORKFLOWS, World, one_line_error
 
 pytestmark = pytest.mark.postgres
 
@@ -70,3 +70,36 @@ def test_a_stopped_engine_is_not_listed(world: World, live: dex.Engine) -> None:
     assert result.stdout == ""
     assert "no live engines" in result.stderr
     assert json.loads(world.invoke("engines", "--json").stdout) == []
+
+
+def test_runs_start_refuses_a_workflow_no_live_engine_registers(world: World) -> None:
+    refused = world.invoke("runs", "start", "cli-child", "--args", "[21]")
+    assert refused.exit_code == 1
+    assert one_line_error(refused).startswith("error: no live engine registers the workflow 'cli-child'")
+    assert world.engine.list_runs() == []  # nothing was made
+    forced = world.invoke("runs", "start", "cli-child", "--args", "[21]", "--force", "--json")
+    assert forced.exit_code == 0, forced.output
+    run_id = json.loads(forced.stdout)["run_id"]
+    assert world.engine.get_run(run_id).status is dex.RunStatus.CREATED  # it waits for an engine with its code
+    world.engine.drain()
+    assert world.engine.wait(run_id, timeout=1) == 42
+
+
+def test_runs_start_makes_the_run_a_live_engine_runs(world: World, live: dex.Engine) -> None:
+    started = world.invoke("runs", "start", "cli-child", "--args", "[4]", "--label", "via=cli", "--instance-id", "c-1")
+    assert started.exit_code == 0, started.output
+    assert started.stdout.startswith("started run ") and started.stdout.endswith(" of 'cli-child'\n")
+    run_id = started.stdout.split()[2]
+    assert live.wait(run_id, timeout=10) == 8
+    info = live.get_run(run_id)
+    assert (info.labels, info.instance_id) == ({"via": "cli"}, "c-1")
+    unknown = world.invoke("runs", "start", "cli-nobody")
+    assert unknown.exit_code == 1 and "'cli-nobody'" in one_line_error(unknown)
+
+
+def test_runs_start_takes_only_a_json_array_of_arguments(world: World) -> None:
+    for bad in ('{"n": 1}', "7", "[1,"):
+        result = world.invoke("runs", "start", "cli-child", "--args", bad, "--force")
+        assert result.exit_code == 2, (bad, result.output)
+        assert "--args" in one_line_error(result) or "JSON" in one_line_error(result)
+    assert world.engine.list_runs() == []
