@@ -29,6 +29,7 @@ import attrs
 import dex
 from dex.app.definitions.registry import ACTIVITY_ATTRIBUTE
 from dex.app.ports.store import RunFilter
+from dex.app.runtime.options import RuntimeOptions
 from dex.domain.status import RunStatus
 from dex.serialization.payloads import PayloadConverter
 from dex.simulation.clients import Action, Clients
@@ -176,7 +177,14 @@ class Simulator:
         )
 
     # -- nodes -----------------------------------------------------------------------------------
-    def _engine(self, name: str, store: Any = None) -> dex.Engine:
+    def _engine(
+        self,
+        name: str,
+        store: Any = None,
+        rng: random.Random | None = None,
+        runtime_options: RuntimeOptions | None = None,
+        **options: Any,
+    ) -> dex.Engine:
         return dex.Engine(
             store if store is not None else self.store,
             workflows=self.workload.workflows,
@@ -185,15 +193,24 @@ class Simulator:
             workflow_task_lease=WORKFLOW_LEASE,
             leader_lease=LEADER_LEASE,
             retention=RETENTION,
-            rng=random.Random(self.rng.getrandbits(64)),
+            rng=rng if rng is not None else random.Random(self.rng.getrandbits(64)),
             converter=self.converter,
-            **self.engine_options,
+            runtime_options=runtime_options,
+            **{**options, **self.engine_options},  # the simulation's own options win
         )
 
     def _new_node(self) -> Node:
         self._node_serial += 1
+        activities = [getattr(fn, ACTIVITY_ATTRIBUTE).name for fn in self.workload.activities]
         return new_node(
-            f"n{self._node_serial}", self.store, self.rng, self._engine, self.inline, self._monotonic, self.chained
+            f"n{self._node_serial}",
+            self.store,
+            self.rng,
+            self._engine,
+            activities,
+            self.inline,
+            self._monotonic,
+            self.chained,
         )
 
     def _monotonic(self) -> float:
@@ -273,7 +290,7 @@ class Simulator:
             case "crash-mid-flush":
                 buffer = node.engine.buffer
                 # (heartbeats in the buffer die with it; only results and outcomes are written)
-                outcomes, results = list(buffer._activity_outcomes), list(buffer._workflow_results)
+                outcomes, results = buffer.pending_outcomes(), buffer.pending_results()
                 half = (len(outcomes) + len(results)) // 2
                 written_outcomes, written_results = outcomes[:half], results[: max(0, half - len(outcomes))]
                 if written_outcomes:
@@ -349,7 +366,7 @@ class Simulator:
             if record is not None and record.status is RunStatus.SUSPENDED:
                 self.client.resume(run_id)
         engine = self.nodes[0].engine
-        engine._background.disarm()  # the drain flushes inline
+        engine.runtime.disarm()  # the drain flushes inline
         self._log("settle", "drain", f"{sum(len(n.pool.hung) for n in self.nodes)} activities left hanging")
         for _ in range(SETTLE_ROUNDS):
             worked = engine.workflow_scheduler.step() + engine.activity_scheduler.step()
