@@ -187,6 +187,7 @@ class Runtime:
             holds_runs=holds_runs,
             foreground=foreground,
             rng=options.jitter,
+            monotonic=options.monotonic,
         )
         self.activity_worker = ActivityWorker(
             store,
