@@ -4,8 +4,8 @@ A :class:`Node` is a ``dex.Engine`` armed as ``Engine.start()`` arms it — its 
 (:mod:`dex.app.runtime.coordinator`), eager dispatch, the write buffer in background mode, inline
 activities when asked, a watchdog — but with no thread: the simulator (``simulator.py``) calls
 the same rounds the engine's threads call (:mod:`dex.app.runtime.rounds`: scheduler, workflows,
-activities, the two flushes) when it picks the node for a step, and steps its watchdog with the
-scheduler. What the simulation varies is passed to the engine's constructor
+activities, the two flushes) when it picks the node for a step, and steps its watchdog as
+virtual time passes. What the simulation varies is passed to the engine's constructor
 (:class:`dex.app.runtime.options.RuntimeOptions`): the virtual clock, the attempt pool — a
 :class:`~dex.simulation.pool.SimulatedPool`, where the attempts the coordinator hands over wait
 until the simulator runs one —, a watchdog that interrupts no thread, seeded randomness and
@@ -122,11 +122,7 @@ class Node:
 
         def scheduler() -> str:
             idle = rounds.scheduler()
-            # the watchdog's thread ticks while the others run: here, with the scheduler (it
-            # finds nothing on the virtual clock, which no workflow code runs long on, unless
-            # the workflow rounds broke their watches)
-            watched = self.watchdog_step()
-            return said(f"{'leads' if self.engine.leader.is_leader else 'follows'}, idle {idle:.3g}s" + watched)
+            return said(f"{'leads' if self.engine.leader.is_leader else 'follows'}, idle {idle:.3g}s")
 
         def flush(lane: str) -> Callable[[], str]:
             def flush_round() -> str:
@@ -148,10 +144,11 @@ class Node:
         return actions
 
     def watchdog_step(self) -> str:
-        """Step the watchdog of the node's start; what it did, for the trace ("" if nothing)."""
+        """Step the watchdog of the node's start (the simulator does, as virtual time passes);
+        what it did, for the trace ("" if nothing: no workflow code runs long on a virtual clock)."""
         watchdog = self.engine.runtime.watchdog
         acted = watchdog.step() if watchdog is not None else 0
-        return f", the watchdog acted {acted} time(s)" if acted else ""
+        return f"gave back or replaced {acted}" if acted else ""
 
     def finish_held(self, log: Log) -> None:
         """Run every task the node holds: the handed workflow tasks, the attempts in its pool."""

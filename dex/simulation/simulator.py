@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -45,6 +45,7 @@ RETENTION = timedelta(minutes=5)
 SETTLE_ROUNDS = 5000
 CONVERTER = PayloadConverter()  # stateless once built, and costly to build
 STALL_STEPS = 60
+WATCHDOG_TICK = timedelta(seconds=2)  # well within the watchdogs' deadline (5 s): a gap past it is starvation
 
 
 @attrs.frozen
@@ -213,6 +214,24 @@ class Simulator:
             self.chained,
         )
 
+    def _pass_time(self, to: datetime) -> None:
+        """The virtual clock moves on to ``to`` (if later); each node's watchdog ticks on the way,
+        at most ``WATCHDOG_TICK`` apart (a long jump in at most a thousand ticks), as its thread
+        does while the node waits. (Left unstepped through a jump, a watchdog takes the gap for
+        a process that could not run.)"""
+        tick = max(WATCHDOG_TICK, (to - self.clock.now()) / 1000)
+        while self.clock.now() + tick < to:
+            self.clock.advance(tick)
+            self._tick_watchdogs()
+        self.clock.advance_to(to)
+        self._tick_watchdogs()
+
+    def _tick_watchdogs(self) -> None:
+        for node in self.nodes:
+            acted = node.watchdog_step()
+            if acted:  # nothing blocks on a virtual clock: a finding, kept in the trace
+                self._log(node.name, "watchdog", acted)
+
     def _monotonic(self) -> float:
         """The nodes' monotonic clock: seconds of virtual time since the simulation began."""
         return (self.clock.now() - self._started).total_seconds()
@@ -245,14 +264,14 @@ class Simulator:
 
     def _clock_actions(self) -> list[Action]:
         def tick() -> str:
-            self.clock.advance(self.rng.choice([0.5, 1, 2, 3, 5]))
+            self._pass_time(self.clock.now() + timedelta(seconds=self.rng.choice([0.5, 1, 2, 3, 5])))
             return ""
 
         def jump() -> str:
             due = self.store.next_due_time(self.clock.now())
             if due is None:
                 return "nothing due"
-            self.clock.advance_to(due)
+            self._pass_time(due)
             return "to the next due moment"
 
         return [(3.0, "clock tick", tick), (1.0, "clock jump", jump)]
@@ -330,11 +349,11 @@ class Simulator:
                 node.stalled_until = self.step_no + STALL_STEPS
                 return f"{node.name} writes nothing until step {node.stalled_until}"
             case "lease-expiry":
-                self.clock.advance(self.longest_lease + timedelta(seconds=1))
+                self._pass_time(now + self.longest_lease + timedelta(seconds=1))
                 return None
             case "leader-loss":
                 leaders = [n.name for n in self.nodes if n.engine.leader.is_leader]
-                self.clock.advance(LEADER_LEASE + timedelta(seconds=1))
+                self._pass_time(now + LEADER_LEASE + timedelta(seconds=1))
                 others = [n for n in self.nodes if n.name not in leaders] or self.nodes
                 taker = others[fault.pick % len(others)]
                 took = taker.engine.leader.step()
@@ -378,15 +397,15 @@ class Simulator:
             due = self.store.next_due_time(self.clock.now())
             if due is None:
                 return
-            self.clock.advance_to(due)
+            self._pass_time(due)
         raise InvariantViolation("every-run-ends", f"the cluster did not settle in {SETTLE_ROUNDS} rounds")
 
     def _sweep(self) -> None:
         """Past the retention period, maintenance deletes every finished run."""
-        self.clock.advance(RETENTION + timedelta(minutes=2))
+        self._pass_time(self.clock.now() + RETENTION + timedelta(minutes=2))
         node = self.nodes[0]
         while not node.engine.leader.step():
-            self.clock.advance(LEADER_LEASE)
+            self._pass_time(self.clock.now() + LEADER_LEASE)
         while node.engine.maintenance.step():
             pass
         self._check_step(everything=True)
