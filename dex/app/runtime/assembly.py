@@ -358,7 +358,8 @@ class Runtime:
         steps = None
         if inline is not None:
             steps = StepGroups(self._store, inline, self._registry, self._store.clock, self._lease)
-        # before the threads start: the first task may be claimed at once
+        # made before any round runs (start()'s threads, or the simulator's steps): the first
+        # task may be claimed at once, and its workflow code is watched from the start
         watchdog = Watchdog(
             self.workflow_worker,
             self.threads,
