@@ -197,7 +197,7 @@ class Simulator:
             rng=rng if rng is not None else random.Random(self.rng.getrandbits(64)),
             converter=self.converter,
             runtime_options=runtime_options,
-            **{**options, **self.engine_options},  # the simulation's own options win
+            **{**options, **self.engine_options},  # the engine_options given to the simulator win
         )
 
     def _new_node(self) -> Node:
