@@ -42,6 +42,7 @@ from dex.app.ports.store import (
     RunFilter,
     RunRecord,
     StepAttempts,
+    StepEndings,
     TransactionStep,
     WorkflowInput,
     WorkflowTask,
@@ -188,6 +189,9 @@ class InMemoryAdapter:
 
     def step_attempts(self, run_id: str) -> list[StepAttempts]:
         return self._tasks.step_attempts(run_id)
+
+    def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
+        return self._runs.step_endings(run_id, created_seqs, after_seq, limit)
 
     def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
         return self._tasks.find_activity_tasks(task_ids)

@@ -52,6 +52,7 @@ from dex.app.ports.store import (
     RunFilter,
     RunRecord,
     StepAttempts,
+    StepEndings,
     TransactionStep,
     WorkflowTask,
 )
@@ -277,6 +278,9 @@ class PostgresAdapter:
 
     def step_attempts(self, run_id: str) -> list[StepAttempts]:
         return self._activity_tasks.step_attempts(run_id)
+
+    def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
+        return self._runs.step_endings(run_id, created_seqs, after_seq, limit)
 
     def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
         return self._activity_tasks.find_activity_tasks(task_ids)

@@ -14,7 +14,7 @@ The tables hold no foreign keys (migration 3): these locks are what keep a run's
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 import attrs
@@ -35,12 +35,22 @@ from dex.adapters.postgres.rows import (
     run_record,
 )
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, TERMINAL, Statements
-from dex.app.ports.store import WORKFLOW, Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
+from dex.app.ports.store import (
+    WORKFLOW,
+    Claim,
+    Lease,
+    Loaded,
+    RunFilter,
+    RunRecord,
+    StepEndings,
+    WorkflowInput,
+    WorkflowTask,
+)
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, requested
 from dex.domain.task import InboxMessage
-from dex.serialization.history import decode_block
+from dex.serialization.history import decode_block, step_endings_in_block
 
 
 @attrs.frozen(kw_only=True)
@@ -455,6 +465,28 @@ class PostgresRuns:
             encoded = load_history_after(conn, self._q, run_id, after_seq, limit)
         events = (event for data in encoded for event in decode_block(data))
         return [event for event in events if event.sequence_number > after_seq][:limit]
+
+    def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
+        """One read of the blocks that hold the ``limit`` events after ``after_seq`` (the
+        history is stored as blocks of events, indexed by their sequence numbers only, so a
+        step's outcome is found by reading the events after it); of those events only the
+        outcomes sought become domain events."""
+        wanted = frozenset(created_seqs)
+        if not wanted or limit <= 0:
+            return StepEndings(complete=not wanted)
+        after_seq, limit = max(-1, min(after_seq, 2**62)), min(limit, 2**31)
+        try:
+            with self._db.statement() as conn:
+                encoded = load_history_after(conn, self._q, run_id, after_seq, limit)
+        except RunNotFoundError:
+            return StepEndings()
+        found: list[ev.HistoryEvent] = []
+        read = 0
+        for data in encoded:
+            endings, counted = step_endings_in_block(data, wanted, after_seq, limit - read)
+            found.extend(endings)
+            read += counted
+        return StepEndings(events=tuple(found), complete=read < limit or len(found) == len(wanted))
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         with self._db.transaction() as conn:

@@ -17,6 +17,7 @@ from dex.app.ports.attempts import MAX_RECENT_ATTEMPTS as MAX_RECENT_ATTEMPTS
 from dex.app.ports.attempts import FailedAttempt as FailedAttempt
 from dex.app.ports.attempts import PendingAttempt as PendingAttempt
 from dex.app.ports.attempts import StepAttempts as StepAttempts
+from dex.app.ports.attempts import StepEndings as StepEndings
 from dex.app.ports.schedules import ScheduleStore
 
 # the task records live in their own module, so that the transaction-step port names them too
@@ -390,6 +391,13 @@ class AttemptReads(Protocol):
         attempt succeeded has neither once its outcome is written: it had one attempt). A read
         only; nothing is written for an attempt that succeeds (:mod:`dex.app.ports.attempts`).
         An unknown run has none."""
+        ...
+
+    def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
+        """The outcomes of the run's activity steps scheduled at ``created_seqs`` among the at most
+        ``limit`` events after ``after_seq``, reading those events and no others (the steps of a
+        page of a long history end anywhere after it: a bounded read finds most of them, and says
+        when some may lie beyond it). An unknown run has none (``complete``)."""
         ...
 
 
