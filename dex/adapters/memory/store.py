@@ -187,8 +187,8 @@ class InMemoryAdapter:
     ) -> list[ActivityTask]:
         return self._tasks.claim_activity_tasks(names, owner, now, lease, limit)
 
-    def step_attempts(self, run_id: str) -> list[StepAttempts]:
-        return self._tasks.step_attempts(run_id)
+    def step_attempts(self, run_id: str, created_seqs: Collection[int] | None = None) -> list[StepAttempts]:
+        return self._tasks.step_attempts(run_id, created_seqs)
 
     def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
         return self._runs.step_endings(run_id, created_seqs, after_seq, limit)

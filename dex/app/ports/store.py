@@ -385,11 +385,12 @@ class Maintenance(Protocol):
 
 
 class AttemptReads(Protocol):
-    def step_attempts(self, run_id: str) -> list[StepAttempts]:
+    def step_attempts(self, run_id: str, created_seqs: Collection[int] | None = None) -> list[StepAttempts]:
         """What the store knows of the attempts of the run's activity steps, by ``created_seq``:
         one record per step that has a task or a failed or lost attempt (a step whose only
         attempt succeeded has neither once its outcome is written: it had one attempt). A read
         only; nothing is written for an attempt that succeeds (:mod:`dex.app.ports.attempts`).
+        With ``created_seqs``, only those steps' (a page's steps, of a run with thousands).
         An unknown run has none."""
         ...
 
