@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from dex.app.facade.steps import ActivityStep, activity_steps
+from dex.app.facade.steps import ActivityStep, steps_in
 from dex.domain import events as ev
 from dex.domain.errors import SerializationError
 from dex.domain.values import Payload
@@ -89,14 +89,15 @@ def history_page(history: Sequence[ev.HistoryEvent], start: int | None, size: in
 def run_view(web: Any, run_id: str, now: datetime, start: int | None = None) -> dict[str, Any]:
     """What the run page shows; ``start``: a sequence number on the history page to show."""
     run = web.record(run_id)
-    kept = web.store.step_attempts(run_id)  # before the history, as Engine.activity_steps reads
     history = web.store.load_history(run_id)
     pending = web.insights.pending_activities(run_id, history) if not run.status.is_terminal else []
     created = created_event(history)
     index, pager = history_page(history, start)
     shown = history[index : index + HISTORY_PAGE]
-    # the activity steps scheduled among the events shown, with their attempts
-    activities = [s for s in activity_steps(history, kept) if pager.first_seq <= s.seq <= pager.last_seq]
+    # the activity steps scheduled among the events shown, with their attempts: the attempts of
+    # those steps only, their outcomes from the history read (what ends after it, from the store)
+    following = history[index + HISTORY_PAGE :]
+    activities = steps_in(web.store, run_id, shown, run.status.is_terminal, following=following) if shown else []
     # the steps scheduled among the events shown, on an axis from the page's first event
     attempts = {s.seq: s.attempts for s in activities if s.attempts > 1}
     steps = [s for s in steps_of(history, pending, attempts) if pager.first_seq <= s.seq <= pager.last_seq]

@@ -115,33 +115,41 @@ def steps_in(
     stretch: Sequence[ev.HistoryEvent],
     run_ended: bool,
     most: int = MAX_ENDINGS_READ,
+    following: Sequence[ev.HistoryEvent] = (),
 ) -> list[ActivityStep]:
     """The activity steps scheduled in ``stretch``, consecutive events of the run's history
     (a page), read in bounded reads: the store's attempts of those steps, then the outcomes not
-    in ``stretch`` among the ``most`` events after it, a short read first (a
-    step's outcome usually follows it closely). The attempts are read before the outcomes, as
+    in ``stretch`` (nor in ``following``, the events after it that the caller has read already)
+    among the ``most`` events after those, a short read first (a step's outcome usually
+    follows it closely). The attempts are read before the outcomes, as
     ``Engine.activity_steps`` reads them: a step that ends between the two reads shows ended."""
     created = [item.sequence_number for item in stretch if isinstance(item.event, ev.ActivityTaskCreated)]
     if not created:
         return []
     kept = store.step_attempts(run_id, created)
-    ended = {item.event.created_seq for item in stretch if isinstance(item.event, _OUTCOMES)}
+    wanted = set(created)
+    found = [item for item in (*stretch, *following) if _outcome_of(item) in wanted]
     tasks = {step.created_seq for step in kept if step.pending is not None}
     # a step with a task has no outcome yet: only the others are looked for
-    sought = {seq for seq in created if seq not in ended and seq not in tasks}
-    after, read, complete = stretch[-1].sequence_number, 0, True
-    found: list[ev.HistoryEvent] = []
+    sought = wanted - tasks - {_outcome_of(item) for item in found}
+    after, read, complete = (following or stretch)[-1].sequence_number, 0, not sought
     limit = min(1_000, most)
     while sought and read < most:
         endings = store.step_endings(run_id, sought, after + read, limit)
         found.extend(endings.events)
-        sought -= {item.event.created_seq for item in endings.events if isinstance(item.event, _OUTCOMES)}
+        sought -= {_outcome_of(item) for item in endings.events}
         read += limit
         complete = endings.complete
         if complete:
             break
         limit = most - read
-    return activity_steps([*stretch, *found], kept, run_ended=run_ended, outcomes_read=complete or not sought)
+    steps = [item for item in stretch if isinstance(item.event, ev.ActivityTaskCreated)]
+    return activity_steps([*steps, *found], kept, run_ended=run_ended, outcomes_read=complete)
+
+
+def _outcome_of(item: ev.HistoryEvent) -> int | None:
+    """The step an event is the outcome of (its ``created_seq``), or None."""
+    return item.event.created_seq if isinstance(item.event, _OUTCOMES) else None
 
 
 def _step(

@@ -58,6 +58,16 @@ class PageStepsContract(PortContract):
         again = steps_in(store, "r1", page, run_ended=False, most=short + 2)
         assert [s.status for s in again] == [COMPLETED, FAILED_STEP, RUNNING]
 
+    def test_the_events_read_already_after_the_page_are_used(self, store: Store, clock: VirtualClock) -> None:
+        seqs = self._run(store, clock)
+        page = store.load_history_after("r1", seqs[0] - 1, len(seqs))
+        rest = store.load_history_after("r1", seqs[-1], 10_000)
+        steps = steps_in(store, "r1", page, run_ended=False, most=0, following=rest)  # no read of the store's
+        assert [s.status for s in steps] == [COMPLETED, FAILED_STEP, RUNNING]
+        assert steps == steps_in(store, "r1", page, run_ended=False)
+        blind = steps_in(store, "r1", page, run_ended=False, most=0)  # nothing read after the page
+        assert [s.status for s in blind] == [UNKNOWN, UNKNOWN, RUNNING]
+
     def test_a_page_without_steps_reads_nothing_more(self, store: Store, clock: VirtualClock) -> None:
         self._run(store, clock)
         assert steps_in(store, "r1", store.load_history_after("r1", 0, 1), run_ended=False) == []
