@@ -96,6 +96,14 @@ class MemoryRuns:
             start = bisect_right(history, after_seq, key=lambda item: item.sequence_number)
             return list(history[start : start + max(limit, 0)])
 
+    def history_bounds(self, run_id: str) -> tuple[int, int]:
+        storable.text(run_id, "run_id")
+        with self._state.lock:
+            row = self._state.runs.get(run_id)
+            if row is None:
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            return row.history[0].sequence_number, row.history[-1].sequence_number
+
     def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
         wanted = frozenset(created_seqs)
         with self._state.lock:

@@ -108,6 +108,9 @@ class InMemoryAdapter:
     def load_history_after(self, run_id: str, after_seq: int, limit: int) -> list[ev.HistoryEvent]:
         return self._runs.load_history_after(run_id, after_seq, limit)
 
+    def history_bounds(self, run_id: str) -> tuple[int, int]:
+        return self._runs.history_bounds(run_id)
+
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         self._runs.send_message(run_id, message, now)
 

@@ -317,6 +317,21 @@ def load_history_after(conn: psycopg.Connection, q: Statements, run_id: str, aft
     return [row[0] for row in rows]
 
 
+def history_bounds(conn: psycopg.Connection, q: Statements, run_id: str) -> tuple[int, int]:
+    """The first and last sequence numbers of the run's history: its first and last block, each
+    found on the primary key ``(run_id, first_seq)``."""
+    row = conn.execute(
+        q(
+            "SELECT (SELECT first_seq FROM {s}.history WHERE run_id = %(run)s ORDER BY first_seq LIMIT 1),"
+            " (SELECT last_seq FROM {s}.history WHERE run_id = %(run)s ORDER BY first_seq DESC LIMIT 1)"
+        ),
+        {"run": run_id},
+    ).fetchone()
+    if row is None or row[0] is None:  # every run has at least RunCreated
+        raise RunNotFoundError(f"no run with id {run_id!r}")
+    return int(row[0]), int(row[1])
+
+
 def _live_status(conn: psycopg.Connection, q: Statements, run_id: str, lock: str) -> RunStatus:
     row = conn.execute(q("SELECT status FROM {s}.runs WHERE run_id = %s " + lock), [run_id]).fetchone()
     if row is None:
@@ -465,6 +480,10 @@ class PostgresRuns:
             encoded = load_history_after(conn, self._q, run_id, after_seq, limit)
         events = (event for data in encoded for event in decode_block(data))
         return [event for event in events if event.sequence_number > after_seq][:limit]
+
+    def history_bounds(self, run_id: str) -> tuple[int, int]:
+        with self._db.statement() as conn:
+            return history_bounds(conn, self._q, run_id)
 
     def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
         """One read of the blocks that hold the ``limit`` events after ``after_seq`` (the

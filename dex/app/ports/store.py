@@ -230,6 +230,12 @@ class RunStore(Protocol):
         RunNotFoundError if there is no such run."""
         ...
 
+    def history_bounds(self, run_id: str) -> tuple[int, int]:
+        """The sequence numbers of the first and the last event of the run's stored history (one
+        generation, numbered consecutively: a page of it is found by arithmetic), read without
+        its events. RunNotFoundError if there is no such run."""
+        ...
+
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         """Put a message in a run's inbox. RunNotFoundError / InvalidStateError (terminal run)."""
         ...
