@@ -54,7 +54,7 @@ HISTORY_PAGE = 500  # events shown at once
 # events read after a page to find where the timers and children scheduled on it ended (a
 # step that ends further on shows "not read"; activities' outcomes are looked for further)
 FOLLOWING = 2_000
-NOT_READ = "not read"  # a step's outcome on the timeline when it lies beyond what was read
+NOT_READ = "not-read"  # a step's outcome on the timeline when it lies beyond what was read
 
 
 @attrs.frozen(kw_only=True)
@@ -146,7 +146,8 @@ def run_view(web: Any, run_id: str, now: datetime, start: int | None = None) -> 
     attempts = {s.seq: s.attempts for s in activities if s.attempts > 1}
     scheduled = [s for s in steps_of([*shown, *following], pending, attempts) if s.seq <= pager.last_seq]
     cut = bool(following) and following[-1].sequence_number < last_seq  # the history goes on past them
-    steps = [_ended(step, {a.seq: a for a in activities}, cut) for step in scheduled]
+    by_seq = {step.seq: step for step in activities}
+    steps = [_ended(step, by_seq, cut) for step in scheduled]
     origin = shown[0].timestamp if pager.first is not None else run.created_at
     end = run.completed_at or now
     return {
@@ -171,7 +172,7 @@ def run_view(web: Any, run_id: str, now: datetime, start: int | None = None) -> 
 def _ended(step: Step, activities: dict[int, ActivityStep], cut: bool) -> Step:
     """A timeline step with its end from where it was found: an activity's from its step (its
     outcome may lie past the events read); a timer or child still open when the events read
-    stop short of the history's end shows its outcome as not read."""
+    stop short of the history's end shows its outcome as :data:`NOT_READ`."""
     if step.outcome != "pending":
         return step
     activity = activities.get(step.seq)
