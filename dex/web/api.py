@@ -106,10 +106,12 @@ def steps_page(web: Any, run_id: str, after: int, limit: int) -> dict[str, Any]:
     created = [item.sequence_number for item in stretch if isinstance(item.event, ev.ActivityTaskCreated)]
     # as many events as were asked for: the history may go on after them
     next_after = stretch[-1].sequence_number if len(stretch) == read else None
+    following: list[ev.HistoryEvent] = []
     if len(created) > limit:  # the page ends at its last step; the next begins after it
         next_after = created[limit - 1]
-        stretch = [item for item in stretch if item.sequence_number <= next_after]
-    steps = steps_in(web.store, run_id, stretch, record.status.is_terminal) if stretch else []
+        cut = next(i for i, item in enumerate(stretch) if item.sequence_number > next_after)
+        stretch, following = stretch[:cut], stretch[cut:]  # the rest read holds outcomes of its steps
+    steps = steps_in(web.store, run_id, stretch, record.status.is_terminal, following=following) if stretch else []
     return {"activity_steps": [step_json(step) for step in steps], "next_after": next_after}
 
 
