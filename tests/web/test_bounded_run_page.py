@@ -6,7 +6,7 @@ history, and its pager is the one the whole history gives."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -30,7 +30,7 @@ async def long_run(ctx: dex.WorkflowContext, n: int) -> int:
 def outcomes(page: str) -> list[tuple[int, str]]:
     """The timeline table's rows: (sequence number, outcome)."""
     table = page.split('class="steps"', 1)[1].split("</table>", 1)[0]
-    return [(int(seq), outcome) for seq, outcome in re.findall(r"<tr><td>(\d+)</td>.*?outcome-(\w+)", table)]
+    return [(int(seq), outcome) for seq, outcome in re.findall(r"<tr><td>(\d+)</td>.*?outcome-([\w-]+)", table)]
 
 
 def statuses(page: str) -> set[str]:
@@ -79,3 +79,29 @@ def _event(seq: int) -> ev.HistoryEvent:
     return ev.HistoryEvent(
         sequence_number=seq, timestamp=datetime(2025, 1, 1, tzinfo=UTC), event=ev.WorkflowTaskStarted()
     )
+
+
+@dex.workflow(name="web-late-timer")
+async def late_timer(ctx: dex.WorkflowContext, n: int) -> int:
+    # the timer and the activities are scheduled on the first page; the timer fires after them all
+    await ctx.gather(ctx.sleep(timedelta(hours=1)), *(ctx.activity(charge, i) for i in range(n)))
+    return n
+
+
+@pytest.mark.parametrize(("following", "shown"), [(run_view.FOLLOWING, "fired"), (1, run_view.NOT_READ)])
+def test_a_timer_that_ends_past_the_events_read_says_so(
+    make_engine: Any, monkeypatch: pytest.MonkeyPatch, following: int, shown: str
+) -> None:
+    engine = make_engine([*WORKFLOWS, late_timer], ACTIVITIES)
+    run_id = engine.start_workflow(late_timer, 600)
+    engine.drain()
+    history = engine.store.load_history(run_id)
+    (timer,) = [item.sequence_number for item in history if isinstance(item.event, ev.TimerCreated)]
+    (fired,) = [item.sequence_number for item in history if isinstance(item.event, ev.TimerElapsed)]
+    assert timer <= HISTORY_PAGE < fired - 1  # on the first page, its end well after it
+    monkeypatch.setattr(run_view, "FOLLOWING", following)
+    with client(create_app(engine)) as http:
+        page = http.get(f"/runs/{run_id}").text
+    rows = dict(outcomes(page))
+    assert rows[timer] == shown
+    assert {outcome for seq, outcome in rows.items() if seq != timer} == {"completed"}  # found further on
