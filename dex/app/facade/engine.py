@@ -288,7 +288,9 @@ class Engine:
 
     def activity_steps(self, run_id: str) -> list[ActivityStep]:
         """The run's activity steps, oldest first, each with its attempts: how many began, the
-        newest failed or lost ones, and while it retries, when the next may begin."""
+        newest failed or lost ones, and while it retries, when the next may begin. It reads the
+        run's whole history, as ``history`` does: a call about one run (the dashboard and
+        ``GET /v1/runs/{run_id}/activity-steps`` read a page of it at a time)."""
         return self._reads.activity_steps(run_id)
 
     def export_history(self, run_id: str) -> bytes:
