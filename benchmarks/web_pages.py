@@ -11,8 +11,9 @@ grows: the pages read histories by run id, on the primary key.) Each request goe
 the app in process (Starlette's test client over ``dex.web.create_app(adapter)``: routing,
 the store's queries, the templates, no network); after one warm-up, the median and the
 slowest of ``--repeat`` requests are reported, in milliseconds. ``--long-run N`` then times
-the pages of one run of N activities: its run page, 500 events a page, and its history through
-the API, whole and a page of 1,000 events.
+the pages of one run of N activities: its run page, 500 events a page, its history through
+the API, whole and a page of 1,000 events, the run through the API and a page of its activity
+steps.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ async def long_run(ctx: dex.WorkflowContext, n: int) -> int:
 
 def long_history(engine: dex.Engine, http: TestClient, activities: int, repeat: int) -> None:
     """The run page and the history API over one run of ``activities`` activities (four events
-    each): its first and last page, and the API whole and a page of 1,000 events."""
+    each): its first and last page, the API whole and a page of 1,000 events, the run's own
+    answer and a page of its activity steps (the first, and one halfway)."""
     began = time.monotonic()
     engine.start()  # as a deployment runs it: inline activities, the executor kept between tasks
     try:
@@ -90,6 +92,9 @@ def long_history(engine: dex.Engine, http: TestClient, activities: int, repeat: 
         ("run page (last page)", f"/runs/{run_id}?from={events}"),
         ("GET /v1/runs/{id}/history (whole)", f"/v1/runs/{run_id}/history"),
         ("GET /v1/runs/{id}/history?limit=1000&after=...", f"/v1/runs/{run_id}/history?limit=1000&after={events // 2}"),
+        ("GET /v1/runs/{id}", f"/v1/runs/{run_id}"),
+        ("GET /v1/runs/{id}/activity-steps (first page)", f"/v1/runs/{run_id}/activity-steps"),
+        ("GET /v1/runs/{id}/activity-steps?after=...", f"/v1/runs/{run_id}/activity-steps?after={events // 2}"),
     ):
         median, slowest, status = timed(http, url, repeat)
         mark = "" if status == 200 else f" (status {status})"

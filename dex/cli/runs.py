@@ -107,7 +107,9 @@ def show_run(run_id: str, show_all: bool, stack: bool) -> None:
     history as a timeline."""
     with open_engine() as engine:
         record = _get(engine.store.get_run, run_id)
-        kept = engine.store.step_attempts(run_id)  # before the history, as Engine.activity_steps reads
+        # the whole history and every step's attempts, deliberately: the command shows one run
+        # whole (its history too), as Engine.activity_steps does; the attempts before the history
+        kept = engine.store.step_attempts(run_id)
         history = engine.store.load_history(run_id)
     steps = activity_steps(history, kept)
     if settings().json:

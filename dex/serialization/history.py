@@ -12,7 +12,7 @@ storage adapter can fail the affected run with a clear message instead of crashi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import cast
 
 import attrs
@@ -177,6 +177,33 @@ def decode_block_from(data: bytes, last_seq: int, first_wanted: int) -> list[ev.
             if tail[0].sequence_number == first_wanted and tail[-1].sequence_number == last_seq:
                 return tail
         return [e for e in (event_from_proto(event) for event in events) if e.sequence_number >= first_wanted]
+
+    return decoding("a history block", data, decode)
+
+
+_ENDINGS = ("activity_task_completed", "activity_task_failed")
+
+
+def step_endings_in_block(
+    data: bytes, created_seqs: Container[int], after_seq: int, limit: int
+) -> tuple[list[ev.HistoryEvent], int]:
+    """The outcomes of the activity steps scheduled at ``created_seqs`` among a block's first
+    ``limit`` events numbered above ``after_seq``, and how many events it looked at (at most
+    ``limit``); ``ValueError`` if unreadable. Only those outcomes become domain events (a step's page reads
+    thousands of events after it to find where its steps ended, and needs a few of them)."""
+
+    def decode() -> tuple[list[ev.HistoryEvent], int]:
+        found, counted = [], 0
+        for event in parse_message(history_pb2.HistoryBlock, data).events:
+            if event.sequence_number <= after_seq:
+                continue
+            if counted == limit:
+                break
+            counted += 1
+            field = event.WhichOneof("event")
+            if field in _ENDINGS and getattr(event, field).created_seq in created_seqs:
+                found.append(event_from_proto(event))
+        return found, counted
 
     return decoding("a history block", data, decode)
 

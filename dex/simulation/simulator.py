@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
@@ -29,6 +29,7 @@ import attrs
 import dex
 from dex.app.definitions.registry import ACTIVITY_ATTRIBUTE
 from dex.app.ports.store import RunFilter
+from dex.app.runtime.options import RuntimeOptions
 from dex.domain.status import RunStatus
 from dex.serialization.payloads import PayloadConverter
 from dex.simulation.clients import Action, Clients
@@ -44,6 +45,7 @@ RETENTION = timedelta(minutes=5)
 SETTLE_ROUNDS = 5000
 CONVERTER = PayloadConverter()  # stateless once built, and costly to build
 STALL_STEPS = 60
+WATCHDOG_TICK = timedelta(seconds=2)  # well within the watchdogs' deadline (5 s): a gap past it is starvation
 
 
 @attrs.frozen
@@ -176,7 +178,14 @@ class Simulator:
         )
 
     # -- nodes -----------------------------------------------------------------------------------
-    def _engine(self, name: str, store: Any = None) -> dex.Engine:
+    def _engine(
+        self,
+        name: str,
+        store: Any = None,
+        rng: random.Random | None = None,
+        runtime_options: RuntimeOptions | None = None,
+        **options: Any,
+    ) -> dex.Engine:
         return dex.Engine(
             store if store is not None else self.store,
             workflows=self.workload.workflows,
@@ -185,16 +194,43 @@ class Simulator:
             workflow_task_lease=WORKFLOW_LEASE,
             leader_lease=LEADER_LEASE,
             retention=RETENTION,
-            rng=random.Random(self.rng.getrandbits(64)),
+            rng=rng if rng is not None else random.Random(self.rng.getrandbits(64)),
             converter=self.converter,
-            **self.engine_options,
+            runtime_options=runtime_options,
+            **{**options, **self.engine_options},  # the engine_options given to the simulator win
         )
 
     def _new_node(self) -> Node:
         self._node_serial += 1
+        activities = [getattr(fn, ACTIVITY_ATTRIBUTE).name for fn in self.workload.activities]
         return new_node(
-            f"n{self._node_serial}", self.store, self.rng, self._engine, self.inline, self._monotonic, self.chained
+            f"n{self._node_serial}",
+            self.store,
+            self.rng,
+            self._engine,
+            activities,
+            self.inline,
+            self._monotonic,
+            self.chained,
         )
+
+    def _pass_time(self, to: datetime) -> None:
+        """The virtual clock moves on to ``to`` (if later); each node's watchdog ticks on the way,
+        at most ``WATCHDOG_TICK`` apart (a long jump in at most a thousand ticks), as its thread
+        does while the node waits. (Left unstepped through a jump, a watchdog takes the gap for
+        a process that could not run.)"""
+        tick = max(WATCHDOG_TICK, (to - self.clock.now()) / 1000)
+        while self.clock.now() + tick < to:
+            self.clock.advance(tick)
+            self._tick_watchdogs()
+        self.clock.advance_to(to)
+        self._tick_watchdogs()
+
+    def _tick_watchdogs(self) -> None:
+        for node in self.nodes:
+            acted = node.watchdog_step()
+            if acted:  # nothing blocks on a virtual clock: a finding, kept in the trace
+                self._log(node.name, "watchdog", acted)
 
     def _monotonic(self) -> float:
         """The nodes' monotonic clock: seconds of virtual time since the simulation began."""
@@ -228,14 +264,14 @@ class Simulator:
 
     def _clock_actions(self) -> list[Action]:
         def tick() -> str:
-            self.clock.advance(self.rng.choice([0.5, 1, 2, 3, 5]))
+            self._pass_time(self.clock.now() + timedelta(seconds=self.rng.choice([0.5, 1, 2, 3, 5])))
             return ""
 
         def jump() -> str:
             due = self.store.next_due_time(self.clock.now())
             if due is None:
                 return "nothing due"
-            self.clock.advance_to(due)
+            self._pass_time(due)
             return "to the next due moment"
 
         return [(3.0, "clock tick", tick), (1.0, "clock jump", jump)]
@@ -273,7 +309,7 @@ class Simulator:
             case "crash-mid-flush":
                 buffer = node.engine.buffer
                 # (heartbeats in the buffer die with it; only results and outcomes are written)
-                outcomes, results = list(buffer._activity_outcomes), list(buffer._workflow_results)
+                outcomes, results = buffer.pending_outcomes(), buffer.pending_results()
                 half = (len(outcomes) + len(results)) // 2
                 written_outcomes, written_results = outcomes[:half], results[: max(0, half - len(outcomes))]
                 if written_outcomes:
@@ -313,11 +349,11 @@ class Simulator:
                 node.stalled_until = self.step_no + STALL_STEPS
                 return f"{node.name} writes nothing until step {node.stalled_until}"
             case "lease-expiry":
-                self.clock.advance(self.longest_lease + timedelta(seconds=1))
+                self._pass_time(now + self.longest_lease + timedelta(seconds=1))
                 return None
             case "leader-loss":
                 leaders = [n.name for n in self.nodes if n.engine.leader.is_leader]
-                self.clock.advance(LEADER_LEASE + timedelta(seconds=1))
+                self._pass_time(now + LEADER_LEASE + timedelta(seconds=1))
                 others = [n for n in self.nodes if n.name not in leaders] or self.nodes
                 taker = others[fault.pick % len(others)]
                 took = taker.engine.leader.step()
@@ -349,7 +385,7 @@ class Simulator:
             if record is not None and record.status is RunStatus.SUSPENDED:
                 self.client.resume(run_id)
         engine = self.nodes[0].engine
-        engine._background.disarm()  # the drain flushes inline
+        engine.runtime.disarm()  # the drain flushes inline
         self._log("settle", "drain", f"{sum(len(n.pool.hung) for n in self.nodes)} activities left hanging")
         for _ in range(SETTLE_ROUNDS):
             worked = engine.workflow_scheduler.step() + engine.activity_scheduler.step()
@@ -361,15 +397,15 @@ class Simulator:
             due = self.store.next_due_time(self.clock.now())
             if due is None:
                 return
-            self.clock.advance_to(due)
+            self._pass_time(due)
         raise InvariantViolation("every-run-ends", f"the cluster did not settle in {SETTLE_ROUNDS} rounds")
 
     def _sweep(self) -> None:
         """Past the retention period, maintenance deletes every finished run."""
-        self.clock.advance(RETENTION + timedelta(minutes=2))
+        self._pass_time(self.clock.now() + RETENTION + timedelta(minutes=2))
         node = self.nodes[0]
         while not node.engine.leader.step():
-            self.clock.advance(LEADER_LEASE)
+            self._pass_time(self.clock.now() + LEADER_LEASE)
         while node.engine.maintenance.step():
             pass
         self._check_step(everything=True)

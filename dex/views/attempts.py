@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dex.app.facade.steps import RETRYING, RUNNING, ActivityStep
+from dex.app.facade.steps import RETRYING, RUNNING, UNKNOWN, ActivityStep
 from dex.app.ports.store import FailedAttempt
 from dex.domain.values import describe_failure
 from dex.views.render import iso, jsonable, shorten, show_time, table
@@ -28,11 +28,14 @@ def attempts_text(step: ActivityStep) -> str:
 
 
 def when_text(step: ActivityStep) -> str:
-    """What comes next for a live step: its next retry, or its attempt's lease."""
+    """What comes next for a live step: its next retry, or its attempt's lease; for a step of a
+    page whose outcome was not read, that it lies further on."""
     if step.status == RETRYING and step.next_retry_at is not None:
         return f"next retry at {show_time(step.next_retry_at, millis=True)}"
     if step.status == RUNNING and step.lease_expires_at is not None:
         return f"lease until {show_time(step.lease_expires_at, millis=True)}"
+    if step.status == UNKNOWN:
+        return "its outcome, if any, lies further in the history than was read"
     return ""
 
 

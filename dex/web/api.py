@@ -1,5 +1,5 @@
-"""The JSON API of runs under ``/v1`` (docs/reference/contract.md §12): list, get, history, start, cancel, suspend,
-resume, fork and send an event. Queues and schedules are :mod:`dex.web.api_admin`.
+"""The JSON API of runs under ``/v1`` (docs/reference/contract.md §12): list, get, history, activity steps, start,
+cancel, suspend, resume, fork and send an event. Queues and schedules are :mod:`dex.web.api_admin`.
 
 Reads go through the store's ports and are shown as the command line shows them (payloads
 decoded without the workflows' type hints; :mod:`dex.web.listing`); changes go through the
@@ -14,7 +14,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from dex.app.facade.steps import activity_steps
+from dex.app.facade.steps import steps_in
+from dex.domain import events as ev
 from dex.domain.definitions import Signature
 from dex.domain.errors import NotRegisteredError
 from dex.views.attempts import step_json
@@ -26,6 +27,11 @@ from dex.web.openapi import KEY, LABELS, NAME, PRIORITY, QUEUE_NAME, STATUSES, T
 from dex.web.operations import Operation, Param, blocking, json
 
 MAX_HISTORY_PAGE = 10_000  # events in one page of a history
+MAX_STEPS_PAGE = 500  # activity steps in one page of them
+DEFAULT_STEPS_PAGE = 100
+# the events one page of activity steps reads to find them (their outcomes are read after
+# those: steps_in); a page of a run with few steps among many events may hold fewer than asked
+STEPS_READ = 5_000
 RUN_ID = Param(name="run_id", where="path", description="The run's id")
 STRING = {"type": "string"}
 RUN = {"$ref": "#/components/schemas/Run"}
@@ -85,17 +91,43 @@ async def list_runs(request: Request, web: Any) -> Response:
 
 
 async def get_run(request: Request, web: Any) -> Response:
-    return json(await blocking(run_details, web, run_id(request)))
+    """The run: one row (its activity steps are a paged call of their own, :func:`activity_steps`)."""
+    return json(run_document(await blocking(web.record, run_id(request))))
 
 
-def run_details(web: Any, run_id: str) -> dict[str, Any]:
-    """A run with its activity steps and their attempts (the store's attempts read before the
-    history, as ``Engine.activity_steps`` reads them)."""
-    document = run_document(web.record(run_id))
-    kept = web.store.step_attempts(run_id)
-    history = web.store.load_history(run_id)
-    document["activity_steps"] = [step_json(step) for step in activity_steps(history, kept)]
-    return document
+async def activity_steps(request: Request, web: Any) -> Response:
+    params = request.query_params
+    after = inputs.optional_integer(params, "after", 0, inputs.MAX_SEQ) or 0
+    limit = inputs.optional_integer(params, "limit", 1, MAX_STEPS_PAGE) or DEFAULT_STEPS_PAGE
+    return json(await blocking(steps_page, web, run_id(request), after, limit))
+
+
+def steps_page(web: Any, run_id: str, after: int, limit: int) -> dict[str, Any]:
+    """At most ``limit`` of the run's activity steps scheduled after event ``after``, with their
+    attempts, found among at most :data:`STEPS_READ` events after it, and ``next_after`` (null
+    once the history is read to its end). Bounded reads only, whatever the history's length;
+    each step's outcome is looked for as :func:`~dex.app.facade.steps.steps_in` does, at most
+    :data:`~dex.app.facade.steps.MAX_ENDINGS_READ` events on."""
+    record = web.record(run_id)  # an unknown run is a 404
+    read = min(STEPS_READ, 4 * limit + 4)  # four events a step, when each is awaited in turn: one read
+    stretch = web.store.load_history_after(run_id, after, read)
+    if len(stretch) == read < STEPS_READ and _scheduled(stretch) < limit:
+        stretch += web.store.load_history_after(run_id, stretch[-1].sequence_number, STEPS_READ - read)
+        read = STEPS_READ
+    created = [item.sequence_number for item in stretch if isinstance(item.event, ev.ActivityTaskCreated)]
+    # as many events as were asked for: the history may go on after them
+    next_after = stretch[-1].sequence_number if len(stretch) == read else None
+    following: list[ev.HistoryEvent] = []
+    if len(created) > limit:  # the page ends at its last step; the next begins after it
+        next_after = created[limit - 1]
+        cut = next(i for i, item in enumerate(stretch) if item.sequence_number > next_after)
+        stretch, following = stretch[:cut], stretch[cut:]  # the rest read holds outcomes of its steps
+    steps = steps_in(web.store, run_id, stretch, record.status.is_terminal, following=following) if stretch else []
+    return {"activity_steps": [step_json(step) for step in steps], "next_after": next_after}
+
+
+def _scheduled(stretch: list[ev.HistoryEvent]) -> int:
+    return sum(isinstance(item.event, ev.ActivityTaskCreated) for item in stretch)
 
 
 async def history(request: Request, web: Any) -> Response:
@@ -253,9 +285,45 @@ def operations(workflows: Mapping[str, Signature] | None = None) -> list[Operati
             method="GET",
             path="/v1/runs/{run_id}",
             handler=get_run,
-            summary="A run, with its activity steps and their attempts (count, newest failures, next retry)",
+            summary="A run (its activity steps and their attempts: GET /v1/runs/{run_id}/activity-steps)",
             params=(RUN_ID,),
-            response={"$ref": "#/components/schemas/RunDetails"},
+            response=RUN,
+        ),
+        Operation(
+            method="GET",
+            path="/v1/runs/{run_id}/activity-steps",
+            handler=activity_steps,
+            summary="A run's activity steps, oldest first, and their attempts (count, newest failures, next "
+            "retry); paged with limit and after. A page reads a bounded stretch of the history: it may hold "
+            "fewer steps than asked for, even none, with next_after set; follow next_after until it is null",
+            params=(
+                RUN_ID,
+                Param(
+                    name="after",
+                    schema={"type": "integer", "minimum": 0, "maximum": inputs.MAX_SEQ},
+                    description="Only steps scheduled after this sequence number (next_after of the previous page)",
+                ),
+                Param(
+                    name="limit",
+                    schema={"type": "integer", "minimum": 1, "maximum": MAX_STEPS_PAGE, "default": DEFAULT_STEPS_PAGE},
+                    description="At most this many steps",
+                ),
+            ),
+            response={
+                "type": "object",
+                "properties": {
+                    "activity_steps": {"type": "array", "items": {"$ref": "#/components/schemas/ActivityStep"}},
+                    "next_after": {
+                        "type": ["integer", "null"],
+                        "description": "after for the next page; null when the history has been read to its end",
+                    },
+                },
+            },
+            links=links(
+                (("NextPage", "GET", "/v1/runs/{run_id}/activity-steps"),),
+                query={"after": "$response.body#/next_after"},
+                run_id="$request.path.run_id",
+            ),
         ),
         Operation(
             method="GET",

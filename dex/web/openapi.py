@@ -98,7 +98,8 @@ SCHEMAS: dict[str, Any] = {
     },
     "ActivityStep": {
         "type": "object",
-        "description": "an activity step of the run (its ActivityTaskCreated is event seq) and its attempts",
+        "description": "an activity step of the run (its ActivityTaskCreated is event seq) and its attempts; "
+        "status unknown: its task is gone and its outcome, if any, lies further in the history than a page reads",
         "required": ["seq", "name", "status", "attempts", "failed", "lost", "recent_failures"],
         "properties": {
             "seq": {"type": "integer"},
@@ -175,14 +176,6 @@ SCHEMAS: dict[str, Any] = {
         },
     },
 }
-# a run as GET /v1/runs/{run_id} answers: the run, and its activity steps with their attempts
-SCHEMAS["RunDetails"] = {
-    "type": "object",
-    "properties": {
-        **SCHEMAS["Run"]["properties"],
-        "activity_steps": {"type": "array", "items": {"$ref": "#/components/schemas/ActivityStep"}},
-    },
-}
 # each status an operation can answer with an error, and the error types it then carries
 ERRORS: dict[int, tuple[str, list[str] | None]] = {
     400: (
@@ -243,6 +236,7 @@ def links(
 RUN_TARGETS = (
     ("GetRun", "GET", "/v1/runs/{run_id}"),
     ("GetHistory", "GET", "/v1/runs/{run_id}/history"),
+    ("GetActivitySteps", "GET", "/v1/runs/{run_id}/activity-steps"),
     ("Cancel", "POST", "/v1/runs/{run_id}/cancel"),
     ("Suspend", "POST", "/v1/runs/{run_id}/suspend"),
     ("Resume", "POST", "/v1/runs/{run_id}/resume"),

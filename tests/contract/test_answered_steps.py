@@ -21,6 +21,7 @@ import pytest
 import dex
 from dex.app.ports.store import AnsweredStep, StoreRejectedError
 from dex.app.runtime import coordination as co
+from dex.app.runtime.options import RuntimeOptions
 from dex.domain import events as ev
 
 attempts: list[int] = []
@@ -158,9 +159,13 @@ class Answers:
         return write
 
 
-def _started(make_engine: Any, **fail: Any) -> tuple[dex.Engine, Answers]:
+def _started(
+    make_engine: Any, runtime_options: RuntimeOptions | None = None, **fail: Any
+) -> tuple[dex.Engine, Answers]:
     attempts.clear()
-    engine: dex.Engine = make_engine(WORKFLOWS, ACTIVITIES, poll_interval=0.01, inline_activity_seconds=0)
+    engine: dex.Engine = make_engine(
+        WORKFLOWS, ACTIVITIES, poll_interval=0.01, inline_activity_seconds=0, runtime_options=runtime_options
+    )
     answers = Answers(engine.store, **fail)
     engine.start()
     return engine, answers
@@ -194,10 +199,12 @@ def test_an_answered_step_frees_no_room_in_a_workflow_queue(make_engine: Any) ->
     """Only a workflow task of a queue, written, is room for the next one there: under load it
     ends the scheduler's batch window early. An answered step took no slot, so its write ends no
     window (it did for each one, and the scheduler's rounds came per flush instead of per window)."""
-    engine, answers = _started(make_engine)
     room: list[object] = []
-    engine._background.coordinator.observe = lambda event, _commands: (
-        room.append(event) if isinstance(event, co.TaskWritten) else None
+    engine, answers = _started(
+        make_engine,
+        RuntimeOptions(
+            observe=lambda event, _commands: room.append(event) if isinstance(event, co.TaskWritten) else None
+        ),
     )
     run_ids = [engine.start_workflow(steps, 4) for _ in range(5)]
     assert [engine.wait(run_id, timeout=20) for run_id in run_ids] == [4] * 5

@@ -169,7 +169,7 @@ def test_a_dead_engine_thread_is_logged_counted_and_replaced(
             died.append(name)
 
     engine.telemetry.attach(Sink())  # type: ignore[arg-type]
-    (worker,) = [t for t in engine._background.threads if t.name == "dex-activity-worker"]
+    (worker,) = [t for t in engine.runtime.threads if t.name == "dex-activity-worker"]
 
     broken = [SystemExit("a bug in the loop's own wait")]
 
@@ -189,6 +189,6 @@ def test_a_dead_engine_thread_is_logged_counted_and_replaced(
         threading.Event().wait(0.02)
     assert died == ["dex-activity-worker"]
     assert any("dex-activity-worker" in r.getMessage() for r in caplog.records if r.levelno == logging.CRITICAL)
-    (fresh,) = [t for t in engine._background.threads if t.name == "dex-activity-worker"]
+    (fresh,) = [t for t in engine.runtime.threads if t.name == "dex-activity-worker"]
     assert fresh is not worker
     _assert_still_healthy(engine)

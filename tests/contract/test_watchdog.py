@@ -200,6 +200,6 @@ def test_a_stalled_task_no_longer_holds_up_its_round_and_is_written_if_it_ends_i
 def test_the_deadline_is_at_most_half_the_workflow_task_lease(make_engine: Any) -> None:
     engine: dex.Engine = make_engine([healthy], [quick], workflow_task_lease=timedelta(seconds=4))
     engine.start()
-    started = engine._background.started
+    started = engine.runtime.started
     watchdog = started.watchdog if started is not None else None
     assert watchdog is not None and watchdog.deadline == 2.0 and watchdog.stall == 0.5

@@ -396,6 +396,10 @@ def test_the_simulated_nodes_run_the_started_engines_rounds_with_eager_dispatch_
             report = simulator.run()
             dispatched = {k: v + sum(n.dispatched[k] for n in simulator.nodes) for k, v in dispatched.items()}
             kinds.update(line.split()[3].rstrip(":") for line in report.trace)
+            # armed as a start arms an engine: a watchdog watches each node's workflow code (and,
+            # on the virtual clock, never finds any running long)
+            assert all(n.engine.runtime.watchdog is not None for n in simulator.nodes)
         assert dispatched["activity"] > 0 and dispatched["workflow"] > 0, (inline, dispatched)
         assert {"scheduler", "workflows", "activities", "flush-workflows", "flush-activities"} <= kinds
+        assert "watchdog" not in kinds
         assert inline or "run-attempt" in kinds

@@ -146,13 +146,13 @@ def test_starts_and_transitions_are_calls_in_flight() -> None:
 
 
 def _window_left(engine: dex.Engine, key: str) -> float:
-    coordinator = engine._background.coordinator
+    coordinator = engine.runtime.coordinator
     return co.window_left(coordinator.settings, coordinator.state, key, time.monotonic())
 
 
 def _worked(engine: dex.Engine, key: str) -> None:
     """As a round of ``key`` that found work does: its window begins."""
-    coordinator = engine._background.coordinator
+    coordinator = engine.runtime.coordinator
     coordinator.state = co._worked(coordinator.state, key, time.monotonic())
 
 
@@ -161,9 +161,9 @@ def test_a_scheduler_round_that_made_tasks_lets_the_worker_claim_them_at_once() 
     _worked(engine, "workflow")  # a claim just found work
     assert _window_left(engine, "workflow") > 50
     engine.start_workflow(quick)
-    assert engine._background.rounds.scheduler() == 0.0  # it made a task: straight back
+    assert engine.runtime.rounds.scheduler() == 0.0  # it made a task: straight back
     assert _window_left(engine, "workflow") == 0.0  # the round's tasks are the batch: no wait
-    assert "workflow" in engine._background.coordinator.state.wanted  # and the worker claims them
+    assert "workflow" in engine.runtime.coordinator.state.wanted  # and the worker claims them
 
 
 def test_a_written_task_hurries_a_scheduler_inside_its_window() -> None:

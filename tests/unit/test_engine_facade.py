@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import random
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -56,6 +57,31 @@ _FORK = (("run_id", _POS, _NONE), ("at", _POS, None), ("queue", _POS, None))
 _WAIT = (("run_id", _POS, _NONE), ("timeout", _POS, None))
 
 PUBLIC_CALLS: dict[str, tuple[Any, ...]] = {
+    "__init__": (
+        ("adapter", _POS, _NONE),
+        ("workflows", _POS, ()),
+        ("activities", _POS, ()),
+        ("schedules", _KW, ()),
+        ("node_id", _KW, None),
+        ("converter", _KW, None),
+        ("max_payload_size", _KW, None),
+        ("activity_concurrency", _KW, 64),
+        ("poll_interval", _KW, 0.05),
+        ("workflow_task_lease", _KW, timedelta(seconds=10)),
+        ("activity_lease", _KW, timedelta(seconds=30)),
+        ("leader_lease", _KW, timedelta(seconds=15)),
+        ("retention", _KW, timedelta(days=7)),
+        ("rng", _KW, None),
+        ("executor_cache_size", _KW, 1000),
+        ("tracing", _KW, None),
+        ("inline_activity_seconds", _KW, 0.005),
+        ("chained_activity_seconds", _KW, 0.1),
+        ("batch_window", _KW, 0.05),
+        ("workflow_task_deadline", _KW, 5.0),
+        ("code_version", _KW, None),
+        ("on_nondeterminism", _KW, "hold"),
+        ("runtime_options", _KW, None),  # for simulations and tests (dex.app.runtime.options)
+    ),
     "start_workflow": _START,
     "start_by_name": (
         ("name", _POS, _NONE),

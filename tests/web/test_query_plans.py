@@ -109,6 +109,8 @@ def test_pages_and_api_calls_never_scan_the_runs_table_whole(monkeypatch: pytest
                     f"/v1/runs/{done}/history",
                     f"/v1/runs/{done}/history?limit=2&after=1",  # a page: Store.load_history_after
                     f"/runs/{done}?from=3",
+                    f"/v1/runs/{done}",
+                    f"/v1/runs/{done}/activity-steps?limit=1",  # Store.step_attempts of the page's steps
                 ):
                     assert http.get(url).status_code == 200, url
         finally:

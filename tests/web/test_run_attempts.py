@@ -1,4 +1,4 @@
-"""The run page and ``GET /v1/runs/{run_id}`` show each activity step's attempts, on both
+"""The run page and ``GET /v1/runs/{run_id}/activity-steps`` show each activity step's attempts, on both
 adapters: how many began, the newest failures with their times, the next retry of a step
 still retrying; hostile failure texts are shown as text."""
 
@@ -41,7 +41,9 @@ def test_the_run_page_and_the_api_show_the_attempts_of_a_retried_step(make_engin
         assert "&lt;script&gt;alert(2)&lt;/script&gt; nul \\x00 timed out" in row  # text, not markup
         assert "<script>alert" not in page
         assert "(attempt 3)" in page  # the timeline's bar says the step took three attempts
-        document = http.get(f"/v1/runs/{run_id}").json()
+        document = http.get(f"/v1/runs/{run_id}/activity-steps").json()
+        assert "activity_steps" not in http.get(f"/v1/runs/{run_id}").json()  # one row: steps are paged
+    assert document["next_after"] is None  # the history was read to its end
     (step,) = document["activity_steps"]
     assert (step["seq"], step["name"], step["status"]) == (4, "web-gateway", "completed")
     assert (step["attempts"], step["failed"], step["lost"], step["next_retry_at"]) == (3, 2, 0, None)
@@ -58,6 +60,6 @@ def test_a_step_still_retrying_shows_its_next_retry(make_engine: Any, clock: Any
         row = http.get(f"/runs/{run_id}").text.split('<tr id="step-4">', 1)[1].split("</tr>", 1)[0]
         assert "retrying" in row and "1 attempt (1 failed)" in row
         assert f"next retry at {due.strftime('%Y-%m-%dT%H:%M:%S')}.000Z" in row
-        (step,) = http.get(f"/v1/runs/{run_id}").json()["activity_steps"]
+        (step,) = http.get(f"/v1/runs/{run_id}/activity-steps").json()["activity_steps"]
     assert (step["status"], step["attempts"], step["failed"]) == ("retrying", 1, 1)
     assert step["next_retry_at"] is not None and step["next_retry_at"].startswith(due.strftime("%Y-%m-%dT%H:%M:%S"))

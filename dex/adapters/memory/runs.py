@@ -9,13 +9,13 @@ Part of :class:`dex.adapters.memory.InMemoryAdapter`.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import RunRow
-from dex.app.ports.store import WORKFLOW, Claim, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
+from dex.app.ports.store import WORKFLOW, Claim, Loaded, RunFilter, RunRecord, StepEndings, WorkflowInput, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus, requested
@@ -96,6 +96,31 @@ class MemoryRuns:
             history = row.history
             start = bisect_right(history, after_seq, key=lambda item: item.sequence_number)
             return list(history[start : start + max(limit, 0)])
+
+    def history_bounds(self, run_id: str) -> tuple[int, int]:
+        storable.text(run_id, "run_id")
+        with self._state.lock:
+            row = self._state.runs.get(run_id)
+            if row is None:
+                raise RunNotFoundError(f"no run with id {run_id!r}")
+            return row.history[0].sequence_number, row.history[-1].sequence_number
+
+    def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
+        wanted = frozenset(created_seqs)
+        with self._state.lock:
+            row = self._state.runs.get(run_id)
+            if row is None:
+                return StepEndings()
+            history = row.history
+            start = bisect_right(history, after_seq, key=lambda item: item.sequence_number)
+            read = history[start : start + max(limit, 0)]
+        found = tuple(
+            item
+            for item in read
+            if isinstance(item.event, (ev.ActivityTaskCompleted, ev.ActivityTaskFailed))
+            and item.event.created_seq in wanted
+        )
+        return StepEndings(events=found, complete=len(read) < limit or len(found) == len(wanted))
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         storable.text(run_id, "run_id")

@@ -45,6 +45,7 @@ from dex.app.ports.store import (
     RunFilter,
     RunRecord,
     StepAttempts,
+    StepEndings,
     TransactionStep,
     WorkflowInput,
     WorkflowTask,
@@ -110,6 +111,9 @@ class InMemoryAdapter:
 
     def load_history_after(self, run_id: str, after_seq: int, limit: int) -> list[ev.HistoryEvent]:
         return self._runs.load_history_after(run_id, after_seq, limit)
+
+    def history_bounds(self, run_id: str) -> tuple[int, int]:
+        return self._runs.history_bounds(run_id)
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         self._runs.send_message(run_id, message, now)
@@ -190,8 +194,11 @@ class InMemoryAdapter:
     ) -> list[ActivityTask]:
         return self._tasks.claim_activity_tasks(names, owner, now, lease, limit)
 
-    def step_attempts(self, run_id: str) -> list[StepAttempts]:
-        return self._tasks.step_attempts(run_id)
+    def step_attempts(self, run_id: str, created_seqs: Collection[int] | None = None) -> list[StepAttempts]:
+        return self._tasks.step_attempts(run_id, created_seqs)
+
+    def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
+        return self._runs.step_endings(run_id, created_seqs, after_seq, limit)
 
     def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
         return self._tasks.find_activity_tasks(task_ids)

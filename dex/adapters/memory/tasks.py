@@ -295,7 +295,7 @@ class MemoryTasks:
                 claimed.append(task.claimed())
             return claimed
 
-    def step_attempts(self, run_id: str) -> list[StepAttempts]:
+    def step_attempts(self, run_id: str, created_seqs: Collection[int] | None = None) -> list[StepAttempts]:
         with self._state.lock:
             steps = dict(self._state.attempts.get(run_id, {}))
             for row in self._state.activity_tasks.values():
@@ -303,7 +303,8 @@ class MemoryTasks:
                     continue
                 known = steps.get(row.created_seq, StepAttempts(created_seq=row.created_seq))
                 steps[row.created_seq] = attrs.evolve(known, pending=_pending(row))
-            return [steps[seq] for seq in sorted(steps)]
+            wanted = steps.keys() if created_seqs is None else frozenset(created_seqs)
+            return [steps[seq] for seq in sorted(steps) if seq in wanted]
 
     def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
         with self._state.lock:

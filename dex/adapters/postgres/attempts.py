@@ -13,12 +13,13 @@ writes of one step's row never race, and the rows are written in the task rows' 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from dex.adapters.postgres import arrays
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.attempts import FAILED, LOST, MAX_RECENT_ATTEMPTS, lost_attempt
 from dex.app.ports.store import ActivityOutcome, FailedAttempt, PendingAttempt, StepAttempts
@@ -89,18 +90,23 @@ def _failures(
     )
 
 
-def step_attempts(conn: psycopg.Connection, q: Statements, run_id: str) -> list[StepAttempts]:
-    """The run's steps with a task or a failed or lost attempt, by ``created_seq``: one
-    statement, so the attempts kept and the tasks are read in one snapshot."""
+def step_attempts(
+    conn: psycopg.Connection, q: Statements, run_id: str, created_seqs: Collection[int] | None = None
+) -> list[StepAttempts]:
+    """The run's steps (or those of ``created_seqs``) with a task or a failed or lost attempt,
+    by ``created_seq``: one statement, so the attempts kept and the tasks are read in one
+    snapshot. The attempts are found on their primary key; the tasks on ``run_id`` (with the
+    step numbers, a page's steps read only their rows)."""
+    only = "" if created_seqs is None else " AND created_seq = ANY(%(seqs)b::integer[])"
     rows = conn.execute(
         q(
             "SELECT coalesce(a.created_seq, t.created_seq), a.failed, a.lost, a.next_attempt, a.attempts, a.kinds,"
             " a.at, a.failures, t.attempt, t.state, t.visible_from, t.locked_by, t.locked_until"
-            " FROM (SELECT * FROM {s}.activity_attempts WHERE run_id = %(run)s) a FULL JOIN"
+            " FROM (SELECT * FROM {s}.activity_attempts WHERE run_id = %(run)s" + only + ") a FULL JOIN"
             " (SELECT created_seq, attempt, state, visible_from, locked_by, locked_until FROM {s}.activity_tasks"
-            "  WHERE run_id = %(run)s) t ON a.created_seq = t.created_seq"
+            "  WHERE run_id = %(run)s" + only + ") t ON a.created_seq = t.created_seq"
         ),
-        {"run": run_id},
+        {"run": run_id, "seqs": arrays.int4s(sorted({n for n in created_seqs or () if 0 < n < 2**31}))},
     ).fetchall()
     steps = []
     for seq, failed, lost, next_attempt, numbers, kinds, at, failures, attempt, state, visible, owner, until in rows:

@@ -14,7 +14,7 @@ The tables hold no foreign keys (migration 3): these locks are what keep a run's
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 import attrs
@@ -35,12 +35,22 @@ from dex.adapters.postgres.rows import (
     run_record,
 )
 from dex.adapters.postgres.schema import LIVE, LOCK_SCHEDULE_WORKFLOWS, TERMINAL, Statements
-from dex.app.ports.store import WORKFLOW, Claim, Lease, Loaded, RunFilter, RunRecord, WorkflowInput, WorkflowTask
+from dex.app.ports.store import (
+    WORKFLOW,
+    Claim,
+    Lease,
+    Loaded,
+    RunFilter,
+    RunRecord,
+    StepEndings,
+    WorkflowInput,
+    WorkflowTask,
+)
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus, requested
 from dex.domain.task import InboxMessage
-from dex.serialization.history import decode_block
+from dex.serialization.history import decode_block, step_endings_in_block
 
 
 @attrs.frozen(kw_only=True)
@@ -312,6 +322,21 @@ def load_history_after(conn: psycopg.Connection, q: Statements, run_id: str, aft
     return [row[0] for row in rows]
 
 
+def history_bounds(conn: psycopg.Connection, q: Statements, run_id: str) -> tuple[int, int]:
+    """The first and last sequence numbers of the run's history: its first and last block, each
+    found on the primary key ``(run_id, first_seq)``."""
+    row = conn.execute(
+        q(
+            "SELECT (SELECT first_seq FROM {s}.history WHERE run_id = %(run)s ORDER BY first_seq LIMIT 1),"
+            " (SELECT last_seq FROM {s}.history WHERE run_id = %(run)s ORDER BY first_seq DESC LIMIT 1)"
+        ),
+        {"run": run_id},
+    ).fetchone()
+    if row is None or row[0] is None:  # every run has at least RunCreated
+        raise RunNotFoundError(f"no run with id {run_id!r}")
+    return int(row[0]), int(row[1])
+
+
 def _live_status(conn: psycopg.Connection, q: Statements, run_id: str, lock: str) -> RunStatus:
     row = conn.execute(q("SELECT status FROM {s}.runs WHERE run_id = %s " + lock), [run_id]).fetchone()
     if row is None:
@@ -460,6 +485,32 @@ class PostgresRuns:
             encoded = load_history_after(conn, self._q, run_id, after_seq, limit)
         events = (event for data in encoded for event in decode_block(data))
         return [event for event in events if event.sequence_number > after_seq][:limit]
+
+    def history_bounds(self, run_id: str) -> tuple[int, int]:
+        with self._db.statement() as conn:
+            return history_bounds(conn, self._q, run_id)
+
+    def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
+        """One read of the blocks that hold the ``limit`` events after ``after_seq`` (the
+        history is stored as blocks of events, indexed by their sequence numbers only, so a
+        step's outcome is found by reading the events after it); of those events only the
+        outcomes sought become domain events."""
+        wanted = frozenset(created_seqs)
+        if not wanted or limit <= 0:
+            return StepEndings(complete=not wanted)
+        after_seq, limit = max(-1, min(after_seq, 2**62)), min(limit, 2**31)
+        try:
+            with self._db.statement() as conn:
+                encoded = load_history_after(conn, self._q, run_id, after_seq, limit)
+        except RunNotFoundError:
+            return StepEndings()
+        found: list[ev.HistoryEvent] = []
+        read = 0
+        for data in encoded:
+            endings, counted = step_endings_in_block(data, wanted, after_seq, limit - read)
+            found.extend(endings)
+            read += counted
+        return StepEndings(events=tuple(found), complete=read < limit or len(found) == len(wanted))
 
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         with self._db.transaction() as conn:

@@ -97,9 +97,9 @@ class PostgresActivityTasks:
         with self._db.transaction() as conn:
             return activity_tasks.schedule_activity_tasks(conn, self._q, now, limit)
 
-    def step_attempts(self, run_id: str) -> list[StepAttempts]:
+    def step_attempts(self, run_id: str, created_seqs: Collection[int] | None = None) -> list[StepAttempts]:
         with self._db.statement() as conn:
-            return attempts.step_attempts(conn, self._q, run_id)
+            return attempts.step_attempts(conn, self._q, run_id, created_seqs)
 
     def claim_activity_tasks(
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int

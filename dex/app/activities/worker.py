@@ -57,6 +57,7 @@ class ActivityWorker:
         lease: timedelta = DEFAULT_ACTIVITY_LEASE,
         answered: Callable[[ActivityOutcome], bool] | None = None,
         completed_directly: Callable[[], None] | None = None,
+        durations: Durations | None = None,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
         self.leases = ActivityLeases(lease)  # the attempts this worker runs under a lease
@@ -68,7 +69,8 @@ class ActivityWorker:
         self._failed, self._retry_or_fail = retries.failed, retries.retry_or_fail
         self.timed_out, self.given_back = retries.timed_out, retries.given_back
         self._keeper = LeaseKeeper(store, buffer, self.leases, self.timed_out)
-        self.durations = Durations()
+        # how long recent attempts took (what runs inline); a simulation passes fixed ones
+        self.durations = durations if durations is not None else Durations()
         self._transactions = TransactionAttempts(
             store, converter, async_runner.run, self._failed, self.durations.record, self.given_back
         )

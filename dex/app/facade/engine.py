@@ -34,7 +34,6 @@ from dex.app.facade.steps import ActivityStep
 from dex.app.machinery.buffer import ResultBuffer
 from dex.app.machinery.threads import Foreground
 from dex.app.ports.engines import EngineInfo
-from dex.app.ports.ids import new_run_id
 from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store
 from dex.app.ports.telemetry import TelemetryHub
 from dex.app.ports.tracing import NoTracing, Tracing
@@ -42,6 +41,7 @@ from dex.app.runtime.assembly import SCHEDULER, Runtime, timing
 from dex.app.runtime.health import EngineHealth
 from dex.app.runtime.leader import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.runtime.long_polls import LongPollGates, LongPolls
+from dex.app.runtime.options import RuntimeOptions
 from dex.app.runtime.registration import EngineRegistration
 from dex.app.schedules.calls import ScheduleAdmin, ScheduleCalls, drain_bound, drain_jump
 from dex.app.schedules.runner import ScheduleRunner
@@ -84,7 +84,11 @@ class Engine:
         workflow_task_deadline: float = 5.0,
         code_version: str | None = None,
         on_nondeterminism: str = "hold",
+        runtime_options: RuntimeOptions | None = None,
     ) -> None:
+        """``runtime_options`` is for simulations and tests: the clock, attempt pool, watchdog
+        and randomness of the runtime, and observers of its decisions
+        (:class:`dex.app.runtime.options.RuntimeOptions`; the default is production's)."""
         self.store = adapter
         self.registry = Registry(workflows, activities)
         self.node_id = validate_text(node_id, "node_id") if node_id else f"node-{uuid.uuid4()}"
@@ -134,10 +138,11 @@ class Engine:
         self._drain_lock = threading.Lock()
         inline = (inline_activity_seconds, chained_activity_seconds)
         inline_seconds, window, deadline = timing(inline, batch_window, workflow_task_deadline, workflow_task_lease)
-        self._queue_view = QueueView(adapter.activity_slots)
+        options = runtime_options if runtime_options is not None else RuntimeOptions()
+        self._queue_view = QueueView(adapter.activity_slots, ttl=options.slots_ttl)
         # the buffer, the workers and the threads of a started engine (Engine.start), built in
         # one place (dex.app.runtime.assembly)
-        self._background = Runtime(
+        self._runtime = Runtime(
             adapter,
             self.registry,
             self.converter,
@@ -164,6 +169,7 @@ class Engine:
             deadline=deadline,
             on_flushed=self._reads.flushed,  # wakes wait(): a run of ours may have just ended
             on_completed=self._reads.written,
+            options=options,
         )
         # the services the public calls delegate to
         self._starts = Starts(
@@ -174,7 +180,7 @@ class Engine:
             foreground=self.foreground,
             rng=self._rng,
             code_version=self.code_version,
-            create_run=self._create_run,
+            create_run=self._runtime.create_run,
             started=self._reads.started,
         )
         self._messages = RunMessages(
@@ -184,7 +190,7 @@ class Engine:
             send_message=self.buffer.send_message,
             nudge_scheduler=self._nudge_scheduler,
         )
-        self._queues = Queues(adapter, self._queue_view, queues_changed=self._background.queues_changed)
+        self._queues = Queues(adapter, self._queue_view, queues_changed=self._runtime.queues_changed)
         self._schedule_calls = ScheduleCalls(
             ScheduleAdmin(adapter, self._rng, self.code_version),
             self.schedules,
@@ -207,25 +213,7 @@ class Engine:
             adapter.ensure_queue(activity.queue, "activity")
 
     def _nudge_scheduler(self) -> None:
-        self._background.nudge(SCHEDULER)
-
-    def _create_run(self, created: ev.RunCreated) -> str:
-        """Create the run; on a started engine, claim its first workflow task at once if it may
-        be scheduled straight away (else the scheduler creates it, and wakes a worker)."""
-        dispatch = self.buffer.dispatch if self.buffer.background else None
-        claim = dispatch.start_claim() if dispatch is not None else None
-        if dispatch is None or claim is None:
-            run_id = self.store.create_run(new_run_id(), created, self.store.clock.now())
-            self._background.nudge(SCHEDULER)
-            return run_id
-        now = self.store.clock.now()
-        run_id, claimed, loaded = self.store.create_run_then_claim(new_run_id(), created, now, claim)
-        if claimed:
-            self.telemetry.tasks_claimed("workflow", len(claimed))
-            dispatch.workflows_claimed(claimed, loaded, now)
-        else:
-            self._background.nudge(SCHEDULER)
-        return run_id
+        self._runtime.nudge(SCHEDULER)
 
     # -- runs ---------------------------------------------------------------------------------
     def start_workflow(
@@ -320,7 +308,9 @@ class Engine:
 
     def activity_steps(self, run_id: str) -> list[ActivityStep]:
         """The run's activity steps, oldest first, each with its attempts: how many began, the
-        newest failed or lost ones, and while it retries, when the next may begin."""
+        newest failed or lost ones, and while it retries, when the next may begin. It reads the
+        run's whole history, as ``history`` does: a call about one run (the dashboard and
+        ``GET /v1/runs/{run_id}/activity-steps`` read a page of it at a time)."""
         return self._reads.activity_steps(run_id)
 
     def export_history(self, run_id: str) -> bytes:
@@ -544,14 +534,14 @@ class Engine:
         Metrics: ``dex.adapters.observability.prometheus.serve_metrics(engine, port)`` serves them
         (needs the ``metrics`` extra).
         """
-        if self._background.threads:
+        if self._runtime.threads:
             raise InvalidStateError("the engine is already started")
         self._registration.register()  # listed from now on (a store that fails: at the next heartbeat)
-        self._background.start()
+        self._runtime.start()
 
     def on_activity_work(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` (quick, never raising) when this engine makes activity tasks due."""
-        self._background.on_activity_work(listener)
+        self._runtime.on_activity_work(listener)
 
     def long_poll_gate(self, limit: int) -> LongPolls:
         """A gate of ``limit`` long polls for a remote-worker service over this engine
@@ -559,19 +549,25 @@ class Engine:
         return self._long_polls.gate(limit)
 
     @property
+    def runtime(self) -> Runtime:
+        """The runtime that runs this engine's work (read-only; for simulations and tests:
+        its rounds, coordinator, threads and what a start lends, :mod:`dex.app.runtime.assembly`)."""
+        return self._runtime
+
+    @property
     def buffer(self) -> ResultBuffer:
         """The runtime's result buffer (read-only: the runtime owns it)."""
-        return self._background.buffer
+        return self._runtime.buffer
 
     @property
     def workflow_worker(self) -> WorkflowWorker:
         """The runtime's workflow worker (read-only: the runtime owns it)."""
-        return self._background.workflow_worker
+        return self._runtime.workflow_worker
 
     @property
     def activity_worker(self) -> ActivityWorker:
         """The runtime's activity worker (read-only: the runtime owns it)."""
-        return self._background.activity_worker
+        return self._runtime.activity_worker
 
     def health(self) -> EngineHealth:
         """The started engine's threads (by name: alive or dead; empty when not started; a dead
@@ -579,7 +575,7 @@ class Engine:
         clients hold: see :class:`dex.app.runtime.health.EngineHealth`."""
         long_polls_open, long_polls_limit = self._long_polls.figures()
         return EngineHealth(
-            threads=self._background.health(),
+            threads=self._runtime.health(),
             abandoned_executors=self.workflow_worker.closer.abandoned,
             interrupted_threads=self.workflow_worker.quarantine.interrupted_threads,
             quarantined_workflows=tuple(sorted(self.workflow_worker.quarantine.names)),
@@ -596,7 +592,7 @@ class Engine:
         and another worker runs them again once their leases lapse); what was buffered is
         written, so nothing acknowledged is lost.
         """
-        self._background.stop(timeout)
+        self._runtime.stop(timeout)
         self._registration.remove()
 
     def __enter__(self) -> Engine:

@@ -105,7 +105,10 @@ class RunReads:
     def activity_steps(self, run_id: str) -> list[ActivityStep]:
         """The run's activity steps with their attempts (:mod:`dex.app.facade.steps`). The
         attempts are read before the history: a step that ends between the two reads shows
-        ended (the history has its outcome), never as a step with no attempt."""
+        ended (the history has its outcome), never as a step with no attempt. It reads the
+        whole history and every step's attempts, deliberately: a call about one run that wants
+        all of it, whose outcomes may lie anywhere (the dashboard and the JSON API read a page
+        at a time instead: :func:`~dex.app.facade.steps.steps_in`)."""
         run_id = run_id_of(run_id)
         kept = self._store.step_attempts(run_id)
         history = self._store.load_history(run_id)

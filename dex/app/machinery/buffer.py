@@ -250,6 +250,17 @@ class ResultBuffer:
             return len(self._workflow_results) + len(self._messages)
         return len(self)
 
+    def pending_outcomes(self) -> list[ActivityOutcome]:
+        """The activity outcomes waiting to be written, oldest first (a copy: the simulator
+        reads what a crash loses)."""
+        with self._lock:
+            return list(self._activity_outcomes)
+
+    def pending_results(self) -> list[tuple[WorkflowTask, WorkflowTaskResult]]:
+        """The workflow results waiting to be written, oldest first (a copy)."""
+        with self._lock:
+            return list(self._workflow_results)
+
     def flush(self, lane: str | None = None) -> int:
         """Write everything buffered (only ``lane``'s kinds, if given); return how many items
         were written (applied or not).

@@ -15,6 +15,7 @@ from datetime import datetime
 
 import attrs
 
+from dex.domain import events as ev
 from dex.domain.values import FailureInfo
 
 MAX_RECENT_ATTEMPTS = 5  # the failures kept per step, newest first
@@ -81,3 +82,16 @@ class StepAttempts:
 def recorded(recent: tuple[FailedAttempt, ...], attempt: FailedAttempt) -> tuple[FailedAttempt, ...]:
     """``recent`` with ``attempt`` in front, bounded to :data:`MAX_RECENT_ATTEMPTS`."""
     return (attempt, *recent)[:MAX_RECENT_ATTEMPTS]
+
+
+@attrs.frozen(kw_only=True)
+class StepEndings:
+    """The outcomes (``ActivityTaskCompleted``, ``ActivityTaskFailed``) of some activity steps
+    found in a bounded stretch of a run's history (``Store.step_endings``), oldest first.
+
+    ``complete`` says whether what was not found does not exist: every step asked about was
+    found, or the stretch read reached the end of the history. When False, a step not found may
+    have ended further on, beyond what was read."""
+
+    events: tuple[ev.HistoryEvent, ...] = ()
+    complete: bool = True

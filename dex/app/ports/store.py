@@ -17,6 +17,7 @@ from dex.app.ports.attempts import MAX_RECENT_ATTEMPTS as MAX_RECENT_ATTEMPTS
 from dex.app.ports.attempts import FailedAttempt as FailedAttempt
 from dex.app.ports.attempts import PendingAttempt as PendingAttempt
 from dex.app.ports.attempts import StepAttempts as StepAttempts
+from dex.app.ports.attempts import StepEndings as StepEndings
 from dex.app.ports.engines import EngineRegistry
 from dex.app.ports.schedules import ScheduleStore
 
@@ -234,6 +235,12 @@ class RunStore(Protocol):
         RunNotFoundError if there is no such run."""
         ...
 
+    def history_bounds(self, run_id: str) -> tuple[int, int]:
+        """The sequence numbers of the first and the last event of the run's stored history (one
+        generation, numbered consecutively: a page of it is found by arithmetic), read without
+        its events. RunNotFoundError if there is no such run."""
+        ...
+
     def send_message(self, run_id: str, message: ev.Message, now: datetime) -> None:
         """Put a message in a run's inbox. RunNotFoundError / InvalidStateError (terminal run)."""
         ...
@@ -389,12 +396,20 @@ class Maintenance(Protocol):
 
 
 class AttemptReads(Protocol):
-    def step_attempts(self, run_id: str) -> list[StepAttempts]:
+    def step_attempts(self, run_id: str, created_seqs: Collection[int] | None = None) -> list[StepAttempts]:
         """What the store knows of the attempts of the run's activity steps, by ``created_seq``:
         one record per step that has a task or a failed or lost attempt (a step whose only
         attempt succeeded has neither once its outcome is written: it had one attempt). A read
         only; nothing is written for an attempt that succeeds (:mod:`dex.app.ports.attempts`).
+        With ``created_seqs``, only those steps' (a page's steps, of a run with thousands).
         An unknown run has none."""
+        ...
+
+    def step_endings(self, run_id: str, created_seqs: Collection[int], after_seq: int, limit: int) -> StepEndings:
+        """The outcomes of the run's activity steps scheduled at ``created_seqs`` among the at most
+        ``limit`` events after ``after_seq``, reading those events and no others (the steps of a
+        page of a long history end anywhere after it: a bounded read finds most of them, and says
+        when some may lie beyond it). An unknown run has none (``complete``)."""
         ...
 
 

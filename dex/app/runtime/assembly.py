@@ -3,12 +3,15 @@
 
 :class:`Runtime` builds the write buffer, the workflow and activity workers, the coordinator
 (:mod:`dex.app.runtime.coordinator`, the one owner of the scheduling state) and the rounds, each from
-constructor parameters: nothing is set on a part once it is built. What exists only while the
-engine runs — the activity pool, the transaction steps' group threads, inline activities, the
-watchdog (:mod:`dex.app.machinery.watchdog`) — is made by :meth:`Runtime.arm` (from ``start()``, or the
-simulator with simulated parts) and lent to the workflow rounds as one value
-(:class:`~dex.app.workflows.worker.Started`); ``stop()`` drops it. The buffer's dispatch ("complete,
-then claim") is this runtime, active from ``arm`` to the end of ``stop``.
+constructor parameters: nothing is set on a part once it is built. What a simulation replaces —
+the clock, the attempt pool, the watchdog's interrupts, randomness, observers — comes in one
+value, :class:`~dex.app.runtime.options.RuntimeOptions`, with production defaults. What exists
+only while the engine runs — the activity pool, the transaction steps' group threads, inline
+activities, the watchdog (:mod:`dex.app.machinery.watchdog`) — is made by :meth:`Runtime.arm` (from
+``start()``, or the simulator, which then runs the rounds itself) and lent to the workflow
+rounds as one value (:class:`~dex.app.workflows.worker.Started`); ``stop()`` drops it. The
+buffer's dispatch ("complete, then claim") is this runtime, active from ``arm`` to the end of
+``stop``.
 
 Five threads — scheduler, workflow worker, activity worker, two flushers — plus the activity
 pool and the watchdog's. Each thread only calls one round of :mod:`dex.app.runtime.rounds` in a loop
@@ -31,14 +34,16 @@ from dex.app.activities.event_loop import AsyncRunner
 from dex.app.activities.worker import ActivityWorker
 from dex.app.definitions.registry import Registry
 from dex.app.machinery.buffer import ACTIVITY_LANE, WORKFLOW_LANE, ResultBuffer
-from dex.app.machinery.threads import AttemptPool, Foreground, Nudge, PollingThread, activity_pool
+from dex.app.machinery.threads import AttemptPool, Foreground, Nudge, PollingThread
 from dex.app.machinery.watchdog import Watchdog
+from dex.app.ports.ids import new_run_id
 from dex.app.ports.store import ActivityOutcome, ActivityTask, AnsweredStep, Claim, Loaded, Store, WorkflowTask
 from dex.app.ports.telemetry import TelemetryHub
 from dex.app.ports.tracing import Tracing
 from dex.app.runtime import coordinator as co
 from dex.app.runtime.coordinator import ACTIVITIES, SCHEDULER, WORKFLOWS
 from dex.app.runtime.leader import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
+from dex.app.runtime.options import ACTIVITY_BATCH, RuntimeOptions
 from dex.app.runtime.rounds import LocalDispatch, Rounds
 from dex.app.schedules.runner import ScheduleRunner
 from dex.app.workflows.inline import InlineActivities, QueueView
@@ -50,15 +55,7 @@ from dex.domain.task import WorkflowTaskResult
 
 log = logging.getLogger("dex.engine")
 
-# threads where transaction steps' groups run (dex.app.workflows.step_groups): two groups under way at
-# once keep the database busy while the workflow round decides (each holds a pooled connection);
-# measured, 2 beat 3 and 1 in three alternated pairs each (docs/decisions/transaction-steps-in-groups.md)
-GROUP_THREADS = 2
-
-# the most activity tasks one claim takes (the coordinator reserves pool slots for as many)
-ACTIVITY_BATCH = 16
-
-__all__ = ["ACTIVITIES", "SCHEDULER", "WORKFLOWS", "Runtime", "timing"]
+__all__ = ["ACTIVITIES", "SCHEDULER", "WORKFLOWS", "Runtime", "RuntimeOptions", "timing"]
 
 
 def timing(
@@ -129,7 +126,9 @@ class Runtime:
         deadline: float,
         on_flushed: Callable[[], None],
         on_completed: Callable[[str, str, ev.RunCompleted], None],
+        options: RuntimeOptions | None = None,
     ) -> None:
+        options = options if options is not None else RuntimeOptions()
         self.node_id, self.telemetry, self.leader = node_id, telemetry, leader
         self._store, self._registry = store, registry
         self._on_flushed, self._on_completed = on_flushed, on_completed
@@ -139,6 +138,7 @@ class Runtime:
         self._inline_seconds = inline_seconds
         self._deadline = deadline  # see dex.app.machinery.watchdog
         self._lease = workflow_task_lease
+        self._options = options
         # the threads' wake-up calls, one channel per polling thread (the flushers wait on the buffer)
         self._nudge = Nudge()
         self._wakes = {topic: self._nudge.channel(topic) for topic in (SCHEDULER, WORKFLOWS, ACTIVITIES)}
@@ -151,17 +151,16 @@ class Runtime:
         self._pool: AttemptPool | None = None
         self._groups: GroupThreads | None = None
         self._started: Started | None = None
-        self._await_on_loop = False  # see arm()
-        self._monotonic: Callable[[], float] = time.monotonic
+        self._monotonic = options.monotonic
         settings = co.Settings(
             poll_interval=poll_interval,
             window=window,
             activity_capacity=activity_concurrency,
-            activity_batch=ACTIVITY_BATCH,
+            activity_batch=options.activity_claim,
             workflow_batch=workflow_scheduler.batch_size,
             runs_activities=bool(registry.activities),
         )
-        self.coordinator = co.Coordinator(settings, wake=self._wake, run=self._run_activity)
+        self.coordinator = co.Coordinator(settings, wake=self._wake, run=self._run_activity, observe=options.observe)
         # the parts: each gets what it uses here; where two need each other (the buffer hands
         # the workers what completions claim, the workers add to the buffer), the buffer gets
         # this runtime's methods, which reach the part built after it
@@ -181,11 +180,14 @@ class Runtime:
             self.buffer,
             node_id,
             lease=workflow_task_lease,
+            batch_size=options.workflow_round,
             cache_size=executor_cache_size,
             telemetry=telemetry,
             tracing=tracing,
             holds_runs=holds_runs,
             foreground=foreground,
+            rng=options.jitter,
+            monotonic=options.monotonic,
         )
         self.activity_worker = ActivityWorker(
             store,
@@ -195,12 +197,13 @@ class Runtime:
             node_id,
             rng=rng,
             async_runner=async_runner,
-            batch_size=ACTIVITY_BATCH,
+            batch_size=max(ACTIVITY_BATCH, options.activity_claim),
             telemetry=telemetry,
             tracing=tracing,
             lease=activity_lease,
             answered=self._answer,  # one write per activity (dex.app.workflows.answers)
             completed_directly=self.queues_changed,  # a transaction step wrote its completion
+            durations=options.durations,
         )
         self._dispatch = LocalDispatch(
             self.coordinator,
@@ -210,19 +213,11 @@ class Runtime:
             wake_workflows=self._wakes[WORKFLOWS].set,
             idle_after=window,
             running=self._running,
+            handed=options.handed,
         )
-        self._loops = (store, leader, workflow_scheduler, activity_scheduler, maintenance, schedules)
-        self.rounds = self._rounds(time.monotonic, NOT_STARTED)
-
-    @property
-    def started(self) -> Started | None:
-        """What this start lends the workflow rounds (None while the engine does not run)."""
-        return self._started
-
-    def _rounds(self, monotonic: Callable[[], float], started: Started) -> Rounds:
-        """The rounds of one start (or of none: ``NOT_STARTED``), timed by ``monotonic``."""
-        store, leader, workflow_scheduler, activity_scheduler, maintenance, schedules = self._loops
-        return Rounds(
+        # the rounds the threads of every start run (the simulator runs them itself); what a
+        # start lends the workflow rounds they ask for at each round
+        self.rounds = Rounds(
             self.coordinator,
             store=store,
             leader=leader,
@@ -234,10 +229,26 @@ class Runtime:
             activity_worker=self.activity_worker,
             buffer=self.buffer,
             telemetry=self.telemetry,
-            poll_interval=self._poll_interval,
-            monotonic=monotonic,
-            started=started,
+            poll_interval=poll_interval,
+            monotonic=options.monotonic,
+            started=self._lent,
         )
+
+    @property
+    def started(self) -> Started | None:
+        """What this start lends the workflow rounds (None while the engine does not run)."""
+        return self._started
+
+    @property
+    def watchdog(self) -> Watchdog | None:
+        """This start's watchdog (None while the engine does not run): its thread steps it, or
+        the simulator does."""
+        started = self._started
+        return started.watchdog if started is not None else None
+
+    def _lent(self) -> Started:
+        started = self._started
+        return started if started is not None else NOT_STARTED
 
     # -- the buffer's dispatch ("complete, then claim": rounds.LocalDispatch) ----------------------
     def active(self) -> bool:
@@ -306,7 +317,24 @@ class Runtime:
         there; an answered step took no slot, so its write is not one of these)."""
         self.coordinator.handle(co.TaskWritten(self._monotonic()))
 
-    def inline_activities(self) -> InlineActivities | None:
+    def create_run(self, created: ev.RunCreated) -> str:
+        """Create the run; on a started engine, claim its first workflow task at once if it may
+        be scheduled straight away (else the scheduler creates it, and wakes a worker)."""
+        claim = self.start_claim() if self.active() else None
+        now = self._store.clock.now()
+        if claim is None:
+            run_id = self._store.create_run(new_run_id(), created, now)
+            self.nudge(SCHEDULER)
+            return run_id
+        run_id, claimed, loaded = self._store.create_run_then_claim(new_run_id(), created, now, claim)
+        if claimed:
+            self.telemetry.tasks_claimed("workflow", len(claimed))
+            self.workflows_claimed(claimed, loaded, now)
+        else:
+            self.nudge(SCHEDULER)
+        return run_id
+
+    def _inline_activities(self) -> InlineActivities | None:
         """The inline activities the engine's options ask for (None: none run inline)."""
         typical, chained = self._inline_seconds
         if typical <= 0:  # 0: nothing runs inline, chained or not
@@ -315,32 +343,34 @@ class Runtime:
             self.activity_worker, self._queue_view, self.node_id, typical, self._stopping, chained=chained
         )
 
-    def arm(
-        self,
-        pool: AttemptPool,
-        *,
-        monotonic: Callable[[], float] = time.monotonic,
-        groups: GroupThreads | None = None,
-        inline: InlineActivities | None = None,
-        watchdog: Watchdog | None = None,
-        await_on_loop: bool = False,
-    ) -> None:
-        """Get ready to run rounds: a fresh coordinator state, the pool for activity attempts,
-        eager dispatch on, and what the workflow rounds are lent (``inline`` activities, the
-        transaction steps' ``groups`` and the ``watchdog``, :class:`~dex.app.workflows.worker.Started`).
-        ``start()`` does it before its threads; the simulator does it with a pool of its own and
-        the virtual clock, and runs the rounds. ``await_on_loop``: ``async def`` attempts wait on
-        the event loop (``start()``); otherwise in the calling pool thread (a simulated node's
-        pool runs them when the simulator says, which a real loop would not)."""
+    def arm(self) -> None:
+        """Get ready to run rounds: a fresh coordinator state, a pool for activity attempts,
+        eager dispatch on, and what the workflow rounds are lent (inline activities, the
+        transaction steps' group threads and a watchdog, :class:`~dex.app.workflows.worker.Started`),
+        each made as the options say. ``start()`` does it before its threads; the simulator
+        does it over simulated parts (``Engine(runtime_options=...)``), and runs the rounds."""
+        options = self._options
         self._stopping.clear()
         self.coordinator.reset()
-        self._monotonic = monotonic
-        self._pool, self._groups, self._await_on_loop = pool, groups, await_on_loop
+        self._pool = options.attempt_pool(self._activity_concurrency)
+        self._groups = groups = GroupThreads(options.group_threads) if options.group_threads else None
+        inline = self._inline_activities()
         steps = None
         if inline is not None:
             steps = StepGroups(self._store, inline, self._registry, self._store.clock, self._lease)
+        # made before any round runs (start()'s threads, or the simulator's steps): the first
+        # task may be claimed at once, and its workflow code is watched from the start
+        watchdog = Watchdog(
+            self.workflow_worker,
+            self.threads,
+            self._stopping,
+            deadline=self._deadline,
+            telemetry=self.telemetry,
+            quarantine=self.workflow_worker.quarantine,
+            clock=options.monotonic,
+            interrupt=options.interrupt,
+        )
         self._started = Started(watchdog=watchdog, inline=inline, steps=steps, groups=groups)
-        self.rounds = self._rounds(monotonic, self._started)
         self._running.set()
 
     def disarm(self) -> None:
@@ -356,22 +386,9 @@ class Runtime:
 
     def start(self) -> None:
         """Start the threads (the engine checked that none run)."""
-        # before the threads start: the first task may be claimed at once
-        watchdog = Watchdog(
-            self.workflow_worker,
-            self.threads,
-            self._stopping,
-            deadline=self._deadline,
-            telemetry=self.telemetry,
-            quarantine=self.workflow_worker.quarantine,
-        )
-        self.arm(
-            activity_pool(self._activity_concurrency),
-            groups=GroupThreads(GROUP_THREADS),
-            inline=self.inline_activities(),
-            watchdog=watchdog,
-            await_on_loop=True,
-        )
+        self.arm()
+        watchdog = self.watchdog
+        assert watchdog is not None  # armed
         rounds = self.rounds
         backoff = self._poll_interval  # a failed round is tried again after 2, 4, 8 ... poll intervals (at most 2 s)
         for name, step, wake in (
@@ -420,7 +437,7 @@ class Runtime:
         try:
             if pool is None:
                 raise RuntimeError("the engine stopped")
-            if self._await_on_loop and self.activity_worker.awaits(task.name):
+            if self._options.await_on_loop and self.activity_worker.awaits(task.name):
                 # an async def activity holds no pool thread while it awaits; the rest of the
                 # attempt (its outcome, the step it answers) comes back to the pool
                 self.activity_worker.run_awaited(task, lambda rest: self._after_awaited(rest, ended))
@@ -482,7 +499,6 @@ class Runtime:
             self._groups = None
         self._running.clear()  # adders flush themselves again, completions claim nothing
         self._started = None  # no step is answered, nothing runs inline, no watchdog watches
-        self.rounds = self._rounds(self._monotonic, NOT_STARTED)
         stuck = [thread for thread in self.threads if thread.alive and not thread.retired]
         try:
             if stuck:  # the workflow worker may still be in its round: leave its tasks alone

@@ -372,14 +372,19 @@ class Coordinator:
         run: Callable[[ActivityTask], None],
         observe: Callable[[Event, tuple[Command, ...]], None] | None = None,
     ) -> None:
-        self.settings = settings
+        self._settings = settings
         self.state = State()
         self._wake, self._run = wake, run
-        self.observe = observe
+        self._observe = observe
         # every engine thread (rounds, flushers, attempts ending, application calls) hands events
         # in: one transition at a time, so that each sees the state the last one left; held
         # only for the pure transition, never while a command is carried out
         self._lock = threading.Lock()
+
+    @property
+    def settings(self) -> Settings:
+        """The options its transitions read (given at construction)."""
+        return self._settings
 
     def reset(self) -> None:
         """A fresh state (the engine starts again)."""
@@ -389,9 +394,9 @@ class Coordinator:
     def handle(self, event: Event) -> list[Command]:
         """Apply ``event``; carry out its wakes and runs; return the other commands."""
         with self._lock:
-            self.state, commands = transition(self.settings, self.state, event)
-        if self.observe is not None:
-            self.observe(event, commands)
+            self.state, commands = transition(self._settings, self.state, event)
+        if self._observe is not None:
+            self._observe(event, commands)
         rest: list[Command] = []
         for command in commands:
             if type(command) is Wake:

@@ -58,7 +58,7 @@ class Rounds:
         telemetry: TelemetryHub,
         poll_interval: float,
         monotonic: Callable[[], float] = time.monotonic,
-        started: Started = NOT_STARTED,
+        started: Callable[[], Started] = lambda: NOT_STARTED,
     ) -> None:
         self.coordinator = coordinator
         self.store, self.leader, self.buffer, self.telemetry = store, leader, buffer, telemetry
@@ -67,7 +67,9 @@ class Rounds:
         self.workflow_worker, self.activity_worker = workflow_worker, activity_worker
         self.poll_interval = poll_interval
         self.monotonic = monotonic
-        self._started = started  # what this start lends the workflow rounds (WorkflowWorker.poll_once)
+        # what the current start lends the workflow rounds (WorkflowWorker.poll_once): asked at
+        # each round, since the rounds outlive the starts (NOT_STARTED between them)
+        self._started = started
 
     def scheduler(self) -> float:
         """Leader election, then (leading) the schedulers and retention maintenance."""
@@ -103,7 +105,7 @@ class Rounds:
         if pause is not None:
             return pause
         started = self.monotonic()
-        worked = worker.poll_once(claim=claim, started=self._started)
+        worked = worker.poll_once(claim=claim, started=self._started())
         self.coordinator.handle(
             co.WorkflowRound(started, self.monotonic(), claim, worked, claim and worker.claimed_full)
         )
@@ -156,11 +158,13 @@ class LocalDispatch:
         wake_workflows: Callable[[], None],
         idle_after: float = 0.0,
         running: threading.Event | None = None,
+        handed: Callable[[Sequence[WorkflowTask]], None] | None = None,
     ) -> None:
         self._coordinator, self._activities, self._workflows = coordinator, activities, workflows
         self._owner, self._wake_workflows = owner, wake_workflows
         self._idle_after = idle_after
         self._running = running
+        self._handed = handed  # told of the tasks handed to the workflow worker (the simulator counts them)
 
     def active(self) -> bool:
         return self._running is None or self._running.is_set()
@@ -208,5 +212,7 @@ class LocalDispatch:
         self, tasks: list[WorkflowTask], loaded: list[Loaded] | None = None, now: datetime | None = None
     ) -> None:
         if tasks:
+            if self._handed is not None:
+                self._handed(tasks)
             self._workflows.hand(tasks, loaded, now)
             self._wake_workflows()

@@ -27,7 +27,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -117,8 +117,10 @@ class WorkflowWorker:
         holds_runs: bool = True,
         foreground: Foreground | None = None,
         rng: random.Random | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
+        self._monotonic = monotonic  # the clock of idle_for (a simulation's is virtual)
         self._telemetry = telemetry if telemetry is not None else TelemetryHub()
         self._tracing: Tracing = tracing if tracing is not None else NoTracing()
         self._node_id, self._lease, self._batch_size = node_id, lease, batch_size
@@ -128,7 +130,7 @@ class WorkflowWorker:
         self._holds_runs = holds_runs
         # the application's calls in flight, which the worker lets go first (runner.Foreground)
         self._foreground = foreground if foreground is not None else Foreground(pause=0)
-        self.worked_at = float("-inf")  # time.monotonic() of the end of the last round that ran tasks
+        self.worked_at = float("-inf")  # monotonic() at the end of the last round that ran tasks
         self.claimed_full = False  # the last round's claim got all it asked for: more may wait
         # every executor this worker drops is closed through it (dex.app.workflows.executors: it counts
         # the coroutines that refuse to close); the quarantine is fed by the watchdog
@@ -168,7 +170,7 @@ class WorkflowWorker:
 
     def idle_for(self) -> float:
         """Seconds since this worker last ran a task (infinite if it never did)."""
-        return time.monotonic() - self.worked_at
+        return self._monotonic() - self.worked_at
 
     def backlog(self) -> int:
         """How many handed tasks wait for a round."""
@@ -267,7 +269,7 @@ class WorkflowWorker:
             self.closer.all(job.preloaded.cached.executor for job in left if job.preloaded.cached is not None)
             if done:  # also when a later task of the round raised: what is decided is written
                 self._buffer.add_workflow_results(done)
-        self.worked_at = time.monotonic()
+        self.worked_at = self._monotonic()
         return len(tasks)
 
     def hand_over(self, thread: int) -> int:

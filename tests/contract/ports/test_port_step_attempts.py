@@ -133,6 +133,19 @@ class StepAttemptsContract(PortContract):
         assert kept.created_seq == first.created_seq
         assert kept.recent[0].failure.message == "first failed"
 
+    def test_the_steps_asked_for_only(self, store: Store, clock: VirtualClock) -> None:
+        start(store, clock, "r1")
+        step(store, clock, "r1", activities=[ACT, ACT, ACT])
+        first, second, third = sorted(activity(store, clock), key=lambda t: t.created_seq)
+        _retry(store, clock, first, "first failed")
+        assert store.complete_activity_tasks([done(third)], clock.now()) == [True]
+        whole = store.step_attempts("r1")
+        assert [s.created_seq for s in whole] == [first.created_seq, second.created_seq]  # the third left nothing
+        assert store.step_attempts("r1", [second.created_seq, third.created_seq]) == [whole[1]]
+        assert store.step_attempts("r1", [first.created_seq, 2**40, -1]) == [whole[0]]  # none such: none
+        assert store.step_attempts("r1", []) == []
+        assert store.step_attempts("r1", None) == whole
+
     def test_the_attempts_go_with_their_run(self, store: Store, clock: VirtualClock) -> None:
         self._one_task(store, clock)
         (task,) = activity(store, clock)
