@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from datetime import datetime, timedelta
 
 from dex.app.ports.engines import EngineInfo
@@ -48,15 +49,23 @@ class EngineRegistration:
         self._names = tuple(tuple(sorted(set(names))) for names in (workflows, activities, queues))
         self._started_at: datetime | None = None  # None: not started (or stopped), no row kept
         self._beaten_at: datetime | None = None
+        # a heartbeat of a scheduler thread that outlived stop() must not write the row again
+        # after remove() deleted it: the write and the delete take turns
+        self._lock = threading.Lock()
 
     def register(self) -> None:
         """The engine starts: write its row now (a failure is retried with the heartbeat)."""
-        self._started_at = self._store.clock.now()
-        self._beaten_at = None
-        self.beat(self._started_at)
+        with self._lock:
+            self._started_at = self._store.clock.now()
+            self._beaten_at = None
+            self._beat(self._started_at)
 
     def beat(self, now: datetime) -> None:
         """Refresh the row if a period has passed since the last write (or its attempt)."""
+        with self._lock:
+            self._beat(now)
+
+    def _beat(self, now: datetime) -> None:
         started_at = self._started_at
         if started_at is None or (self._beaten_at is not None and now - self._beaten_at < self._period):
             return
@@ -80,10 +89,11 @@ class EngineRegistration:
 
     def remove(self) -> None:
         """The engine stops: delete its row (if that fails, it expires)."""
-        if self._started_at is None:
-            return
-        self._started_at = None
-        try:
-            self._store.remove_engine(self._node_id)
-        except Exception:
-            log.warning("could not remove the engine's registry row; it expires on its own", exc_info=True)
+        with self._lock:
+            if self._started_at is None:
+                return
+            self._started_at = None
+            try:
+                self._store.remove_engine(self._node_id)
+            except Exception:
+                log.warning("could not remove the engine's registry row; it expires on its own", exc_info=True)
