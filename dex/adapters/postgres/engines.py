@@ -20,8 +20,8 @@ _HEARTBEAT = (
     "  FOR UPDATE SKIP LOCKED))"
     " INSERT INTO {s}.engines AS e (node_id, host, pid, code_version, workflows, activities, queues,"
     "  started_at, last_seen, expires_at)"
-    " VALUES (%(node_id)s, %(host)s, %(pid)s, %(code_version)s, %(workflows)s::text[], %(activities)s::text[],"
-    "  %(queues)s::text[], %(started_at)s, %(now)s, %(expires_at)s)"
+    " VALUES (%(node_id)s, %(host)s, %(pid)s, %(code_version)s, %(workflows)b::text[], %(activities)b::text[],"
+    "  %(queues)b::text[], %(started_at)s, %(now)s, %(expires_at)s)"
     " ON CONFLICT (node_id) DO UPDATE SET last_seen = excluded.last_seen, expires_at = excluded.expires_at"
 )
 
