@@ -8,8 +8,8 @@ waiting for an event, labels and instance ids), two queues (one paused) and two 
 paused), serves the dashboard on 127.0.0.1 with uvicorn and saves, with headless Chromium
 (the browser tests' setup: ``apt-get install chromium chromium-driver``), a full-page PNG of
 each page into the directory given: overview, runs (top-level, every level, a run's children),
-a run (retried, failed, parent), queues and schedules. It prints each file's path. The
-dashboard has no page of workers: a worker leaves no record a page could show.
+a run (retried, failed, parent), queues, schedules and workers (the demo engine and a second,
+activities-only one, both started). It prints each file's path.
 """
 
 from __future__ import annotations
@@ -182,9 +182,19 @@ def main(argv: list[str] | None = None) -> int:
         "queues": "/queues",
         "schedules": "/schedules",
     }
-    with serve(create_app(engine)) as base, chromium() as driver:
-        for name, path in pages.items():
-            shoot(driver, base + path, args.directory / f"{name}.png")
+    # the Workers page lists live engines: this one and a second, activities-only worker, started
+    worker = dex.Engine(
+        engine.store, activities=[charge_card, ship_parcel], node_id="payments-worker-2", code_version="v42"
+    )
+    engine.start()
+    worker.start()
+    try:
+        with serve(create_app(engine)) as base, chromium() as driver:
+            for name, path in {**pages, "workers": "/workers"}.items():
+                shoot(driver, base + path, args.directory / f"{name}.png")
+    finally:
+        worker.stop()
+        engine.stop()
     return 0
 
 
