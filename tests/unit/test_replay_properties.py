@@ -328,21 +328,9 @@ class Recorded:
     children: list[tuple[dex.RunInfo, list[ev.HistoryEvent]]]
 
 
-def _drain_round(engine: dex.Engine) -> bool:
-    """A round of every component, as ``Engine.drain`` runs one (a run held is no progress)."""
-    worked = engine.workflow_scheduler.step()
-    worked += engine.activity_scheduler.step()
-    holds = engine.workflow_worker.holds
-    worked += engine.workflow_worker.poll_once() - (engine.workflow_worker.holds - holds)
-    worked += engine.buffer.flush()
-    worked += engine.activity_worker.poll_once()
-    worked += engine.buffer.flush()
-    return worked > 0
-
-
 def _step(engine: dex.Engine, clock: VirtualClock, advance_time: bool) -> bool:
     """One step of ``Engine.drain``: a round of every component, else a jump of the clock."""
-    if _drain_round(engine):
+    if engine.runtime.rounds.drain():
         return True
     if not advance_time:
         return False

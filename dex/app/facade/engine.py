@@ -502,7 +502,7 @@ class Engine:
             holding = 0  # rounds in a row that did nothing but hold runs
             while True:
                 holds = self.workflow_worker.holds
-                if self._drain_round():
+                if self._runtime.rounds.drain():
                     holding = 0
                     stuck = self.activity_worker.stuck_step
                     if stuck is not None:  # the virtual clock skips its backoff: it would run forever
@@ -515,18 +515,6 @@ class Engine:
                     self.store, self.schedules, advance_time, bound if until is not None else None
                 ):
                     return
-
-    def _drain_round(self) -> bool:
-        # drain schedules whether or not this node leads: it is the caller's explicit request
-        # to run everything due, and scheduling is atomic in every store
-        worked = self.workflow_scheduler.step()
-        worked += self.activity_scheduler.step()
-        holds = self.workflow_worker.holds
-        worked += self.workflow_worker.poll_once() - (self.workflow_worker.holds - holds)  # a hold is no progress
-        worked += self.buffer.flush()
-        worked += self.activity_worker.poll_once()
-        worked += self.buffer.flush()
-        return worked > 0
 
     def start(self) -> None:
         """Start background workers, schedulers, leader election and maintenance.

@@ -132,6 +132,21 @@ class Rounds:
         self.buffer.flush(lane)
         return self.poll_interval
 
+    def drain(self) -> bool:
+        """One round of every component in the caller's thread, as ``Engine.drain`` runs them:
+        whether anything progressed (a run held for code that no longer matches is no progress).
+
+        Drain schedules whether or not this node leads: it is the caller's explicit request to run
+        everything due, and scheduling is atomic in every store."""
+        worked = self.workflow_scheduler.step()
+        worked += self.activity_scheduler.step()
+        holds = self.workflow_worker.holds
+        worked += self.workflow_worker.poll_once() - (self.workflow_worker.holds - holds)
+        worked += self.buffer.flush()
+        worked += self.activity_worker.poll_once()
+        worked += self.buffer.flush()
+        return worked > 0
+
 
 class LocalDispatch:
     """Eager dispatch, the engine's side of "complete, then claim" (the buffer's
