@@ -91,6 +91,11 @@ class UpdateVerdict:
     answer: cmd.CompleteUpdate | None = None
 
 
+_STEP_RESULTS: frozenset[type[ev.Event]] = frozenset(
+    {ev.ActivityTaskCompleted, ev.ActivityTaskFailed, ev.TimerElapsed, ev.ChildRunCompleted, ev.ChildRunFailed}
+)
+"""Messages that resolve a pending step (what ``Waits.deliver`` takes, events apart)."""
+
 RUN_ENDED_UPDATE = "the run ended before the update finished"
 TERMINATED_UPDATE = "the run was terminated before the update finished"
 
@@ -135,7 +140,8 @@ class WorkflowExecutor:
         self.labels: dict[str, str] = dict(created.labels)
         self.labels_changed = False  # in the block being applied
         self.resumed = False  # in the block being applied: a cancel request resumed a suspended run
-        self.cancellations = Cancellations()  # in the block being applied
+        # the steps cancelled in the block being applied (made by the first cancel: most blocks have none)
+        self.cancellations: Cancellations | None = None
         self._main: DexFuture[Any] | None = None
         self._updates: dict[str, UpdateHandler] = {}
         self._queries: dict[str, Callable[..., Any]] = {}
@@ -200,7 +206,7 @@ class WorkflowExecutor:
         if recorded is not None and any(isinstance(item.event, ev.RunCompleted) for item in recorded):
             self.completed_in_history = True
         self._block.begin(recorded, next_seq)
-        self.labels_changed, self.cancellations, self.resumed = False, Cancellations(), False
+        self.labels_changed, self.cancellations, self.resumed = False, None, False
         if self.nondeterminism is not None:
             if recorded is None:
                 failure = FailureInfo(type=NonDeterminismError.__name__, message=self.nondeterminism, terminal=True)
@@ -260,7 +266,7 @@ class WorkflowExecutor:
         """Step the code until every coroutine is blocked and no ``wait_condition`` is met."""
         while True:
             self._stepper.run_until_blocked()
-            if self.finished or not self._check_conditions():
+            if self.finished or not self._conditions or not self._check_conditions():
                 return
 
     def _may_issue(self) -> bool:
@@ -270,7 +276,8 @@ class WorkflowExecutor:
 
     def _issue(self, command: cmd.Command) -> tuple[int, ev.Event] | None:
         """Record a command: match it against history when replaying, else number it as new."""
-        if not self._may_issue():
+        # _may_issue, spelled out: this runs for every command
+        if self.nondeterminism is not None or self.closed or not self._driving or self.outcome is not None:
             return None
         return self._block.issue(command)
 
@@ -282,6 +289,10 @@ class WorkflowExecutor:
 
     # -- messages ----------------------------------------------------------------------------
     def _apply(self, seq: int, message: ev.Event) -> None:
+        # most messages are steps' results: one dict lookup instead of a class check per case
+        if type(message) in _STEP_RESULTS:
+            self._waits.deliver(message)
+            return
         match message:
             case ev.RunStarted():
                 self._start()
@@ -401,18 +412,24 @@ class WorkflowExecutor:
 
     def _cancel_pending(self, reason: str, children_reason: str | None = None) -> None:
         activities, timers, children = self._waits.cancel_all(reason)
-        self.cancellations.activities += activities
-        self.cancellations.timers += timers
-        self.cancellations.children += [(child, children_reason or reason) for child in children]
+        cancelled = self._cancelled()
+        cancelled.activities += activities
+        cancelled.timers += timers
+        cancelled.children += [(child, children_reason or reason) for child in children]
         conditions, self._conditions = self._conditions, []
         for _predicate, future in conditions:
             future.set_exception(CancelledError(reason))
+
+    def _cancelled(self) -> Cancellations:
+        if self.cancellations is None:
+            self.cancellations = Cancellations()
+        return self.cancellations
 
     def _terminate(self, reason: str) -> None:
         """The hard stop: no more workflow code; pending steps dropped, children terminated."""
         self._cancel_pending(reason, terminated_parent(self.run_id))
         # the run's inbox goes with its end: its timers need no cancelling (as terminate() says)
-        self.cancellations.timers.clear()
+        self._cancelled().timers.clear()
         self._answer_running_updates(TERMINATED_UPDATE)
         failure = FailureInfo(type="RunTerminated", message=reason or "terminated", terminal=True)
         command = cmd.CompleteRun(status=RunStatus.TERMINATED, failure=failure)
@@ -429,17 +446,17 @@ class WorkflowExecutor:
             if seq is None or self._issue(cmd.CancelStep(created_seq=seq)) is None:
                 return False
             self._waits.cancel_child(key)
-            self.cancellations.children.append((key, f"cancelled by parent run {self.run_id}"))
+            self._cancelled().children.append((key, f"cancelled by parent run {self.run_id}"))
             return True
         assert isinstance(key, int)
         if self._issue(cmd.CancelStep(created_seq=key)) is None:
             return False
         if kind == "activity":
             self._waits.cancel_activity(key)
-            self.cancellations.activities.append(key)
+            self._cancelled().activities.append(key)
         else:
             self._waits.cancel_timer(key)
-            self.cancellations.timers.append(key)
+            self._cancelled().timers.append(key)
         return True
 
     # -- updates, queries, handlers ------------------------------------------------------------

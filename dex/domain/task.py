@@ -117,20 +117,11 @@ class StreamItem:
 
 
 @attrs.frozen(kw_only=True)
-class WorkflowTaskResult:
-    run_id: str
-    expected_last_seq: int
-    new_events: tuple[ev.HistoryEvent, ...] = ()
-    consumed: tuple[int, ...] = ()
-    started: bool = False
-    completion: ev.RunCompleted | None = None
-    custom_status: str | None = None
-    activity_tasks: tuple[NewActivityTask, ...] = ()
-    messages: tuple[OutgoingMessage, ...] = ()
-    child_runs: tuple[NewRun, ...] = ()
-    # continue-as-new: the history is replaced by this one and the inbox gets `messages`
-    new_history: tuple[ev.HistoryEvent, ...] | None = None
-    # -- docs/reference/contract.md §14 (docs/decisions/conversations.md) --
+class RunEffects:
+    """What a workflow task asks of the store beyond its history, activity tasks, messages and
+    children (docs/reference/contract.md §14, docs/decisions/conversations.md). Most tasks ask
+    none of it: their result carries None, so the common path builds and merges nothing."""
+
     update_answers: tuple[UpdateAnswer, ...] = ()
     published: tuple[tuple[str, Payload], ...] = ()
     """Values published, in order (the store keeps the latest per key)."""
@@ -147,6 +138,83 @@ class WorkflowTaskResult:
     """Events the run received and never read, when it ends."""
     resumed: bool = False
     """A cancel request resumed the suspended run, to run its cleanup (its status is RUNNING)."""
+
+    def then(self, later: RunEffects) -> RunEffects:
+        """These effects followed by ``later``'s, as one task's."""
+        return RunEffects(
+            update_answers=self.update_answers + later.update_answers,
+            published=self.published + later.published,
+            stream_items=self.stream_items + later.stream_items,
+            streams_closed=self.streams_closed + later.streams_closed,
+            labels=later.labels if later.labels is not None else self.labels,
+            cancelled_activities=self.cancelled_activities + later.cancelled_activities,
+            cancelled_timers=self.cancelled_timers + later.cancelled_timers,
+            detached_runs=self.detached_runs + later.detached_runs,
+            unread_events=later.unread_events or self.unread_events,  # only the block that ends the run counts them
+            resumed=self.resumed or later.resumed,
+        )
+
+
+NO_EFFECTS = RunEffects()
+
+
+@attrs.frozen(kw_only=True)
+class WorkflowTaskResult:
+    run_id: str
+    expected_last_seq: int
+    new_events: tuple[ev.HistoryEvent, ...] = ()
+    consumed: tuple[int, ...] = ()
+    started: bool = False
+    completion: ev.RunCompleted | None = None
+    custom_status: str | None = None
+    activity_tasks: tuple[NewActivityTask, ...] = ()
+    messages: tuple[OutgoingMessage, ...] = ()
+    child_runs: tuple[NewRun, ...] = ()
+    # continue-as-new: the history is replaced by this one and the inbox gets `messages`
+    new_history: tuple[ev.HistoryEvent, ...] | None = None
+    effects: RunEffects | None = None
+    """What the task asks beyond the above (§14); None for none (read it through the properties)."""
+
+    # -- the effects, each read as if it were a field of its own (its default when there are none) --
+    @property
+    def update_answers(self) -> tuple[UpdateAnswer, ...]:
+        return (self.effects or NO_EFFECTS).update_answers
+
+    @property
+    def published(self) -> tuple[tuple[str, Payload], ...]:
+        return (self.effects or NO_EFFECTS).published
+
+    @property
+    def stream_items(self) -> tuple[StreamItem, ...]:
+        return (self.effects or NO_EFFECTS).stream_items
+
+    @property
+    def streams_closed(self) -> tuple[str, ...]:
+        return (self.effects or NO_EFFECTS).streams_closed
+
+    @property
+    def labels(self) -> ev.Labels | None:
+        return (self.effects or NO_EFFECTS).labels
+
+    @property
+    def cancelled_activities(self) -> tuple[int, ...]:
+        return (self.effects or NO_EFFECTS).cancelled_activities
+
+    @property
+    def cancelled_timers(self) -> tuple[int, ...]:
+        return (self.effects or NO_EFFECTS).cancelled_timers
+
+    @property
+    def detached_runs(self) -> tuple[NewRun, ...]:
+        return (self.effects or NO_EFFECTS).detached_runs
+
+    @property
+    def unread_events(self) -> int:
+        return (self.effects or NO_EFFECTS).unread_events
+
+    @property
+    def resumed(self) -> bool:
+        return (self.effects or NO_EFFECTS).resumed
 
 
 @attrs.frozen(kw_only=True)
@@ -294,29 +362,38 @@ def advance(
             run_id=run_id,
             expected_last_seq=last_seq,
             consumed=tuple(m.message_id for m in inbox),
-            update_answers=_refused_updates(inbox),
+            effects=_answers_only(_refused_updates(inbox)),
         )
     taken = select_messages(executor.suspended, inbox)
     if not taken:
         return WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq)
-    terminating = next((m for m in taken if isinstance(m.event, ev.RunTerminated)), None)
-    if terminating is not None:
-        # the hard stop: nothing else of the inbox is applied, and no workflow code runs
-        stopped = _block(executor, last_seq, [(terminating.message_id, terminating.event)], now)
-        return attrs.evolve(
-            stopped,
-            consumed=tuple(m.message_id for m in taken),
-            update_answers=stopped.update_answers + _refused_updates(taken),
-        )
-    ordinary = [(m.message_id, m.event) for m in taken if not isinstance(m.event, ev.UpdateRequested)]
+    # one pass (this runs for every block): the ordinary messages, the update requests, a terminate
+    ordinary: list[tuple[int, ev.Event]] = []
+    requests: list[InboxMessage] = []
+    for message in taken:
+        kind = type(message.event)
+        if kind is ev.UpdateRequested:
+            requests.append(message)
+        elif kind is ev.RunTerminated:
+            # the hard stop: nothing else of the inbox is applied, and no workflow code runs
+            stopped = _block(executor, last_seq, [(message.message_id, message.event)], now)
+            effects = stopped.effects or NO_EFFECTS
+            return attrs.evolve(
+                stopped,
+                consumed=tuple(m.message_id for m in taken),
+                effects=attrs.evolve(effects, update_answers=effects.update_answers + _refused_updates(taken)),
+            )
+        else:
+            ordinary.append((message.message_id, message.event))
     first = _block(executor, last_seq, ordinary, now) if ordinary else None
+    if not requests:
+        return first if first is not None else WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq)
     accepted: list[tuple[int, ev.Event]] = []
     answers: list[UpdateAnswer] = []
     refused: list[int] = []
-    for message in taken:
+    for message in requests:
         request = message.event
-        if not isinstance(request, ev.UpdateRequested):
-            continue
+        assert isinstance(request, ev.UpdateRequested)
         verdict = executor.screen_update(request)
         if verdict.accepted and any(getattr(e, "update_id", None) == request.update_id for _i, e in accepted):
             verdict = UpdateVerdict(repeat=True)  # the same id twice in one task: answered once, by id
@@ -342,8 +419,11 @@ def advance(
         result = WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq)
     if not refused:
         return result
+    effects = result.effects or NO_EFFECTS
     return attrs.evolve(
-        result, consumed=result.consumed + tuple(refused), update_answers=tuple(answers) + result.update_answers
+        result,
+        consumed=result.consumed + tuple(refused),
+        effects=attrs.evolve(effects, update_answers=tuple(answers) + effects.update_answers),
     )
 
 
@@ -367,51 +447,40 @@ def _block(
     activity_tasks: list[NewActivityTask] = []
     messages: list[OutgoingMessage] = []
     child_runs: list[NewRun] = []
-    detached_runs: list[NewRun] = []
-    answers: list[UpdateAnswer] = []
-    published: list[tuple[str, Payload]] = []
-    stream_items: list[StreamItem] = []
-    streams_closed: list[str] = []
+    effects: _Effects | None = None  # what only conversations issue: gathered once one is seen
     completion: ev.RunCompleted | None = None
     for command_seq, command in issued:
         event = cmd.to_event(command)
         new_events.append(ev.HistoryEvent(sequence_number=command_seq, timestamp=now, event=event))
-        match event:
-            case ev.ActivityTaskCreated():
-                activity_tasks.append(activity_task(run_id, command_seq, event, created, now))
-            case ev.TimerCreated():
-                messages.append(
-                    OutgoingMessage(
-                        run_id=run_id, event=ev.TimerElapsed(created_seq=command_seq), visible_from=event.fire_at
-                    )
+        # by exact type, commonest first: this runs for every command of every task
+        if type(event) is ev.ActivityTaskCreated:
+            activity_tasks.append(activity_task(run_id, command_seq, event, created, now))
+        elif type(event) is ev.TimerCreated:
+            messages.append(
+                OutgoingMessage(
+                    run_id=run_id, event=ev.TimerElapsed(created_seq=command_seq), visible_from=event.fire_at
                 )
-            case ev.ChildRunCreated():
-                child = NewRun(run_id=event.child_run_id, created=child_created(run_id, event, created))
-                child_runs.append(child)
-                messages.extend(_deadline_messages(child))
-            case ev.DetachedRunCreated():
-                detached = NewRun(run_id=event.run_id, created=detached_created(event, created))
-                detached_runs.append(detached)
-                messages.extend(_deadline_messages(detached))
-            case ev.UpdateCompleted():
-                answers.append(UpdateAnswer(update_id=event.update_id, result=event.result, failure=event.failure))
-            case ev.ValuePublished():
-                published.append((event.key, event.value))
-            case ev.StreamItemWritten():
-                stream_items.append(StreamItem(key=event.key, seq=command_seq, value=event.value))
-            case ev.StreamClosed():
-                streams_closed.append(event.key)
-            case ev.RunCompleted():
-                completion = event
+            )
+        elif type(event) is ev.RunCompleted:
+            completion = event
+        elif type(event) is ev.ChildRunCreated:
+            child = NewRun(run_id=event.child_run_id, created=child_created(run_id, event, created))
+            child_runs.append(child)
+            messages.extend(_deadline_messages(child))
+        else:
+            if effects is None:
+                effects = _Effects()
+            effects.add(command_seq, event, created, messages)
     next_seq = new_events[-1].sequence_number + 1
     new_events.append(ev.HistoryEvent(sequence_number=next_seq, timestamp=now, event=ev.WorkflowTaskCompleted()))
 
     cancellations = executor.cancellations
     terminated = completion is not None and completion.status is RunStatus.TERMINATED
-    messages.extend(
-        OutgoingMessage(run_id=child, event=_stop(terminated, reason), visible_from=now)
-        for child, reason in cancellations.children
-    )
+    if cancellations is not None:
+        messages.extend(
+            OutgoingMessage(run_id=child, event=_stop(terminated, reason), visible_from=now)
+            for child, reason in cancellations.children
+        )
     new_history: tuple[ev.HistoryEvent, ...] | None = None
     unread = 0
     if isinstance(executor.outcome, ContinueAsNewRequest):
@@ -422,29 +491,85 @@ def _block(
         messages.extend(_completion_messages(run_id, created, completion, executor.pending_children(), now))
         # a terminated run's code is not asked (terminate() decides without it): it reports none
         unread = 0 if terminated else len(executor.unconsumed_events())
+    consumed = tuple(message_id for message_id, _event in taken)
+    started = any(type(event) is ev.RunStarted for _id, event in taken)
+    if (
+        effects is None
+        and cancellations is None
+        and not unread
+        and not executor.labels_changed
+        and not executor.resumed
+    ):
+        # the common block: the conversations' fields keep their defaults
+        return WorkflowTaskResult(
+            run_id=run_id,
+            expected_last_seq=last_seq,
+            new_events=tuple(new_events),
+            consumed=consumed,
+            started=started,
+            completion=completion,
+            custom_status=executor.custom_status,
+            activity_tasks=tuple(activity_tasks),
+            messages=tuple(messages),
+            child_runs=tuple(child_runs),
+            new_history=new_history,
+        )
+    if effects is None:
+        effects = _Effects()
     return WorkflowTaskResult(
         run_id=run_id,
         expected_last_seq=last_seq,
         new_events=tuple(new_events),
-        consumed=tuple(message_id for message_id, _event in taken),
-        started=any(isinstance(event, ev.RunStarted) for _id, event in taken),
+        consumed=consumed,
+        started=started,
         completion=completion,
         custom_status=executor.custom_status,
         activity_tasks=tuple(activity_tasks),
         messages=tuple(messages),
         child_runs=tuple(child_runs),
         new_history=new_history,
-        update_answers=tuple(answers),
-        published=tuple(published),
-        stream_items=tuple(stream_items),
-        streams_closed=tuple(streams_closed),
-        labels=tuple(sorted(executor.labels.items())) if executor.labels_changed else None,
-        cancelled_activities=tuple(cancellations.activities),
-        cancelled_timers=tuple(cancellations.timers),
-        detached_runs=tuple(detached_runs),
-        unread_events=unread,
-        resumed=executor.resumed,
+        effects=RunEffects(
+            update_answers=tuple(effects.answers),
+            published=tuple(effects.published),
+            stream_items=tuple(effects.stream_items),
+            streams_closed=tuple(effects.streams_closed),
+            labels=tuple(sorted(executor.labels.items())) if executor.labels_changed else None,
+            cancelled_activities=() if cancellations is None else tuple(cancellations.activities),
+            cancelled_timers=() if cancellations is None else tuple(cancellations.timers),
+            detached_runs=tuple(effects.detached_runs),
+            unread_events=unread,
+            resumed=executor.resumed,
+        ),
     )
+
+
+class _Effects:
+    """What a block's commands ask of the store beyond tasks, timers and children (updates
+    answered, values published, streams written, runs started apart), in command order."""
+
+    __slots__ = ("answers", "detached_runs", "published", "stream_items", "streams_closed")
+
+    def __init__(self) -> None:
+        self.answers: list[UpdateAnswer] = []
+        self.published: list[tuple[str, Payload]] = []
+        self.stream_items: list[StreamItem] = []
+        self.streams_closed: list[str] = []
+        self.detached_runs: list[NewRun] = []
+
+    def add(self, seq: int, event: ev.Event, created: ev.RunCreated, messages: list[OutgoingMessage]) -> None:
+        match event:
+            case ev.DetachedRunCreated():
+                detached = NewRun(run_id=event.run_id, created=detached_created(event, created))
+                self.detached_runs.append(detached)
+                messages.extend(_deadline_messages(detached))
+            case ev.UpdateCompleted():
+                self.answers.append(UpdateAnswer(update_id=event.update_id, result=event.result, failure=event.failure))
+            case ev.ValuePublished():
+                self.published.append((event.key, event.value))
+            case ev.StreamItemWritten():
+                self.stream_items.append(StreamItem(key=event.key, seq=seq, value=event.value))
+            case ev.StreamClosed():
+                self.streams_closed.append(event.key)
 
 
 def _merge(
@@ -468,17 +593,18 @@ def _merge(
         messages=first.messages + second.messages,
         child_runs=first.child_runs + second.child_runs,
         new_history=second.new_history,
-        update_answers=first.update_answers + second.update_answers,
-        published=first.published + second.published,
-        stream_items=first.stream_items + second.stream_items,
-        streams_closed=first.streams_closed + second.streams_closed,
-        labels=second.labels if second.labels is not None else first.labels,
-        cancelled_activities=first.cancelled_activities + second.cancelled_activities,
-        cancelled_timers=first.cancelled_timers + second.cancelled_timers,
-        detached_runs=first.detached_runs + second.detached_runs,
-        unread_events=second.unread_events,
-        resumed=first.resumed or second.resumed,
+        effects=_then(first.effects, second.effects),
     )
+
+
+def _then(first: RunEffects | None, second: RunEffects | None) -> RunEffects | None:
+    if first is None:
+        return second
+    return first if second is None else first.then(second)
+
+
+def _answers_only(answers: tuple[UpdateAnswer, ...]) -> RunEffects | None:
+    return RunEffects(update_answers=answers) if answers else None
 
 
 def _stop(terminated: bool, reason: str) -> ev.Message:
@@ -527,7 +653,7 @@ def terminate(
             run_id=run_id,
             expected_last_seq=last_seq,
             consumed=tuple(m.message_id for m in inbox),
-            update_answers=_refused_updates(inbox),
+            effects=_answers_only(_refused_updates(inbox)),
         )
     created = history[0].event
     assert isinstance(created, ev.RunCreated)
@@ -560,8 +686,10 @@ def terminate(
         consumed=tuple(m.message_id for m in inbox),
         completion=completion,
         messages=tuple(messages),
-        update_answers=tuple(answers) + _refused_updates(inbox),
-        cancelled_activities=tuple(sorted(state.pending_activities)),
+        effects=RunEffects(
+            update_answers=tuple(answers) + _refused_updates(inbox),
+            cancelled_activities=tuple(sorted(state.pending_activities)),
+        ),
     )
 
 

@@ -28,7 +28,16 @@ import attrs
 
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
-from dex.domain.task import NewActivityTask, NewRun, OutgoingMessage, StreamItem, UpdateAnswer, WorkflowTaskResult
+from dex.domain.task import (
+    NO_EFFECTS,
+    NewActivityTask,
+    NewRun,
+    OutgoingMessage,
+    RunEffects,
+    StreamItem,
+    UpdateAnswer,
+    WorkflowTaskResult,
+)
 from dex.domain.values import FailureInfo, Payload
 
 SURVIVES_CONTINUE_AS_NEW: tuple[type[ev.Message], ...] = (
@@ -104,22 +113,52 @@ class WritePlan:
     messages: tuple[OutgoingMessage, ...]
     """Messages to insert, after the children's RunStarted or clash messages, in this order;
     those to unknown or ended runs are dropped."""
-    # -- docs/reference/contract.md §14: what docs/decisions/conversations.md says the store does --
-    update_answers: tuple[UpdateAnswer, ...] = ()
-    """Answers for the callers of ``engine.update``, kept by update id."""
-    published: tuple[tuple[str, Payload], ...] = ()
-    """Published values in order: the latest per key is kept."""
-    stream_items: tuple[StreamItem, ...] = ()
-    streams_closed: tuple[str, ...] = ()
-    labels: ev.Labels | None = None
-    """The run's labels replaced by these, when they changed."""
-    cancelled_activities: tuple[int, ...] = ()
-    """Pending activity tasks of the run (by created seq): dropped if queued, flagged if running."""
-    cancelled_timers: tuple[int, ...] = ()
-    """Timers of the run (by created seq) whose TimerElapsed is deleted from its inbox."""
-    detached_runs: tuple[NewRun, ...] = ()
-    """Runs to create with no parent; one whose instance id is held is not created."""
-    unread_events: int = 0
+    effects: RunEffects = NO_EFFECTS
+    """What docs/decisions/conversations.md says the store does (docs/reference/contract.md §14),
+    read through the properties below: update answers, published values, stream items, labels,
+    cancelled steps, detached runs, unread events."""
+
+    @property
+    def update_answers(self) -> tuple[UpdateAnswer, ...]:
+        """Answers for the callers of ``engine.update``, kept by update id."""
+        return self.effects.update_answers
+
+    @property
+    def published(self) -> tuple[tuple[str, Payload], ...]:
+        """Published values in order: the latest per key is kept."""
+        return self.effects.published
+
+    @property
+    def stream_items(self) -> tuple[StreamItem, ...]:
+        return self.effects.stream_items
+
+    @property
+    def streams_closed(self) -> tuple[str, ...]:
+        return self.effects.streams_closed
+
+    @property
+    def labels(self) -> ev.Labels | None:
+        """The run's labels replaced by these, when they changed."""
+        return self.effects.labels
+
+    @property
+    def cancelled_activities(self) -> tuple[int, ...]:
+        """Pending activity tasks of the run (by created seq): dropped if queued, flagged if running."""
+        return self.effects.cancelled_activities
+
+    @property
+    def cancelled_timers(self) -> tuple[int, ...]:
+        """Timers of the run (by created seq) whose TimerElapsed is deleted from its inbox."""
+        return self.effects.cancelled_timers
+
+    @property
+    def detached_runs(self) -> tuple[NewRun, ...]:
+        """Runs to create with no parent; one whose instance id is held is not created."""
+        return self.effects.detached_runs
+
+    @property
+    def unread_events(self) -> int:
+        return self.effects.unread_events
 
     @property
     def ends_run(self) -> bool:
@@ -153,13 +192,5 @@ def plan_write(result: WorkflowTaskResult, status: RunStatus) -> WritePlan:
         child_runs=result.child_runs,
         activity_tasks=result.activity_tasks,
         messages=result.messages,
-        update_answers=result.update_answers,
-        published=result.published,
-        stream_items=result.stream_items,
-        streams_closed=result.streams_closed,
-        labels=result.labels,
-        cancelled_activities=result.cancelled_activities,
-        cancelled_timers=result.cancelled_timers,
-        detached_runs=result.detached_runs,
-        unread_events=result.unread_events,
+        effects=result.effects or NO_EFFECTS,
     )
