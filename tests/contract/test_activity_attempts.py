@@ -11,7 +11,6 @@ bounded and readable, and the runs after it go on.
 from __future__ import annotations
 
 import asyncio
-import threading
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 import dex
 from dex.app.ports.attempts import FAILED, LEASE_EXPIRED, LOST, MAX_RECENT_ATTEMPTS
-from dex.app.workflows.inline import InlineActivities, QueueView
+from dex.app.runtime.options import RuntimeOptions
 from dex.domain.values import MAX_FAILURE_TEXT
 from dex.testing import VirtualClock
 
@@ -205,11 +204,8 @@ def test_hostile_failures_are_kept_clear_and_bounded_and_the_next_run_is_healthy
 
 
 def test_an_inline_first_attempt_that_fails_is_kept_too(make_engine: Any, clock: VirtualClock) -> None:
-    engine = _engine(make_engine)
-    # the inline policy a started engine sets in start(), with the activity known to be short
-    engine.workflow_worker.inline = InlineActivities(
-        engine.activity_worker, QueueView(engine.store.activity_slots, ttl=0), engine.node_id, 60.0, threading.Event()
-    )
+    # drain runs first attempts inline as a started engine does, the activity known to be short
+    engine = make_engine([one_step], ACTIVITIES, runtime_options=RuntimeOptions(drain_inline=60.0, slots_ttl=0))
     engine.activity_worker.durations.record("slow-retry", 0.001)
     run_id = engine.start_workflow(one_step, "slow-retry")
     engine.drain(advance_time=False)

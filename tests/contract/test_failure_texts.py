@@ -10,13 +10,12 @@ and a text that cannot be computed becomes a placeholder; every path, on every a
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
 
 import dex
-from dex.app.workflows.inline import InlineActivities, QueueView
+from dex.app.runtime.options import RuntimeOptions
 
 ONE_ATTEMPT = dex.RetryPolicy(max_attempts=1)
 PLACEHOLDER = "<unprintable Unprintable: __str__ raised RuntimeError>"
@@ -104,9 +103,8 @@ def test_an_activitys_hostile_failure_reaches_the_workflow(make_engine: Any, kin
 
 def test_the_inline_path_records_the_placeholder_too(make_engine: Any) -> None:
     # inline attempts set by hand (as tests/contract/test_inline.py does): deterministic
-    engine: dex.Engine = make_engine(WORKFLOWS, ACTIVITIES)
-    engine.workflow_worker.inline = InlineActivities(
-        engine.activity_worker, QueueView(engine.store.activity_slots, ttl=0), engine.node_id, 60.0, threading.Event()
+    engine: dex.Engine = make_engine(
+        WORKFLOWS, ACTIVITIES, runtime_options=RuntimeOptions(drain_inline=60.0, slots_ttl=0)
     )
     engine.activity_worker.durations.record("hostile", 0.001)
     claimed: list[Any] = []

@@ -8,7 +8,6 @@ what runs inline does not depend on timing.
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +16,8 @@ import pytest
 
 import dex
 from dex.app.ports.store import ActivitySlots, ActivityTask
-from dex.app.workflows.inline import InlineActivities, QueueView
+from dex.app.runtime.options import RuntimeOptions
+from dex.app.workflows.inline import QueueView
 from dex.domain import events as ev
 
 attempts: list[tuple[str, int]] = []
@@ -90,15 +90,9 @@ def _clear() -> None:
 
 
 def _engine(make_engine: Any, *, inline: bool = True, known: bool = True, typical: float = 60.0) -> dex.Engine:
-    engine: dex.Engine = make_engine(WORKFLOWS, ACTIVITIES)
-    if inline:
-        engine.workflow_worker.inline = InlineActivities(
-            engine.activity_worker,
-            QueueView(engine.store.activity_slots, ttl=0),
-            engine.node_id,
-            typical,
-            threading.Event(),
-        )
+    # drain() runs first attempts inline as a started engine does (the runtime's options)
+    options = RuntimeOptions(drain_inline=typical, slots_ttl=0) if inline else RuntimeOptions()
+    engine: dex.Engine = make_engine(WORKFLOWS, ACTIVITIES, runtime_options=options)
     if known:
         for name in ("inc", "flaky", "refuse"):
             engine.activity_worker.durations.record(name, 0.001)

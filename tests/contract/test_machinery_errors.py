@@ -8,7 +8,6 @@ started afterwards — complete once the machinery works again.
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 import dex
 import dex.app.workflows.worker
 from dex.app.ports.store import ActivitySlots
-from dex.app.workflows.inline import InlineActivities, QueueView
+from dex.app.runtime.options import RuntimeOptions
 from dex.testing import VirtualClock
 
 LEASE = timedelta(seconds=30)
@@ -42,20 +41,22 @@ def _claim_one(engine: dex.Engine, clock: VirtualClock, owner: str = "probe") ->
 
 
 def test_a_store_error_while_an_inline_activity_looks_at_its_queue_fails_no_run(
-    make_engine: Any, clock: VirtualClock
+    adapter_factory: Any, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The issue's case: 'connection lost during list_queues' failed the run."""
-    engine = make_engine([bumped_twice], [bump])
+    adapter = adapter_factory()
     reads = {"fail": True}
+    slots = adapter.activity_slots
 
     def read_queues() -> list[ActivitySlots]:
         if reads["fail"]:
             raise ConnectionError("connection lost during list_queues")
-        return list(engine.store.activity_slots())
+        return list(slots())
 
-    engine.workflow_worker.inline = InlineActivities(
-        engine.activity_worker, QueueView(read_queues, ttl=0), engine.node_id, 60.0, threading.Event()
-    )
+    monkeypatch.setattr(adapter, "activity_slots", read_queues)
+    # drain runs first attempts inline as a started engine does (the runtime's options)
+    options = RuntimeOptions(drain_inline=60.0, slots_ttl=0)
+    engine = dex.Engine(adapter, workflows=[bumped_twice], activities=[bump], runtime_options=options)
     engine.activity_worker.durations.record("bump", 0.001)
     ran.clear()
     run_id = engine.start_workflow(bumped_twice, 1)
@@ -66,6 +67,7 @@ def test_a_store_error_while_an_inline_activity_looks_at_its_queue_fails_no_run(
     healthy = engine.start_workflow(bumped_twice, 10)
     engine.drain()
     assert engine.wait(healthy, timeout=5) == 12
+    engine.stop(timeout=5)
 
 
 def test_a_bug_of_dex_while_deciding_fails_the_task_not_the_run(

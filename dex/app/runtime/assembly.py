@@ -173,22 +173,6 @@ class Runtime:
             dispatch=self,
             give_back=self._give_back,
         )
-        self.workflow_worker = WorkflowWorker(
-            store,
-            registry,
-            converter,
-            self.buffer,
-            node_id,
-            lease=workflow_task_lease,
-            batch_size=options.workflow_round,
-            cache_size=executor_cache_size,
-            telemetry=telemetry,
-            tracing=tracing,
-            holds_runs=holds_runs,
-            foreground=foreground,
-            rng=options.jitter,
-            monotonic=options.monotonic,
-        )
         self.activity_worker = ActivityWorker(
             store,
             registry,
@@ -204,6 +188,23 @@ class Runtime:
             answered=self._answer,  # one write per activity (dex.app.workflows.answers)
             completed_directly=self.queues_changed,  # a transaction step wrote its completion
             durations=options.durations,
+        )
+        self.workflow_worker = WorkflowWorker(
+            store,
+            registry,
+            converter,
+            self.buffer,
+            node_id,
+            lease=workflow_task_lease,
+            batch_size=options.workflow_round,
+            cache_size=executor_cache_size,
+            telemetry=telemetry,
+            tracing=tracing,
+            holds_runs=holds_runs,
+            foreground=foreground,
+            rng=options.jitter,
+            monotonic=options.monotonic,
+            unstarted=self._drain_inline(options),
         )
         self._dispatch = LocalDispatch(
             self.coordinator,
@@ -333,6 +334,17 @@ class Runtime:
         else:
             self.nudge(SCHEDULER)
         return run_id
+
+    def _drain_inline(self, options: RuntimeOptions) -> Started:
+        """What rounds that no start lends anything to (``drain()``) run inline: nothing, unless
+        the options ask for a started engine's inline attempts there (tests of them that drain)."""
+        if options.drain_inline is None:
+            return NOT_STARTED
+        never_stopping = threading.Event()  # drain runs its rounds until nothing is left
+        view = QueueView(self._store.activity_slots, ttl=options.slots_ttl)
+        return Started(
+            inline=InlineActivities(self.activity_worker, view, self.node_id, options.drain_inline, never_stopping)
+        )
 
     def _inline_activities(self) -> InlineActivities | None:
         """The inline activities the engine's options ask for (None: none run inline)."""

@@ -61,6 +61,9 @@ class RuntimeOptions:
     workflow_round: int = WORKFLOW_BATCH
     # the most activity tasks one claim of the activity round takes
     activity_claim: int = ACTIVITY_BATCH
+    # drain() runs first attempts inline as a started engine does, of activities whose recent
+    # attempts typically took at most these seconds (None: drain runs none inline)
+    drain_inline: float | None = None
     # how long each activity's recent attempts took (which decides what runs inline)
     durations: Durations = attrs.Factory(Durations)
     # sees each of the coordinator's decisions: the event and the commands it produced

@@ -118,6 +118,7 @@ class WorkflowWorker:
         foreground: Foreground | None = None,
         rng: random.Random | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        unstarted: Started = NOT_STARTED,
     ) -> None:
         self._store, self._registry, self._converter, self._buffer = store, registry, converter, buffer
         self._monotonic = monotonic  # the clock of idle_for (a simulation's is virtual)
@@ -148,9 +149,9 @@ class WorkflowWorker:
         # own, since these belong to it and every thread that touches them goes through it
         self._handed_lock = threading.Lock()
         self._rounds: dict[int, Round] = {}  # by thread: the round each thread is running
-        # inline activities in rounds that no started engine lends any (drain(): None; tests
-        # that drain with inline attempts set their own)
-        self.inline: InlineActivities | None = None
+        # what rounds that no started engine lends anything to run with (drain(): nothing
+        # inline, unless the runtime's options ask for it)
+        self._unstarted = unstarted
         self.holds = 0  # how many times a task was given back holding its run (Engine.drain reads it)
 
     @property
@@ -192,16 +193,12 @@ class WorkflowWorker:
         Then, with ``close``, close the executors dropped meanwhile, here or by other threads
         (:class:`~dex.app.workflows.executors.Closer`)."""
         if started is None:
-            started = self._unstarted()
+            started = self._unstarted
         try:
             return self._poll(claim, started)
         finally:
             if close and len(self.closer):
                 self.close_dropped(started.watchdog)
-
-    def _unstarted(self) -> Started:
-        inline = self.inline
-        return NOT_STARTED if inline is None else Started(inline=inline)
 
     def close_dropped(self, watchdog: Watchdog | None = None) -> int:
         """Close the executors dropped so far, in this thread, each watched like workflow code
