@@ -23,6 +23,7 @@ type image struct {
 }
 
 func TestCompletesActivitiesWithTheirArguments(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	w := worker(t, options(t, "args"), map[string]dexworker.ActivityFunc{
 		"go-resize": func(ctx context.Context, args json.RawMessage) (any, error) {
 			var picture image
@@ -45,6 +46,7 @@ func TestCompletesActivitiesWithTheirArguments(t *testing.T) {
 }
 
 func TestAWrongTokenEndsRunWithAnError(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	o := options(t, "token")
 	o.Token = "not-the-token"
 	w := worker(t, o, map[string]dexworker.ActivityFunc{"go-token": echo})
@@ -62,6 +64,7 @@ func TestAWrongTokenEndsRunWithAnError(t *testing.T) {
 }
 
 func TestNamesDexWouldRefuseAreRefusedAtRegister(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	w := worker(t, options(t, "names"), nil)
 	for _, name := range []string{"", "a\x00b", "bad\xed\xa0\x80utf8"} {
 		if err := w.Register(name, echo); err == nil {
@@ -77,6 +80,7 @@ func TestNamesDexWouldRefuseAreRefusedAtRegister(t *testing.T) {
 }
 
 func TestAtMostConcurrencyTasksRunAtOnce(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	var running, most int64
 	o := options(t, "concurrency")
 	o.Concurrency = 3
@@ -104,6 +108,7 @@ func TestAtMostConcurrencyTasksRunAtOnce(t *testing.T) {
 }
 
 func TestHeartbeatsKeepATaskLongerThanItsLease(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	w := worker(t, options(t, "heartbeat"), map[string]dexworker.ActivityFunc{
 		"go-long": func(ctx context.Context, _ json.RawMessage) (any, error) {
 			task, _ := dexworker.TaskOf(ctx)
@@ -116,6 +121,7 @@ func TestHeartbeatsKeepATaskLongerThanItsLease(t *testing.T) {
 }
 
 func TestCancellingTheRunCancelsTheActivitysContext(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	started, stopped := make(chan struct{}, 1), make(chan error, 1)
 	w := worker(t, options(t, "cancel"), map[string]dexworker.ActivityFunc{
 		"go-wait": func(ctx context.Context, _ json.RawMessage) (any, error) {
@@ -150,6 +156,7 @@ func TestCancellingTheRunCancelsTheActivitysContext(t *testing.T) {
 }
 
 func TestTerminalRetriedAndRetryAfterErrors(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	var mu sync.Mutex
 	attempts := map[string][]time.Time{}
 	note := func(ctx context.Context) int {
@@ -200,6 +207,7 @@ type unprintable struct{}
 func (unprintable) Error() string { panic("an Error method that panics") }
 
 func TestPoisonAffectsOnlyItsOwnRun(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	w := worker(t, options(t, "poison"), map[string]dexworker.ActivityFunc{
 		"go-echo": echo,
 		"go-panic": func(context.Context, json.RawMessage) (any, error) {
@@ -259,6 +267,7 @@ func TestAResultThatIsNotUTF8IsSentAsReplacementCharacters(t *testing.T) {
 }
 
 func TestRunDrainsTheTasksItRunsBeforeReturning(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	started := make(chan struct{}, 1)
 	var finished atomic.Value
 	w := worker(t, options(t, "drain"), map[string]dexworker.ActivityFunc{
@@ -282,6 +291,7 @@ func TestRunDrainsTheTasksItRunsBeforeReturning(t *testing.T) {
 }
 
 func TestSIGTERMStopsPollingAndFinishesTheTaskInFlight(t *testing.T) {
+	t.Parallel() // each test has activity names of its own
 	started := make(chan struct{}, 1)
 	w := worker(t, options(t, "sigterm"), map[string]dexworker.ActivityFunc{
 		"go-sigterm": func(context.Context, json.RawMessage) (any, error) {
