@@ -95,7 +95,7 @@ func TestFailedCallsAreRetriedWithBackoffAndTheWorkerRecovers(t *testing.T) {
 func TestAPollCutOffByTheDrainEndsRunAtOnce(t *testing.T) {
 	t.Parallel() // each test has activity names of its own
 	o := options(t, "idle")
-	o.PollWait = 30 * time.Second
+	o.PollWait = 4 * time.Second // ends on the server while the other tests run (uvicorn waits for it)
 	w := worker(t, o, map[string]dexworker.ActivityFunc{"go-idle": func(context.Context, json.RawMessage) (any, error) { return nil, nil }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -107,7 +107,7 @@ func TestAPollCutOffByTheDrainEndsRunAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(2 * time.Second):
 		t.Fatal("Run waited for its long poll to end")
 	}
 }
