@@ -44,10 +44,13 @@ func (e *CallError) Error() string {
 	return fmt.Sprintf("%s: %d %s: %s", e.Path, e.Status, e.Type, e.Message)
 }
 
-// transient says whether calling again may succeed: no answer, a 5xx, or a 429.
+// transient says whether calling again may succeed: no answer, an answer that is not dex's
+// (a proxy's page), a 5xx, or a 429.
 func (e *CallError) transient() bool {
-	return e.Status == 0 || e.Status >= 500 || e.Status == http.StatusTooManyRequests
+	return e.Status == 0 || e.Type == badAnswer || e.Status >= 500 || e.Status == http.StatusTooManyRequests
 }
+
+const badAnswer = "BadAnswer"
 
 // maxAnswer bounds what is read of an answer: a poll of 100 tasks with 2 MiB of arguments each
 // is the largest dex sends.
@@ -89,7 +92,7 @@ func (a *api) post(ctx context.Context, path string, body any, answer any) error
 	}
 	if err := json.Unmarshal(raw, answer); err != nil {
 		// a proxy's page, or an answer cut short: a fault of the way there, worth another try
-		return &CallError{Path: path, Status: response.StatusCode, Type: "BadAnswer", Message: err.Error()}
+		return &CallError{Path: path, Status: response.StatusCode, Type: badAnswer, Message: err.Error()}
 	}
 	return nil
 }

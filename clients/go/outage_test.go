@@ -1,7 +1,8 @@
 package dexworker_test
 
 // The server answering 500, or going away, between the worker and dex web: a proxy in front of
-// it that can fail every call, hang up on every call, or fail only the next complete.
+// it that can fail every call, hang up on every call, answer what is not dex's, or fail only the
+// next complete.
 
 import (
 	"context"
@@ -22,10 +23,11 @@ const (
 	forward int32 = iota
 	answer500
 	hangUp
+	notDex // a 200 with a page that is not dex's answer (a captive proxy)
 )
 
 type proxy struct {
-	mode           int32 // forward, answer500 or hangUp
+	mode           int32 // forward, answer500, hangUp or notDex
 	failCompletes  int32 // completes still to answer 500 while forwarding
 	calls          int64 // calls while not forwarding
 	failedComplete int64
@@ -42,6 +44,9 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request, next http.Hand
 		if err == nil {
 			connection.Close()
 		}
+	case notDex:
+		atomic.AddInt64(&p.calls, 1)
+		_, _ = w.Write([]byte("<html>please sign in</html>"))
 	default:
 		if strings.HasSuffix(r.URL.Path, "/complete") && atomic.AddInt32(&p.failCompletes, -1) >= 0 {
 			atomic.AddInt64(&p.failedComplete, 1)
@@ -72,7 +77,7 @@ func TestFailedCallsAreRetriedWithBackoffAndTheWorkerRecovers(t *testing.T) {
 	w := worker(t, o, map[string]dexworker.ActivityFunc{"go-outage": echo})
 	background(t, w)
 
-	for _, mode := range []int32{answer500, hangUp} {
+	for _, mode := range []int32{answer500, hangUp, notDex} {
 		atomic.StoreInt64(&faults.calls, 0)
 		atomic.StoreInt32(&faults.mode, mode)
 		time.Sleep(2 * time.Second)

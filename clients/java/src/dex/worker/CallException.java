@@ -39,8 +39,8 @@ public class CallException extends Exception {
         return retryAfter;
     }
 
-    /** Whether calling again may succeed: no answer, a 5xx, a 429. */
+    /** Whether calling again may succeed: no answer, an answer that is not dex's (a proxy's page), a 5xx, a 429. */
     public boolean isTransient() {
-        return status == 0 || status >= 500 || status == 429;
+        return status == 0 || "BadAnswer".equals(type) || status >= 500 || status == 429;
     }
 }

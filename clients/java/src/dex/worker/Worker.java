@@ -258,9 +258,14 @@ public final class Worker {
             throw new CallException("/v1/activity-tasks/poll", 0, "NoAnswer", String.valueOf(e.getCause()), null);
         }
         List<Task> tasks = new ArrayList<>();
-        if (answer instanceof List<?> items) {
-            for (Object item : items.subList(0, Math.min(items.size(), max))) {
+        if (!(answer instanceof List<?> items)) {
+            throw new CallException("/v1/activity-tasks/poll", 200, "BadAnswer", "not a list of tasks", null);
+        }
+        for (Object item : items.subList(0, Math.min(items.size(), max))) {
+            try {
                 tasks.add(Task.of(item));
+            } catch (RuntimeException malformed) { // not dex's answer (a proxy's?): the tasks return after their lease
+                throw new CallException("/v1/activity-tasks/poll", 200, "BadAnswer", "a malformed task: " + malformed, null);
             }
         }
         return tasks;

@@ -39,8 +39,9 @@ final class OutageTests {
     static final int FORWARD = 0;
     static final int ANSWER_500 = 1;
     static final int HANG_UP = 2;
+    static final int NOT_DEX = 3; // a 200 with a page that is not dex's answer (a captive proxy)
 
-    /** A proxy in front of dex web that can fail every call, hang up on it, or fail the next complete. */
+    /** A proxy in front of dex web that can fail every call, hang up on it, answer what is not dex's, or fail the next complete. */
     static final class Proxy {
         final AtomicInteger mode = new AtomicInteger(FORWARD);
         final AtomicInteger calls = new AtomicInteger(); // while not forwarding
@@ -66,6 +67,11 @@ final class OutageTests {
             if (current == ANSWER_500) {
                 calls.incrementAndGet();
                 answer(exchange, 500, "upstream exploded".getBytes(StandardCharsets.UTF_8));
+                return;
+            }
+            if (current == NOT_DEX) {
+                calls.incrementAndGet();
+                answer(exchange, 200, "<html>please sign in</html>".getBytes(StandardCharsets.UTF_8));
                 return;
             }
             if (current == HANG_UP) {
@@ -111,7 +117,7 @@ final class OutageTests {
         List<Throwable> errors = Collections.synchronizedList(new ArrayList<>());
         Thread thread = background(worker, errors);
         try {
-            for (int mode : new int[] {ANSWER_500, HANG_UP}) {
+            for (int mode : new int[] {ANSWER_500, HANG_UP, NOT_DEX}) {
                 proxy.calls.set(0);
                 proxy.mode.set(mode);
                 Thread.sleep(2000);
