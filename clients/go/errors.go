@@ -33,8 +33,14 @@ func RetryAfter(kind, message string, after time.Duration) error {
 	return &ActivityError{Type: kind, Message: message, RetryAfter: after}
 }
 
-// failureOf is what dex is told of err. It never panics, even when err's Error method does.
-func failureOf(err error) failure {
+// failureOf is what dex is told of err. It never panics, even when err's Error, Unwrap or As
+// method does.
+func failureOf(err error) (described failure) {
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			described = failure{Type: typeName(err), Message: fmt.Sprintf("(the error could not be read: %v)", recovered)}
+		}
+	}()
 	var chosen *ActivityError
 	if errors.As(err, &chosen) && chosen != nil {
 		kind := chosen.Type

@@ -82,7 +82,7 @@ func (w *Worker) attempt(ctx context.Context, task *Task, held *lease) string {
 	if err != nil {
 		return w.fail(task, held, failureOf(err))
 	}
-	encoded, err := json.Marshal(result)
+	encoded, err := encode(result)
 	if err != nil { // NaN, a channel, ...: the same next time, so final
 		return w.fail(task, held, failure{Type: "ResultNotJSON", Message: text(err), Terminal: true})
 	}
@@ -111,7 +111,10 @@ func (w *Worker) report(task *Task, held *lease, what string, body any) (string,
 	timeout := time.Duration(task.HeartbeatTimeout * float64(time.Second))
 	pause := newBackoff(w.options.MinBackoff/4, w.options.MaxBackoff)
 	for {
-		err := w.api.post(context.Background(), taskPath(task, what), body, nil)
+		// a call that hangs must not hold the task (and a drain) past its lease
+		ctx, done := context.WithTimeout(context.Background(), 30*time.Second)
+		err := w.api.post(ctx, taskPath(task, what), body, nil)
+		done()
 		var refused *CallError
 		switch {
 		case err == nil && what == "complete":
@@ -137,6 +140,16 @@ func (w *Worker) report(task *Task, held *lease, what string, body any) (string,
 		w.log.Printf("dexworker: %s of task %d failed (%v); again in %s", what, task.TaskID, err, wait.Round(time.Millisecond))
 		time.Sleep(wait)
 	}
+}
+
+// encode is the result's JSON; a MarshalJSON that panics is an error (encoding/json panics on).
+func encode(result any) (encoded []byte, err error) {
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			encoded, err = nil, fmt.Errorf("encoding the result panicked: %v", recovered)
+		}
+	}()
+	return json.Marshal(result)
 }
 
 // call runs the activity; a panic is its error (the worker and its other tasks go on).

@@ -206,6 +206,15 @@ type unprintable struct{}
 
 func (unprintable) Error() string { panic("an Error method that panics") }
 
+type unwrapsBadly struct{}
+
+func (unwrapsBadly) Error() string { return "fine so far" }
+func (unwrapsBadly) Unwrap() error { panic("an Unwrap method that panics") }
+
+type marshalsBadly struct{}
+
+func (marshalsBadly) MarshalJSON() ([]byte, error) { panic("a MarshalJSON method that panics") }
+
 func TestPoisonAffectsOnlyItsOwnRun(t *testing.T) {
 	t.Parallel() // each test has activity names of its own
 	w := worker(t, options(t, "poison"), map[string]dexworker.ActivityFunc{
@@ -214,6 +223,8 @@ func TestPoisonAffectsOnlyItsOwnRun(t *testing.T) {
 			panic("the activity panicked")
 		},
 		"go-unprintable": func(context.Context, json.RawMessage) (any, error) { return nil, unprintable{} },
+		"go-unwraps":     func(context.Context, json.RawMessage) (any, error) { return nil, unwrapsBadly{} },
+		"go-marshals":    func(context.Context, json.RawMessage) (any, error) { return marshalsBadly{}, nil },
 		"go-nan":         func(context.Context, json.RawMessage) (any, error) { return math.NaN(), nil },
 		"go-error-and-result": func(context.Context, json.RawMessage) (any, error) {
 			return "a\x00b\xed\xa0\x80c", errors.New("not reached")
@@ -239,6 +250,14 @@ func TestPoisonAffectsOnlyItsOwnRun(t *testing.T) {
 	unprinted := cause(t, wait(t, start(t, "go-unprintable", `[]`, 1), 20*time.Second))
 	if unprinted.Type != "unprintable" || !strings.Contains(unprinted.Message, "PANIC") {
 		t.Fatalf("the unprintable error was recorded as %+v", unprinted)
+	}
+	unwrapped := cause(t, wait(t, start(t, "go-unwraps", `[]`, 1), 20*time.Second))
+	if unwrapped.Type != "unwrapsBadly" || !strings.Contains(unwrapped.Message, "could not be read") {
+		t.Fatalf("an error whose Unwrap panics was recorded as %+v", unwrapped)
+	}
+	marshalled := cause(t, wait(t, start(t, "go-marshals", `[]`, 3), 20*time.Second))
+	if marshalled.Type != "ResultNotJSON" || !strings.Contains(marshalled.Message, "panicked") {
+		t.Fatalf("a result whose MarshalJSON panics was recorded as %+v", marshalled)
 	}
 	notJSON := cause(t, wait(t, start(t, "go-nan", `[]`, 3), 20*time.Second))
 	if notJSON.Type != "ResultNotJSON" {

@@ -74,7 +74,7 @@ def test_the_java_sdk_suite_passes_against_a_real_dex_web(java_classes: Path) ->
         assert set(re.findall(r"^PASS (\w+)$", output, re.MULTILINE)) == TESTS, output[-6000:]
         ended = check_reported_runs(engine, output, at_least=20)
         statuses = Counter(engine.get_run(run_id).status.value for run_id in ended)
-        assert statuses == {"COMPLETED": 12, "FAILED": 7, "CANCELLED": 1}, statuses
+        assert statuses == {"COMPLETED": 12, "FAILED": 8, "CANCELLED": 1}, statuses
         # nothing left behind: every run the suite started ended (none waits on a lost task)
         runs = engine.list_runs(limit=1000)
         assert len(runs) == len(ended), [(info.run_id, info.status) for info in runs if info.run_id not in ended]

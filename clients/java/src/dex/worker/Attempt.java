@@ -84,8 +84,9 @@ final class Attempt {
         String encoded;
         try {
             encoded = Json.write(result);
-        } catch (IllegalArgumentException e) { // NaN, an object with no JSON form: the same next time
-            return fail(failure("ResultNotJSON", e.getMessage(), true, null));
+        } catch (RuntimeException | StackOverflowError e) {
+            // NaN, an object with no JSON form, a collection that throws: the same next time
+            return fail(failure("ResultNotJSON", describe(e), true, null));
         }
         Map<String, Object> body = lease();
         body.put("result", new Json.Raw(encoded));

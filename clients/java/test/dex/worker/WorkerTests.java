@@ -239,6 +239,12 @@ final class WorkerTests {
                 })
                 .register("java-overflow", (context, args) -> recurse(0))
                 .register("java-nan", (context, args) -> Double.NaN)
+                .register("java-hostile-result", (context, args) -> new java.util.AbstractMap<String, Object>() {
+                    @Override
+                    public java.util.Set<Map.Entry<String, Object>> entrySet() {
+                        throw new IllegalStateException("a map that cannot be read");
+                    }
+                })
                 .register("java-surrogate-result", (context, args) -> "a\ud800b")
                 .register("java-nul-error", (context, args) -> {
                     throw ActivityError.terminal("Nul\u0000Type", "x\u0000y\ud800");
@@ -261,6 +267,9 @@ final class WorkerTests {
             check(overflow.get("type").equals("StackOverflowError"), "recorded as " + overflow);
             Map<?, ?> nan = cause(await(start("java-nan", "[]", 3), 20));
             check(nan.get("type").equals("ResultNotJSON"), "recorded as " + nan);
+            Map<?, ?> hostile = cause(await(start("java-hostile-result", "[]", 3), 20));
+            check(hostile.get("type").equals("ResultNotJSON") && hostile.get("message").equals("a map that cannot be read"),
+                    "recorded as " + hostile);
             // dex refuses a result that is not valid Unicode (422): the attempt fails for good, saying why
             Map<?, ?> surrogate = cause(await(start("java-surrogate-result", "[]", 3), 20));
             check(surrogate.get("type").equals("ResultRefused") && ((String) surrogate.get("message")).contains("422"),
