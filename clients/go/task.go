@@ -111,7 +111,8 @@ func (w *Worker) report(task *Task, held *lease, what string, body any) (string,
 	timeout := time.Duration(task.HeartbeatTimeout * float64(time.Second))
 	pause := newBackoff(w.options.MinBackoff/4, w.options.MaxBackoff)
 	for {
-		// a call that hangs must not hold the task (and a drain) past its lease
+		// a call that hangs is given up (and sent again, within the lease): it must not hold
+		// the task, and a drain, for ever
 		ctx, done := context.WithTimeout(context.Background(), 30*time.Second)
 		err := w.api.post(ctx, taskPath(task, what), body, nil)
 		done()

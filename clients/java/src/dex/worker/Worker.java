@@ -119,7 +119,8 @@ public final class Worker {
         }
         this.options = options;
         this.api = new Api(options.url(), options.token(),
-                HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(10)).build());
+                // HTTP/1.1: no h2c upgrade for proxies in between to get wrong
+                HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).connectTimeout(Duration.ofSeconds(10)).build());
     }
 
     /** Runs {@code activity} for the tasks called {@code name}; before {@link #run}. */
