@@ -19,6 +19,18 @@ if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>
         echo "could not install chromium (log in $log): the browser tests will be skipped" >&2
     fi
 fi
+# the Go worker SDK's tests (tests/remote/test_sdk_go.py) need Go: the same, with Debian's
+# golang-go (the SDK uses only the standard library, so no module download follows)
+if ! command -v go >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    log="$(mktemp -t dex-apt-XXXXXX.log)"
+    echo "installing golang-go for the Go SDK's tests (log in $log) ..." >&2
+    if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go; } >"$log" 2>&1; then
+        rm -f "$log"
+    else
+        tail -n 5 "$log" >&2
+        echo "could not install golang-go (log in $log): the Go SDK's tests will be skipped" >&2
+    fi
+fi
 echo "installing dex and its test extras into .venv ..." >&2
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip

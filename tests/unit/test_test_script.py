@@ -63,6 +63,9 @@ def test_the_script_says_what_it_installs_and_runs_pytest_on_three_workers(tmp_p
     assert lines[0].startswith("installing chromium and chromium-driver for the browser tests (a few minutes; log in ")
     assert "E: Unable to locate package chromium-driver" in lines  # why it failed, from the log
     assert any(line.startswith("could not install chromium (log in ") for line in lines)
+    # no go on the PATH either: its install is tried, and its failure said, without failing the script
+    assert any(line.startswith("installing golang-go for the Go SDK's tests (log in ") for line in lines)
+    assert any(line.startswith("could not install golang-go (log in ") for line in lines)
     assert lines[-1] == "installing dex and its test extras into .venv ..."
     args = recorded.read_text().split()
     assert args == ["-q", "-n", "3", "--dist", "loadfile", "-m", "slow"]  # the counts: pyproject

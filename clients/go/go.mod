@@ -1,0 +1,3 @@
+module dexworker
+
+go 1.19
