@@ -42,8 +42,11 @@ class DecidePath:
         self.engine = dex.Engine(adapter, workflows=WORKFLOWS, activities=ACTIVITIES)
         self.worker = self.engine.workflow_worker
         activities = self.engine.activity_worker
+        # a generous bound on what runs inline: every attempt here does, however slowly this
+        # process runs (under a profiler, or a loaded machine, 5 ms was exceeded and the run
+        # took the ordinary path: no result to time)
         inline = InlineActivities(
-            activities, QueueView(adapter.activity_slots), self.engine.node_id, 0.005, threading.Event()
+            activities, QueueView(adapter.activity_slots), self.engine.node_id, 60.0, threading.Event()
         )
         self.started = Started(inline=inline)
         for name in self.engine.registry.activities:  # as if each had run once: inline from the start
