@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 
 import dex
+from dex.adapters.memory import InMemoryAdapter
 from dex.remote import ActivityTaskService
 from dex.remote.worker import Worker
 from dex.web import create_app
@@ -28,6 +29,27 @@ async def call(ctx: dex.WorkflowContext, name: str, args: list[Any], max_attempt
 
 
 WORKFLOWS = [call]
+
+
+@contextmanager
+def sdk_engine(store: str) -> Iterator[dex.Engine]:
+    """A started engine over a ``memory`` or ``postgres`` store (a schema of its own) with the
+    SDK tests' workflows and no activity: they all run in remote workers."""
+    if store == "memory":
+        with dex.Engine(InMemoryAdapter(), workflows=WORKFLOWS, poll_interval=0.02) as engine:
+            yield engine
+        return
+    from dex.adapters.postgres import PostgresAdapter
+    from tests.pg import fresh_schema, postgres_dsn
+
+    dsn = postgres_dsn()
+    with fresh_schema(dsn) as schema:
+        adapter = PostgresAdapter(dsn, schema=schema, max_connections=4)
+        try:
+            with dex.Engine(adapter, workflows=WORKFLOWS, poll_interval=0.02) as engine:
+                yield engine
+        finally:
+            adapter.close()
 
 
 @contextmanager

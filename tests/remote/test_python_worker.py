@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 
 import dex
-from dex.adapters.memory import InMemoryAdapter
 from dex.domain.status import RunStatus
 from dex.remote import ActivityTaskService, PolledTask, PollLimitError
 from dex.remote.worker import Worker
-from tests.remote.sdk_support import TOKEN, WORKFLOWS, call, dex_web, failure_text, running
+from tests.remote.sdk_support import TOKEN, call, dex_web, failure_text, running, sdk_engine
 from tests.remote.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,27 +63,13 @@ class FaultyService(ActivityTaskService):
 
 @pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.postgres)])
 def engine(request: pytest.FixtureRequest) -> Iterator[dex.Engine]:
-    """A started engine with the SDK tests' workflows and no activity (they run remotely)."""
-    if request.param == "memory":
-        with dex.Engine(InMemoryAdapter(), workflows=WORKFLOWS, poll_interval=0.02) as engine:
-            yield engine
-        return
-    from dex.adapters.postgres import PostgresAdapter
-    from tests.pg import fresh_schema, postgres_dsn
-
-    dsn = postgres_dsn()
-    with fresh_schema(dsn) as schema:
-        adapter = PostgresAdapter(dsn, schema=schema, max_connections=4)
-        try:
-            with dex.Engine(adapter, workflows=WORKFLOWS, poll_interval=0.02) as engine:
-                yield engine
-        finally:
-            adapter.close()
+    with sdk_engine(request.param) as engine:
+        yield engine
 
 
 @pytest.fixture
 def memory_engine() -> Iterator[dex.Engine]:
-    with dex.Engine(InMemoryAdapter(), workflows=WORKFLOWS, poll_interval=0.02) as engine:
+    with sdk_engine("memory") as engine:
         yield engine
 
 
