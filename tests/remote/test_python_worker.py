@@ -268,6 +268,14 @@ def test_poison_values_get_their_clear_error_and_a_healthy_task_completes(memory
         def not_json() -> Any:
             return {1, 2}
 
+        @w.activity("big")
+        def big() -> str:
+            return "x" * 3_000_000  # over the 2 MiB payload limit
+
+        @w.activity("huge-message")
+        def huge_message() -> None:
+            raise dex.TerminalError("y" * 3_000_000)
+
         @w.activity("loud")
         def loud() -> None:
             raise dex.TerminalError("nul \x00 and lone \udfff in a message")
@@ -278,6 +286,8 @@ def test_poison_values_get_their_clear_error_and_a_healthy_task_completes(memory
             for name, text in [
                 ("surrogate", "SerializationError"),
                 ("not-json", "SerializationError"),
+                ("big", "InvalidValue"),
+                ("huge-message", "[truncated: 3,000,000 characters"),
                 ("loud", "nul \x00 and lone \\udfff in a message"),
             ]:
                 with pytest.raises(dex.WorkflowFailedError) as failed:
@@ -431,3 +441,21 @@ def test_sigterm_drains_the_worker_and_it_exits_0(engine: dex.Engine, tmp_path: 
 
         with running(w):
             assert engine.wait(second, timeout=30) == {"slept": 0}
+
+
+def test_the_worker_needs_no_web_extra() -> None:
+    """A process with nothing but dex installed runs a worker: the web and gRPC packages are
+    made unimportable, and the worker imports, builds and registers all the same."""
+    code = (
+        "import sys\n"
+        "for name in ('starlette', 'uvicorn', 'jinja2', 'httpx', 'grpc'):\n"
+        "    sys.modules[name] = None  # an import of it raises ImportError\n"
+        "from dex.remote.worker import Worker\n"
+        "worker = Worker('http://127.0.0.1:1', concurrency=2)\n"
+        "worker.activity('echo')(lambda value: value)\n"
+        "print('imported')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout == "imported\n", done.stderr

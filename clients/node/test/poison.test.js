@@ -27,6 +27,7 @@ test("hostile payloads and thrown things fail their own task only", { skip }, as
     .register("echo", (value) => value)
     .register("surrogate", () => "lone \ud800 here")
     .register("bigint", () => ({ n: 1n }))
+    .register("big", () => "x".repeat(3_000_000)) // over the 2 MiB payload limit
     .register("loud", () => {
       throw new Error("nul \0 and lone \udfff in a message");
     })
@@ -56,6 +57,7 @@ test("hostile payloads and thrown things fail their own task only", { skip }, as
     for (const [name, expected] of [
       ["surrogate", /InvalidValue/],
       ["bigint", /SerializationError/],
+      ["big", /InvalidValue/],
       ["loud", /nul \\u0000 and lone \\\\udfff in a message/],
       ["unprintable", /Error/],
       ["string", /thrown string.*a bare string/],
