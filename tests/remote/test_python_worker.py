@@ -361,27 +361,37 @@ def test_server_faults_are_retried_with_backoff(memory_engine: dex.Engine) -> No
     assert memory_engine.get_run(run_id).status is RunStatus.COMPLETED
 
 
-def test_a_server_going_away_is_waited_for_and_a_wrong_token_never_loops(
+def test_a_server_going_away_mid_task_is_waited_for_and_a_wrong_token_never_loops(
     memory_engine: dex.Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dex.remote.worker")
     port = free_port()
     service = FaultyService(memory_engine, poll_interval=0.2)
-    with dex_web(memory_engine, service, port) as url:
-        w = with_echo(worker(url))
-        with running(w):
-            healthy(memory_engine)
-            memory_engine.start_workflow(call, "echo", ["while away"])
-            web = dex_web(memory_engine, service, port)
-            # the server goes away (between two polls, or during one)
+    started = threading.Event()
+    w = with_echo(worker(f"http://127.0.0.1:{port}"))
+
+    @w.activity("pause")
+    def pause() -> str:
+        started.set()
+        time.sleep(1.5)  # the server goes away meanwhile
+        return "paused"
+
     with running(w):
-        time.sleep(3)
-        failures = [r for r in caplog.records if "poll failed" in r.getMessage()]
-        assert 1 <= len(failures) <= 5, [r.getMessage() for r in failures]  # 0.5, 1, 2 s apart: no hot loop
-        with web:
+        with dex_web(memory_engine, service, port):
             healthy(memory_engine)
-    run_ids = [r.run_id for r in memory_engine.list_runs()]
-    assert all(memory_engine.get_run(r).status is RunStatus.COMPLETED for r in run_ids)
+            run_id = memory_engine.start_workflow(call, "pause", [])
+            assert started.wait(10)
+        # gone: the task's heartbeats and complete, and the polls, find no server
+        time.sleep(3)
+        messages = [r.getMessage() for r in caplog.records]
+        polls = [m for m in messages if "poll failed" in m]
+        reports = [m for m in messages if "report failed" in m]
+        assert 1 <= len(polls) <= 5, polls  # 0.5, 1, 2 s apart: no hot loop
+        assert 1 <= len(reports) <= 4, reports
+        with dex_web(memory_engine, service, port):
+            assert memory_engine.wait(run_id, timeout=30) == "paused"  # the complete went through at last
+            healthy(memory_engine)
+    assert len(service.calls["complete"]) == 3  # the healthy ones and the one sent again
 
     caplog.clear()
     with dex_web(memory_engine, service, port) as url, running(with_echo(worker(url, token="wrong"))):
