@@ -19,7 +19,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -27,7 +27,7 @@ import attrs
 
 from dex.app.definitions.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.domain.values import ApplicationError, FailureInfo
-from dex.remote.worker_client import ActivityTaskClient, Backoff, WorkerCallError, encode_body
+from dex.remote.worker_client import ActivityTaskClient, Backoff, WorkerCallError, encode_value
 
 log = logging.getLogger("dex.remote.worker")
 
@@ -118,10 +118,10 @@ class RemoteAttempt:
         if failure is not None:
             return self._report_failure(failure, retry_after)
         try:
-            result = encode_body({"result": value})[len(b'{"result":') : -1]
-        except (TypeError, ValueError, RecursionError) as exc:  # no JSON form: as a Python activity's result
-            failure = FailureInfo(type="SerializationError", message=f"the result has no JSON form: {_text(exc)}")
-            return self._report_failure(attrs.evolve(failure, terminal=True), None)
+            result = encode_value(value)
+        except Exception as exc:  # noqa: BLE001 - no JSON form (or a hostile value): as a Python activity's result
+            message = f"the result has no JSON form: {_text(exc)}"
+            return self._report_failure(FailureInfo(type="SerializationError", message=message, terminal=True), None)
         try:
             outcome = self._send(
                 lambda: self._client.complete(self._task.task_id, self._task.lease_version, self._worker_id, result)
@@ -153,16 +153,17 @@ class RemoteAttempt:
         )
         token = set_activity_context(context)
         try:
-            if inspect.iscoroutinefunction(self._function):
-                return asyncio.run(self._awaited(*task.args)), None, None
-            return self._function(*task.args), None, None
+            value = self._function(*task.args)
+            if inspect.isawaitable(value):  # an async def, or anything else that returned one
+                value = asyncio.run(self._awaited(value))
+            return value, None, None
         except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt ... of user code are failures too
             return None, FailureInfo.from_exception(exc), _retry_after(exc)
         finally:
             reset_activity_context(token)
 
-    async def _awaited(self, *args: Any) -> Any:
-        running = asyncio.ensure_future(self._function(*args))
+    async def _awaited(self, awaitable: Awaitable[Any]) -> Any:
+        running = asyncio.ensure_future(awaitable)
         loop = asyncio.get_running_loop()
         with self._lock:
             self._cancel_async = lambda: loop.call_soon_threadsafe(running.cancel)

@@ -47,11 +47,11 @@ class WorkerCallError(Exception):
         return self.status == 0 or self.status == 429 or self.status >= 500
 
 
-def encode_body(body: dict[str, Any]) -> bytes:
-    """``body`` as strict JSON in UTF-8. A value with no such form (a set, NaN, a lone surrogate
+def encode_value(value: Any) -> bytes:
+    """``value`` as strict JSON in UTF-8. A value with no such form (a set, NaN, a lone surrogate
     in a string) raises ``TypeError``, ``ValueError`` or ``UnicodeEncodeError`` here, before any
     call is made."""
-    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 class ActivityTaskClient:
@@ -66,7 +66,7 @@ class ActivityTaskClient:
     def poll(self, worker_id: str, names: list[str], count: int, wait_seconds: float) -> list[dict[str, Any]]:
         """Claim up to ``count`` tasks named in ``names``, waiting up to ``wait_seconds`` for one."""
         body = {"worker_id": worker_id, "names": names, "max": count, "wait_seconds": wait_seconds}
-        answer = self._post("/poll", encode_body(body), wait_seconds + _ANSWER_MARGIN)
+        answer = self._post("/poll", encode_value(body), wait_seconds + _ANSWER_MARGIN)
         if not isinstance(answer, list):
             raise WorkerCallError(200, "BadAnswer", "the poll did not answer a list of tasks")
         return answer
@@ -74,12 +74,12 @@ class ActivityTaskClient:
     def heartbeat(self, task_id: int, lease_version: int, worker_id: str) -> bool:
         """Renew the task's lease; True when the run asks the task to stop (``cancel_requested``)."""
         body = {"lease_version": lease_version, "worker_id": worker_id}
-        answer = self._post(f"/{task_id}/heartbeat", encode_body(body), SHORT_CALL_TIMEOUT)
+        answer = self._post(f"/{task_id}/heartbeat", encode_value(body), SHORT_CALL_TIMEOUT)
         return bool(isinstance(answer, dict) and answer.get("cancel_requested"))
 
     def complete(self, task_id: int, lease_version: int, worker_id: str, result: bytes) -> None:
-        """Report the task's result; ``result`` is its JSON text (see :func:`encode_body`)."""
-        head = encode_body({"lease_version": lease_version, "worker_id": worker_id})
+        """Report the task's result; ``result`` is its JSON text (see :func:`encode_value`)."""
+        head = encode_value({"lease_version": lease_version, "worker_id": worker_id})
         self._post(f"/{task_id}/complete", head[:-1] + b',"result":' + result + b"}", SHORT_CALL_TIMEOUT)
 
     def fail(
@@ -102,7 +102,7 @@ class ActivityTaskClient:
             "retry_after_seconds": retry_after_seconds,
         }
         body = {"lease_version": lease_version, "worker_id": worker_id, "error": error}
-        self._post(f"/{task_id}/fail", encode_body(body), SHORT_CALL_TIMEOUT)
+        self._post(f"/{task_id}/fail", encode_value(body), SHORT_CALL_TIMEOUT)
 
     def _post(self, path: str, data: bytes, timeout: float) -> Any:
         request = urllib.request.Request(self._url + path, data=data, headers=self._headers, method="POST")

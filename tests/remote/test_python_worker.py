@@ -6,6 +6,7 @@ fails or goes away), each followed by a healthy task that completes."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -120,8 +121,15 @@ def test_results_and_failures_reach_the_workflow(engine: dex.Engine) -> None:
         def always() -> None:
             raise ValueError("never works")
 
+        async def add(a: int, b: int) -> int:
+            await asyncio.sleep(0)
+            return a + b
+
+        w.activity("add-ten")(functools.partial(add, 10))  # returns an awaitable without being an async def
+
         with running(w):
             assert engine.wait(engine.start_workflow(call, "flaky", ["a"]), timeout=30) == "a after 3"
+            assert engine.wait(engine.start_workflow(call, "add-ten", [5]), timeout=30) == 15
             refused = engine.start_workflow(call, "refuse", ["no such image"])
             with pytest.raises(dex.WorkflowFailedError) as failed:
                 engine.wait(refused, timeout=30)
