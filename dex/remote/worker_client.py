@@ -10,6 +10,7 @@ down, the connection broke, the call timed out), dex's error type and message, a
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import urllib.error
@@ -111,7 +112,7 @@ class ActivityTaskClient:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             raise _refusal(exc) from None
-        except (OSError, ValueError) as exc:  # refused, reset, timed out, a broken answer
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, reset, timed out, a cut answer
             raise WorkerCallError(0, type(exc).__name__, str(exc)) from None
         try:
             return json.loads(raw)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import os
 import signal
+import socketserver
 import subprocess
 import sys
 import threading
@@ -406,6 +408,35 @@ def test_a_server_going_away_mid_task_is_waited_for_and_a_wrong_token_never_loop
         time.sleep(2)
     refused = [r for r in caplog.records if "poll failed" in r.getMessage()]
     assert 1 <= len(refused) <= 4 and "401" in refused[0].getMessage()
+
+
+def test_a_cut_or_broken_answer_is_a_failed_poll(caplog: pytest.LogCaptureFixture) -> None:
+    """A server (or proxy) that cuts its answer short, or answers what is not the API's, is
+    polled again after the same growing pauses; the worker's loop never ends on it."""
+    caplog.set_level(logging.WARNING, logger="dex.remote.worker")
+    answers = [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n[",  # cut short
+        b'HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n{"a": 1}',  # JSON, but not a list of tasks
+        b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 5\r\n\r\n<html",  # a proxy's page
+        b"NOT HTTP AT ALL\r\n\r\n",
+    ]
+
+    class Broken(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(65536)
+            self.request.sendall(answers[min(len(seen), len(answers) - 1)])
+            seen.append(time.monotonic())
+
+    seen: list[float] = []
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Broken) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        w = with_echo(Worker(f"http://127.0.0.1:{server.server_address[1]}", poll_wait_seconds=0))
+        with running(w):
+            time.sleep(4)
+        server.shutdown()
+    failures = [r.getMessage() for r in caplog.records if "poll failed" in r.getMessage()]
+    assert 3 <= len(failures) <= 5, failures  # 0.25-0.5, 0.5-1, 1-2 s apart
+    assert all(later - earlier >= 0.24 for earlier, later in itertools.pairwise(seen)), seen
 
 
 def test_sigterm_drains_the_worker_and_it_exits_0(engine: dex.Engine, tmp_path: Path) -> None:
