@@ -3,6 +3,7 @@
 // error or a retry after a growing pause, never a hot loop; a healthy task completes afterwards.
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
+import { createServer as createTcpServer } from "node:net";
 import { once } from "node:events";
 import { test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -144,4 +145,33 @@ test("a server that is gone or refuses the token is polled ever more slowly", as
   }
   assert.ok(server.calls.length >= 2 && server.calls.length <= 4, `${server.calls.length} polls in 2 s`);
   assert.match(refused.lines[0], /401 Unauthorized/);
+});
+
+test("a cut or broken answer is a failed poll, polled again after the growing pause", async () => {
+  const answers = [
+    "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n[", // cut short
+    'HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{"a": 1}', // JSON, but not a list of tasks
+    "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 5\r\n\r\n<html", // a proxy's page
+    "NOT HTTP AT ALL\r\n\r\n",
+  ];
+  const seen = [];
+  const server = createTcpServer((socket) => {
+    socket.once("data", () => {
+      socket.end(answers[Math.min(seen.length, answers.length - 1)]);
+      seen.push(Date.now());
+    });
+    socket.on("error", () => {});
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const log = recorder();
+  const w = new Worker({ url: `http://127.0.0.1:${server.address().port}`, pollWaitSeconds: 0, logger: log });
+  w.register("echo", (v) => v);
+  try {
+    await running(w, () => sleep(4000));
+  } finally {
+    server.close();
+  }
+  assert.ok(log.lines.length >= 3 && log.lines.length <= 5, log.lines.join("\n"));
+  for (let i = 1; i < seen.length; i++) assert.ok(seen[i] - seen[i - 1] >= 240, `${seen[i] - seen[i - 1]} ms apart`);
 });
