@@ -439,7 +439,8 @@ def test_a_cut_or_broken_answer_is_a_failed_poll(caplog: pytest.LogCaptureFixtur
     assert all(later - earlier >= 0.24 for earlier, later in itertools.pairwise(seen)), seen
 
 
-def test_sigterm_drains_the_worker_and_it_exits_0(engine: dex.Engine, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_drains_the_worker_and_it_exits_0(engine: dex.Engine, tmp_path: Path, stop: signal.Signals) -> None:
     script = tmp_path / "worker.py"
     marker = tmp_path / "started"
     script.write_text(
@@ -470,7 +471,7 @@ def test_sigterm_drains_the_worker_and_it_exits_0(engine: dex.Engine, tmp_path: 
             while not marker.exists():
                 assert process.poll() is None and time.monotonic() < deadline, "the task never started"
                 time.sleep(0.02)
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(stop)
             time.sleep(0.2)
             second = engine.start_workflow(call, "sdk-slow", [0])
             output, _ = process.communicate(timeout=30)

@@ -111,32 +111,34 @@ test("concurrency limits the tasks held at once", { skip }, async () => {
   assert.equal(most, 2);
 });
 
-test("SIGTERM stops polling, finishes the task in flight and exits 0", { skip }, async () => {
-  const script = fileURLToPath(new URL("../test-support/drain-worker.js", import.meta.url));
-  const child = spawn(process.execPath, [script], { env: { ...process.env, DEX_URL, DEX_TOKEN: TOKEN || "" } });
-  let output = "";
-  child.stdout.on("data", (chunk) => (output += chunk));
-  child.stderr.on("data", (chunk) => (output += chunk));
-  try {
-    const first = await start("sdk-slow", [2]);
-    const deadline = Date.now() + 30_000;
-    while (!output.includes("started")) {
-      assert.ok(Date.now() < deadline && child.exitCode === null, `the task never started: ${output}`);
-      await sleep(20);
+for (const signal of ["SIGTERM", "SIGINT"]) {
+  test(`${signal} stops polling, finishes the task in flight and exits 0`, { skip }, async () => {
+    const script = fileURLToPath(new URL("../test-support/drain-worker.js", import.meta.url));
+    const child = spawn(process.execPath, [script], { env: { ...process.env, DEX_URL, DEX_TOKEN: TOKEN || "" } });
+    let output = "";
+    child.stdout.on("data", (chunk) => (output += chunk));
+    child.stderr.on("data", (chunk) => (output += chunk));
+    try {
+      const first = await start("sdk-slow", [2]);
+      const deadline = Date.now() + 30_000;
+      while (!output.includes("started")) {
+        assert.ok(Date.now() < deadline && child.exitCode === null, `the task never started: ${output}`);
+        await sleep(20);
+      }
+      child.kill(signal);
+      await sleep(200);
+      const second = await start("sdk-slow", [0]);
+      const [code] = await once(child, "exit");
+      assert.equal(code, 0, output);
+      assert.match(output, /drained/);
+      const run = await ended(first, 10);
+      assert.deepEqual([run.status, run.result], ["COMPLETED", { slept: 2 }]);
+      await sleep(500);
+      assert.equal((await getRun(second)).status, "RUNNING"); // nothing was claimed after the signal
+      const w = worker().register("sdk-slow", (seconds) => ({ slept: seconds }));
+      await running(w, async () => assert.equal((await ended(second)).status, "COMPLETED"));
+    } finally {
+      child.kill("SIGKILL");
     }
-    child.kill("SIGTERM");
-    await sleep(200);
-    const second = await start("sdk-slow", [0]);
-    const [code] = await once(child, "exit");
-    assert.equal(code, 0, output);
-    assert.match(output, /drained/);
-    const run = await ended(first, 10);
-    assert.deepEqual([run.status, run.result], ["COMPLETED", { slept: 2 }]);
-    await sleep(500);
-    assert.equal((await getRun(second)).status, "RUNNING"); // nothing was claimed after the signal
-    const w = worker().register("sdk-slow", (seconds) => ({ slept: seconds }));
-    await running(w, async () => assert.equal((await ended(second)).status, "COMPLETED"));
-  } finally {
-    child.kill("SIGKILL");
-  }
-});
+  });
+}
