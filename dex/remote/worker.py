@@ -116,6 +116,8 @@ class Worker:
         def register(function: F) -> F:
             if not callable(function):
                 raise TypeError(f"@worker.activity({name!r}) decorates a function, got {type(function).__name__}")
+            if name in self._functions:  # two decorators of one name made before either was applied
+                raise ValueError(f"activity {name!r} is registered already")
             self._functions[name] = function
             return function
 

@@ -265,6 +265,12 @@ def test_poison_values_get_their_clear_error_and_a_healthy_task_completes(memory
             bad.activity(name)
     with pytest.raises(RuntimeError, match="no activity"):
         bad.run()
+    first, second = bad.activity("twice"), bad.activity("twice")
+    first(len)
+    with pytest.raises(ValueError, match="registered already"):
+        second(len)
+    with pytest.raises(ValueError, match="registered already"):
+        bad.activity("twice")
 
     _service, web = serve(memory_engine)
     with web as url:
