@@ -140,8 +140,8 @@ class MemoryRuns:
             requested(row.status, target)
             if target is not RunStatus.CANCELLED:
                 row.status = target
-            elif any(isinstance(m.event, ev.RunCancelled) for m in self._state.inbox[run_id]):
-                return  # a cancel is already on its way
+            elif any(isinstance(m.event, ev.RunCancelled) and m.visible_from <= now for m in self._state.inbox[run_id]):
+                return  # a cancel is already on its way (a deadline's, waiting for its time, is not)
             self._state.push(run_id, message, now)
 
     def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:

@@ -403,10 +403,11 @@ def request_transition(
         conn.execute(q("UPDATE {s}.runs SET status = %s WHERE run_id = %s"), [target.value, run_id])
     else:
         pending = conn.execute(
-            q("SELECT 1 FROM {s}.inbox WHERE run_id = %s AND kind = 'RunCancelled' LIMIT 1"), [run_id]
+            q("SELECT 1 FROM {s}.inbox WHERE run_id = %s AND kind = 'RunCancelled' AND visible_from <= %s LIMIT 1"),
+            [run_id, now],
         ).fetchone()
         if pending is not None:
-            return  # a cancel is already on its way
+            return  # a cancel is already on its way (a deadline's, waiting for its time, is not)
     insert_inbox(conn, q, [inbox_row(run_id, message, now)])
 
 
