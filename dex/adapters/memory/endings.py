@@ -1,25 +1,16 @@
-"""The in-memory adapter's part of how runs end (docs/reference/contract.md §14): the steps a
-workflow task cancelled, the runs it started detached, and the endings applied at the call
-(``engine.terminate``, the cancel of a run no engine can run). Part of
-:class:`dex.adapters.memory.InMemoryAdapter`; the rules are the domain's
+"""The in-memory adapter's part of how runs end (docs/reference/contract.md §14) that a workflow
+task's result writes: the steps it cancelled and the runs it started detached (``tasks.py``
+calls these). The endings applied at the call are ``at_call.py``. The rules are the domain's
 (:class:`~dex.domain.writes.WritePlan`, :mod:`dex.domain.endings`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState
-from dex.app.ports.endings import Decide
 from dex.domain import events as ev
 from dex.domain.endings import clashed_detached
-from dex.domain.status import RunStatus
-from dex.domain.task import InboxMessage
-from dex.domain.writes import INBOX_ORDER, WritePlan
-
-if TYPE_CHECKING:  # tasks.py imports this module
-    from dex.adapters.memory.tasks import MemoryTasks
+from dex.domain.writes import WritePlan
 
 
 def drop_cancelled_steps(state: MemoryState, run_id: str, plan: WritePlan) -> None:
@@ -57,32 +48,3 @@ def create_detached(state: MemoryState, plan: WritePlan, now: datetime) -> None:
         assert isinstance(completion, ev.RunCompleted)
         row.status, row.started_at, row.completed_at, row.failure = completion.status, None, now, completion.failure
         state.inbox[run.run_id] = []
-
-
-class MemoryEndings:
-    """Endings applied at the call, as a workflow task's result that no worker ran."""
-
-    def __init__(self, state: MemoryState, tasks: MemoryTasks) -> None:
-        self._state, self._tasks = state, tasks
-
-    def end_run(self, run_id: str, decide: Decide, now: datetime) -> bool:
-        storable.text(run_id, "run_id")
-        with self._state.lock:
-            row = self._state.live_run(run_id)
-            visible = sorted(
-                (m for m in self._state.inbox[run_id] if m.visible_from <= now),
-                key=lambda m: tuple(getattr(m, f) for f in INBOX_ORDER),
-            )
-            inbox = [InboxMessage(message_id=m.message_id, event=m.event) for m in visible]
-            result = decide(list(row.history), inbox)
-            if result is None:
-                return False
-            storable.workflow_results([(None, result)])
-            # a worker's claim of the run's task is void: its result no longer matches the history
-            task_id = self._state.workflow_task_of_run.pop(run_id, None)
-            if task_id is not None:
-                del self._state.workflow_tasks[task_id]
-            self._tasks.apply_result(run_id, result, now)
-            if row.status is RunStatus.CREATED:  # (never: the result ends the run)
-                raise AssertionError(f"run {run_id}: an ending that did not end it")
-            return True

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dex.adapters.memory import storable
-from dex.adapters.memory.endings import MemoryEndings
+from dex.adapters.memory.at_call import MemoryEndings
 from dex.adapters.memory.engines import MemoryEngines
 from dex.adapters.memory.forks import MemoryForks
 from dex.adapters.memory.queues import MemoryQueues

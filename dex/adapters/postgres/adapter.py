@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from dex.adapters.postgres import endings, runs
+from dex.adapters.postgres import at_call, runs
 from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.connection import KeptConnection, connect, describe_dsn, open_pool, prepare_conninfo
 from dex.adapters.postgres.database import Database
@@ -240,7 +240,7 @@ class PostgresAdapter:
         return self._runs.delete_finished_runs(completed_before, limit)
 
     def end_run(self, run_id: str, decide: Decide, now: datetime) -> bool:
-        return endings.end_run(self._db, self._q, run_id, decide, now)
+        return at_call.end_run(self._db, self._q, run_id, decide, now)
 
     def create_fork(self, fork: Fork, now: datetime) -> str:
         return self._forks.create_fork(fork, now)
