@@ -449,3 +449,25 @@ async def hostile_cleanup(ctx: dex.WorkflowContext) -> str:
         await ctx.wait_for_event("go")
     finally:
         raise _Unprintable()
+
+
+def test_a_remote_worker_learns_at_its_heartbeat_that_its_step_was_cancelled(
+    make_engine: Any, clock: VirtualClock
+) -> None:
+    from dex.remote import ActivityTaskService
+    from dex.remote.errors import LeaseLostError
+
+    engine = make_engine([cancel_steps])
+    run_id = engine.start_workflow(cancel_steps)
+    engine.drain(advance_time=False)
+    service = ActivityTaskService(engine.store)
+    engine.store.schedule_activity_tasks(clock.now(), 10)
+    polled = service.poll("remote-worker", [REMOTE], max_tasks=2, wait_seconds=0)
+    assert len(polled) == 2
+    assert [service.heartbeat(t.task_id, t.lease_version, "remote-worker") for t in polled] == [False, False]
+    engine.send_event(run_id, "go")
+    engine.drain(advance_time=False)
+    assert [service.heartbeat(t.task_id, t.lease_version, "remote-worker") for t in polled] == [True, True]
+    with pytest.raises(LeaseLostError):  # what it returns is not recorded
+        service.complete(polled[0].task_id, polled[0].lease_version, "late", "remote-worker")
+    assert "ActivityTaskCompleted" not in [e.kind for e in engine.history(run_id)]
