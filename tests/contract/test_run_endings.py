@@ -7,11 +7,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import attrs
 import pytest
 
 import dex
 from dex.app.ports.store import ActivityOutcome
 from dex.domain import events as ev
+from dex.domain.task import terminate
 from dex.testing import VirtualClock
 
 REMOTE = "endings-remote-work"  # an activity no engine of these tests registers: its tasks wait
@@ -147,6 +149,36 @@ def test_a_created_run_its_own_engine_can_run_gets_the_cancel_as_a_request(make_
     assert engine.get_run(run_id).status is dex.RunStatus.CREATED  # the code decides, at its first task
     engine.drain(advance_time=False)
     assert engine.get_run(run_id).status is dex.RunStatus.CANCELLED
+
+
+@dex.workflow(name="endings-careful-child")
+async def careful_child(ctx: dex.WorkflowContext) -> str:
+    try:
+        await ctx.wait_for_event("never")
+        return "child done"
+    except dex.CancelledError:
+        await ctx.activity(cleanup, "child")
+        raise
+
+
+@dex.workflow(name="endings-careful-parent")
+async def careful_parent(ctx: dex.WorkflowContext) -> str:
+    return str(await ctx.child(careful_child))
+
+
+def test_the_children_of_a_cancelled_run_get_the_same_request_and_clean_up(make_engine: Any) -> None:
+    engine = make_engine([careful_parent, careful_child], [cleanup])
+    run_id = engine.start_workflow(careful_parent)
+    engine.drain(advance_time=False)
+    (kid,) = engine.list_runs(workflow_name="endings-careful-child")
+    engine.cancel(run_id, "stop all")
+    engine.drain(advance_time=False)
+    assert engine.get_run(run_id).status is dex.RunStatus.CANCELLED
+    assert engine.get_run(kid.run_id).status is dex.RunStatus.CANCELLED
+    kid_history = engine.history(kid.run_id)
+    assert "ActivityTaskCompleted" in [e.kind for e in kid_history]  # its cleanup ran
+    assert_ends_once(kid_history)
+    assert_ends_once(engine.history(run_id))
 
 
 # -- deadlines ---------------------------------------------------------------------------------
@@ -425,6 +457,54 @@ def test_a_store_failing_mid_terminate_leaves_the_run_as_it_was(make_engine: Any
     engine.terminate(run_id, "after the fault")
     assert engine.get_run(run_id).status is dex.RunStatus.TERMINATED
     healthy(engine)
+
+
+def test_a_store_refusing_a_terminate_halfway_writes_none_of_it(make_engine: Any) -> None:
+    engine = make_engine([waiter])
+    run_id = engine.start_workflow(waiter)
+    engine.drain(advance_time=False)
+    engine.send_event(run_id, "note", "kept")
+    before = engine.history(run_id)
+    now = engine.store.clock.now()
+
+    def poisoned(history: Any, inbox: Any) -> Any:  # a value the store refuses midway through its writes
+        return attrs.evolve(terminate(run_id, history, inbox, "x", now), custom_status="bad\x00")
+
+    with pytest.raises(Exception) as refused:
+        engine.store.end_run(run_id, poisoned, now)
+    assert not isinstance(refused.value, AssertionError)
+    assert engine.get_run(run_id).status is dex.RunStatus.RUNNING and engine.history(run_id) == before
+    engine.send_event(run_id, "go", "still here")  # its inbox kept the note, and takes more
+    engine.drain(advance_time=False)
+    assert engine.wait(run_id, timeout=5) == "still here"
+    assert engine.get_run(run_id).unread_events == 1  # the note
+    healthy(engine)
+
+
+@pytest.mark.parametrize("kind", ["before", "after", "timeout"])
+def test_a_store_failing_at_terminate_fails_the_call_and_a_retry_settles_it(adapter_factory: Any, kind: str) -> None:
+    from tests.faults import FaultyStore
+
+    faulty = FaultyStore(adapter_factory(), rate=1.0, weights={kind: 1.0})
+    engine = dex.Engine(faulty, workflows=[waiter])  # type: ignore[arg-type]
+    try:
+        run_id = engine.start_workflow(waiter)
+        engine.drain(advance_time=False)
+        faulty.enabled = True
+        with pytest.raises((ConnectionError, TimeoutError)):
+            engine.terminate(run_id, "flaky")
+        faulty.enabled = False
+        if kind == "after":  # it was written; the caller could not know: the retry says so
+            with pytest.raises(dex.InvalidStateError):
+                engine.terminate(run_id, "flaky")
+        else:
+            assert engine.get_run(run_id).status is dex.RunStatus.RUNNING
+            engine.terminate(run_id, "flaky")
+        assert engine.get_run(run_id).status is dex.RunStatus.TERMINATED
+        assert_ends_once(engine.history(run_id))
+        healthy(engine)
+    finally:
+        engine.stop(timeout=5)
 
 
 class _Unprintable(BaseException):
