@@ -551,3 +551,79 @@ def test_a_remote_worker_learns_at_its_heartbeat_that_its_step_was_cancelled(
     with pytest.raises(LeaseLostError):  # what it returns is not recorded
         service.complete(polled[0].task_id, polled[0].lease_version, "late", "remote-worker")
     assert "ActivityTaskCompleted" not in [e.kind for e in engine.history(run_id)]
+
+
+# -- on a started engine -----------------------------------------------------------------------------
+STARTED_SEEN: dict[str, Any] = {}
+
+
+@dex.activity(name="endings-long", lock_timeout=timedelta(seconds=30))
+def long_work(tag: str) -> str:
+    import time
+
+    context = dex.activity_context()
+    STARTED_SEEN[tag] = "running"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if not context.heartbeat() or context.cancel_requested:
+            STARTED_SEEN[tag] = "told"
+            return "returned after the cancel"  # not recorded
+        time.sleep(0.01)
+    STARTED_SEEN[tag] = "never told"
+    return "finished"
+
+
+@dex.workflow(name="endings-long-step")
+async def long_step(ctx: dex.WorkflowContext, tag: str) -> str:
+    step = ctx.activity(long_work, tag)
+    await ctx.wait_for_event("stop")
+    step.cancel()
+    try:
+        return str(await step)
+    except dex.CancelledError:
+        return "step cancelled"
+
+
+@dex.workflow(name="endings-long-run")
+async def long_run(ctx: dex.WorkflowContext, tag: str) -> str:
+    return str(await ctx.activity(long_work, tag))
+
+
+def _until(predicate: Any, seconds: float = 10) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_started_engine_tells_a_running_activity_of_its_cancelled_step(adapter_factory: Any) -> None:
+    STARTED_SEEN.clear()
+    engine = dex.Engine(adapter_factory(), workflows=[long_step], activities=[long_work], poll_interval=0.01)
+    with engine:
+        run_id = engine.start_workflow(long_step, "step")
+        _until(lambda: STARTED_SEEN.get("step") == "running")
+        engine.send_event(run_id, "stop")
+        assert engine.wait(run_id, timeout=20) == "step cancelled"
+        _until(lambda: STARTED_SEEN.get("step") == "told")
+    kinds = [e.kind for e in engine.history(run_id)]
+    assert "ActivityTaskCompleted" not in kinds
+    assert_ends_once(engine.history(run_id))
+
+
+def test_a_started_engine_terminates_a_run_whose_activity_runs(adapter_factory: Any) -> None:
+    STARTED_SEEN.clear()
+    engine = dex.Engine(adapter_factory(), workflows=[long_run, waiter], activities=[long_work], poll_interval=0.01)
+    with engine:
+        run_id = engine.start_workflow(long_run, "run")
+        _until(lambda: STARTED_SEEN.get("run") == "running")
+        engine.terminate(run_id, "now")
+        assert engine.get_run(run_id).status is dex.RunStatus.TERMINATED
+        _until(lambda: STARTED_SEEN.get("run") == "told")
+        healthy_id = engine.start_workflow(waiter)
+        engine.send_event(healthy_id, "go", "after")
+        assert engine.wait(healthy_id, timeout=20) == "after"
+    history = engine.history(run_id)
+    assert "ActivityTaskCompleted" not in [e.kind for e in history]
+    assert_ends_once(history)
