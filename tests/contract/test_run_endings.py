@@ -92,8 +92,11 @@ def test_terminate_stops_the_run_at_once_drops_its_steps_and_terminates_its_chil
     assert all(s.pending is None for s in engine.store.step_attempts(run_id))  # its activity task is gone
     with pytest.raises(dex.WorkflowCancelledError, match="terminated: operator"):
         engine.wait(run_id, timeout=1)
-    engine.drain(advance_time=True)  # the child takes its request; the timer's hour passes
-    assert engine.get_run(kids[0]).status is dex.RunStatus.TERMINATED
+    child_info = engine.get_run(kids[0])  # by the call too
+    assert child_info.status is dex.RunStatus.TERMINATED
+    assert child_info.failure is not None and child_info.failure.message == f"parent run {run_id} was terminated"
+    assert_ends_once(engine.history(kids[0]))
+    engine.drain(advance_time=True)  # the timer's hour passes
     assert_ends_once(engine.history(run_id))
     assert engine.history(run_id) == history  # the timer fired into no inbox: nothing was added
     with pytest.raises(dex.InvalidStateError):
@@ -116,6 +119,21 @@ def test_terminate_runs_no_cleanup_where_cancel_does(make_engine: Any) -> None:
     assert "ActivityTaskCreated" not in [e.kind for e in engine.history(terminated)]
     assert_ends_once(engine.history(cancelled))
     assert_ends_once(engine.history(terminated))
+
+
+def test_an_engine_without_the_code_terminates_a_run_and_its_children(make_engine: Any) -> None:
+    worker = make_engine([busy, child, waiter])
+    run_id = worker.start_workflow(busy)
+    worker.drain(advance_time=False)
+    (kid,) = worker.list_runs(workflow_name="endings-child")
+    bare = make_engine()  # as `dex web` over the database: no workflow code
+    bare.terminate(run_id, "from the dashboard")
+    assert bare.get_run(run_id).status is dex.RunStatus.TERMINATED
+    assert bare.get_run(kid.run_id).status is dex.RunStatus.TERMINATED
+    worker.drain(advance_time=False)  # the parent's ChildRunFailed went nowhere: it had ended
+    assert_ends_once(worker.history(run_id))
+    assert_ends_once(worker.history(kid.run_id))
+    healthy(worker)
 
 
 def test_terminate_of_an_unknown_run_is_refused(make_engine: Any) -> None:

@@ -20,8 +20,11 @@ from dex.app.ports.store import Store
 from dex.domain import events as ev
 from dex.domain.definitions import validate_text
 from dex.domain.endings import cancel_unstarted
+from dex.domain.errors import InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult, terminate
+
+_MAX_DESCENDANTS = 10_000  # terminated by one call; any beyond get the request, for a worker
 
 
 class RunEnds:
@@ -48,18 +51,41 @@ class RunEnds:
         self._nudge_scheduler = nudge_scheduler
 
     def terminate(self, run_id: str, reason: str = "") -> None:
-        """``Engine.terminate``: RunNotFoundError, InvalidStateError for a run that has ended."""
+        """``Engine.terminate``: RunNotFoundError, InvalidStateError for a run that has ended.
+
+        Its live children (and theirs) are terminated by the call too, each in a write of its
+        own: the request each was sent (``RunTerminated``) would otherwise wait for a worker
+        that has the child's code. A child that ended meanwhile is left as it ended."""
         run_id = run_id_of(run_id)
         reason = validate_text(reason, "reason")
+        with self._foreground.calling():
+            children = self._terminate(run_id, reason)
+            for _ in range(_MAX_DESCENDANTS):
+                if not children:
+                    break
+                child, why = children.pop()
+                try:
+                    children += self._terminate(child, why)
+                except (InvalidStateError, RunNotFoundError):
+                    pass  # it ended on its own meanwhile (or never started: its instance id was held)
+        self._ended()
+        self._nudge_scheduler()  # a child left over still has its request in its inbox
+
+    def _terminate(self, run_id: str, reason: str) -> list[tuple[str, str]]:
+        """Terminate one run; the children it sent the request to, with its reason."""
         now = self._store.clock.now()
+        decided: list[WorkflowTaskResult] = []
 
         def decide(history: Sequence[ev.HistoryEvent], inbox: Sequence[InboxMessage]) -> WorkflowTaskResult:
-            return terminate(run_id, history, inbox, reason, now)
+            decided.append(terminate(run_id, history, inbox, reason, now))
+            return decided[-1]
 
-        with self._foreground.calling():
-            self._store.end_run(run_id, decide, now)
-        self._ended()
-        self._nudge_scheduler()
+        self._store.end_run(run_id, decide, now)
+        return [
+            (m.run_id, m.event.reason)
+            for m in decided[-1].messages
+            if isinstance(m.event, ev.RunTerminated) and m.run_id != run_id
+        ]
 
     def cancel(self, run_id: str, reason: str = "") -> None:
         """``Engine.cancel``: a request to the code, or at once for a run no engine can run."""
