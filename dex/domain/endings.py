@@ -1,8 +1,9 @@
 """Runs ended at the call, without their workflow code (docs/reference/contract.md §14, §15).
 
-:func:`dex.domain.task.terminate` decides ``engine.terminate`` from the history alone. This
-module decides the two other endings a store applies at the call, as one workflow task's
-result, because no workflow code will (or can) decide them:
+:func:`dex.domain.task.terminate` decides ``engine.terminate`` from the history alone;
+:func:`terminated` is that, counting the events dropped with the inbox as unread. This module
+also decides the two other endings a store applies at the call, as one workflow task's result,
+because no workflow code will (or can) decide them:
 
 * :func:`cancel_unstarted`: ``engine.cancel`` of a CREATED run that no engine can run (no live
   engine registers its workflow): the block a worker would record for a cancel that reached the
@@ -11,12 +12,17 @@ result, because no workflow code will (or can) decide them:
 * :func:`clashed_detached`: a run ``ctx.start_workflow`` started whose instance id a live run
   already holds. Its id was returned to the workflow code and recorded, so it must name a run:
   it is kept as a run TERMINATED at once, its failure naming the run that holds the instance id.
+
+And what a write plan writes when one task both made and cancelled a step
+(:func:`kept_activity_tasks`, :func:`kept_messages`): neither the task nor the firing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+
+import attrs
 
 from dex.domain import events as ev
 from dex.domain.state import fold
@@ -32,6 +38,22 @@ from dex.domain.task import (
 )
 from dex.domain.values import FailureInfo
 from dex.domain.writes import WritePlan
+
+
+def terminated(
+    run_id: str, history: Sequence[ev.HistoryEvent], inbox: Sequence[InboxMessage], reason: str, now: datetime
+) -> WorkflowTaskResult:
+    """:func:`~dex.domain.task.terminate`, counting the events its inbox held as unread: they are
+    dropped with the inbox, and no code will ever read them. (Events already recorded that the
+    code had not read are not known without the code, which a terminate does not run.)"""
+    result = terminate(run_id, history, inbox, reason, now)
+    if result.completion is None:
+        return result
+    return attrs.evolve(result, unread_events=_inbox_events(inbox))
+
+
+def _inbox_events(inbox: Sequence[InboxMessage]) -> int:
+    return sum(isinstance(m.event, ev.ExternalEventReceived) for m in inbox)
 
 
 def cancel_unstarted(
@@ -70,7 +92,7 @@ def cancel_unstarted(
         completion=completion,
         messages=tuple(messages),
         update_answers=refused_updates(inbox),
-        unread_events=sum(isinstance(m.event, ev.ExternalEventReceived) for m in inbox),
+        unread_events=_inbox_events(inbox),
     )
 
 

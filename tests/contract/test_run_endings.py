@@ -645,3 +645,18 @@ def test_a_started_engine_terminates_a_run_whose_activity_runs(adapter_factory: 
     history = engine.history(run_id)
     assert "ActivityTaskCompleted" not in [e.kind for e in history]
     assert_ends_once(history)
+
+
+def test_a_suspended_run_can_be_terminated(make_engine: Any) -> None:
+    engine = make_engine([waiter])
+    run_id = engine.start_workflow(waiter)
+    engine.drain(advance_time=False)
+    engine.suspend(run_id)
+    engine.send_event(run_id, "go", "held")  # held while suspended: never read
+    engine.drain(advance_time=False)
+    engine.terminate(run_id, "suspended for too long")
+    info = engine.get_run(run_id)
+    assert info.status is dex.RunStatus.TERMINATED
+    assert info.unread_events == 1  # the held event, dropped with the inbox
+    assert_ends_once(engine.history(run_id))
+    healthy(engine)

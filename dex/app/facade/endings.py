@@ -19,10 +19,10 @@ from dex.app.machinery.threads import Foreground
 from dex.app.ports.store import Store
 from dex.domain import events as ev
 from dex.domain.definitions import validate_text
-from dex.domain.endings import cancel_unstarted
+from dex.domain.endings import cancel_unstarted, terminated
 from dex.domain.errors import InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus
-from dex.domain.task import InboxMessage, WorkflowTaskResult, terminate
+from dex.domain.task import InboxMessage, WorkflowTaskResult
 
 _MAX_DESCENDANTS = 10_000  # terminated by one call; any beyond get the request, for a worker
 
@@ -77,7 +77,7 @@ class RunEnds:
         decided: list[WorkflowTaskResult] = []
 
         def decide(history: Sequence[ev.HistoryEvent], inbox: Sequence[InboxMessage]) -> WorkflowTaskResult:
-            decided.append(terminate(run_id, history, inbox, reason, now))
+            decided.append(terminated(run_id, history, inbox, reason, now))
             return decided[-1]
 
         self._store.end_run(run_id, decide, now)
