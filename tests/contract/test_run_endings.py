@@ -660,3 +660,42 @@ def test_a_suspended_run_can_be_terminated(make_engine: Any) -> None:
     assert info.unread_events == 1  # the held event, dropped with the inbox
     assert_ends_once(engine.history(run_id))
     healthy(engine)
+
+
+@dex.workflow(name="endings-bad-child-timeout")
+async def bad_child_timeout(ctx: dex.WorkflowContext, how: str) -> str:
+    timeout: Any = {"negative": -5, "nan": float("nan"), "text": "soon"}[how]
+    try:
+        ctx.child(child, timeout=timeout)
+    except (TypeError, ValueError) as exc:
+        return f"refused: {type(exc).__name__}"
+    return "accepted"
+
+
+@pytest.mark.parametrize("how", ["negative", "nan", "text"])
+def test_a_bad_child_timeout_is_refused_at_the_call_in_the_workflow(make_engine: Any, how: str) -> None:
+    engine = make_engine([bad_child_timeout, child, waiter])
+    run_id = engine.start_workflow(bad_child_timeout, how)
+    engine.drain(advance_time=False)
+    assert engine.wait(run_id, timeout=5).startswith("refused")
+    assert engine.list_runs(workflow_name="endings-child") == []
+    healthy(engine)
+
+
+def test_terminate_and_cancel_are_awaitable(make_engine: Any) -> None:
+    import asyncio
+
+    engine = make_engine([saga, waiter], [cleanup])
+    first, second = engine.start_workflow(saga, "x"), engine.start_workflow(saga, "y")
+    engine.drain(advance_time=False)
+
+    async def end_both() -> None:
+        await engine.terminate_async(first, "async")
+        await engine.cancel_async(second, "async")
+
+    asyncio.run(end_both())
+    assert engine.get_run(first).status is dex.RunStatus.TERMINATED
+    engine.drain(advance_time=False)
+    assert engine.get_run(second).status is dex.RunStatus.CANCELLED
+    with pytest.raises(dex.InvalidStateError):
+        asyncio.run(engine.terminate_async(first))
