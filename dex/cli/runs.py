@@ -195,6 +195,21 @@ def cancel_run(run_id: str | None, reason: str, yes: bool, **filters: Any) -> No
     run_bulk(run_filter, yes, bulk)
 
 
+@runs.command("terminate")
+@click.argument("run_id", type=RUN_ID)
+@click.option("--reason", default="", type=TEXT, help="Recorded in the history, and as the run's failure.")
+@connection_options
+@json_option
+def terminate_run(run_id: str, reason: str) -> None:
+    """Stop RUN_ID at once: none of its code runs again (no cleanup), its pending steps are
+    dropped, its children are terminated, and it ends TERMINATED.
+
+    Unlike cancel, it needs no worker: the run has ended when the command returns. Use cancel
+    for a run whose code should clean up.
+    """
+    _control(run_id, "terminate", lambda engine: engine.terminate(run_id, reason), f"run {run_id} terminated")
+
+
 @runs.command("fork")
 @click.argument("run_id", type=RUN_ID, required=False)
 @click.option(

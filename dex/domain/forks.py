@@ -152,6 +152,7 @@ def plan_fork(
         queue=queue if queue is not None else original.queue,
         parent_run_id=None,
         code_version=code_version if code_version is not None else original.code_version,
+        deadline=None,  # the original's may have passed: a fork has none (docs/reference/contract.md §14)
     )
     kept = [item for item in history if item.sequence_number <= at]
     activities: dict[int, ev.ActivityTaskCreated] = {}

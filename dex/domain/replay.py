@@ -406,6 +406,8 @@ class WorkflowExecutor:
         if waiting is not None and waiting.done() and isinstance(waiting.exception(), CancelledError):
             return  # it awaited one of the steps just cancelled: that raises at its await
         given = self._stepper.throw(main, CancelledError(reason))
+        if isinstance(given, FirstFuture):  # about to resume with what first() gave: an event, maybe
+            given = given.won_by
         if isinstance(given, EventWait):
             # it was about to resume with an event: the cancel comes first, and the event stays unread
             self._waits.give_back(given)
@@ -742,7 +744,7 @@ class WorkflowExecutor:
         if not awaitables:
             raise TypeError("first takes at least one step")
         futures = [self._as_future(item, "first") for item in awaitables]
-        result: DexFuture[tuple[int, Any]] = DexFuture("first")
+        result = FirstFuture("first")
 
         def release(winner: int | None) -> None:
             # backwards: events reserved from one buffer go back to its front in their order
@@ -755,6 +757,7 @@ class WorkflowExecutor:
             if result.done():
                 return
             release(index)
+            result.won_by = done
             exc = done.exception()
             if exc is not None:
                 result.set_exception(exc)
@@ -945,6 +948,17 @@ class WorkflowExecutor:
         validate_name(patch_id, "patch id")
         if not self._block.deciding:
             self._block.take_patch(patch_id)
+
+
+class FirstFuture(DexFuture[tuple[int, Any]]):
+    """What ``first`` returns; ``won_by`` is the step that finished first, so that a cancel that
+    stops the code before it reads an event that step was handed can give the event back."""
+
+    __slots__ = ("won_by",)
+
+    def __init__(self, label: str = "") -> None:
+        super().__init__(label)
+        self.won_by: DexFuture[Any] | None = None
 
 
 def terminated_parent(run_id: str) -> str:

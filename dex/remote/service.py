@@ -53,6 +53,7 @@ from dex.app.facade.engine import Engine
 from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, ActivityOutcome, ActivityTask, Store, StoreRejectedError
 from dex.app.ports.telemetry import TelemetryHub
 from dex.app.runtime.long_polls import LongPolls
+from dex.domain import events as ev
 from dex.domain.errors import SerializationError
 from dex.domain.values import FailureInfo
 from dex.remote import values
@@ -86,6 +87,7 @@ class _Handed:
 
     run_id: str
     owner: str
+    created_seq: int = 0  # the step's, in its run's history
 
 
 class ActivityTaskService:
@@ -310,7 +312,9 @@ class ActivityTaskService:
 
     def _remember(self, task: ActivityTask) -> None:
         with self._lock:
-            self._handed[task.task_id] = _Handed(run_id=task.run_id, owner=task.lease.owner)
+            self._handed[task.task_id] = _Handed(
+                run_id=task.run_id, owner=task.lease.owner, created_seq=task.created_seq
+            )
             self._handed.move_to_end(task.task_id)
             while len(self._handed) > _REMEMBERED:
                 self._handed.popitem(last=False)
@@ -330,14 +334,22 @@ class ActivityTaskService:
         return task
 
     def _run_ended(self, tid: int, token: int, worker: str | None) -> bool:
-        """The run of a task this service handed out under this lease has ended (only its
-        claimer may learn it)."""
+        """The run of a task this service handed out under this lease has ended, or its code
+        cancelled the step (docs/reference/contract.md §14: the task was dropped); only its
+        claimer may learn it."""
         with self._lock:
             handed = self._handed.get(tid)
         if handed is None or not _holds(handed.owner, token, worker):
             return False
         run = self.store.get_run(handed.run_id)
-        return run is None or run.status.is_terminal
+        if run is None or run.status.is_terminal:
+            return True
+        if self._find(tid) is not None:
+            return False  # the task is there: its lease was lost otherwise
+        return any(
+            isinstance(item.event, ev.CancelRequested) and item.event.created_seq == handed.created_seq
+            for item in self.store.load_history(handed.run_id)
+        )
 
     def _write(self, outcome: ActivityOutcome, tid: int) -> None:
         try:

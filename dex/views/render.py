@@ -215,6 +215,8 @@ def run_json(record: RunRecord) -> dict[str, Any]:
         "code_version": record.code_version,
         "task_failure": jsonable(record.task_failure),
         "forked_from": record.forked_from,
+        "deadline": jsonable(record.deadline),
+        "unread_events": record.unread_events,
     }
 
 

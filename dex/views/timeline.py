@@ -50,6 +50,8 @@ def run_details(record: RunRecord, history: Sequence[ev.HistoryEvent]) -> str:
         ("created", show_time(record.created_at)),
         ("started", show_time(record.started_at)),
         ("completed", _completed(record)),
+        *([("deadline", show_time(record.deadline))] if record.deadline is not None else []),
+        *([("unread events", str(record.unread_events))] if record.unread_events else []),
     ]
     if created is not None:
         pairs.append(("input", show_args(created.input, limit=None)))

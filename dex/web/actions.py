@@ -35,6 +35,9 @@ def perform(web: Any, path: str, params: dict[str, str], fields: dict[str, str])
         if action == "cancel":
             engine.cancel(run_id, fields.get("reason", ""))
             return "cancel requested", back
+        if action == "terminate":
+            engine.terminate(run_id, fields.get("reason", ""))
+            return "terminated", back
         if action == "suspend":
             engine.suspend(run_id)
             return "suspend requested", back

@@ -1,5 +1,5 @@
 """The JSON API of runs under ``/v1`` (docs/reference/contract.md §12): list, get, history, activity steps, start,
-cancel, suspend, resume, fork and send an event. Queues and schedules are :mod:`dex.web.api_admin`.
+cancel, terminate, suspend, resume, fork and send an event. Queues and schedules are :mod:`dex.web.api_admin`.
 
 Reads go through the store's ports and are shown as the command line shows them (payloads
 decoded without the workflows' type hints; :mod:`dex.web.listing`); changes go through the
@@ -179,6 +179,12 @@ async def cancel(request: Request, web: Any) -> Response:
     body = await inputs.json_object(request)
     await blocking(web.engine.cancel, run_id(request), inputs.field(body, "reason", str, ""))
     return json({"run_id": run_id(request), "requested": "cancel"}, status=202)
+
+
+async def terminate(request: Request, web: Any) -> Response:
+    body = await inputs.json_object(request)
+    await blocking(web.engine.terminate, run_id(request), inputs.field(body, "reason", str, ""))
+    return json({"run_id": run_id(request), "terminated": True})
 
 
 async def suspend(request: Request, web: Any) -> Response:
@@ -363,6 +369,16 @@ def operations(workflows: Mapping[str, Signature] | None = None) -> list[Operati
             body={"type": "object", "properties": {"reason": nullable(TEXT)}},
             response=REQUESTED,
             status=202,
+        ),
+        Operation(
+            method="POST",
+            path="/v1/runs/{run_id}/terminate",
+            handler=terminate,
+            summary="Stop a run at once: none of its code runs again, its pending steps are dropped, its "
+            "children terminated; it ends TERMINATED (409 InvalidStateError if it has ended)",
+            params=(RUN_ID,),
+            body={"type": "object", "properties": {"reason": nullable(TEXT)}},
+            response={"type": "object", "properties": {"run_id": STRING, "terminated": {"type": "boolean"}}},
         ),
         Operation(
             method="POST",

@@ -94,6 +94,8 @@ SCHEMAS: dict[str, Any] = {
             "task_failure": FAILURE,
             "scheduled_at": TIME,
             "forked_from": NULLABLE_STRING,
+            "deadline": TIME,
+            "unread_events": {"type": "integer", "description": "events the run received and never read"},
         },
     },
     "ActivityStep": {
@@ -238,6 +240,7 @@ RUN_TARGETS = (
     ("GetHistory", "GET", "/v1/runs/{run_id}/history"),
     ("GetActivitySteps", "GET", "/v1/runs/{run_id}/activity-steps"),
     ("Cancel", "POST", "/v1/runs/{run_id}/cancel"),
+    ("Terminate", "POST", "/v1/runs/{run_id}/terminate"),
     ("Suspend", "POST", "/v1/runs/{run_id}/suspend"),
     ("Resume", "POST", "/v1/runs/{run_id}/resume"),
     ("SendEvent", "POST", "/v1/runs/{run_id}/events"),

@@ -81,7 +81,7 @@ class PostgresInsights:
                 conn.execute(
                     self._q(
                         "SELECT date_trunc('minute', completed_at), count(*) FROM {s}.runs"
-                        " WHERE completed_at >= %s AND status IN ('COMPLETED', 'FAILED', 'CANCELLED') GROUP BY 1"
+                        " WHERE completed_at >= %s AND status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED') GROUP BY 1"
                     ),
                     [first],
                 ).fetchall()
@@ -106,7 +106,7 @@ class PostgresInsights:
             failed = conn.execute(
                 self._q(
                     "SELECT run_id, workflow_name, failure, completed_at FROM {s}.runs"
-                    " WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND status = 'FAILED'"
+                    " WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED') AND status = 'FAILED'"
                     " AND completed_at >= %s ORDER BY completed_at DESC LIMIT %s"
                 ),
                 [since, limit],

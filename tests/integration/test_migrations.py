@@ -184,15 +184,18 @@ def copy_in_flight(conn: psycopg.Connection, source: str, target: str, version: 
             continue
         missing = set(have) - set(want)
         # columns that later migrations added: trace_context (2), code_version and task_failure (7),
-        # forked_from (8)
+        # forked_from (8), deadline and unread_events (13)
         added_later = (
             ({"trace_context"} if version < 2 else set())
             | ({"code_version", "task_failure"} if version < 7 and table == "runs" else set())
             | ({"forked_from"} if version < 8 and table == "runs" else set())
+            | ({"deadline", "unread_events"} if version < 13 and table == "runs" else set())
         )
         assert missing <= added_later, (table, missing)
         for column in missing:  # nothing is lost: an engine without tracing or a code version writes none
-            assert src.one(conn, f"SELECT count(*) FROM {{s}}.{table} WHERE {column} IS NOT NULL") == 0
+            # (unread_events is 0 where nothing was left unread, as before migration 13)
+            condition = f"{column} <> 0" if column == "unread_events" else f"{column} IS NOT NULL"
+            assert src.one(conn, f"SELECT count(*) FROM {{s}}.{table} WHERE {condition}") == 0
         names = sql.SQL(", ").join(map(sql.Identifier, [c for c in have if c in want]))
         conn.execute(
             sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {} FROM {}").format(

@@ -48,6 +48,7 @@ _START = (
     ("concurrency_key", _KW, None),
     ("labels", _KW, None),
     ("connection", _KW, None),
+    ("timeout", _KW, None),  # the run's deadline (docs/reference/contract.md §14)
 )
 _SEND = (("run_id", _POS, _NONE), ("event_id", _POS, _NONE), ("payload", _POS, None), ("connection", _KW, None))
 _RUN = (("run_id", _POS, _NONE),)
@@ -95,6 +96,7 @@ PUBLIC_CALLS: dict[str, tuple[Any, ...]] = {
     ),
     "send_event": _SEND,
     "cancel": (("run_id", _POS, _NONE), ("reason", _POS, "")),
+    "terminate": (("run_id", _POS, _NONE), ("reason", _POS, "")),
     "suspend": _RUN,
     "resume": _RUN,
     "get_run": _RUN,
@@ -130,6 +132,7 @@ ASYNC_CALLS = (
     "start_workflow",
     "send_event",
     "cancel",
+    "terminate",
     "suspend",
     "resume",
     "get_run",

@@ -58,6 +58,7 @@ def test_poisoned_json_bodies_are_refused_with_their_own_error(engine: dex.Engin
         ("/v1/runs", {"workflow": "web-checkout", "args": [1], "instance_id": f"i{bad}"}),
         (f"/v1/runs/{run_id}/events", {"event_id": f"go{bad}"}),
         (f"/v1/runs/{run_id}/cancel", {"reason": f"r{bad}"}),
+        (f"/v1/runs/{run_id}/terminate", {"reason": f"r{bad}"}),
     ]
     # values (arguments, payloads) are JSON in a payload: a NUL is a value like any other, a
     # lone surrogate is refused by the payload converter; never a 5xx

@@ -19,7 +19,7 @@ from dex.app.ports.store import WORKFLOW, Claim, Loaded, RunFilter, RunRecord, S
 from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus, requested
-from dex.domain.task import InboxMessage
+from dex.domain.task import InboxMessage, deadline_message
 
 
 class MemoryRuns:
@@ -35,6 +35,9 @@ class MemoryRuns:
             if existing is not None:
                 return existing
             self._state.insert_run(run_id, created, now)
+            deadline = deadline_message(run_id, created)
+            if deadline is not None:  # the cancel request a deadline makes waits in the inbox
+                self._state.push(run_id, deadline.event, deadline.visible_from)
             return run_id
 
     def claim_new_run(
@@ -52,7 +55,7 @@ class MemoryRuns:
                 return [], []
             task = state.add_workflow_task(state.runs[run_id], queue.name)
             task.lease.take(claim.owner, now + claim.lease)
-            (started,) = state.inbox[run_id]
+            started = state.inbox[run_id][0]  # RunStarted (a deadline's cancel waits behind it)
             inbox = [InboxMessage(message_id=started.message_id, event=started.event)]
             return [task.claimed()], [WorkflowInput(events=list(state.runs[run_id].history), inbox=inbox)]
 
@@ -137,8 +140,8 @@ class MemoryRuns:
             requested(row.status, target)
             if target is not RunStatus.CANCELLED:
                 row.status = target
-            elif any(isinstance(m.event, ev.RunCancelled) for m in self._state.inbox[run_id]):
-                return  # a cancel is already on its way
+            elif any(isinstance(m.event, ev.RunCancelled) and m.visible_from <= now for m in self._state.inbox[run_id]):
+                return  # a cancel is already on its way (a deadline's, waiting for its time, is not)
             self._state.push(run_id, message, now)
 
     def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
@@ -179,5 +182,5 @@ def _matches(row: RunRow, run_filter: RunFilter) -> bool:
         return False
     if run_filter.created_before is not None and row.created_at >= run_filter.created_before:
         return False
-    labels = dict(c.labels)
+    labels = dict(row.current_labels)
     return all(labels.get(k) == v for k, v in run_filter.labels)

@@ -105,6 +105,10 @@ def workflow_results(results: Sequence[tuple[object, WorkflowTaskResult]]) -> No
             protobuf(spec, "activity task")
         if result.completion is not None:
             protobuf(result.completion, "run outcome")
+        if result.labels is not None:
+            labels(result.labels)
+        for run in result.detached_runs:
+            created(run.run_id, run.created, "detached run")
         for message in result.messages:
             text(message.run_id, "run_id")
             protobuf(message.event, "message")

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dex.adapters.memory import storable
+from dex.adapters.memory.at_call import MemoryEndings
 from dex.adapters.memory.engines import MemoryEngines
 from dex.adapters.memory.forks import MemoryForks
 from dex.adapters.memory.queues import MemoryQueues
@@ -32,6 +33,7 @@ from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.steps import MemorySteps
 from dex.adapters.memory.tasks import MemoryTasks
 from dex.app.ports.clock import SystemClock
+from dex.app.ports.endings import Decide
 from dex.app.ports.engines import EngineInfo
 from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
 from dex.app.ports.store import (
@@ -71,6 +73,7 @@ class InMemoryAdapter:
         self._state = state = MemoryState()
         self._runs = MemoryRuns(state)
         self._tasks = MemoryTasks(state)
+        self._endings = MemoryEndings(state, self._tasks)
         self._forks = MemoryForks(state, self._tasks)
         self._schedules = MemorySchedules(state, self.create_run)
         self._queues = MemoryQueues(state)
@@ -136,6 +139,9 @@ class InMemoryAdapter:
 
     def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
         return self._runs.delete_finished_runs(completed_before, limit)
+
+    def end_run(self, run_id: str, decide: Decide, now: datetime) -> bool:
+        return self._endings.end_run(run_id, decide, now)
 
     def create_fork(self, fork: Fork, now: datetime) -> str:
         return self._forks.create_fork(fork, now)

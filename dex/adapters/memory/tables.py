@@ -28,7 +28,13 @@ class RunRow:
     holds_key: bool = False
     task_failure: FailureInfo | None = None
     forked_from: str | None = None
+    labels: ev.Labels | None = None  # as ctx.set_labels left them; None: those it was created with
+    unread_events: int = 0
     history: list[ev.HistoryEvent] = attrs.Factory(list)
+
+    @property
+    def current_labels(self) -> ev.Labels:
+        return self.created.labels if self.labels is None else self.labels
 
     def record(self) -> RunRecord:
         c = self.created
@@ -40,7 +46,7 @@ class RunRow:
             instance_id=c.instance_id,
             priority=c.priority,
             concurrency_key=c.concurrency_key,
-            labels=c.labels,
+            labels=self.current_labels,
             parent_run_id=c.parent_run_id,
             created_at=self.created_at,
             started_at=self.started_at,
@@ -51,6 +57,8 @@ class RunRow:
             code_version=c.code_version,
             task_failure=self.task_failure,
             forked_from=self.forked_from,
+            deadline=c.deadline,
+            unread_events=self.unread_events,
         )
 
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from dex.adapters.memory import storable
+from dex.adapters.memory import endings, storable
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow
 from dex.app.ports.attempts import FAILED, LOST, lost_attempt
@@ -31,6 +31,7 @@ from dex.app.ports.store import (
     WorkflowTask,
 )
 from dex.domain import events as ev
+from dex.domain.endings import kept_activity_tasks, kept_messages
 from dex.domain.errors import RunNotFoundError
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
@@ -167,7 +168,7 @@ class MemoryTasks:
             if keep or not self._answerable(task, result, now):  # (never kept: it holds no task)
                 return False  # nothing written: the engine writes the outcome the ordinary way
             del self._state.activity_tasks[task.outcome.task.task_id]
-            return self._apply_result(task, result, now)
+            return self.apply_result(task.run_id, result, now)
         row_task = self._state.workflow_tasks.get(task.task_id)
         if row_task is None or not row_task.lease.is_(task.lease):
             return False  # the lease was lost: another worker owns (or finished) this task
@@ -179,7 +180,7 @@ class MemoryTasks:
             return False
         if run.history[-1].sequence_number != result.expected_last_seq:
             return False  # a racing duplicate already wrote this part of the history
-        return self._apply_result(task, result, now)
+        return self.apply_result(task.run_id, result, now)
 
     def _answerable(self, task: AnsweredStep, result: WorkflowTaskResult, now: datetime) -> bool:
         """Whether an answered step's result may apply (see :class:`AnsweredStep`)."""
@@ -196,8 +197,9 @@ class MemoryTasks:
             return False  # what the run was sent comes first: its workflow task takes it all in order
         return not self._state.queue(run.created.queue, WORKFLOW).paused
 
-    def _apply_result(self, task: WorkflowTask, result: WorkflowTaskResult, now: datetime) -> bool:
-        run = self._state.runs[task.run_id]
+    def apply_result(self, run_id: str, result: WorkflowTaskResult, now: datetime) -> bool:
+        """Write ``result`` to the run (checked by the caller, who holds the state's lock)."""
+        run = self._state.runs[run_id]
         plan = plan_write(result, run.status)
         consumed = set(plan.consumed)
         inbox = [m for m in self._state.inbox[run.run_id] if m.message_id not in consumed]
@@ -218,7 +220,11 @@ class MemoryTasks:
             else:
                 self._state.insert_run(child.run_id, child.created, now)
         run.status = plan.status
-        for spec in plan.activity_tasks:
+        if plan.labels is not None:
+            run.labels = plan.labels
+        endings.drop_cancelled_steps(self._state, run.run_id, plan)
+        endings.create_detached(self._state, plan, now)
+        for spec in kept_activity_tasks(plan):
             self._state.ensure_queue(spec.queue, ACTIVITY)
             task_id = next(self._state.ids)
             self._state.activity_tasks[task_id] = ActivityTaskRow(
@@ -241,10 +247,11 @@ class MemoryTasks:
         if plan.completion is not None:
             completion = plan.completion
             run.completed_at, run.result, run.failure, run.holds_key = now, completion.result, completion.failure, False
+            run.unread_events = plan.unread_events
             self._state.inbox[run.run_id] = []
             for task_id in [t for t, a in self._state.activity_tasks.items() if a.run_id == run.run_id]:
                 del self._state.activity_tasks[task_id]
-        for message in plan.messages:
+        for message in kept_messages(run.run_id, plan):
             self._state.deliver(message.run_id, message.event, message.visible_from)
         return True
 

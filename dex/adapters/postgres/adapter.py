@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from dex.adapters.postgres import runs
+from dex.adapters.postgres import at_call, runs
 from dex.adapters.postgres.async_sessions import AsyncSessions
 from dex.adapters.postgres.connection import KeptConnection, connect, describe_dsn, open_pool, prepare_conninfo
 from dex.adapters.postgres.database import Database
@@ -41,6 +41,7 @@ from dex.adapters.postgres.step_slots import StepSlots
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.adapters.postgres.tasks import PostgresActivityTasks, PostgresWorkflowTasks
 from dex.app.ports.clock import SystemClock
+from dex.app.ports.endings import Decide
 from dex.app.ports.engines import EngineInfo
 from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
 from dex.app.ports.store import (
@@ -237,6 +238,9 @@ class PostgresAdapter:
 
     def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
         return self._runs.delete_finished_runs(completed_before, limit)
+
+    def end_run(self, run_id: str, decide: Decide, now: datetime) -> bool:
+        return at_call.end_run(self._db, self._q, run_id, decide, now)
 
     def create_fork(self, fork: Fork, now: datetime) -> str:
         return self._forks.create_fork(fork, now)

@@ -30,7 +30,7 @@ import attrs
 import psycopg
 
 from dex.adapters.postgres import answers as answers_sql
-from dex.adapters.postgres import arrays, attempts, instances
+from dex.adapters.postgres import arrays, attempts, endings, instances
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -43,6 +43,7 @@ from dex.adapters.postgres.rows import (
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import AnsweredStep, WorkflowTask
 from dex.domain import events as ev
+from dex.domain.endings import kept_activity_tasks, kept_messages
 from dex.domain.status import RunStatus
 from dex.domain.task import NewRun, WorkflowTaskResult
 from dex.domain.writes import SURVIVING_KINDS, WritePlan, instance_clash, plan_write
@@ -94,7 +95,12 @@ def complete_workflow_tasks(
         else None
     )
     answering = answers_sql.send_checks(conn, q, answers, now) if answers else None
-    child_ids = {c.created.instance_id for _, r in results for c in r.child_runs if c.created.instance_id is not None}
+    child_ids = {
+        c.created.instance_id
+        for _, r in results
+        for c in (*r.child_runs, *r.detached_runs)
+        if c.created.instance_id is not None
+    }
     trying = instances.send_tries(conn, q, child_ids) if child_ids else None
     runs = {run_id: LockedRun(RunStatus(status), last_seq) for run_id, status, last_seq in locking.fetchall()}
     deleted = {(row[0], row[1]) for row in deleting.fetchall()} if deleting is not None else set()
@@ -106,7 +112,9 @@ def complete_workflow_tasks(
     for task, result in results:
         run = runs.get(task.run_id)
         # a child's instance id held by a start in a transaction still open: not now (instances.py)
-        waits = bool(in_flight) and any(child.created.instance_id in in_flight for child in result.child_runs)
+        waits = bool(in_flight) and any(
+            child.created.instance_id in in_flight for child in (*result.child_runs, *result.detached_runs)
+        )
         if isinstance(task, AnsweredStep):
             activity = task.outcome.task
             key = (activity.queue, activity.task_id)
@@ -175,6 +183,8 @@ class _RunUpdate:
     finished: bool
     result: bytes | None
     failure: bytes | None
+    labels: str | None  # the run's whole new label set (JSON), when ctx.set_labels changed it
+    unread_events: int
 
 
 class WriteRound:
@@ -217,6 +227,8 @@ class WriteRound:
                 failure=encode_failure(completion.failure)
                 if completion is not None and completion.failure is not None
                 else None,
+                labels=json.dumps(dict(plan.labels)) if plan.labels is not None else None,
+                unread_events=plan.unread_events,
             )
         )
 
@@ -237,8 +249,17 @@ class WriteRound:
             )
             conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%b::text[])"), [self._reset])
         self._update_runs()
+        endings.drop_cancelled_steps(conn, q, self._plans)
         children = self._insert_children()
         insert_history(conn, q, self._history + [history_row(c.run_id, [_first_event(c, self._now)]) for c in children])
+        detached = [run for _, plan in self._plans for run in plan.detached_runs]
+        started: list[NewRun] = []
+        if detached:
+            started, made = endings.insert_detached(conn, q, detached, self._now)
+            for run_id in made:
+                self._runs.setdefault(run_id, LockedRun(RunStatus.TERMINATED, 0))
+            for run in started:  # (a stand-in is terminated: messages to it are dropped)
+                self._runs[run.run_id] = LockedRun(RunStatus.CREATED, 1)
         self._insert_activity_tasks()
         finished = [run_id for run_id, plan in self._plans if plan.ends_run]
         if finished:
@@ -253,7 +274,7 @@ class WriteRound:
                 ),
                 [arrays.texts(finished)],
             )
-        insert_inbox(conn, q, self._messages({c.run_id for c in children}))
+        insert_inbox(conn, q, self._messages({c.run_id for c in children}, started))
 
     def _update_runs(self) -> None:
         updates = self._updates
@@ -267,10 +288,13 @@ class WriteRound:
                 " result = CASE WHEN u.finished THEN u.result ELSE r.result END,"
                 " failure = CASE WHEN u.finished THEN u.failure ELSE r.failure END,"
                 " holds_key = r.holds_key AND NOT u.finished,"
+                " labels = COALESCE(u.labels::jsonb, r.labels),"
+                " unread_events = CASE WHEN u.finished THEN u.unread_events ELSE r.unread_events END,"
                 " task_failure = NULL"  # a result applied: the run is not held (any more)
                 " FROM unnest(%b::text[], %b::text[], %b::boolean[], %b::boolean[], %b::text[], %b::integer[],"
-                "             %b::boolean[], %b::bytea[], %b::bytea[])"
-                "  AS u(run_id, status, started, set_custom, custom_status, last_seq, finished, result, failure)"
+                "             %b::boolean[], %b::bytea[], %b::bytea[], %b::text[], %b::integer[])"
+                "  AS u(run_id, status, started, set_custom, custom_status, last_seq, finished, result, failure,"
+                "       labels, unread_events)"
                 " WHERE r.run_id = u.run_id"
             ),
             [
@@ -285,6 +309,8 @@ class WriteRound:
                 arrays.bools([u.finished for u in updates]),
                 arrays.byteas([u.result for u in updates]),
                 arrays.byteas([u.failure for u in updates]),
+                arrays.texts([u.labels for u in updates]),
+                arrays.int4s([u.unread_events for u in updates]),
             ],
         )
 
@@ -299,13 +325,13 @@ class WriteRound:
         rows = self._conn.execute(
             self._q(
                 "INSERT INTO {s}.runs (run_id, workflow_name, queue, status, instance_id, priority,"
-                " concurrency_key, labels, parent_run_id, created_at, last_seq, code_version)"
+                " concurrency_key, labels, parent_run_id, created_at, last_seq, code_version, deadline)"
                 " SELECT c.run_id, c.workflow_name, c.queue, 'CREATED', c.instance_id, c.priority,"
-                "  c.concurrency_key, c.labels, c.parent_run_id, %s, 1, c.code_version"
+                "  c.concurrency_key, c.labels, c.parent_run_id, %s, 1, c.code_version, c.deadline"
                 " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::integer[], %b::text[],"
-                "             %b::jsonb[], %b::text[], %b::text[]) WITH ORDINALITY"
+                "             %b::jsonb[], %b::text[], %b::text[], %b::timestamptz[]) WITH ORDINALITY"
                 "  AS c(run_id, workflow_name, queue, instance_id, priority, concurrency_key, labels, parent_run_id,"
-                "       code_version, ord)"
+                "       code_version, deadline, ord)"
                 " ORDER BY c.ord"
                 " ON CONFLICT DO NOTHING RETURNING run_id"
             ),
@@ -320,6 +346,7 @@ class WriteRound:
                 [labels_json(c.labels) for c in created],
                 [c.parent_run_id for c in created],
                 [c.code_version for c in created],
+                [c.deadline for c in created],
             ],
         ).fetchall()
         inserted = {row[0] for row in rows}
@@ -330,7 +357,7 @@ class WriteRound:
 
     def _insert_activity_tasks(self) -> None:
         specs = [
-            spec for _, plan in self._plans if not plan.status.is_terminal for spec in plan.activity_tasks
+            spec for _, plan in self._plans if not plan.status.is_terminal for spec in kept_activity_tasks(plan)
         ]  # fmt: skip
         if not specs:
             return
@@ -365,13 +392,14 @@ class WriteRound:
         if failures is not None:
             self._conn.execute(*failures)
 
-    def _messages(self, created_children: set[str]) -> list[InboxRow]:
+    def _messages(self, created_children: set[str], detached: Sequence[NewRun] = ()) -> list[InboxRow]:
         """Inbox rows in the order the in-memory adapter would append them, for live runs only.
 
         A run that ended in this batch ends with an empty inbox, whatever was sent to it before
         or after it ended, so its messages are simply not written.
         """
         rows: list[InboxRow] = []
+        started = {run.run_id for run in detached}
 
         def deliver(run_id: str, message: ev.Message, visible_from: datetime) -> None:
             run = self._runs.get(run_id)
@@ -384,7 +412,10 @@ class WriteRound:
                     deliver(child.run_id, ev.RunStarted(), self._now)
                 else:
                     deliver(run_id, instance_clash(child), self._now)
-            for message in plan.messages:
+            for run in plan.detached_runs:
+                if run.run_id in started:
+                    deliver(run.run_id, ev.RunStarted(), self._now)
+            for message in kept_messages(run_id, plan):
                 deliver(message.run_id, message.event, message.visible_from)
         return rows
 

@@ -25,7 +25,8 @@ from dex.serialization.values import decode_failure, decode_payload, decode_payl
 
 RUN_COLUMNS = (
     "run_id, workflow_name, queue, status, instance_id, priority, concurrency_key, labels, parent_run_id,"
-    " created_at, started_at, completed_at, custom_status, result, failure, code_version, task_failure, forked_from"
+    " created_at, started_at, completed_at, custom_status, result, failure, code_version, task_failure, forked_from,"
+    " deadline, unread_events"
 )
 
 WORKFLOW_TASK_COLUMNS = "task_id, run_id, workflow_name, queue, priority, locked_by, locked_until, lock_version"
@@ -43,7 +44,7 @@ def run_record(row: Sequence[Any]) -> RunRecord:
     """A RunRecord from a row selected with :data:`RUN_COLUMNS`."""
     (run_id, workflow_name, queue, status, instance_id, priority, key, labels, parent,
      created_at, started_at, completed_at, custom_status, result, failure, code_version, task_failure,
-     forked_from) = row  # fmt: skip
+     forked_from, deadline, unread_events) = row  # fmt: skip
     return RunRecord(
         run_id=run_id,
         workflow_name=workflow_name,
@@ -63,6 +64,8 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         code_version=code_version,
         task_failure=decode_failure(task_failure) if task_failure is not None else None,
         forked_from=forked_from,
+        deadline=deadline,
+        unread_events=unread_events,
     )
 
 

@@ -21,7 +21,7 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from dex.adapters.postgres import direct
+from dex.adapters.postgres import direct, endings
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.direct import BOOL, BYTEA, INT4, JSONB, TEXT, TEXT_ARRAY, TIMESTAMPTZ
 from dex.adapters.postgres.queues import PostgresQueues
@@ -179,6 +179,8 @@ def create_run(
             raise ValueError(f"run {run_id} exists already") from None
         if ids is not None:
             message_id, task_id = ids
+            if created.deadline is not None:  # in the start's transaction (PostgresRuns makes one)
+                endings.write_deadline(conn, q, run_id, created)
             if claim is None or task_id is None:
                 return run_id, [], []
             # the claimed task is what was just inserted: no load needed, and its fields are
@@ -401,10 +403,11 @@ def request_transition(
         conn.execute(q("UPDATE {s}.runs SET status = %s WHERE run_id = %s"), [target.value, run_id])
     else:
         pending = conn.execute(
-            q("SELECT 1 FROM {s}.inbox WHERE run_id = %s AND kind = 'RunCancelled' LIMIT 1"), [run_id]
+            q("SELECT 1 FROM {s}.inbox WHERE run_id = %s AND kind = 'RunCancelled' AND visible_from <= %s LIMIT 1"),
+            [run_id, now],
         ).fetchone()
         if pending is not None:
-            return  # a cancel is already on its way
+            return  # a cancel is already on its way (a deadline's, waiting for its time, is not)
     insert_inbox(conn, q, [inbox_row(run_id, message, now)])
 
 
@@ -448,6 +451,9 @@ class PostgresRuns:
 
     def create_run(self, run_id: str, created: ev.RunCreated, now: datetime) -> str:
         self._queues.ensure_all([(created.queue, WORKFLOW)])
+        if created.deadline is not None:  # the run, its deadline and its cancel request: one transaction
+            with self._db.transaction() as conn:
+                return create_run(conn, self._q, self._create, run_id, created, now, public=True)[0]
         with self._db.statement(kept=True) as conn:  # one statement per attempt; see create_run
             return create_run(conn, self._q, self._create, run_id, created, now)[0]
 
@@ -455,6 +461,9 @@ class PostgresRuns:
         self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
     ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
         self._queues.ensure_all([(created.queue, WORKFLOW)])
+        if created.deadline is not None:
+            with self._db.transaction() as conn:
+                return create_run(conn, self._q, self._create, run_id, created, now, claim, public=True)
         with self._db.statement(kept=True) as conn:
             return create_run(conn, self._q, self._create, run_id, created, now, claim)
 

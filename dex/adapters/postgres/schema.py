@@ -22,10 +22,10 @@ from dex.domain.errors import DexError
 
 # Status lists are spelled out literally (not passed as parameters) wherever a partial index
 # must match: the planner can only use a partial index whose predicate the query implies.
-# Migration 1 spelled out its own copies (runs_live_instance, runs_finished): these must
+# Migrations 1 and 13 spelled out their own copies (runs_live_instance, runs_finished): these must
 # stay equal to them, but the migrations never read these.
 LIVE = "('CREATED', 'RUNNING', 'SUSPENDED')"
-TERMINAL = "('COMPLETED', 'FAILED', 'CANCELLED')"
+TERMINAL = "('COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED')"
 
 # advisory lock classes (first key of pg_advisory_xact_lock(int, int)); the second key is the
 # hash of the schema name, so two schemas in one database do not wait for each other

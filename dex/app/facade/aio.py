@@ -50,6 +50,7 @@ class AsyncCalls:
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
+        timeout: timedelta | float | None = None,
     ) -> str:
         """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (docs/reference/contract.md §9)."""
         bound = _bound(connection)
@@ -63,6 +64,7 @@ class AsyncCalls:
             concurrency_key,
             labels,
             bound,
+            timeout,
         )
 
     async def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None:

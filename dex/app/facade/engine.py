@@ -11,6 +11,7 @@ engine's. ``Engine.drain()`` runs every step inline, in the caller's thread."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import uuid
@@ -24,6 +25,7 @@ from dex.app.activities.leases import validate_activity_lease
 from dex.app.activities.worker import ActivityWorker
 from dex.app.definitions.registry import Registry
 from dex.app.facade.aio import AsyncCalls
+from dex.app.facade.endings import RunEnds
 from dex.app.facade.fork import Forks
 from dex.app.facade.info import RunInfo
 from dex.app.facade.messages import RunMessages
@@ -190,6 +192,14 @@ class Engine:
             send_message=self.buffer.send_message,
             nudge_scheduler=self._nudge_scheduler,
         )
+        self._ends = RunEnds(
+            adapter,
+            self.registry.workflows,
+            self._messages,
+            foreground=self.foreground,
+            ended=self._reads.flushed,
+            nudge_scheduler=self._nudge_scheduler,
+        )
         self._queues = Queues(adapter, self._queue_view, queues_changed=self._runtime.queues_changed)
         self._schedule_calls = ScheduleCalls(
             ScheduleAdmin(adapter, self._rng, self.code_version),
@@ -226,11 +236,14 @@ class Engine:
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
+        timeout: timedelta | float | None = None,
     ) -> str:
         """Create a run and return its id (or the id of the live run with this ``instance_id``); with
-        ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (docs/reference/contract.md §9)."""
+        ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (docs/reference/contract.md §9).
+        ``timeout`` (a timedelta or seconds) sets the run's deadline: when it passes, the run is
+        cancelled with reason "timeout" (``RunInfo.deadline``, docs/reference/contract.md §14)."""
         return self._starts.start_workflow(
-            fn_or_name, args, instance_id, queue, priority, concurrency_key, labels, connection
+            fn_or_name, args, instance_id, queue, priority, concurrency_key, labels, connection, timeout
         )
 
     def start_by_name(
@@ -270,8 +283,14 @@ class Engine:
         self._messages.send_event(run_id, event_id, payload, connection=connection)
 
     def cancel(self, run_id: str, reason: str = "") -> None:
-        """Ask a run to stop at its next await and end CANCELLED."""
-        self._messages.cancel(run_id, reason)
+        """Ask a run to stop at its next await and end CANCELLED (a CREATED run that no engine
+        can run ends CANCELLED at once)."""
+        self._ends.cancel(run_id, reason)
+
+    def terminate(self, run_id: str, reason: str = "") -> None:
+        """Stop a run at once, running none of its code again: its pending steps are dropped,
+        its children terminated, and it ends TERMINATED (docs/reference/contract.md §14)."""
+        self._ends.terminate(run_id, reason)
 
     def suspend(self, run_id: str) -> None:
         """Hold back a running run's new events until ``resume``."""
@@ -348,6 +367,7 @@ class Engine:
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
+        timeout: timedelta | float | None = None,
     ) -> str:
         """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (docs/reference/contract.md §9)."""
         return await self._aio.start_workflow(
@@ -359,6 +379,7 @@ class Engine:
             concurrency_key=concurrency_key,
             labels=labels,
             connection=connection,
+            timeout=timeout,
         )
 
     async def send_event_async(
@@ -369,7 +390,11 @@ class Engine:
 
     async def cancel_async(self, run_id: str, reason: str = "") -> None:
         """``cancel``, awaitable."""
-        await self._aio.cancel(run_id, reason)
+        await asyncio.to_thread(self._ends.cancel, run_id, reason)
+
+    async def terminate_async(self, run_id: str, reason: str = "") -> None:
+        """``terminate``, awaitable."""
+        await asyncio.to_thread(self._ends.terminate, run_id, reason)
 
     async def suspend_async(self, run_id: str) -> None:
         """``suspend``, awaitable."""

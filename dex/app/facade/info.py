@@ -40,6 +40,10 @@ class RunInfo:
     scheduled_at: datetime | None = None
     # the run this one is a fork of (``Engine.fork``, docs/reference/contract.md §11); None otherwise
     forked_from: str | None = None
+    # when it is cancelled with reason "timeout" (``start_workflow(timeout=)``, docs/reference/contract.md §14)
+    deadline: datetime | None = None
+    # events it received and never read, counted when it ended (docs/reference/contract.md §14)
+    unread_events: int = 0
 
 
 class Outcomes:

@@ -224,6 +224,8 @@ class RunReads:
             task_failure=record.task_failure,
             scheduled_at=fire_time(record.labels, record.instance_id),
             forked_from=record.forked_from,
+            deadline=record.deadline,
+            unread_events=record.unread_events,
         )
 
 
@@ -347,4 +349,7 @@ def outcome_of(run_id: str, status: RunStatus, result: Any, failure: FailureInfo
     if status is RunStatus.FAILED:
         assert failure is not None
         raise WorkflowFailedError(f"run {run_id} failed: {describe_failure(failure)}", failure)
+    if status is RunStatus.TERMINATED:  # the failure holds the reason (docs/reference/contract.md §14)
+        reason = failure.message if failure is not None else "terminated"
+        raise WorkflowCancelledError(f"run {run_id} was terminated: {reason}")
     raise WorkflowCancelledError(f"run {run_id} was cancelled")

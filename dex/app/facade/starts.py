@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from dex.app.definitions.registry import Registry
@@ -29,7 +30,7 @@ from dex.domain.definitions import (
     validate_queue,
 )
 from dex.domain.errors import NotRegisteredError
-from dex.domain.steps import encode_arguments, normalize_labels
+from dex.domain.steps import delay_of, encode_arguments, normalize_labels
 
 
 class Starts:
@@ -73,12 +74,15 @@ class Starts:
         concurrency_key: str | None,
         labels: Mapping[str, str] | None,
         connection: Any,
+        timeout: timedelta | float | None = None,
     ) -> str:
         """``Engine.start_workflow``, its arguments passed by position (the start path is hot)."""
         definition = self._registry.workflow(fn_or_name)  # a name no workflow can have: says why
         definition.signature.check_arity(len(args), f"workflow {definition.name!r}")
         queue = validate_queue(queue) if queue is not None else definition.queue
-        return self._start(definition.name, queue, args, instance_id, priority, concurrency_key, labels, connection)
+        return self._start(
+            definition.name, queue, args, instance_id, priority, concurrency_key, labels, connection, timeout
+        )
 
     def start_by_name(
         self,
@@ -125,11 +129,13 @@ class Starts:
         concurrency_key: str | None,
         labels: Mapping[str, str] | None,
         connection: Any,
+        timeout: timedelta | float | None = None,
     ) -> str:
         # a NUL would be cut off by libpq (two ids colliding) or fail a write: refused here
         instance_id = validate_key(instance_id, "instance_id")
         concurrency_key = validate_key(concurrency_key, "concurrency_key")
         payloads = encode_arguments(self._converter, args)
+        deadline = None if timeout is None else deadline_of(self._store.clock.now(), timeout)
         with self._tracing.start_run(name, {"dex.workflow": name}) as trace_context:
             created = ev.RunCreated(
                 workflow_name=name,
@@ -142,6 +148,7 @@ class Starts:
                 random_seed=self._rng.getrandbits(64),
                 trace_context=trace_context,
                 code_version=self._code_version,
+                deadline=deadline,
             )
             with self._foreground.calling():
                 if connection is not None:  # its scheduler finds it once the caller has committed
@@ -150,3 +157,12 @@ class Starts:
                     run_id = self._create_run(created)
         self._started(run_id)
         return run_id
+
+
+def deadline_of(now: datetime, timeout: timedelta | float) -> datetime:
+    """When a run started ``now`` with ``timeout`` (a timedelta or seconds, not negative) is
+    cancelled with reason "timeout" (docs/reference/contract.md §14)."""
+    try:
+        return now + delay_of(timeout)
+    except OverflowError:
+        raise ValueError(f"timeout {timeout!r} puts the deadline past the last date a run can have") from None

@@ -18,6 +18,7 @@ from dex.app.ports.attempts import FailedAttempt as FailedAttempt
 from dex.app.ports.attempts import PendingAttempt as PendingAttempt
 from dex.app.ports.attempts import StepAttempts as StepAttempts
 from dex.app.ports.attempts import StepEndings as StepEndings
+from dex.app.ports.endings import RunEndings
 from dex.app.ports.engines import EngineRegistry
 from dex.app.ports.schedules import ScheduleStore
 
@@ -112,6 +113,9 @@ class RunRecord:
     code_version: str | None = None
     task_failure: FailureInfo | None = None  # why its workflow task keeps failing (a held run)
     forked_from: str | None = None  # the run this one is a fork of (docs/reference/contract.md §11)
+    # docs/reference/contract.md §14: when the run is cancelled with reason "timeout"; events it never read
+    deadline: datetime | None = None
+    unread_events: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -424,6 +428,7 @@ class Store(
     Maintenance,
     ScheduleStore,
     EngineRegistry,
+    RunEndings,
     Protocol,
 ):
     """Everything an engine needs from one adapter."""
