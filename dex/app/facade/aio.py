@@ -50,6 +50,9 @@ class AsyncCalls:
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
+        id_reuse: str = "allow",
+        debounce: timedelta | None = None,
+        debounce_max: timedelta | None = None,
     ) -> str:
         """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (docs/reference/contract.md §9)."""
         bound = _bound(connection)
@@ -63,6 +66,9 @@ class AsyncCalls:
             concurrency_key,
             labels,
             bound,
+            id_reuse,
+            debounce,
+            debounce_max,
         )
 
     async def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None:

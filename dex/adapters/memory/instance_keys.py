@@ -1,0 +1,85 @@
+"""The in-memory adapter's keyed starts (docs/reference/contract.md §15: ``id_reuse``, ``debounce``):
+the instance id's latest run found and the decision carried out under the state's one lock,
+which makes them one step, as the instance id's lock does in PostgreSQL.
+Part of :class:`dex.adapters.memory.InMemoryAdapter`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import attrs
+
+from dex.adapters.memory import storable
+from dex.adapters.memory.state import MemoryState
+from dex.adapters.memory.tables import RunRow
+from dex.domain import events as ev
+from dex.domain.instance_keys import Create, Debounce, LatestRun, Reuse, StartRule, decide
+from dex.domain.status import RunStatus
+
+NO_CONNECTION = (
+    "connection= needs the PostgreSQL adapter: the in-memory adapter has no database transaction to write through"
+)
+
+
+class MemoryKeyedStarts:
+    """:class:`dex.app.ports.instance_keys.KeyedStarts` over the in-memory tables."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
+
+    def start_keyed_run(
+        self, run_id: str, created: ev.RunCreated, now: datetime, rule: StartRule, connection: object = None
+    ) -> str:
+        if connection is not None:
+            raise TypeError(NO_CONNECTION)
+        storable.created(run_id, created)
+        if created.instance_id is None:
+            raise ValueError("a keyed start needs an instance_id")
+        state = self._state
+        with state.lock:
+            latest = self._latest(created.instance_id, now)
+            match decide(latest, rule, created.workflow_name, now):
+                case Reuse(run_id=existing):
+                    return existing
+                case Debounce(run_id=waiting, start_at=start_at):
+                    self._debounce(state.runs[waiting], created, start_at)
+                    return waiting
+                case Create(start_at=start_at):
+                    state.insert_run(run_id, created, now)
+                    if start_at != now:
+                        (started,) = state.inbox[run_id]
+                        started.visible_from = start_at
+                    return run_id
+
+    def _latest(self, instance_id: str, now: datetime) -> LatestRun | None:
+        state = self._state
+        rows = [row for row in state.runs.values() if row.created.instance_id == instance_id]
+        if not rows:
+            return None
+        live = [row for row in rows if not row.status.is_terminal]
+        row = live[0] if live else max(rows, key=lambda r: (r.created_at, r.position))
+        return LatestRun(
+            run_id=row.run_id,
+            workflow_name=row.created.workflow_name,
+            status=row.status,
+            created_at=row.created_at,
+            waiting=self._waiting(row, now),
+        )
+
+    def _waiting(self, row: RunRow, now: datetime) -> bool:
+        """CREATED, nothing recorded after ``RunCreated``, no task made, its start not yet due."""
+        if row.status is not RunStatus.CREATED or len(row.history) != 1:
+            return False
+        if row.run_id in self._state.workflow_task_of_run:
+            return False
+        starts = [m for m in self._state.inbox[row.run_id] if isinstance(m.event, ev.RunStarted)]
+        return len(starts) == 1 and starts[0].visible_from > now
+
+    def _debounce(self, row: RunRow, created: ev.RunCreated, start_at: datetime) -> None:
+        """The waiting run takes the new start's arguments and start time (nothing else of it)."""
+        row.created = attrs.evolve(row.created, input=created.input)
+        row.history[0] = attrs.evolve(row.history[0], event=row.created)
+        for message in self._state.inbox[row.run_id]:
+            if isinstance(message.event, ev.RunStarted):
+                message.visible_from = start_at
