@@ -103,7 +103,9 @@ def _debounce(conn: psycopg.Connection, q: Statements, run_id: str, created: ev.
     old = first.event
     if not isinstance(old, ev.RunCreated):
         raise RuntimeError(f"run {run_id}'s history does not begin with RunCreated")
-    _run, _first_seq, _last_seq, block = history_row(run_id, [attrs.evolve(first, event=attrs.evolve(old, input=created.input))])
+    _run, _first_seq, _last_seq, block = history_row(
+        run_id, [attrs.evolve(first, event=attrs.evolve(old, input=created.input))]
+    )
     conn.execute(q("UPDATE {s}.history SET events = %s WHERE run_id = %s AND first_seq = 1"), [block, run_id])
     _start_at(conn, q, run_id, start_at)
 

@@ -122,7 +122,17 @@ class Starts:
         args = tuple(args)
         if self._registry.workflows:
             return self.start_workflow(
-                name, args, instance_id, queue, priority, concurrency_key, labels, None, id_reuse, debounce, debounce_max
+                name,
+                args,
+                instance_id,
+                queue,
+                priority,
+                concurrency_key,
+                labels,
+                None,
+                id_reuse,
+                debounce,
+                debounce_max,
             )
         validate_name(name, "workflow name")
         if not isinstance(force, bool):

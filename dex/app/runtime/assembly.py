@@ -50,8 +50,8 @@ from dex.app.workflows.inline import InlineActivities, QueueView
 from dex.app.workflows.step_groups import GroupThreads, StepGroups
 from dex.app.workflows.worker import NOT_STARTED, Started, WorkflowWorker
 from dex.domain import events as ev
-from dex.domain.instance_keys import StartRule
 from dex.domain.definitions import PayloadConverter
+from dex.domain.instance_keys import StartRule
 from dex.domain.task import WorkflowTaskResult
 
 log = logging.getLogger("dex.engine")
