@@ -53,6 +53,8 @@ def start_rule(
     anything is written). ``instance_id`` is the start's, already checked."""
     if not isinstance(id_reuse, str):
         raise TypeError(f"id_reuse must be one of {', '.join(map(repr, ID_REUSE))}, got {type(id_reuse).__name__}")
+    # its characters, as a plain str: a subclass's own __eq__ or __hash__ is not asked (it may raise)
+    id_reuse = str.__str__(id_reuse)
     if id_reuse not in ID_REUSE:
         raise ValueError(f"id_reuse must be one of {', '.join(map(repr, ID_REUSE))}, got {_shown(id_reuse)}")
     if debounce is None and debounce_max is not None:
