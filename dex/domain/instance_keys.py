@@ -61,10 +61,8 @@ def start_rule(
         raise ValueError("debounce_max needs debounce: it caps how far debounced starts push a run's start")
     if debounce is not None:
         debounce = _duration(debounce, "debounce")
-        if debounce_max is not None:
+        if debounce_max is not None:  # shorter than debounce: the run starts debounce_max after the first start
             debounce_max = _duration(debounce_max, "debounce_max")
-            if debounce_max < debounce:
-                raise ValueError(f"debounce_max ({debounce_max}) must not be shorter than debounce ({debounce})")
     if instance_id is None and (id_reuse != "allow" or debounce is not None):
         what = "debounce" if debounce is not None else f"id_reuse={id_reuse!r}"
         raise ValueError(f"{what} needs an instance_id: it says what a start with an id used before does")

@@ -270,9 +270,29 @@ def start_body(workflows: Mapping[str, Signature]) -> dict[str, Any]:
             },
         },
     }
-    if workflows:
-        body["anyOf"] = [_arity(name, signature) for name, signature in sorted(workflows.items())]
+    # every alternative: a workflow's arity (with workflows) and one of the kinds of start, whose
+    # fields go together (one anyOf: the document's schemas have no allOf)
+    arities = [_arity(name, signature) for name, signature in sorted(workflows.items())] if workflows else [{}]
+    body["anyOf"] = [_both(arity, kind) for arity in arities for kind in _START_KINDS]
     return body
+
+
+# a plain start; one by an instance id under id_reuse; a debounced one (docs/reference/contract.md §15)
+_NULL = {"type": "null"}
+_START_KINDS: tuple[dict[str, Any], ...] = (
+    {"properties": {"id_reuse": {"enum": ["allow", None]}, "debounce_seconds": _NULL, "debounce_max_seconds": _NULL}},
+    {"required": ["instance_id"], "properties": {"instance_id": KEY, "debounce_max_seconds": _NULL}},
+    {"required": ["instance_id", "debounce_seconds"], "properties": {"instance_id": KEY, "debounce_seconds": DEBOUNCE}},
+)
+
+
+def _both(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """A schema that holds where both do (their properties' schemas and required fields joined)."""
+    joined: dict[str, Any] = {"properties": {**first.get("properties", {}), **second.get("properties", {})}}
+    required = [*first.get("required", ()), *second.get("required", ())]
+    if required:
+        joined["required"] = required
+    return joined
 
 
 def _arity(name: str, signature: Signature) -> dict[str, Any]:

@@ -84,7 +84,7 @@ class InstanceKeys(RuleBasedStateMachine):
         cap=st.none() | st.integers(0, 12).map(lambda n: n * SECOND),
     )
     def start(self, key: str, mode: str, value: str, debounce: timedelta | None, cap: timedelta | None) -> None:
-        if debounce is None or (cap is not None and cap < debounce):
+        if debounce is None:
             cap = None
         now = self.clock.now()
         expected = self._expected(key, mode)
