@@ -24,6 +24,7 @@ from dex.domain.errors import (
     UpdateFailedError,
     UpdateRejectedError,
 )
+from dex.domain.instance_keys import PLAIN, StartRule
 from dex.domain.replay import (
     TERMINATED_UPDATE,
     ContinueAsNewRequest,
@@ -75,10 +76,13 @@ class OutgoingMessage:
 
 @attrs.frozen(kw_only=True)
 class NewRun:
-    """A run to create (a child): its first history event; its inbox gets RunStarted."""
+    """A run to create (a child): its first history event; its inbox gets RunStarted. ``rule``
+    is what its instance id's earlier runs mean (``id_reuse``, docs/reference/contract.md §15): the
+    plain rule, or one the store decides by with :func:`dex.domain.instance_keys.decide`."""
 
     run_id: str
     created: ev.RunCreated
+    rule: StartRule = PLAIN
 
 
 @attrs.frozen(kw_only=True)
@@ -386,11 +390,19 @@ def _block(
                     )
                 )
             case ev.ChildRunCreated():
-                child = NewRun(run_id=event.child_run_id, created=child_created(run_id, event, created))
+                child = NewRun(
+                    run_id=event.child_run_id,
+                    created=child_created(run_id, event, created),
+                    rule=executor.start_rule_of(event.child_run_id),
+                )
                 child_runs.append(child)
                 messages.extend(_deadline_messages(child))
             case ev.DetachedRunCreated():
-                detached = NewRun(run_id=event.run_id, created=detached_created(event, created))
+                detached = NewRun(
+                    run_id=event.run_id,
+                    created=detached_created(event, created),
+                    rule=executor.start_rule_of(event.run_id),
+                )
                 detached_runs.append(detached)
                 messages.extend(_deadline_messages(detached))
             case ev.UpdateCompleted():

@@ -300,3 +300,64 @@ def test_a_poisoned_argument_of_a_debounced_start_leaves_the_waiting_run_as_it_w
         engine.start_workflow(echo, object(), instance_id="k", debounce=timedelta(seconds=5))
     engine.drain()
     assert engine.wait(run_id) == "a"
+
+
+# -- children ---------------------------------------------------------------------------------
+@dex.workflow(name="parent")
+async def parent(ctx: dex.WorkflowContext, key: str, value: str, mode: str) -> str:
+    try:
+        return "got " + await ctx.child(echo, value, instance_id=key, id_reuse=mode)
+    except dex.ChildWorkflowFailedError as exc:  # a child's failure (or a clash), as for any child
+        return f"failed: {exc}"
+
+
+def _parent_result(engine: dex.Engine, *args: str) -> Any:
+    run_id = engine.start_workflow(parent, *args)
+    engine.drain()
+    return engine.wait(run_id)
+
+
+def test_a_child_under_never_takes_the_ended_runs_outcome(make_engine: Any) -> None:
+    engine = make_engine([parent, echo])
+    first = _ended(engine, "a", "child-key")
+    assert _parent_result(engine, "child-key", "b", "never") == "got a"
+    assert [r.run_id for r in engine.list_runs(instance_id="child-key")] == [first]
+    failed = _ended(engine, "fail", "failed-key")
+    assert _parent_result(engine, "failed-key", "b", "never").startswith("failed: ")
+    assert [r.run_id for r in engine.list_runs(instance_id="failed-key")] == [failed]
+
+
+def test_a_child_under_failed_only_runs_again_after_a_failure_only(make_engine: Any) -> None:
+    engine = make_engine([parent, echo])
+    _ended(engine, "a", "done-key")
+    assert _parent_result(engine, "done-key", "b", "failed_only") == "got a"
+    assert len(engine.list_runs(instance_id="done-key")) == 1
+    _ended(engine, "fail", "retry-key")
+    assert _parent_result(engine, "retry-key", "b", "failed_only") == "got b"
+    assert len(engine.list_runs(instance_id="retry-key")) == 2
+
+
+def test_a_child_under_allow_or_without_an_earlier_run_is_made(make_engine: Any) -> None:
+    engine = make_engine([parent, echo])
+    assert _parent_result(engine, "fresh", "x", "never") == "got x"
+    _ended(engine, "a", "allowed")
+    assert _parent_result(engine, "allowed", "b", "allow") == "got b"
+    assert len(engine.list_runs(instance_id="allowed")) == 2
+
+
+def test_a_child_whose_id_a_live_run_holds_still_clashes(make_engine: Any) -> None:
+    engine = make_engine([parent, echo, held])
+    engine.start_workflow(held, "x", instance_id="busy")
+    engine.drain()
+    result = _parent_result(engine, "busy", "b", "never")
+    assert result.startswith("failed: ") and "in use by a running run" in result
+
+
+def test_a_bad_id_reuse_in_workflow_code_fails_at_the_call(make_engine: Any) -> None:
+    engine = make_engine([parent, echo])
+    run_id = engine.start_workflow(parent, "k", "b", "sometimes")
+    engine.drain()
+    with pytest.raises(dex.WorkflowFailedError, match="id_reuse must be one of"):
+        engine.wait(run_id)
+    assert engine.list_runs(instance_id="k") == []
+    assert _parent_result(engine, "k", "ok", "never") == "got ok"  # a healthy one after

@@ -15,6 +15,9 @@ arguments) and moves its ``RunStarted`` message's ``visible_from``; it holds the
 NO KEY UPDATE`` (the lock a completion of the run's tasks takes) and checks again, under it,
 that the run is still waiting: CREATED, its history one event long, no workflow task made for
 it, its start not yet due.
+
+Children a workflow task starts under ``id_reuse`` are made in the task's completion
+(:mod:`.instance_children`).
 """
 
 from __future__ import annotations
