@@ -361,3 +361,12 @@ def test_a_bad_id_reuse_in_workflow_code_fails_at_the_call(make_engine: Any) -> 
         engine.wait(run_id)
     assert engine.list_runs(instance_id="k") == []
     assert _parent_result(engine, "k", "ok", "never") == "got ok"  # a healthy one after
+
+
+def test_the_asyncio_facade_takes_the_rules(make_engine: Any) -> None:
+    import asyncio
+
+    engine = make_engine([echo])
+    first = _ended(engine, "a")
+    again = asyncio.run(engine.start_workflow_async(echo, "b", instance_id="order-1", id_reuse="never"))
+    assert again == first

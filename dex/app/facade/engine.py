@@ -370,6 +370,9 @@ class Engine:
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
+        id_reuse: str = "allow",
+        debounce: timedelta | None = None,
+        debounce_max: timedelta | None = None,
     ) -> str:
         """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (docs/reference/contract.md §9)."""
         return await self._aio.start_workflow(
@@ -381,6 +384,9 @@ class Engine:
             concurrency_key=concurrency_key,
             labels=labels,
             connection=connection,
+            id_reuse=id_reuse,
+            debounce=debounce,
+            debounce_max=debounce_max,
         )
 
     async def send_event_async(
