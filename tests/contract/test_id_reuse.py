@@ -370,3 +370,25 @@ def test_the_asyncio_facade_takes_the_rules(make_engine: Any) -> None:
     first = _ended(engine, "a")
     again = asyncio.run(engine.start_workflow_async(echo, "b", instance_id="order-1", id_reuse="never"))
     assert again == first
+
+
+# -- schedules --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("mode", "runs"), [("never", 1), ("allow", 2)])
+def test_a_schedules_runs_follow_its_id_reuse(make_engine: Any, mode: str, runs: int) -> None:
+    nightly = dex.Schedule("nightly", echo, cron="0 3 * * *", args=("night",), id_reuse=mode)
+    engine = make_engine([echo], schedules=[nightly])
+    assert engine.get_schedule("nightly").id_reuse == mode
+    first = engine.trigger_schedule("nightly")
+    engine.drain(advance_time=False)
+    assert engine.wait(first) == "night"
+    # a second trigger in the same second names the same fire: under never, the ended run answers
+    second = engine.trigger_schedule("nightly")
+    assert (second == first) is (mode == "never")
+    assert len(engine.list_runs(instance_id=engine.get_run(first).instance_id)) == runs
+    assert engine.get_schedule("nightly").last_run_id == second
+
+
+@pytest.mark.parametrize("bad", ["sometimes", 3, None, "never\x00"])
+def test_a_schedule_with_a_bad_id_reuse_is_refused_when_made(bad: Any) -> None:
+    with pytest.raises(ValueError, match="id_reuse must be one of"):
+        dex.Schedule("nightly", echo, cron="0 3 * * *", id_reuse=bad)

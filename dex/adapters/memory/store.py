@@ -76,7 +76,7 @@ class InMemoryAdapter:
         self._keyed = MemoryKeyedStarts(state)
         self._tasks = MemoryTasks(state)
         self._forks = MemoryForks(state, self._tasks)
-        self._schedules = MemorySchedules(state, self.create_run)
+        self._schedules = MemorySchedules(state, self.create_run, self.start_keyed_run)
         self._queues = MemoryQueues(state)
         self._engines = MemoryEngines(state)
         self._steps = MemorySteps(state, self._tasks, self._clock, transaction_connection, self.complete_activity_tasks)

@@ -10,6 +10,9 @@ unique index ``runs_live_instance`` holds live runs only. No table of keys is ke
 runs: the runs are the keys, so retention, which deletes ended runs, frees their ids with them,
 and nothing can disagree with the runs themselves. Races between starts of one id are decided
 by the instance id's transaction-scoped advisory lock, which every such start takes.
+
+A schedule keeps its ``id_reuse`` (the runs its fires start follow it): existing schedules
+read ``allow``, what they did before.
 """
 
 VERSION = 16
@@ -17,4 +20,5 @@ VERSION = 16
 STATEMENTS: tuple[str, ...] = (
     "CREATE INDEX runs_instance ON {s}.runs (instance_id, created_at DESC, position DESC)"
     " WHERE instance_id IS NOT NULL",
+    "ALTER TABLE {s}.schedules ADD COLUMN id_reuse text NOT NULL DEFAULT 'allow'",
 )
