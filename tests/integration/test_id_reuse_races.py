@@ -211,3 +211,55 @@ def test_a_run_that_ends_between_a_starts_lookup_and_its_insert_is_still_the_ans
     engine.drain()
     assert [r.run_id for r in engine.list_runs(instance_id="k")] == [fast]
     assert engine.wait(fast) == "slow"
+
+
+def _failing_trigger(pg_dsn: str, schema: str, table: str, when: str) -> None:
+    """Make the store fail mid-start: a trigger that raises on ``when`` of ``table``'s rows."""
+    s = sql.Identifier(schema)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE FUNCTION {}.fail_now() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$ BEGIN RAISE EXCEPTION 'the store failed here'; END $$"
+            ).format(s)
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE TRIGGER fail_now BEFORE " + when + " ON {}.{} FOR EACH ROW EXECUTE FUNCTION {}.fail_now()"
+            ).format(s, sql.Identifier(table), s)
+        )
+
+
+def _drop_failing_trigger(pg_dsn: str, schema: str, table: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TRIGGER fail_now ON {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
+
+
+def test_the_store_failing_after_the_lookup_leaves_nothing_and_the_next_start_works(
+    make_adapter: Callable[..., PostgresAdapter], pg_dsn: str, pg_schema: str
+) -> None:
+    engine = dex.Engine(make_adapter(), [quick])
+    _failing_trigger(pg_dsn, pg_schema, "inbox", "INSERT")  # the run's row is in, its RunStarted fails
+    with pytest.raises(psycopg.Error, match="the store failed here"):
+        engine.start_workflow(quick, "a", instance_id="k", id_reuse="never")
+    _drop_failing_trigger(pg_dsn, pg_schema, "inbox")
+    assert engine.list_runs() == []  # the run's row went with the failed transaction
+    run_id = engine.start_workflow(quick, "b", instance_id="k", id_reuse="never")
+    engine.drain()
+    assert engine.wait(run_id) == "b"
+
+
+def test_the_store_failing_mid_debounce_leaves_the_waiting_run_as_it_was(
+    make_adapter: Callable[..., PostgresAdapter], pg_dsn: str, pg_schema: str, clock: VirtualClock
+) -> None:
+    engine = dex.Engine(make_adapter(), [quick])
+    t0 = clock.now()
+    run_id = engine.start_workflow(quick, "a", instance_id="k", debounce=timedelta(seconds=10))
+    clock.advance(timedelta(seconds=5))
+    _failing_trigger(pg_dsn, pg_schema, "inbox", "UPDATE")  # the history is rewritten, the start's move fails
+    with pytest.raises(psycopg.Error, match="the store failed here"):
+        engine.start_workflow(quick, "b", instance_id="k", debounce=timedelta(seconds=10))
+    _drop_failing_trigger(pg_dsn, pg_schema, "inbox")
+    engine.drain()
+    assert engine.wait(run_id) == "a"  # its arguments and its start time, both as they were
+    assert engine.get_run(run_id).started_at == t0 + timedelta(seconds=10)
