@@ -263,3 +263,36 @@ def test_the_store_failing_mid_debounce_leaves_the_waiting_run_as_it_was(
     engine.drain()
     assert engine.wait(run_id) == "a"  # its arguments and its start time, both as they were
     assert engine.get_run(run_id).started_at == t0 + timedelta(seconds=10)
+
+
+def test_the_asyncio_facade_makes_keyed_starts_in_an_async_transaction(
+    make_adapter: Callable[..., PostgresAdapter], pg_dsn: str
+) -> None:
+    import asyncio
+
+    engine = dex.Engine(make_adapter(), [quick])
+    first = engine.start_workflow(quick, "a", instance_id="k")
+    engine.drain()
+
+    async def app() -> str:
+        async with await psycopg.AsyncConnection.connect(pg_dsn) as conn, conn.transaction():
+            return await engine.start_workflow_async(quick, "b", instance_id="k", id_reuse="never", connection=conn)
+
+    assert asyncio.run(app()) == first
+    assert len(engine.list_runs(instance_id="k")) == 1
+
+
+def test_engines_triggering_a_schedule_under_never_at_once_make_one_run(
+    make_adapter: Callable[..., PostgresAdapter],
+) -> None:
+    nightly = dex.Schedule("nightly", quick, cron="0 3 * * *", args=("night",), id_reuse="never")
+    engines = [dex.Engine(make_adapter(max_connections=2), [quick], schedules=[nightly]) for _ in range(4)]
+    for engine in engines:
+        engine.drain(advance_time=False)  # stores the declared schedule
+    got = _race([lambda e=e: e.trigger_schedule("nightly") for e in engines])
+    assert len(set(got)) == 1
+    engines[0].drain(advance_time=False)
+    assert engines[0].wait(got[0]) == "night"
+    # the same second again, the run ended: never keeps answering with it
+    assert engines[1].trigger_schedule("nightly") == got[0]
+    assert len(engines[0].list_runs(labels={"dex.schedule": "nightly"})) == 1
