@@ -88,7 +88,8 @@ def _shown(value: str) -> str:
 class LatestRun:
     """What the store knows of the run an ``instance_id`` names: the live one if any, else the
     newest. ``waiting`` is true while it may still be debounced: CREATED, its history only
-    ``RunCreated``, its start not yet due and no workflow task made for it."""
+    ``RunCreated``, its start not yet due, nothing else sent to it and no workflow task made
+    for it (so no worker holds its arguments)."""
 
     run_id: str
     workflow_name: str

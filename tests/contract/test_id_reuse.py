@@ -392,3 +392,17 @@ def test_a_schedules_runs_follow_its_id_reuse(make_engine: Any, mode: str, runs:
 def test_a_schedule_with_a_bad_id_reuse_is_refused_when_made(bad: Any) -> None:
     with pytest.raises(ValueError, match="id_reuse must be one of"):
         dex.Schedule("nightly", echo, cron="0 3 * * *", id_reuse=bad)
+
+
+def test_a_waiting_run_sent_an_event_keeps_its_arguments_and_its_start(make_engine: Any, clock: VirtualClock) -> None:
+    """A message to the waiting run ends its waiting: a task may be made for it, and a worker
+    would hold the arguments it read, so later debounced starts change nothing."""
+    engine = make_engine([held])
+    t0 = clock.now()
+    run_id = engine.start_workflow(held, "a", instance_id="k", debounce=timedelta(seconds=10))
+    engine.send_event(run_id, "go")
+    clock.advance(timedelta(seconds=5))
+    assert engine.start_workflow(held, "b", instance_id="k", debounce=timedelta(seconds=10)) == run_id
+    engine.drain()
+    assert engine.wait(run_id) == "a"
+    assert engine.get_run(run_id).started_at == t0 + timedelta(seconds=10)

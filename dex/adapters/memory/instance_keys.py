@@ -81,13 +81,14 @@ def latest_run(state: MemoryState, instance_id: str, now: datetime) -> LatestRun
 
 
 def _waiting(state: MemoryState, row: RunRow, now: datetime) -> bool:
-    """CREATED, nothing recorded after ``RunCreated``, no task made, its start not yet due."""
+    """CREATED, nothing recorded after ``RunCreated``, no task made, its start not yet due,
+    nothing else sent to it."""
     if row.status is not RunStatus.CREATED or len(row.history) != 1:
         return False
     if row.run_id in state.workflow_task_of_run:
         return False
-    starts = [m for m in state.inbox[row.run_id] if isinstance(m.event, ev.RunStarted)]
-    return len(starts) == 1 and starts[0].visible_from > now
+    inbox = state.inbox[row.run_id]  # its RunStarted alone: nothing else sent to it
+    return len(inbox) == 1 and isinstance(inbox[0].event, ev.RunStarted) and inbox[0].visible_from > now
 
 
 def start_child(state: MemoryState, parent_run_id: str, child: NewRun, now: datetime) -> None:

@@ -14,7 +14,11 @@ Debouncing a waiting run rewrites its first history block (the ``RunCreated`` wi
 arguments) and moves its ``RunStarted`` message's ``visible_from``; it holds the run's row ``FOR
 NO KEY UPDATE`` (the lock a completion of the run's tasks takes) and checks again, under it,
 that the run is still waiting: CREATED, its history one event long, no workflow task made for
-it, its start not yet due.
+it, its start not yet due, nothing else in its inbox. That last condition is what keeps a
+worker from holding the old arguments: a task is made for a run only when a message of its is
+visible, the only one a waiting run has is its ``RunStarted``, not yet visible, and a message
+sent to it takes the run's row ``FOR SHARE``, so it waits for the debounce's commit (and the
+run is no longer waiting after it).
 
 Children a workflow task starts under ``id_reuse`` are made in the task's completion
 (:mod:`.instance_children`).
@@ -48,6 +52,7 @@ _LATEST = (
     "  AND NOT EXISTS (SELECT 1 FROM {s}.workflow_tasks w WHERE w.run_id = r.run_id)"
     "  AND EXISTS (SELECT 1 FROM {s}.inbox i WHERE i.run_id = r.run_id AND i.kind = 'RunStarted'"
     "   AND i.visible_from > %(now)s)"
+    "  AND NOT EXISTS (SELECT 1 FROM {s}.inbox i WHERE i.run_id = r.run_id AND i.kind <> 'RunStarted')"
     " FROM ((SELECT run_id, 0 AS o FROM {s}.runs WHERE instance_id = %(id)s AND status IN " + LIVE + " LIMIT 1)"
     "  UNION ALL (SELECT run_id, 1 FROM {s}.runs WHERE instance_id = %(id)s AND instance_id IS NOT NULL"
     "   ORDER BY created_at DESC, position DESC LIMIT 1)) AS f"
