@@ -62,3 +62,11 @@ def test_bad_rules_are_exit_code_2_and_make_nothing(world: World) -> None:
         "runs", "start", "cli-child", "--args", "[1]", "--force", "--instance-id", "k", "--id-reuse", "never"
     )
     assert healthy.exit_code == 0, healthy.output
+
+
+def test_schedules_show_tells_the_id_reuse(world: World) -> None:
+    world.engine.create_schedule(dex.Schedule("keyed", child, cron="0 3 * * *", args=(1,), id_reuse="never"))
+    shown = world.invoke("schedules", "show", "keyed")
+    assert shown.exit_code == 0, shown.output
+    assert "id reuse:        never\n" in shown.stdout
+    assert json.loads(world.invoke("schedules", "show", "keyed", "--json").stdout)["id_reuse"] == "never"
