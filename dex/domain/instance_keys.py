@@ -74,6 +74,8 @@ def start_rule(
 def _duration(value: object, field: str) -> timedelta:
     if not isinstance(value, timedelta):
         raise TypeError(f"{field} must be a datetime.timedelta, got {type(value).__name__}")
+    # its value as a plain timedelta: a subclass's own operators are not asked (they may raise)
+    value = timedelta.__add__(timedelta(0), value)
     if value < timedelta(0):
         raise ValueError(f"{field} must not be negative, got {value}")
     return value

@@ -291,6 +291,27 @@ def test_an_id_reuse_whose_methods_raise_is_refused_by_its_value(make_engine: An
         engine.start_workflow(echo, "b", instance_id="order-1", id_reuse=Hostile("nope"))
 
 
+def test_a_debounce_whose_operators_raise_is_read_by_its_value(make_engine: Any, clock: VirtualClock) -> None:
+    class Hostile(timedelta):
+        def __lt__(self, other: object) -> bool:
+            raise RuntimeError("no comparing me")
+
+        def __radd__(self, other: object) -> Any:
+            raise RuntimeError("no adding me")
+
+        def __repr__(self) -> str:
+            raise RuntimeError("no printing me")
+
+    engine = make_engine([echo])
+    t0 = clock.now()
+    run_id = engine.start_workflow(echo, "a", instance_id="k", debounce=Hostile(seconds=3))
+    engine.drain()
+    assert engine.wait(run_id) == "a"
+    assert engine.get_run(run_id).started_at == t0 + timedelta(seconds=3)
+    with pytest.raises(ValueError, match="debounce must not be negative"):
+        engine.start_workflow(echo, "b", instance_id="k2", debounce=Hostile(seconds=-3))
+
+
 def test_a_poisoned_argument_of_a_debounced_start_leaves_the_waiting_run_as_it_was(
     make_engine: Any, clock: VirtualClock
 ) -> None:
