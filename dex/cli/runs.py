@@ -11,6 +11,7 @@ shown raw instead of failing the whole listing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -29,8 +30,9 @@ from dex.cli.bulk import (
     run_filter_of,
 )
 from dex.cli.database import CommandError, connection_options, json_option, open_engine, settings
-from dex.cli.params import EVENT_ID, JSON_VALUE, LABEL, QUEUE_NAME, RUN_ID, SEQUENCE, TEXT
+from dex.cli.params import EVENT_ID, JSON_VALUE, LABEL, QUEUE_NAME, RUN_ID, SECONDS, SEQUENCE, TEXT
 from dex.domain.errors import InvalidStateError, RunNotFoundError
+from dex.domain.instance_keys import ID_REUSE
 from dex.views import attempts, render, timeline
 
 
@@ -68,6 +70,27 @@ def list_runs(**filters: Any) -> None:
 @click.option("--queue", type=QUEUE_NAME, default=None, help="The workflow queue [default: the newest run's].")
 @click.option("--label", "labels", multiple=True, type=LABEL, help="A label KEY=VALUE (repeatable).")
 @click.option("--force", is_flag=True, help="Start it even though no live engine registers the workflow.")
+@click.option(
+    "--id-reuse",
+    type=click.Choice(ID_REUSE),
+    default="allow",
+    show_default=True,
+    help="What an ended run's instance id means: allow a new run; failed_only a new one only if the last "
+    "did not succeed; never: the last run's id, whatever its end.",
+)
+@click.option(
+    "--debounce",
+    type=SECONDS,
+    default=None,
+    help="With --instance-id: start in SECONDS; a start of the id before then replaces the arguments "
+    "and moves the start again.",
+)
+@click.option(
+    "--debounce-max",
+    type=SECONDS,
+    default=None,
+    help="The latest a debounced run starts, SECONDS after its first start.",
+)
 @connection_options
 @json_option
 def start_run(
@@ -77,6 +100,9 @@ def start_run(
     queue: str | None,
     labels: tuple[tuple[str, str], ...],
     force: bool,
+    id_reuse: str,
+    debounce: float | None,
+    debounce_max: float | None,
 ) -> None:
     """Start a run of the workflow named WORKFLOW, for the engines that have its code.
 
@@ -88,7 +114,15 @@ def start_run(
         raise click.BadParameter(f"must be a JSON array, got {type(args).__name__}", param_hint="'--args'")
     with open_engine() as engine:
         run_id = engine.start_by_name(
-            workflow, args, instance_id=instance_id, queue=queue, labels=dict(labels), force=force
+            workflow,
+            args,
+            instance_id=instance_id,
+            queue=queue,
+            labels=dict(labels),
+            force=force,
+            id_reuse=id_reuse,
+            debounce=timedelta(seconds=debounce) if debounce is not None else None,
+            debounce_max=timedelta(seconds=debounce_max) if debounce_max is not None else None,
         )
     if settings().json:
         click.echo(render.dumps({"run_id": run_id, "workflow": workflow}))

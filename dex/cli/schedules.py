@@ -86,6 +86,7 @@ def show_schedule(name: str) -> None:
         ("workflow", info.workflow_name),
         ("when", render.show_schedule_timing(info)),
         ("overlap", info.overlap),
+        ("id reuse", info.id_reuse),
         ("jitter", render.show_duration(info.jitter)),
         ("catch-up window", render.show_duration(info.catchup_window)),
         ("status", render.show_schedule_status(info)),

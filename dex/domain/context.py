@@ -63,6 +63,7 @@ class StepIssuer(Protocol):
         priority: int | None,
         labels: Mapping[str, str] | None,
         timeout: timedelta | float | None = None,
+        id_reuse: object = "allow",
     ) -> DexFuture[Any]: ...
 
     def gather(self, awaitables: Sequence[Awaitable[Any]]) -> DexFuture[list[Any]]: ...
@@ -98,6 +99,7 @@ class StepIssuer(Protocol):
         priority: int | None,
         labels: Mapping[str, str] | None,
         timeout: timedelta | float | None,
+        id_reuse: object = "allow",
     ) -> str: ...
 
     def check_writable(self, what: str) -> None: ...
@@ -227,9 +229,13 @@ class WorkflowContext:
         priority: int | None = None,
         labels: Mapping[str, str] | None = None,
         timeout: timedelta | float | None = None,
+        id_reuse: str = "allow",
     ) -> DexFuture[Any]:
         """Start a child workflow now; await the returned future for its result. ``timeout``
-        sets its deadline: when it passes the child is cancelled with reason "timeout"."""
+        sets its deadline: when it passes the child is cancelled with reason "timeout".
+        ``id_reuse`` (with an ``instance_id``): under ``"failed_only"`` or ``"never"``, an ended
+        run of that id that answers the start is the child's outcome, and no run is made
+        (docs/reference/contract.md §15)."""
         return self._executor.start_child(
             fn_or_name,
             args,
@@ -239,6 +245,7 @@ class WorkflowContext:
             priority=priority,
             labels=labels,
             timeout=timeout,
+            id_reuse=id_reuse,
         )
 
     def start_workflow(
@@ -251,9 +258,11 @@ class WorkflowContext:
         priority: int | None = None,
         labels: Mapping[str, str] | None = None,
         timeout: timedelta | float | None = None,
+        id_reuse: str = "allow",
     ) -> str:
         """Start an independent run (not a child: it outlives this one), recorded once; returns
-        its run id (docs/reference/contract.md §14)."""
+        its run id (docs/reference/contract.md §14). ``id_reuse`` as for ``start_workflow`` (§15): the store
+        makes no run when an earlier run of the ``instance_id`` answers."""
         return self._executor.start_workflow(
             fn_or_name,
             args,
@@ -263,6 +272,7 @@ class WorkflowContext:
             priority=priority,
             labels=labels,
             timeout=timeout,
+            id_reuse=id_reuse,
         )
 
     def gather(self, *awaitables: Awaitable[Any]) -> DexFuture[list[Any]]:

@@ -28,10 +28,12 @@ from dex.domain import events as ev
 from dex.domain.state import fold
 from dex.domain.status import RunStatus
 from dex.domain.task import (
+    NO_EFFECTS,
     InboxMessage,
     NewActivityTask,
     NewRun,
     OutgoingMessage,
+    RunEffects,
     UpdateAnswer,
     WorkflowTaskResult,
     terminate,
@@ -49,7 +51,8 @@ def terminated(
     result = terminate(run_id, history, inbox, reason, now)
     if result.completion is None:
         return result
-    return attrs.evolve(result, unread_events=_inbox_events(inbox))
+    effects = result.effects or NO_EFFECTS
+    return attrs.evolve(result, effects=attrs.evolve(effects, unread_events=_inbox_events(inbox)))
 
 
 def _inbox_events(inbox: Sequence[InboxMessage]) -> int:
@@ -91,8 +94,7 @@ def cancel_unstarted(
         started=True,
         completion=completion,
         messages=tuple(messages),
-        update_answers=refused_updates(inbox),
-        unread_events=_inbox_events(inbox),
+        effects=RunEffects(update_answers=refused_updates(inbox), unread_events=_inbox_events(inbox)),
     )
 
 

@@ -39,6 +39,7 @@ from dex.domain.errors import (
     WaitTimeoutError,
 )
 from dex.domain.handlers import UpdateHandler, sync_handler, validate_handler_name, validate_key
+from dex.domain.instance_keys import PLAIN, StartRule, start_rule
 from dex.domain.matching import BlockCursor
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
@@ -152,6 +153,8 @@ class WorkflowExecutor:
         self._closed_streams: set[str] = set()
         self._read_only: str | None = None  # who runs now, while a query, validator or condition does
         self._child_seqs: dict[str, int] = {}  # each child's ChildRunCreated, for step.cancel()
+        # the id_reuse of the runs this task starts (not recorded: only the store's start reads it)
+        self._start_rules: dict[str, StartRule] = {}
 
     # -- driving ---------------------------------------------------------------------------
     @property
@@ -653,6 +656,7 @@ class WorkflowExecutor:
         priority: int | None,
         labels: Mapping[str, str] | None,
         timeout: timedelta | float | None,
+        id_reuse: object = "allow",
     ) -> str:
         self._check_writable("start a workflow")
         run_id = str(
@@ -671,6 +675,7 @@ class WorkflowExecutor:
             converter=self.converter,
             lookup=self._workflows_lookup,
         )
+        rule = start_rule(child.instance_id, id_reuse)
         command = cmd.StartDetached(
             run_id=run_id,
             workflow_name=child.workflow_name,
@@ -687,6 +692,8 @@ class WorkflowExecutor:
             return run_id
         event = issued[1]
         assert isinstance(event, ev.DetachedRunCreated)
+        if not rule.plain:
+            self._start_rules[event.run_id] = rule
         return event.run_id
 
     # -- waiting for a condition, or for the first of several steps -------------------------------------
@@ -868,6 +875,7 @@ class WorkflowExecutor:
         priority: int | None,
         labels: Mapping[str, str] | None,
         timeout: timedelta | float | None = None,
+        id_reuse: object = "allow",
     ) -> DexFuture[Any]:
         self._check_writable("start a child workflow")
         child_run_id = uuid.uuid5(uuid.NAMESPACE_URL, f"dex:{self.run_id}:{self.generation}:{self._block.peek_seq()}")
@@ -884,6 +892,7 @@ class WorkflowExecutor:
             converter=self.converter,
             lookup=self._workflows_lookup,
         )
+        rule = start_rule(command.instance_id, id_reuse)
         if timeout is not None:
             command = attrs.evolve(command, deadline=self.now + delay_of(timeout))
         name = command.workflow_name
@@ -892,10 +901,16 @@ class WorkflowExecutor:
             return never(name)
         seq, event = issued
         assert isinstance(event, ev.ChildRunCreated)
+        if not rule.plain:
+            self._start_rules[event.child_run_id] = rule
         future = self._waits.child(event.child_run_id, name, definition.signature.returns if definition else None)
         self._child_seqs[event.child_run_id] = seq
         future.canceller = functools.partial(self._cancel_step, "child", event.child_run_id)
         return future
+
+    def start_rule_of(self, run_id: str) -> StartRule:
+        """The ``id_reuse`` a child or independent run this task starts was given (plain if none)."""
+        return self._start_rules.get(run_id, PLAIN)
 
     def pending_children(self) -> tuple[str, ...]:
         """Children started and not yet finished, in the order they were started."""

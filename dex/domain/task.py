@@ -9,7 +9,7 @@ parent and children. Adapters carry out a result; they do not interpret workflow
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 import attrs
@@ -24,6 +24,7 @@ from dex.domain.errors import (
     UpdateFailedError,
     UpdateRejectedError,
 )
+from dex.domain.instance_keys import PLAIN, StartRule
 from dex.domain.replay import (
     TERMINATED_UPDATE,
     ContinueAsNewRequest,
@@ -75,10 +76,13 @@ class OutgoingMessage:
 
 @attrs.frozen(kw_only=True)
 class NewRun:
-    """A run to create (a child): its first history event; its inbox gets RunStarted."""
+    """A run to create (a child): its first history event; its inbox gets RunStarted. ``rule``
+    is what its instance id's earlier runs mean (``id_reuse``, docs/reference/contract.md §15): the
+    plain rule, or one the store decides by with :func:`dex.domain.instance_keys.decide`."""
 
     run_id: str
     created: ev.RunCreated
+    rule: StartRule = PLAIN
 
 
 @attrs.frozen(kw_only=True)
@@ -464,13 +468,17 @@ def _block(
         elif type(event) is ev.RunCompleted:
             completion = event
         elif type(event) is ev.ChildRunCreated:
-            child = NewRun(run_id=event.child_run_id, created=child_created(run_id, event, created))
+            child = NewRun(
+                run_id=event.child_run_id,
+                created=child_created(run_id, event, created),
+                rule=executor.start_rule_of(event.child_run_id),
+            )
             child_runs.append(child)
             messages.extend(_deadline_messages(child))
         else:
             if effects is None:
                 effects = _Effects()
-            effects.add(command_seq, event, created, messages)
+            effects.add(command_seq, event, created, messages, executor.start_rule_of)
     next_seq = new_events[-1].sequence_number + 1
     new_events.append(ev.HistoryEvent(sequence_number=next_seq, timestamp=now, event=ev.WorkflowTaskCompleted()))
 
@@ -556,10 +564,19 @@ class _Effects:
         self.streams_closed: list[str] = []
         self.detached_runs: list[NewRun] = []
 
-    def add(self, seq: int, event: ev.Event, created: ev.RunCreated, messages: list[OutgoingMessage]) -> None:
+    def add(
+        self,
+        seq: int,
+        event: ev.Event,
+        created: ev.RunCreated,
+        messages: list[OutgoingMessage],
+        rule_of: Callable[[str], StartRule],
+    ) -> None:
         match event:
             case ev.DetachedRunCreated():
-                detached = NewRun(run_id=event.run_id, created=detached_created(event, created))
+                detached = NewRun(
+                    run_id=event.run_id, created=detached_created(event, created), rule=rule_of(event.run_id)
+                )
                 self.detached_runs.append(detached)
                 messages.extend(_deadline_messages(detached))
             case ev.UpdateCompleted():

@@ -13,7 +13,8 @@ each re-stating the rules:
   new (events and requests addressed to the run; timers and activity results belong to the
   old generation).
 * :func:`instance_clash`: the message a parent gets when its child's instance id is held by a
-  live run (only the store knows which children clashed, so it asks per child).
+  live run (only the store knows which children clashed, so it asks per child);
+  :func:`reused_outcome`: the one it gets when an ended run of the id answers under ``id_reuse``.
 * :data:`WAKES_SUSPENDED`: the messages that make a suspended run's workflow task due.
 * :data:`INBOX_ORDER`: the order in which a run sees its visible messages.
 
@@ -81,6 +82,22 @@ def instance_clash(child: NewRun) -> ev.ChildRunFailed:
         message=f"instance id {child.created.instance_id!r} is in use by a running run",
         terminal=True,
     )
+    return ev.ChildRunFailed(child_run_id=child.run_id, failure=failure)
+
+
+def reused_outcome(
+    child: NewRun, status: RunStatus, result: Payload | None, failure: FailureInfo | None
+) -> ev.ChildRunCompleted | ev.ChildRunFailed:
+    """The message to the parent of a child that an ended run of its instance id answers
+    (``id_reuse``, docs/reference/contract.md §15): that run's outcome, as if the child had ended so."""
+    if status is RunStatus.COMPLETED and result is not None:
+        return ev.ChildRunCompleted(child_run_id=child.run_id, result=result)
+    if failure is None:
+        failure = FailureInfo(
+            type="WorkflowCancelledError",
+            message=f"the run that instance id {child.created.instance_id!r} names ended {status.value}",
+            terminal=True,
+        )
     return ev.ChildRunFailed(child_run_id=child.run_id, failure=failure)
 
 

@@ -9,6 +9,7 @@ engine's public calls, which check every value as they do for any caller.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from starlette.requests import Request
@@ -18,6 +19,7 @@ from dex.app.facade.steps import steps_in
 from dex.domain import events as ev
 from dex.domain.definitions import Signature
 from dex.domain.errors import NotRegisteredError
+from dex.domain.instance_keys import ID_REUSE
 from dex.views.attempts import step_json
 from dex.web import inputs
 from dex.web.api_admin import admin_operations
@@ -169,10 +171,19 @@ async def start_run(request: Request, web: Any) -> Response:
             concurrency_key=inputs.field(body, "concurrency_key", str),
             labels=labels,
             force=inputs.field(body, "force", bool, False),
+            id_reuse=inputs.field(body, "id_reuse", str, "allow"),
+            debounce=_seconds(body, "debounce_seconds"),
+            debounce_max=_seconds(body, "debounce_max_seconds"),
         )
     except NotRegisteredError as exc:
         raise ApiError(422, "NotRegisteredError", str(exc)) from None
     return json({"run_id": new_id}, status=201)
+
+
+def _seconds(body: Mapping[str, Any], name: str) -> timedelta | None:
+    """A duration given in seconds (its range is the body's schema's, checked before the handler)."""
+    value = inputs.field(body, name, (int, float))
+    return timedelta(seconds=value) if value is not None else None
 
 
 async def cancel(request: Request, web: Any) -> Response:
@@ -221,6 +232,10 @@ async def fork(request: Request, web: Any) -> Response:
     return json({"run_id": new_id, "forked_from": source}, status=201)
 
 
+# a debounce of at most ten years: any longer is a mistake, and far past it no datetime holds the start
+DEBOUNCE = {"type": "number", "minimum": 0, "maximum": 10 * 366 * 24 * 3600}
+
+
 def start_body(workflows: Mapping[str, Signature]) -> dict[str, Any]:
     """The body of ``POST /v1/runs``. An engine with workflows starts only those (by name), with
     as many arguments as each takes: the body names them and their arities. Without any (``dex
@@ -236,6 +251,24 @@ def start_body(workflows: Mapping[str, Signature]) -> dict[str, Any]:
             "priority": nullable(PRIORITY),
             "concurrency_key": nullable(KEY),
             "labels": nullable(LABELS),
+            "id_reuse": nullable(
+                {
+                    "type": "string",
+                    "enum": list(ID_REUSE),
+                    "description": "what an ended run's instance id means: allow (default) a new run; failed_only "
+                    "a new run only if the last one did not succeed; never: the last run's id, whatever its end",
+                }
+            ),
+            "debounce_seconds": nullable(
+                {
+                    **DEBOUNCE,
+                    "description": "with an instance_id: start in this many seconds; a start of the id before then "
+                    "replaces the arguments and moves the start again",
+                }
+            ),
+            "debounce_max_seconds": nullable(
+                {**DEBOUNCE, "description": "the latest a debounced run starts, in seconds after its first start"}
+            ),
             "force": {
                 "type": ["boolean", "null"],
                 "description": "without code (dex web over a database): make the run even though no live engine "
@@ -243,9 +276,29 @@ def start_body(workflows: Mapping[str, Signature]) -> dict[str, Any]:
             },
         },
     }
-    if workflows:
-        body["anyOf"] = [_arity(name, signature) for name, signature in sorted(workflows.items())]
+    # every alternative: a workflow's arity (with workflows) and one of the kinds of start, whose
+    # fields go together (one anyOf: the document's schemas have no allOf)
+    arities = [_arity(name, signature) for name, signature in sorted(workflows.items())] if workflows else [{}]
+    body["anyOf"] = [_both(arity, kind) for arity in arities for kind in _START_KINDS]
     return body
+
+
+# a plain start; one by an instance id under id_reuse; a debounced one (docs/reference/contract.md §15)
+_NULL = {"type": "null"}
+_START_KINDS: tuple[dict[str, Any], ...] = (
+    {"properties": {"id_reuse": {"enum": ["allow", None]}, "debounce_seconds": _NULL, "debounce_max_seconds": _NULL}},
+    {"required": ["instance_id"], "properties": {"instance_id": KEY, "debounce_max_seconds": _NULL}},
+    {"required": ["instance_id", "debounce_seconds"], "properties": {"instance_id": KEY, "debounce_seconds": DEBOUNCE}},
+)
+
+
+def _both(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """A schema that holds where both do (their properties' schemas and required fields joined)."""
+    joined: dict[str, Any] = {"properties": {**first.get("properties", {}), **second.get("properties", {})}}
+    required = [*first.get("required", ()), *second.get("required", ())]
+    if required:
+        joined["required"] = required
+    return joined
 
 
 def _arity(name: str, signature: Signature) -> dict[str, Any]:

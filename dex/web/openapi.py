@@ -18,6 +18,7 @@ from dex.app.facade.steps import STEP_STATUSES
 from dex.app.ports.attempts import ATTEMPT_KINDS, MAX_RECENT_ATTEMPTS
 from dex.app.ports.schedules import OVERLAP_POLICIES
 from dex.domain.definitions import NAME_PATTERN, QUEUE_PATTERN
+from dex.domain.instance_keys import ID_REUSE
 from dex.domain.status import RunStatus
 from dex.web.operations import Operation
 from dex.web.validation import NO_NUL
@@ -175,6 +176,7 @@ SCHEMAS: dict[str, Any] = {
             "start_at": TIME,
             "end_at": TIME,
             "labels": {"type": "object", "additionalProperties": STRING},
+            "id_reuse": {"type": "string", "enum": list(ID_REUSE)},
         },
     },
 }

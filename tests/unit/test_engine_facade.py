@@ -49,6 +49,9 @@ _START = (
     ("labels", _KW, None),
     ("connection", _KW, None),
     ("timeout", _KW, None),  # the run's deadline (docs/reference/contract.md §14)
+    ("id_reuse", _KW, "allow"),
+    ("debounce", _KW, None),
+    ("debounce_max", _KW, None),
 )
 _SEND = (("run_id", _POS, _NONE), ("event_id", _POS, _NONE), ("payload", _POS, None), ("connection", _KW, None))
 _RUN = (("run_id", _POS, _NONE),)
@@ -93,6 +96,9 @@ PUBLIC_CALLS: dict[str, tuple[Any, ...]] = {
         ("concurrency_key", _KW, None),
         ("labels", _KW, None),
         ("force", _KW, False),
+        ("id_reuse", _KW, "allow"),
+        ("debounce", _KW, None),
+        ("debounce_max", _KW, None),
     ),
     "send_event": _SEND,
     "cancel": (("run_id", _POS, _NONE), ("reason", _POS, "")),

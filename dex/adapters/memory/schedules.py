@@ -17,6 +17,7 @@ from dex.adapters.memory.state import MemoryState
 from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
 from dex.domain import events as ev
 from dex.domain.errors import InvalidStateError, NotFoundError
+from dex.domain.instance_keys import StartRule
 
 
 def _check_definition(definition: ScheduleDefinition) -> None:
@@ -31,9 +32,15 @@ class MemorySchedules:
     fires start with ``create_run`` (the adapter's port, so that what wraps it sees those
     starts too), under the same lock."""
 
-    def __init__(self, state: MemoryState, create_run: Callable[[str, ev.RunCreated, datetime], str]) -> None:
+    def __init__(
+        self,
+        state: MemoryState,
+        create_run: Callable[[str, ev.RunCreated, datetime], str],
+        start_keyed_run: Callable[[str, ev.RunCreated, datetime, StartRule], str],
+    ) -> None:
         self._state = state
         self._create_run = create_run
+        self._start_keyed_run = start_keyed_run
         self._records: dict[str, ScheduleRecord] = {}
 
     def _schedule(self, name: str) -> ScheduleRecord:
@@ -112,7 +119,7 @@ class MemorySchedules:
             }
             run_id = None
             if advance.start is not None:
-                run_id = self._create_run(advance.start.run_id, advance.start.created, now)
+                run_id = self._start(advance.start, now)
                 changes.update(last_fire_at=advance.start.fire_at, last_run_id=run_id)
             self._records[advance.name] = attrs.evolve(record, **changes)  # type: ignore[arg-type]
             return True, run_id
@@ -121,6 +128,12 @@ class MemorySchedules:
         storable.created(start.run_id, start.created)
         with self._state.lock:
             record = self._schedule(name)
-            run_id = self._create_run(start.run_id, start.created, now)
+            run_id = self._start(start, now)
             self._records[name] = attrs.evolve(record, last_fire_at=start.fire_at, last_run_id=run_id)
             return run_id
+
+    def _start(self, start: ScheduledStart, now: datetime) -> str:
+        """The fire's run, under the schedule's id_reuse (docs/reference/contract.md §15)."""
+        if start.rule.plain:
+            return self._create_run(start.run_id, start.created, now)
+        return self._start_keyed_run(start.run_id, start.created, now, start.rule)

@@ -5,7 +5,8 @@ transaction is in PostgreSQL. Iteration orders are fixed (priority, then id), so
 calls in the same order give the same results: the simulator and hypothesis rely on that.
 
 The adapter is composed of parts that share the tables (``state.py``) and receive what else
-they use in their constructors: runs and messages (``runs.py``), the task queues
+they use in their constructors: runs and messages (``runs.py``), keyed starts
+(``instance_keys.py``), the task queues
 (``tasks.py``), forks (``forks.py``), schedules (``schedules.py``), queue administration and
 leadership (``queues.py``), the engine registry (``engines.py``) and transaction steps
 (``steps.py``). It builds them, holds them,
@@ -26,6 +27,7 @@ from dex.adapters.memory import storable
 from dex.adapters.memory.at_call import MemoryEndings
 from dex.adapters.memory.engines import MemoryEngines
 from dex.adapters.memory.forks import MemoryForks
+from dex.adapters.memory.instance_keys import MemoryKeyedStarts
 from dex.adapters.memory.queues import MemoryQueues
 from dex.adapters.memory.runs import MemoryRuns
 from dex.adapters.memory.schedules import MemorySchedules
@@ -56,6 +58,7 @@ from dex.app.ports.transactions import CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.forks import Fork
+from dex.domain.instance_keys import StartRule
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
@@ -72,10 +75,11 @@ class InMemoryAdapter:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._state = state = MemoryState()
         self._runs = MemoryRuns(state)
+        self._keyed = MemoryKeyedStarts(state)
         self._tasks = MemoryTasks(state)
         self._endings = MemoryEndings(state, self._tasks)
         self._forks = MemoryForks(state, self._tasks)
-        self._schedules = MemorySchedules(state, self.create_run)
+        self._schedules = MemorySchedules(state, self.create_run, self.start_keyed_run)
         self._queues = MemoryQueues(state)
         self._engines = MemoryEngines(state)
         self._steps = MemorySteps(state, self._tasks, self._clock, transaction_connection, self.complete_activity_tasks)
@@ -99,6 +103,11 @@ class InMemoryAdapter:
             if got != run_id:
                 return got, [], []  # a live run holds the instance id: nothing new to claim
             return got, *self._runs.claim_new_run(run_id, created, now, claim)
+
+    def start_keyed_run(
+        self, run_id: str, created: ev.RunCreated, now: datetime, rule: StartRule, connection: object = None
+    ) -> str:
+        return self._keyed.start_keyed_run(run_id, created, now, rule, connection)
 
     def get_run(self, run_id: str) -> RunRecord | None:
         return self._runs.get_run(run_id)

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 import attrs
 
 from dex.adapters.memory import endings, storable
+from dex.adapters.memory.instance_keys import start_child
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow
 from dex.app.ports.attempts import FAILED, LOST, lost_attempt
@@ -215,7 +216,9 @@ class MemoryTasks:
             run.custom_status = plan.custom_status
         run.task_failure = None  # a result applied: the run is not held (any more)
         for child in plan.child_runs:  # the parent is still live here: a child may clash with it
-            if self._state.find_live_instance(child.created.instance_id) is not None:
+            if not child.rule.plain:  # id_reuse: an ended run of its id may answer (instance_keys.py)
+                start_child(self._state, run.run_id, child, now)
+            elif self._state.find_live_instance(child.created.instance_id) is not None:
                 self._state.push(run.run_id, instance_clash(child), now)
             else:
                 self._state.insert_run(child.run_id, child.created, now)

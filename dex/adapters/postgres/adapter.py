@@ -2,7 +2,8 @@
 
 The adapter is composed of parts, each given what it uses when it is made: the connections
 (:class:`~.database.Database`), the schema's statements, the start statement and the cache of
-queues known to exist (:class:`~.queues.PostgresQueues`). Runs are :class:`~.runs.PostgresRuns`;
+queues known to exist (:class:`~.queues.PostgresQueues`). Runs are :class:`~.runs.PostgresRuns`, starts by an instance id used before
+:class:`~.instance_keys.PostgresKeyedStarts`;
 the task queues :class:`~.tasks.PostgresWorkflowTasks` and :class:`~.tasks.PostgresActivityTasks`;
 schedules :class:`~.schedules.PostgresSchedules`; the engine registry :class:`~.engines.PostgresEngines`; forks :class:`~.forks.PostgresForks`; transaction
 steps :class:`~.step_store.PostgresTransactionSteps`. The adapter builds them, holds them and implements each port by one
@@ -24,6 +25,7 @@ from dex.adapters.postgres.connection import KeptConnection, connect, describe_d
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.engines import PostgresEngines
 from dex.adapters.postgres.forks import PostgresForks
+from dex.adapters.postgres.instance_keys import PostgresKeyedStarts
 from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.runs import PostgresRuns
 from dex.adapters.postgres.schedules import PostgresSchedules
@@ -63,6 +65,7 @@ from dex.app.ports.transactions import CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.forks import Fork
+from dex.domain.instance_keys import StartRule
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
@@ -161,6 +164,7 @@ class PostgresAdapter:
         self._queues = queues = PostgresQueues(db, q)
         self._engines = PostgresEngines(db, q)
         self._runs = PostgresRuns(db, q, create_statement, queues)
+        self._keyed = PostgresKeyedStarts(db, q, create_statement, queues)
         self._workflow_tasks = PostgresWorkflowTasks(db, q, queues)
         self._activity_tasks = PostgresActivityTasks(db, q)
         self._schedules = PostgresSchedules(db, q, create_statement, queues)
@@ -208,6 +212,11 @@ class PostgresAdapter:
         self, run_id: str, created: ev.RunCreated, now: datetime, claim: Claim
     ) -> tuple[str, list[WorkflowTask], list[Loaded]]:
         return self._runs.create_run_then_claim(run_id, created, now, claim)
+
+    def start_keyed_run(
+        self, run_id: str, created: ev.RunCreated, now: datetime, rule: StartRule, connection: object = None
+    ) -> str:
+        return self._keyed.start_keyed_run(run_id, created, now, rule, connection)
 
     def get_run(self, run_id: str) -> RunRecord | None:
         return self._runs.get_run(run_id)

@@ -30,7 +30,7 @@ import attrs
 import psycopg
 
 from dex.adapters.postgres import answers as answers_sql
-from dex.adapters.postgres import arrays, attempts, endings, instances
+from dex.adapters.postgres import arrays, attempts, endings, instance_children, instances
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -198,6 +198,8 @@ class WriteRound:
         self._reset: list[str] = []
         self._history: list[HistoryRow] = []
         self._updates: list[_RunUpdate] = []
+        # children started under id_reuse that an ended run answers: the message to their parent
+        self._answered: dict[str, ev.Message] = {}
 
     def add(self, run_id: str, run: LockedRun, result: WorkflowTaskResult) -> None:
         plan = plan_write(result, run.status)
@@ -317,6 +319,10 @@ class WriteRound:
     def _insert_children(self) -> list[NewRun]:
         """Insert the child runs; return those created (the others clashed on instance id)."""
         children = [child for _, plan in self._plans for child in plan.child_runs]
+        keyed = [child for child in children if not child.rule.plain]
+        if keyed:  # id_reuse (instance_children.py): an ended run of the id may answer instead
+            self._answered = instance_children.answered_children(self._conn, self._q, keyed, self._now)
+            children = [child for child in children if child.run_id not in self._answered]
         if not children:
             return []
         created = [child.created for child in children]
@@ -410,6 +416,8 @@ class WriteRound:
             for child in plan.child_runs:
                 if child.run_id in created_children:
                     deliver(child.run_id, ev.RunStarted(), self._now)
+                elif child.run_id in self._answered:
+                    deliver(run_id, self._answered[child.run_id], self._now)
                 else:
                     deliver(run_id, instance_clash(child), self._now)
             for run in plan.detached_runs:

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from dex.adapters.postgres import direct, runs
+from dex.adapters.postgres import direct, instance_keys, runs
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.refusals import refusals
@@ -31,7 +31,7 @@ from dex.domain.values import Payload
 
 _DEFINITION = (
     "name, workflow_name, cron, every, timezone, arg_encodings, arg_data, arg_types, jitter, overlap,"
-    " catchup_window, start_at, end_at, queue, priority, labels"
+    " catchup_window, start_at, end_at, queue, priority, labels, id_reuse"
 )
 _COLUMNS = _DEFINITION + ", created_at, paused, note, next_fire_at, due_at, buffered_fire_at, last_fire_at, last_run_id"
 
@@ -54,12 +54,14 @@ def _definition_params(d: ScheduleDefinition) -> list[object]:
         d.queue,
         d.priority,
         labels_json(d.labels),
+        d.id_reuse,
     ]
 
 
 def _record(row: tuple[Any, ...]) -> ScheduleRecord:
     (name, workflow, cron, every, timezone, encodings, data, types, jitter, overlap, catchup, start_at, end_at,
-     queue, priority, labels, created_at, paused, note, next_fire, due, buffered, last_fire, last_run) = row  # fmt: skip
+     queue, priority, labels, id_reuse, created_at, paused, note, next_fire, due, buffered, last_fire,
+     last_run) = row  # fmt: skip
     definition = ScheduleDefinition(
         name=name,
         workflow_name=workflow,
@@ -77,6 +79,7 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
         queue=queue,
         priority=priority,
         labels=tuple(sorted(labels.items())),
+        id_reuse=id_reuse,
     )
     return ScheduleRecord(
         definition=definition,
@@ -113,7 +116,7 @@ class PostgresSchedules:
                     conn.execute(
                         q(
                             "INSERT INTO {s}.schedules (" + _DEFINITION + ", created_at, paused, note, next_fire_at,"
-                            " due_at) VALUES (" + ", ".join(["%s"] * 21) + ")"
+                            " due_at) VALUES (" + ", ".join(["%s"] * 22) + ")"
                         ),
                         params,
                     )
@@ -225,7 +228,12 @@ class PostgresSchedules:
             return self._start(conn, name, start, now)
 
     def _start(self, conn: psycopg.Connection, name: str, start: ScheduledStart, now: datetime) -> str:
-        run_id = runs.create_run(conn, self._q, self._create_run, start.run_id, start.created, now)[0]
+        if start.rule.plain:
+            run_id = runs.create_run(conn, self._q, self._create_run, start.run_id, start.created, now)[0]
+        else:  # the schedule's id_reuse (docs/reference/contract.md §15), with the instance id's lock held
+            run_id = instance_keys.start_keyed_run(
+                conn, self._q, self._create_run, start.run_id, start.created, now, start.rule
+            )
         if run_id != start.run_id:  # a live run holds the instance id (a backfill's): it is the last run
             conn.execute(self._q("UPDATE {s}.schedules SET last_run_id = %s WHERE name = %s"), [run_id, name])
         return run_id

@@ -51,6 +51,9 @@ class AsyncCalls:
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
         timeout: timedelta | float | None = None,
+        id_reuse: str = "allow",
+        debounce: timedelta | None = None,
+        debounce_max: timedelta | None = None,
     ) -> str:
         """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (docs/reference/contract.md §9)."""
         bound = _bound(connection)
@@ -65,6 +68,9 @@ class AsyncCalls:
             labels,
             bound,
             timeout,
+            id_reuse,
+            debounce,
+            debounce_max,
         )
 
     async def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None:

@@ -183,6 +183,7 @@ class Engine:
             rng=self._rng,
             code_version=self.code_version,
             create_run=self._runtime.create_run,
+            create_keyed_run=self._runtime.create_keyed_run,
             started=self._reads.started,
         )
         self._messages = RunMessages(
@@ -237,13 +238,29 @@ class Engine:
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
         timeout: timedelta | float | None = None,
+        id_reuse: str = "allow",
+        debounce: timedelta | None = None,
+        debounce_max: timedelta | None = None,
     ) -> str:
         """Create a run and return its id (or the id of the live run with this ``instance_id``); with
         ``connection`` (a ``psycopg.Connection``), in its transaction, for the caller to commit (docs/reference/contract.md §9).
         ``timeout`` (a timedelta or seconds) sets the run's deadline: when it passes, the run is
-        cancelled with reason "timeout" (``RunInfo.deadline``, docs/reference/contract.md §14)."""
+        cancelled with reason "timeout" (``RunInfo.deadline``, docs/reference/contract.md §14).
+        ``id_reuse`` says what an ended run's ``instance_id`` means, ``debounce`` delays the start and
+        lets later starts replace the arguments (docs/reference/contract.md §15)."""
         return self._starts.start_workflow(
-            fn_or_name, args, instance_id, queue, priority, concurrency_key, labels, connection, timeout
+            fn_or_name,
+            args,
+            instance_id,
+            queue,
+            priority,
+            concurrency_key,
+            labels,
+            connection,
+            timeout,
+            id_reuse,
+            debounce,
+            debounce_max,
         )
 
     def start_by_name(
@@ -257,6 +274,9 @@ class Engine:
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
         force: bool = False,
+        id_reuse: str = "allow",
+        debounce: timedelta | None = None,
+        debounce_max: timedelta | None = None,
     ) -> str:
         """Start a run of the workflow named ``name``, its arguments a sequence. On an engine
         that registers workflows this is ``start_workflow`` (an unknown name:
@@ -275,6 +295,9 @@ class Engine:
             concurrency_key=concurrency_key,
             labels=labels,
             force=force,
+            id_reuse=id_reuse,
+            debounce=debounce,
+            debounce_max=debounce_max,
         )
 
     def send_event(self, run_id: str, event_id: str, payload: Any = None, *, connection: Any = None) -> None:
@@ -368,6 +391,9 @@ class Engine:
         labels: Mapping[str, str] | None = None,
         connection: Any = None,
         timeout: timedelta | float | None = None,
+        id_reuse: str = "allow",
+        debounce: timedelta | None = None,
+        debounce_max: timedelta | None = None,
     ) -> str:
         """``start_workflow``; ``connection`` is a ``psycopg.AsyncConnection`` here (docs/reference/contract.md §9)."""
         return await self._aio.start_workflow(
@@ -380,6 +406,9 @@ class Engine:
             labels=labels,
             connection=connection,
             timeout=timeout,
+            id_reuse=id_reuse,
+            debounce=debounce,
+            debounce_max=debounce_max,
         )
 
     async def send_event_async(

@@ -30,6 +30,7 @@ from dex.domain.definitions import (
     validate_queue,
 )
 from dex.domain.errors import NotRegisteredError
+from dex.domain.instance_keys import StartRule, start_rule
 from dex.domain.steps import delay_of, encode_arguments, normalize_labels
 
 
@@ -39,6 +40,9 @@ class Starts:
     ``create_run`` writes a run's ``RunCreated`` outside any caller's transaction and returns
     its id; ``started`` is told each run made (its id), so that a wait may read its end ahead.
     ``code_version`` is recorded in every run; ``rng`` draws each run's random seed.
+    ``create_keyed_run`` makes a run under a :class:`~dex.domain.instance_keys.StartRule` that
+    is not plain (``id_reuse``, ``debounce``: docs/reference/contract.md §15); without it, the
+    store's ``start_keyed_run`` does, and no scheduler is woken.
     """
 
     def __init__(
@@ -53,6 +57,7 @@ class Starts:
         code_version: str | None,
         create_run: Callable[[ev.RunCreated], str],
         started: Callable[[str], None],
+        create_keyed_run: Callable[[ev.RunCreated, StartRule], str] | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -63,6 +68,7 @@ class Starts:
         self._code_version = code_version
         self._create_run = create_run
         self._started = started
+        self._create_keyed_run = create_keyed_run
 
     def start_workflow(
         self,
@@ -75,13 +81,25 @@ class Starts:
         labels: Mapping[str, str] | None,
         connection: Any,
         timeout: timedelta | float | None = None,
+        id_reuse: object = "allow",
+        debounce: object = None,
+        debounce_max: object = None,
     ) -> str:
         """``Engine.start_workflow``, its arguments passed by position (the start path is hot)."""
         definition = self._registry.workflow(fn_or_name)  # a name no workflow can have: says why
         definition.signature.check_arity(len(args), f"workflow {definition.name!r}")
         queue = validate_queue(queue) if queue is not None else definition.queue
         return self._start(
-            definition.name, queue, args, instance_id, priority, concurrency_key, labels, connection, timeout
+            definition.name,
+            queue,
+            args,
+            instance_id,
+            priority,
+            concurrency_key,
+            labels,
+            connection,
+            timeout,
+            (id_reuse, debounce, debounce_max),
         )
 
     def start_by_name(
@@ -95,6 +113,9 @@ class Starts:
         concurrency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
         force: bool = False,
+        id_reuse: object = "allow",
+        debounce: object = None,
+        debounce_max: object = None,
     ) -> str:
         """``Engine.start_by_name``: with registered workflows, ``start_workflow``; without
         any code, the run is made on ``queue``, else the queue of the newest run of that name,
@@ -103,7 +124,19 @@ class Starts:
         it, and nothing is written (a run nobody runs would wait, CREATED, for ever)."""
         args = tuple(args)
         if self._registry.workflows:
-            return self.start_workflow(name, args, instance_id, queue, priority, concurrency_key, labels, None)
+            return self.start_workflow(
+                name,
+                args,
+                instance_id,
+                queue,
+                priority,
+                concurrency_key,
+                labels,
+                None,
+                id_reuse=id_reuse,
+                debounce=debounce,
+                debounce_max=debounce_max,
+            )
         validate_name(name, "workflow name")
         if not isinstance(force, bool):
             raise TypeError(f"force must be a bool, got {type(force).__name__}")
@@ -117,7 +150,17 @@ class Starts:
             queue = newest[0].queue if newest else DEFAULT_QUEUE
         # the keys, priority and labels are checked before anything is written, as for any start,
         # and the store's create_run makes the queue if it is new
-        return self._start(name, validate_queue(queue), args, instance_id, priority, concurrency_key, labels, None)
+        return self._start(
+            name,
+            validate_queue(queue),
+            args,
+            instance_id,
+            priority,
+            concurrency_key,
+            labels,
+            None,
+            reuse=(id_reuse, debounce, debounce_max),
+        )
 
     def _start(
         self,
@@ -130,10 +173,12 @@ class Starts:
         labels: Mapping[str, str] | None,
         connection: Any,
         timeout: timedelta | float | None = None,
+        reuse: tuple[object, object, object] = ("allow", None, None),
     ) -> str:
         # a NUL would be cut off by libpq (two ids colliding) or fail a write: refused here
         instance_id = validate_key(instance_id, "instance_id")
         concurrency_key = validate_key(concurrency_key, "concurrency_key")
+        rule = start_rule(instance_id, *reuse)
         payloads = encode_arguments(self._converter, args)
         deadline = None if timeout is None else deadline_of(self._store.clock.now(), timeout)
         with self._tracing.start_run(name, {"dex.workflow": name}) as trace_context:
@@ -151,12 +196,20 @@ class Starts:
                 deadline=deadline,
             )
             with self._foreground.calling():
-                if connection is not None:  # its scheduler finds it once the caller has committed
+                if not rule.plain:
+                    run_id = self._keyed(created, rule, connection)
+                elif connection is not None:  # its scheduler finds it once the caller has committed
                     run_id = self._store.create_run_in(connection, new_run_id(), created, self._store.clock.now())
                 else:
                     run_id = self._create_run(created)
         self._started(run_id)
         return run_id
+
+    def _keyed(self, created: ev.RunCreated, rule: StartRule, connection: Any) -> str:
+        """A start under a rule that looks at the instance id's earlier runs (the store decides)."""
+        if connection is not None or self._create_keyed_run is None:
+            return self._store.start_keyed_run(new_run_id(), created, self._store.clock.now(), rule, connection)
+        return self._create_keyed_run(created, rule)
 
 
 def deadline_of(now: datetime, timeout: timedelta | float) -> datetime:

@@ -16,6 +16,7 @@ from typing import Protocol
 import attrs
 
 from dex.domain import events as ev
+from dex.domain.instance_keys import PLAIN, StartRule
 from dex.domain.values import Payload
 
 OVERLAP_POLICIES = ("skip", "buffer_one", "allow_all", "cancel_other")
@@ -39,6 +40,7 @@ class ScheduleDefinition:
     queue: str | None
     priority: int
     labels: ev.Labels
+    id_reuse: str = "allow"  # what the instance id of a fire's ended run means (docs/reference/contract.md §15)
 
     def timing(self) -> tuple[object, ...]:
         """The fields that decide the fire times: when they change, the next fire is recomputed."""
@@ -72,6 +74,7 @@ class ScheduledStart:
     run_id: str
     created: ev.RunCreated
     fire_at: datetime
+    rule: StartRule = PLAIN  # the schedule's id_reuse (docs/reference/contract.md §15)
 
 
 @attrs.frozen(kw_only=True)

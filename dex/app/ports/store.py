@@ -20,6 +20,7 @@ from dex.app.ports.attempts import StepAttempts as StepAttempts
 from dex.app.ports.attempts import StepEndings as StepEndings
 from dex.app.ports.endings import RunEndings
 from dex.app.ports.engines import EngineRegistry
+from dex.app.ports.instance_keys import KeyedStarts
 from dex.app.ports.schedules import ScheduleStore
 
 # the task records live in their own module, so that the transaction-step port names them too
@@ -419,6 +420,7 @@ class AttemptReads(Protocol):
 
 class Store(
     RunStore,
+    KeyedStarts,
     AttemptReads,
     WorkflowTaskQueue,
     ActivityTaskQueue,

@@ -51,6 +51,7 @@ from dex.app.workflows.step_groups import GroupThreads, StepGroups
 from dex.app.workflows.worker import NOT_STARTED, Started, WorkflowWorker
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
+from dex.domain.instance_keys import StartRule
 from dex.domain.task import WorkflowTaskResult
 
 log = logging.getLogger("dex.engine")
@@ -345,6 +346,13 @@ class Runtime:
         return Started(
             inline=InlineActivities(self.activity_worker, view, self.node_id, options.drain_inline, never_stopping)
         )
+
+    def create_keyed_run(self, created: ev.RunCreated, rule: StartRule) -> str:
+        """Start a run under ``rule`` (its instance id's earlier runs looked at: docs/reference/contract.md §15),
+        then wake the scheduler (a run made now, or one whose start moved, is its work)."""
+        run_id = self._store.start_keyed_run(new_run_id(), created, self._store.clock.now(), rule)
+        self.nudge(SCHEDULER)
+        return run_id
 
     def _inline_activities(self) -> InlineActivities | None:
         """The inline activities the engine's options ask for (None: none run inline)."""

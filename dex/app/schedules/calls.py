@@ -116,7 +116,10 @@ class ScheduleAdmin:
             if self.store.list_runs(RunFilter(instance_id=iid, limit=1)):
                 continue  # this fire has its run already
             run = scheduled_start(record, iid, fire_at, self._rng.getrandbits(64), self.code_version)
-            run_ids.append(self.store.create_run(run.run_id, run.created, self.store.clock.now()))
+            if run.rule.plain:
+                run_ids.append(self.store.create_run(run.run_id, run.created, self.store.clock.now()))
+            else:  # the schedule's id_reuse, decided with the id's lock held (docs/reference/contract.md §15)
+                run_ids.append(self.store.start_keyed_run(run.run_id, run.created, self.store.clock.now(), run.rule))
         return run_ids
 
     def get(self, name: str) -> ScheduleInfo:

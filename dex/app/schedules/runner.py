@@ -34,6 +34,7 @@ from dex.app.schedules.spec import SCHEDULE_LABEL
 from dex.app.schedules.times import UncomputableFireError, iso_second, jitter_offset, next_fire
 from dex.domain import events as ev
 from dex.domain.errors import InvalidStateError, RunNotFoundError
+from dex.domain.instance_keys import start_rule
 from dex.domain.status import RunStatus
 
 log = logging.getLogger("dex.schedules")
@@ -84,7 +85,7 @@ def scheduled_start(
         random_seed=seed,
         code_version=code_version,
     )
-    return ScheduledStart(run_id=new_run_id(), created=created, fire_at=fire_at)
+    return ScheduledStart(run_id=new_run_id(), created=created, fire_at=fire_at, rule=start_rule(iid, d.id_reuse))
 
 
 @attrs.frozen

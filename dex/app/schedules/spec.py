@@ -27,6 +27,7 @@ from dex.app.schedules.times import (
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, validate_name, validate_priority, validate_queue
 from dex.domain.errors import SerializationError
+from dex.domain.instance_keys import start_rule
 from dex.domain.steps import normalize_labels
 
 SCHEDULE_LABEL = "dex.schedule"
@@ -67,6 +68,8 @@ class Schedule:
     priority: int = attrs.field(default=0, kw_only=True)
     # a mapping of str to str when given; kept as sorted (key, value) pairs
     labels: ev.Labels = attrs.field(default=None, kw_only=True)
+    # what an ended run of a fire's instance id means (docs/reference/contract.md §15)
+    id_reuse: str = attrs.field(default="allow", kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         try:
@@ -100,6 +103,7 @@ class Schedule:
         if self.queue is not None:
             validate_queue(self.queue)
         validate_priority(self.priority)
+        object.__setattr__(self, "id_reuse", start_rule("schedule", self.id_reuse).id_reuse)
         raw: Any = self.labels
         raw = dict(raw) if isinstance(raw, tuple) else raw
         if isinstance(raw, Mapping) and not all(type(k) is str and type(v) is str for k, v in raw.items()):
@@ -138,6 +142,7 @@ class Schedule:
             queue=self.queue,
             priority=self.priority,
             labels=self.labels,
+            id_reuse=self.id_reuse,
         )
 
 
@@ -162,6 +167,7 @@ class ScheduleInfo:
     start_at: datetime | None = None
     end_at: datetime | None = None
     labels: Mapping[str, str] = attrs.field(factory=dict)
+    id_reuse: str = "allow"
 
     @classmethod
     def of(cls, record: ScheduleRecord) -> ScheduleInfo:
@@ -183,4 +189,5 @@ class ScheduleInfo:
             start_at=d.start_at,
             end_at=d.end_at,
             labels=dict(d.labels),
+            id_reuse=d.id_reuse,
         )

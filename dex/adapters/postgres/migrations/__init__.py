@@ -29,6 +29,7 @@ from dex.adapters.postgres.migrations import (
     m11_child_runs,
     m12_engines,
     m13_run_endings,
+    m14_id_reuse,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -47,6 +48,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m11_child_runs,
         m12_engines,
         m13_run_endings,
+        m14_id_reuse,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
