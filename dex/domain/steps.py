@@ -64,7 +64,7 @@ def activity_command(
         definition.signature.check_arity(len(args), f"activity {name!r}")
     command = cmd.ScheduleActivity(
         name=name,
-        input=tuple(converter.encode(a) for a in args),
+        input=encode_arguments(converter, args, f"activity {name!r} argument"),
         queue=validate_queue(queue) if queue is not None else (definition.queue if definition else "default"),
         priority=validate_priority(priority) if priority is not None else run_priority,
         retry_policy=retry or (definition.retry_policy if definition else DEFAULT_RETRY_POLICY),
@@ -95,7 +95,7 @@ def child_command(
     command = cmd.StartChild(
         child_run_id=child_run_id,
         workflow_name=name,
-        input=tuple(converter.encode(a) for a in args),
+        input=encode_arguments(converter, args, f"workflow {name!r} argument"),
         queue=validate_queue(queue) if queue is not None else (definition.queue if definition else "default"),
         # storable text only: no length rule here, which histories recorded before it would break
         instance_id=validate_optional_text(instance_id, "instance_id"),

@@ -32,7 +32,7 @@ def is_pydantic_model(hint: object) -> bool:
 
 
 def _dump(model: Any) -> Any:
-    return model.model_dump(mode="json")
+    return model.model_dump(mode="json", by_alias=True)  # what model_validate_json reads back
 
 
 def _validate(value: Any, model: Any) -> Any:
