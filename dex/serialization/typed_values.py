@@ -61,7 +61,7 @@ def register_typed_values(converter: cattrs.Converter) -> None:
 # -- text forms ---------------------------------------------------------------------------------
 
 _DURATION = re.compile(
-    r"(?P<sign>-)?P(?:(?P<days>\d+)D)?"
+    r"(?P<sign>-)?P(?:(?P<years>\d+)Y)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
     r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+)(?:\.(?P<fraction>\d{1,6}))?S)?)?"
 )
 
@@ -81,8 +81,9 @@ def timedelta_to_text(delta: timedelta) -> str:
 
 
 def timedelta_from_text(text: str) -> timedelta:
-    """The duration ``text`` names: what :func:`timedelta_to_text` writes, or any ISO 8601
-    duration in days, hours, minutes and seconds (``PT1H30M``); ValueError otherwise."""
+    """The duration ``text`` names: what :func:`timedelta_to_text` writes, or an ISO 8601
+    duration in weeks, days, hours, minutes and seconds (``PT1H30M``), or in years of 365 days
+    as pydantic writes them (``P1Y2DT3S``); never months, whose length varies. ValueError otherwise."""
     match = _DURATION.fullmatch(text)
     if match is None or text.endswith(("P", "T")):
         raise ValueError(f"{text!r} is not an ISO 8601 duration such as 'P1DT2.5S'")
@@ -91,7 +92,8 @@ def timedelta_from_text(text: str) -> timedelta:
     }
     fraction = match.group("fraction") or ""
     delta = timedelta(
-        days=parts.get("days", 0),
+        days=parts.get("years", 0) * 365 + parts.get("days", 0),
+        weeks=parts.get("weeks", 0),
         hours=parts.get("hours", 0),
         minutes=parts.get("minutes", 0),
         seconds=parts.get("seconds", 0),
