@@ -76,12 +76,14 @@ class PayloadConverter:
     Each instance owns its cattrs converter, so two engines never share hooks.
 
     For a type of one's own, subclass it and register the type in ``__init__``, then pass an
-    instance to ``Engine(converter=...)``::
+    instance to ``Engine(converter=...)`` (docs/how-to/typed-arguments.md):
 
-        class ShopConverter(dex.PayloadConverter):
-            def __init__(self, **options: Any) -> None:
-                super().__init__(**options)
-                self.register(Money, encode=Money.to_text, decode=Money.parse)
+    ```python
+    class ShopConverter(dex.PayloadConverter):
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            self.register(Money, encode=Money.to_text, decode=Money.parse)
+    ```
     """
 
     def __init__(self, *, max_payload_size: int = DEFAULT_MAX_PAYLOAD_SIZE) -> None:
