@@ -10,7 +10,9 @@ type                        JSON form                                       exam
 ``datetime``                ISO 8601 text, with its UTC offset if aware     ``"2026-12-01T09:30:00+00:00"``
 ``date``, ``time``          ISO 8601 text                                   ``"2026-12-01"``, ``"09:30:00"``
 ``timedelta``               ISO 8601 duration, in days and seconds          ``"P1DT3600.5S"``, ``"-PT1S"``
-``Decimal``                 its text (every digit kept)                     ``"10.50"``
+                            (a JSON number is read as seconds)
+``Decimal``                 its text (every digit kept; a JSON number is    ``"10.50"``
+                            read by its shortest text: 0.1 is ``0.1``)
 ``UUID``                    its canonical text                              ``"12345678-1234-..."``
 ``Enum``                    its value                                       ``"gold"``
 ``bytes`` inside a value    standard base64 text                            ``"AAH/"``
@@ -48,9 +50,9 @@ import cattrs
 
 def register_typed_values(converter: cattrs.Converter) -> None:
     """Teach ``converter`` the JSON form of each type in the table above, both ways."""
-    for cls, unstructure, structure in _TEXT_FORMS:
+    for cls, unstructure, structure, from_number in _TEXT_FORMS:
         converter.register_unstructure_hook(cls, unstructure)
-        converter.register_structure_hook(cls, _from_text(structure, cls.__name__))
+        converter.register_structure_hook(cls, _from_text(structure, from_number, cls.__name__))
     for binary in (bytes, bytearray):
         converter.register_unstructure_hook(binary, _bytes_to_text)
         converter.register_structure_hook(binary, _bytes_from_text)
@@ -109,22 +111,36 @@ def _decimal_from_text(text: str) -> Decimal:
         raise ValueError(f"{text!r} is not a decimal number") from None
 
 
-_TEXT_FORMS: tuple[tuple[type, typing.Callable[[Any], str], typing.Callable[[str], Any]], ...] = (
-    (datetime, datetime.isoformat, datetime.fromisoformat),
-    (date, date.isoformat, date.fromisoformat),
-    (time, time.isoformat, time.fromisoformat),
-    (timedelta, timedelta_to_text, timedelta_from_text),
-    (Decimal, str, _decimal_from_text),
-    (uuid.UUID, str, uuid.UUID),
+def _decimal_from_number(number: int | float) -> Decimal:
+    # a float by its shortest text (0.1 is "0.1", what its writer meant), as pydantic reads it
+    return Decimal(number) if isinstance(number, int) else _decimal_from_text(repr(number))
+
+
+def _timedelta_from_seconds(seconds: int | float) -> timedelta:
+    return timedelta(seconds=seconds)
+
+
+_Parse = typing.Callable[[Any], Any]
+# each type: its text form, the parser of that text, and the parser of a JSON number where a
+# number has one obvious meaning (seconds; a decimal's digits) that workers in other languages,
+# which have no such type, may well send
+_TEXT_FORMS: tuple[tuple[type, typing.Callable[[Any], str], _Parse, _Parse | None], ...] = (
+    (datetime, datetime.isoformat, datetime.fromisoformat, None),
+    (date, date.isoformat, date.fromisoformat, None),
+    (time, time.isoformat, time.fromisoformat, None),
+    (timedelta, timedelta_to_text, timedelta_from_text, _timedelta_from_seconds),
+    (Decimal, str, _decimal_from_text, _decimal_from_number),
+    (uuid.UUID, str, uuid.UUID, None),
 )
 
 
-def _from_text(parse: typing.Callable[[str], Any], name: str) -> typing.Callable[[Any, type], Any]:
+def _from_text(parse: _Parse, parse_number: _Parse | None, name: str) -> typing.Callable[[Any, type], Any]:
     def structure(value: Any, _cls: type) -> Any:
-        if not isinstance(value, str):
-            # a number is no date, and no Decimal either: the float 0.1 is already not one tenth
-            raise TypeError(f"expected {name} as text, got {type(value).__name__}")
-        return parse(value)
+        if isinstance(value, str):
+            return parse(value)
+        if parse_number is not None and type(value) in (int, float):  # a bool is no number here
+            return parse_number(value)
+        raise TypeError(f"expected {name} as text{' or a number' if parse_number else ''}, got {type(value).__name__}")
 
     return structure
 

@@ -61,7 +61,7 @@ def test_a_remote_result_that_does_not_fit_the_hint_fails_that_run_readably(type
     service = ActivityTaskService(typed_engine, poll_interval=0.5)
     run_id = typed_engine.start_workflow(quotes, "sku-2", WHEN)
     (task,) = service.poll("w1", ["quote-price"], 1, 10)
-    service.complete(task.task_id, task.lease_version, {"price": 12.5, "valid_until": "tomorrow"})
+    service.complete(task.task_id, task.lease_version, {"price": "twelve", "valid_until": "tomorrow"})
     with pytest.raises(dex.WorkflowFailedError) as raised:
         typed_engine.wait(run_id, timeout=10)
     message = str(raised.value)

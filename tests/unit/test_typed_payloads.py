@@ -204,6 +204,22 @@ def test_iso_durations_written_elsewhere_are_read(text: str, delta: timedelta) -
     assert converter.decode(Payload(encoding=JSON_PLAIN, data=json.dumps(text).encode()), timedelta) == delta
 
 
+@pytest.mark.parametrize(
+    ("number", "hint", "value"),
+    [
+        (0.1, Decimal, Decimal("0.1")),  # by its shortest text, not the float's binary value
+        (12, Decimal, Decimal(12)),
+        (-2.5e-7, Decimal, Decimal("-2.5E-7")),
+        (90, timedelta, timedelta(minutes=1, seconds=30)),
+        (0.25, timedelta, timedelta(milliseconds=250)),
+    ],
+)
+def test_a_json_number_from_another_language_is_read_where_its_meaning_is_plain(
+    number: float, hint: type, value: object
+) -> None:
+    assert converter.decode(_json(number), hint) == value
+
+
 def test_a_decimal_nan_round_trips() -> None:
     assert converter.decode(converter.encode(Decimal("NaN")), Decimal).is_nan()
 
@@ -232,7 +248,8 @@ def _json(value: object) -> Payload:
         (_json("1 hour"), timedelta, r"as timedelta: .*not an ISO 8601 duration"),
         (_json("P"), timedelta, r"as timedelta: .*not an ISO 8601 duration"),
         (_json("P1M"), timedelta, r"as timedelta: .*not an ISO 8601 duration"),  # months vary
-        (_json(0.1), Decimal, r"as Decimal: .*expected Decimal as text, got float"),
+        (_json(True), Decimal, r"as Decimal: .*expected Decimal as text or a number, got bool"),
+        (_json([1]), timedelta, r"as timedelta: .*expected timedelta as text or a number, got list"),
         (_json("ten"), Decimal, r"as Decimal: .*'ten' is not a decimal number"),
         (_json("not-a-uuid"), uuid.UUID, r"as UUID: invalid value"),
         (_json("green"), Color, r"as Color"),
