@@ -19,10 +19,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dex.domain.definitions import Signature
 from dex.domain.errors import SerializationError
 from dex.domain.values import Payload
 from dex.serialization import JSON_PLAIN, PayloadConverter
 from dex.serialization.typed_values import timedelta_from_text, timedelta_to_text
+
+if typing.TYPE_CHECKING:
+    from collections import OrderedDict  # a name the hints below cannot resolve at run time
 
 converter = PayloadConverter()
 
@@ -339,3 +343,15 @@ def test_the_core_does_not_import_pydantic() -> None:
     script = "import sys, dex, dex.serialization; sys.exit('pydantic' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", script], env={"PYTHONPATH": ":".join(sys.path)}, check=False)
     assert result.returncode == 0
+
+
+def _half_typed(when: datetime, amounts: list[Decimal], note: str | None = None) -> OrderedDict[str, int]:
+    raise NotImplementedError
+
+
+def test_a_hint_that_cannot_be_resolved_costs_only_itself() -> None:
+    # the return hint names a class imported only for type checkers: the parameters keep theirs
+    signature = Signature.of(_half_typed)
+    assert signature.parameters == (datetime, list[Decimal], str | None)
+    assert signature.returns is None
+    assert converter.decode(converter.encode([Decimal("1.5")]), signature.hint_for(1)) == [Decimal("1.5")]
