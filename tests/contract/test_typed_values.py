@@ -259,3 +259,12 @@ def test_an_event_handler_gets_its_payload_decoded_with_its_hint(make_engine: An
     engine.send_event(run_id, "stamp", moment)
     engine.drain()
     assert engine.wait(run_id, timeout=5) == [moment]
+
+
+def test_json_arguments_from_the_api_or_the_cli_are_typed_by_the_hints(make_engine: Any) -> None:
+    # POST /v1/runs and `dex runs start --args` hand over parsed JSON, as start_by_name does
+    engine = make_engine([typed_round_trip, typed_child], [echo_everything, spread, gather_fields])
+    as_json = engine.converter.decode(engine.converter.encode(EVERYTHING))
+    run_id = engine.start_by_name("typed_round_trip", [as_json])
+    engine.drain()
+    assert engine.wait(run_id, timeout=5) == EVERYTHING
