@@ -101,13 +101,15 @@ class PayloadConverter:
         types above included); what ``decode`` raises is reported as the payload not fitting
         the hint. Call it from a subclass's ``__init__``: an engine's converter is complete
         when the engine gets it."""
-        self._cattrs.register_unstructure_hook(cls, encode)
-        self._cattrs.register_structure_hook(cls, lambda data, _cls: decode(data))
+        self._cattrs.register_unstructure_hook(cls, guarded(encode))
+        self._cattrs.register_structure_hook(cls, guarded(lambda data, _cls: decode(data)))
 
     @property
     def cattrs_converter(self) -> cattrs.Converter:
         """The cattrs converter underneath, for hooks :meth:`register` cannot express (a hook
-        factory for a family of types, say): cattrs' own API, used in a subclass's ``__init__``."""
+        factory for a family of types, say): cattrs' own API, used in a subclass's ``__init__``.
+        A hook registered here directly should raise ordinary exceptions: unlike those of
+        :meth:`register`, a ``BaseException`` from it is not turned into a refusal."""
         return self._cattrs
 
     def encode(self, value: object) -> Payload:
@@ -172,15 +174,13 @@ class PayloadConverter:
             raise SerializationError(
                 f"value of type {_type_name(value)} is not serialisable: it holds a string that is not valid Unicode ({exc.reason})"
             ) from None
-        except BaseException as exc:  # noqa: BLE001 - a registered hook is user code: its BaseException too
+        except Exception as exc:
             # cattrs fails on a dict key it cannot keep (a tuple key becomes a list); say where
             found = _bad_key(value, ())
             if found is not None:
                 container, path, key = found
                 raise SerializationError(_key_refused(container, path, key)) from None
-            raise SerializationError(
-                f"value of type {_type_name(value)} is not serialisable: {_problem(exc)}"
-            ) from _cause(exc)
+            raise SerializationError(f"value of type {_type_name(value)} is not serialisable: {_problem(exc)}") from exc
 
     def _decode_json(self, payload: Payload, hint: object) -> Any:
         try:
@@ -194,9 +194,9 @@ class PayloadConverter:
             return typing.cast(Any, hint)(data)
         try:
             return self._cattrs.structure(data, typing.cast(Any, hint))
-        except BaseException as exc:  # noqa: BLE001 - a registered hook is user code: its BaseException too
+        except Exception as exc:
             details = "; ".join(cattrs.transform_error(exc, format_exception=_described))
-            raise SerializationError(f"cannot decode the payload as {describe_hint(hint)}: {details}") from _cause(exc)
+            raise SerializationError(f"cannot decode the payload as {describe_hint(hint)}: {details}") from exc
 
 
 # the JSON types each plain hint takes as it is (what the strict hooks below accept, minus
@@ -223,15 +223,47 @@ def _make_cattrs_converter() -> cattrs.Converter:
     converter.register_structure_hook(float, _strict_primitive((int, float), "a number"))
     converter.register_structure_hook(str, _strict_primitive((str,), "a str"))
     register_typed_values(converter)
-    register_pydantic_models(converter)
+    register_pydantic_models(converter, guarded)
     # `object` (as in dict[str, object]) accepts any JSON value as it is, like Any
     # (a predicate, not a class hook: a hook on `object` would catch every class)
     converter.register_structure_hook_func(lambda cls: cls is object, lambda value, _cls: value)
     return converter
 
 
+class HookRaisedError(Exception):
+    """A ``BaseException`` that user code in a converter hook raised (a ``SystemExit``, a
+    ``KeyboardInterrupt`` of its own making), carried as an ordinary error: it becomes the one
+    value's :class:`SerializationError`, with cattrs' path to it, and never escapes a worker."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__()
+        self.raised = raised
+
+    def __str__(self) -> str:
+        return _problem(self.raised)
+
+
+_F = typing.TypeVar("_F", bound=typing.Callable[..., Any])
+
+
+def guarded(hook: _F) -> _F:
+    """``hook`` (user code), what it raises that is no ``Exception`` raised as :class:`HookRaisedError`."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return hook(*args)
+        except Exception:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - user code's: the one value's refusal, not the process's
+            raise HookRaisedError(exc) from None
+
+    return typing.cast(_F, call)
+
+
 def _problem(exc: BaseException) -> str:
     """What went wrong, in one line that can always be printed (a hook's exception may not be)."""
+    if isinstance(exc, HookRaisedError):
+        return _problem(exc.raised)
     if isinstance(exc, RecursionError):
         return "it is nested too deeply"
     try:
@@ -256,12 +288,6 @@ def _described(exc: BaseException, hint: type | None) -> str:
     elif not isinstance(exc, (KeyError, TypeError, cattrs.ForbiddenExtraKeysError, AttributeError)):
         text = f"invalid value ({_problem(exc)})"
     return text
-
-
-def _cause(exc: BaseException) -> BaseException | None:
-    # the chain keeps an ordinary error for debugging; a BaseException (SystemExit, say) stays
-    # out of it, so that nothing that reads the chain mistakes the refusal for a shutdown
-    return exc if isinstance(exc, Exception) else None
 
 
 def _is_message_class(cls: object) -> bool:

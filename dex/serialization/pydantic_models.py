@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import cattrs
 
+_Hook = Callable[..., Any]
 
-def register_pydantic_models(converter: cattrs.Converter) -> None:
-    """Teach ``converter`` pydantic (v2) models, both ways."""
-    converter.register_unstructure_hook_func(is_pydantic_model, _dump)
-    converter.register_structure_hook_func(is_pydantic_model, _validate)
+
+def register_pydantic_models(converter: cattrs.Converter, guarded: Callable[[_Hook], _Hook]) -> None:
+    """Teach ``converter`` pydantic (v2) models, both ways; ``guarded`` wraps each hook, since
+    a model's serializers and validators are user code."""
+    converter.register_unstructure_hook_func(is_pydantic_model, guarded(_dump))
+    converter.register_structure_hook_func(is_pydantic_model, guarded(_validate))
 
 
 def is_pydantic_model(hint: object) -> bool:

@@ -85,3 +85,27 @@ def test_a_duration_pydantic_wrote_is_read_by_a_timedelta_hint() -> None:
 def test_a_validation_error_names_the_model_and_the_field() -> None:
     with pytest.raises(SerializationError, match=r"cannot decode the payload as Basket: .*basket_id"):
         converter.decode(converter.encode({"basket_id": "nope", "ownerName": "x"}), Basket)
+
+
+class Stop(BaseException):
+    pass
+
+
+class Touchy(pydantic.BaseModel):
+    value: int
+
+    @pydantic.field_validator("value")
+    @classmethod
+    def refuse_seven(cls, value: int) -> int:
+        if value == 7:
+            raise Stop("a validator raised a BaseException")
+        return value
+
+
+def test_a_validator_raising_a_base_exception_is_that_payload_s_refusal() -> None:
+    with pytest.raises(
+        SerializationError, match=r"as list\[.*Touchy\]: invalid value \(Stop: a validator raised"
+    ) as info:
+        converter.decode(converter.encode([{"value": 7}]), list[Touchy])
+    assert "@ $[0]" in str(info.value)  # cattrs' path to it, as for an ordinary error
+    assert converter.decode(converter.encode([{"value": 1}]), list[Touchy]) == [Touchy(value=1)]
