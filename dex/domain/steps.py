@@ -19,6 +19,7 @@ from dex.domain.coroutines import CoroutineStepper, DexFuture, resolved
 from dex.domain.definitions import (
     ActivityDefinition,
     PayloadConverter,
+    Signature,
     WorkflowDefinition,
     validate_name,
     validate_optional_text,
@@ -44,6 +45,20 @@ def encode_arguments(converter: PayloadConverter, args: Sequence[Any], what: str
         except SerializationError as exc:
             raise SerializationError(f"{what} {index}: {exc}") from exc
     return tuple(payloads)
+
+
+def decode_arguments(
+    converter: PayloadConverter, payloads: Sequence[Payload], signature: Signature, what: str = "argument"
+) -> list[Any]:
+    """``payloads`` decoded with ``signature``'s parameter hints; ``SerializationError`` naming
+    the one that does not fit (``what`` and its index), raised at the receiver."""
+    values = []
+    for index, payload in enumerate(payloads):
+        try:
+            values.append(converter.decode(payload, signature.hint_for(index)))
+        except SerializationError as exc:
+            raise SerializationError(f"{what} {index}: {exc}") from exc
+    return values
 
 
 def activity_command(

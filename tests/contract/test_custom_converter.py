@@ -158,7 +158,8 @@ def test_a_decode_hook_that_raises_fails_the_run_with_a_recorded_failure(
     info = engine.get_run(run_id)
     assert info.status is dex.RunStatus.FAILED
     assert info.failure is not None and info.failure.type == "SerializationError"
-    assert "cannot decode the payload as Money" in info.failure.message and said in info.failure.message
+    assert info.failure.message.startswith("argument 0: cannot decode the payload as Money")  # names the argument
+    assert said in info.failure.message
     _a_healthy_run_completes(engine)
 
 

@@ -97,12 +97,18 @@ def test_pydantic_models_round_trip_through_a_workflow_and_an_activity(make_engi
 
 def test_a_payload_the_model_refuses_fails_the_run_with_the_validation_error(make_engine: Any) -> None:
     engine = make_engine([onboard], [welcome, blobs])
+    run_id = engine.start_workflow(onboard, CUSTOMER, {"data": "not base64!"})
+    engine.drain()
+    info = engine.get_run(run_id)
+    assert info.status is dex.RunStatus.FAILED
+    assert info.failure is not None and info.failure.type == "SerializationError"
+    assert info.failure.message.startswith("argument 1: cannot decode the payload as Base64Blob")
     run_id = engine.start_workflow(onboard, {"customer_id": "not a uuid", "fullName": "x"}, {"data": ""})
     engine.drain()
     info = engine.get_run(run_id)
     assert info.status is dex.RunStatus.FAILED
     assert info.failure is not None and info.failure.type == "SerializationError"
-    assert "cannot decode the payload as Customer" in info.failure.message
+    assert info.failure.message.startswith("argument 0: cannot decode the payload as Customer")
     assert "customer_id" in info.failure.message  # pydantic's own words say which field
     run_id = engine.start_workflow(onboard, CUSTOMER, Base64Blob(data=b"ok"))  # a healthy run after it
     engine.drain()
