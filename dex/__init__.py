@@ -38,6 +38,7 @@ from dex.domain.events import HistoryEvent
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
 from dex.domain.values import ApplicationError, FailureInfo, TerminalError
+from dex.serialization.payloads import PayloadConverter
 
 __all__ = [
     "ActivityContext",
@@ -57,6 +58,7 @@ __all__ = [
     "NonDeterminismError",
     "NotFoundError",
     "NotRegisteredError",
+    "PayloadConverter",
     "QueryError",
     "QueueInfo",
     "RetryPolicy",

@@ -118,8 +118,8 @@ class Signature:
         sig = inspect.signature(fn)
         try:
             hints = typing.get_type_hints(fn)
-        except Exception:  # noqa: BLE001 - unresolvable forward references: decode without hints
-            hints = {}
+        except Exception:  # noqa: BLE001 - an unresolvable forward reference: the others still count
+            hints = _resolvable_hints(fn)
         params = list(sig.parameters.values())[skip:]
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         return cls(
@@ -145,6 +145,31 @@ class Signature:
 
     def hint_for(self, index: int) -> object:
         return self.parameters[index] if index < len(self.parameters) else None
+
+
+def _resolvable_hints(fn: Callable[..., Any]) -> dict[str, object]:
+    """The hints of ``fn`` that resolve, one by one: a return hint naming a class imported only
+    under ``TYPE_CHECKING`` must not cost the parameters their types (those decode without a hint)."""
+    hints: dict[str, object] = {}
+    namespace = getattr(inspect.unwrap(fn), "__globals__", {})
+    try:
+        annotations = inspect.get_annotations(fn)
+    except Exception:  # noqa: BLE001 - annotations that cannot even be read: no hints at all
+        return hints
+    for name, annotation in annotations.items():
+        try:
+            # what typing.get_type_hints does for each, evaluated in the function's module
+            hints[name] = typing.get_type_hints(_Annotated(annotation), namespace)["hint"]
+        except Exception:  # noqa: BLE001 - this one stays without a hint
+            continue
+    return hints
+
+
+class _Annotated:
+    """An object with one annotation, for :func:`typing.get_type_hints` to resolve alone."""
+
+    def __init__(self, annotation: object) -> None:
+        self.__annotations__ = {"hint": annotation}
 
 
 @attrs.frozen(kw_only=True)

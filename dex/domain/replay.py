@@ -48,6 +48,7 @@ from dex.domain.steps import (
     WorkflowLookup,
     activity_command,
     child_command,
+    decode_arguments,
     delay_of,
     encode_arguments,
     gather,
@@ -321,7 +322,7 @@ class WorkflowExecutor:
         signature = self.definition.signature
         try:
             signature.check_arity(len(self.created.input), f"workflow {self.workflow_name!r}")
-            args = [self.converter.decode(p, signature.hint_for(i)) for i, p in enumerate(self.created.input)]
+            args = decode_arguments(self.converter, self.created.input, signature)
             coro = self.definition.fn(self.context, *args)
             if not inspect.iscoroutine(coro):
                 raise TypeError(f"workflow {self.workflow_name!r} must be an async def function")
@@ -539,7 +540,7 @@ class WorkflowExecutor:
 
     def _handler_args(self, signature: Signature, payloads: tuple[Payload, ...], what: str) -> list[Any]:
         signature.check_arity(len(payloads), what)
-        return [self.converter.decode(p, signature.hint_for(i)) for i, p in enumerate(payloads)]
+        return decode_arguments(self.converter, payloads, signature)
 
     def _run_update(self, accepted: ev.UpdateAccepted) -> None:
         update_id = accepted.update_id

@@ -19,6 +19,7 @@ from dex.domain.coroutines import CoroutineStepper, DexFuture, resolved
 from dex.domain.definitions import (
     ActivityDefinition,
     PayloadConverter,
+    Signature,
     WorkflowDefinition,
     validate_name,
     validate_optional_text,
@@ -46,6 +47,20 @@ def encode_arguments(converter: PayloadConverter, args: Sequence[Any], what: str
     return tuple(payloads)
 
 
+def decode_arguments(
+    converter: PayloadConverter, payloads: Sequence[Payload], signature: Signature, what: str = "argument"
+) -> list[Any]:
+    """``payloads`` decoded with ``signature``'s parameter hints; ``SerializationError`` naming
+    the one that does not fit (``what`` and its index), raised at the receiver."""
+    values = []
+    for index, payload in enumerate(payloads):
+        try:
+            values.append(converter.decode(payload, signature.hint_for(index)))
+        except SerializationError as exc:
+            raise SerializationError(f"{what} {index}: {exc}") from exc
+    return values
+
+
 def activity_command(
     fn_or_name: Callable[..., Any] | str,
     args: tuple[Any, ...],
@@ -64,7 +79,7 @@ def activity_command(
         definition.signature.check_arity(len(args), f"activity {name!r}")
     command = cmd.ScheduleActivity(
         name=name,
-        input=tuple(converter.encode(a) for a in args),
+        input=encode_arguments(converter, args, f"activity {name!r} argument"),
         queue=validate_queue(queue) if queue is not None else (definition.queue if definition else "default"),
         priority=validate_priority(priority) if priority is not None else run_priority,
         retry_policy=retry or (definition.retry_policy if definition else DEFAULT_RETRY_POLICY),
@@ -95,7 +110,7 @@ def child_command(
     command = cmd.StartChild(
         child_run_id=child_run_id,
         workflow_name=name,
-        input=tuple(converter.encode(a) for a in args),
+        input=encode_arguments(converter, args, f"workflow {name!r} argument"),
         queue=validate_queue(queue) if queue is not None else (definition.queue if definition else "default"),
         # storable text only: no length rule here, which histories recorded before it would break
         instance_id=validate_optional_text(instance_id, "instance_id"),

@@ -3,15 +3,19 @@
 Three encodings cover everything dex sends:
 
 * ``json/plain`` — JSON-compatible values (None, bool, int, float, str, lists, tuples, dicts
-  with str keys) and attrs classes / dataclasses, which cattrs unstructures to JSON data
-  first and structures back from the receiver's type hint;
+  with str keys), the standard library's value types (datetime, Decimal, UUID, sets ... in the
+  JSON form :mod:`dex.serialization.typed_values` gives them), attrs classes, dataclasses and
+  pydantic models: cattrs unstructures each to JSON data first and structures it back from the
+  receiver's type hint (docs/decisions/typed-values.md). Without a hint, the JSON data comes back;
 * ``binary/plain`` — a ``bytes`` value, as is (a ``bytearray`` too: it comes back as ``bytes``,
   or as a ``bytearray`` where the receiver's hint asks for one);
 * ``binary/protobuf`` — a protobuf message, with its full name in ``message_type``.
 
 Anything else raises :class:`~dex.domain.errors.SerializationError` naming the type and where
 it was found, so a user learns at the call that tried to send it, not on some worker later.
-Nothing is ever pickled.
+Nothing is ever pickled. A subclass registers its own types (:meth:`PayloadConverter.register`);
+whatever its hooks raise, even an exception that cannot be printed, becomes a
+:class:`SerializationError` of the one value they were given.
 
 Values nest at most :data:`MAX_NESTING` levels deep (lists, tuples, dicts, attrs classes and
 dataclasses inside each other; a protobuf message's own messages). The limit is checked
@@ -33,12 +37,15 @@ from typing import Any
 
 import attrs
 import cattrs
+from cattrs.v import format_exception
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 
 from dex.domain.errors import SerializationError
 from dex.domain.values import Payload
+from dex.serialization.pydantic_models import register_pydantic_models
+from dex.serialization.typed_values import register_typed_values
 
 JSON_PLAIN = "json/plain"
 BINARY_PLAIN = "binary/plain"
@@ -54,9 +61,11 @@ _SHALLOW_PROTOBUF = 2 * MAX_NESTING
 
 _ACCEPTED = (
     "dex sends only JSON-compatible values (None, bool, int, float, str, list, dict with str keys), "
-    "bytes, protobuf messages, attrs classes and dataclasses"
+    "bytes, protobuf messages, datetime, date, time, timedelta, Decimal, UUID, Enum, tuples, sets, "
+    "attrs classes, dataclasses, pydantic models and the types the engine's converter registers"
 )
 _NO_HINT: tuple[object, ...] = (None, Any, object, type(None))
+_T = typing.TypeVar("_T")
 
 
 class PayloadConverter:
@@ -65,6 +74,16 @@ class PayloadConverter:
     Implements the domain's ``PayloadConverter`` protocol. ``max_payload_size`` bounds the
     encoded data in bytes; a larger value raises :class:`SerializationError` when encoded.
     Each instance owns its cattrs converter, so two engines never share hooks.
+
+    For a type of one's own, subclass it and register the type in ``__init__``, then pass an
+    instance to ``Engine(converter=...)`` (docs/how-to/typed-arguments.md):
+
+    ```python
+    class ShopConverter(dex.PayloadConverter):
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            self.register(Money, encode=Money.to_text, decode=Money.parse)
+    ```
     """
 
     def __init__(self, *, max_payload_size: int = DEFAULT_MAX_PAYLOAD_SIZE) -> None:
@@ -72,6 +91,26 @@ class PayloadConverter:
             raise ValueError(f"max_payload_size must be positive, got {max_payload_size}")
         self.max_payload_size = max_payload_size
         self._cattrs = _make_cattrs_converter()
+
+    def register(
+        self, cls: type[_T], *, encode: typing.Callable[[_T], Any], decode: typing.Callable[[Any], _T]
+    ) -> None:
+        """Send values of ``cls`` (and its subclasses) as ``encode(value)``, JSON data, and make
+        them again with ``decode(data)`` where a type hint names ``cls``; wherever they appear
+        (an argument, a field, a list item). ``encode`` must return JSON-compatible values (the
+        types above included); what ``decode`` raises is reported as the payload not fitting
+        the hint. Call it from a subclass's ``__init__``: an engine's converter is complete
+        when the engine gets it."""
+        self._cattrs.register_unstructure_hook(cls, guarded(encode))
+        self._cattrs.register_structure_hook(cls, guarded(lambda data, _cls: decode(data)))
+
+    @property
+    def cattrs_converter(self) -> cattrs.Converter:
+        """The cattrs converter underneath, for hooks :meth:`register` cannot express (a hook
+        factory for a family of types, say): cattrs' own API, used in a subclass's ``__init__``.
+        A hook registered here directly should raise ordinary exceptions: unlike those of
+        :meth:`register`, a ``BaseException`` from it is not turned into a refusal."""
+        return self._cattrs
 
     def encode(self, value: object) -> Payload:
         """Turn ``value`` into a payload; raise :class:`SerializationError` if it cannot be sent."""
@@ -141,7 +180,7 @@ class PayloadConverter:
             if found is not None:
                 container, path, key = found
                 raise SerializationError(_key_refused(container, path, key)) from None
-            raise SerializationError(f"value of type {_type_name(value)} is not serialisable: {exc}") from exc
+            raise SerializationError(f"value of type {_type_name(value)} is not serialisable: {_problem(exc)}") from exc
 
     def _decode_json(self, payload: Payload, hint: object) -> Any:
         try:
@@ -156,7 +195,7 @@ class PayloadConverter:
         try:
             return self._cattrs.structure(data, typing.cast(Any, hint))
         except Exception as exc:
-            details = "; ".join(cattrs.transform_error(exc))
+            details = "; ".join(cattrs.transform_error(exc, format_exception=_described))
             raise SerializationError(f"cannot decode the payload as {describe_hint(hint)}: {details}") from exc
 
 
@@ -183,11 +222,72 @@ def _make_cattrs_converter() -> cattrs.Converter:
     converter.register_structure_hook(bool, _strict_primitive((bool,), "a bool"))
     converter.register_structure_hook(float, _strict_primitive((int, float), "a number"))
     converter.register_structure_hook(str, _strict_primitive((str,), "a str"))
-    converter.register_structure_hook(bytes, _strict_primitive((), "bytes (JSON cannot hold bytes)"))
+    register_typed_values(converter)
+    register_pydantic_models(converter, guarded)
     # `object` (as in dict[str, object]) accepts any JSON value as it is, like Any
     # (a predicate, not a class hook: a hook on `object` would catch every class)
     converter.register_structure_hook_func(lambda cls: cls is object, lambda value, _cls: value)
     return converter
+
+
+class HookRaisedError(Exception):
+    """A ``BaseException`` that user code in a converter hook raised (a ``SystemExit``, a
+    ``KeyboardInterrupt`` of its own making), carried as an ordinary error: it becomes the one
+    value's :class:`SerializationError`, with cattrs' path to it, and never escapes a worker."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__()
+        self.raised = raised
+
+    def __str__(self) -> str:
+        return _problem(self.raised)
+
+
+_F = typing.TypeVar("_F", bound=typing.Callable[..., Any])
+
+
+def guarded(hook: _F) -> _F:
+    """``hook`` (user code), what it raises that is no ``Exception`` raised as :class:`HookRaisedError`."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return hook(*args)
+        except Exception:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - user code's: the one value's refusal, not the process's
+            raise HookRaisedError(exc) from None
+
+    return typing.cast(_F, call)
+
+
+def _problem(exc: BaseException) -> str:
+    """What went wrong, in one line that can always be printed (a hook's exception may not be)."""
+    if isinstance(exc, HookRaisedError):
+        return _problem(exc.raised)
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply"
+    try:
+        text = str(exc)
+    except BaseException as error:  # noqa: BLE001 - the refusal must be readable all the same
+        return f"<unprintable {type(exc).__name__}: __str__ raised {type(error).__name__}>"
+    text = " ".join(text.split())
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, (TypeError, ValueError)) or not text else text
+
+
+def _described(exc: BaseException, hint: type | None) -> str:
+    """cattrs' words for one error at one place, with the error's own text where it says more
+    (why a date did not parse, what a pydantic model's validators said)."""
+    try:
+        text = format_exception(exc, hint)
+    except BaseException:  # noqa: BLE001 - cattrs prints some errors itself: this one cannot be
+        text = "invalid value"
+    if isinstance(exc, ValueError):  # a TypeError's text is cattrs' already, or a wrong JSON type
+        detail = _problem(exc)
+        if detail and detail not in text:
+            text += f" ({detail})"
+    elif not isinstance(exc, (KeyError, TypeError, cattrs.ForbiddenExtraKeysError, AttributeError)):
+        text = f"invalid value ({_problem(exc)})"
+    return text
 
 
 def _is_message_class(cls: object) -> bool:
@@ -256,9 +356,7 @@ def _explain(data: object, path: tuple[object, ...]) -> None:
                 items = [(item, (*path, index)) for index, item in enumerate(data)]
             pending.extend(reversed(items))  # the first item is looked at first
             continue
-        if isinstance(data, (bytes, bytearray)):
-            reason = "bytes can be sent only as a whole value, not inside a list, dict or class"
-        elif isinstance(data, ProtoMessage):
+        if isinstance(data, ProtoMessage):
             reason = "protobuf messages can be sent only as a whole value, not inside a list, dict or class"
         else:
             reason = _ACCEPTED

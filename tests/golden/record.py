@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import random
 import sys
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import dex
 from dex.adapters.memory import InMemoryAdapter
 from dex.domain import events as ev
 from dex.testing import VirtualClock
-from tests.golden.workflows import ACTIVITIES, WORKFLOWS, approval, order, parent, patched
+from tests.golden.workflows import ACTIVITIES, WORKFLOWS, Shipment, Tier, approval, order, parent, patched, typed
 
 HERE = Path(__file__).resolve().parent
 
@@ -73,9 +75,28 @@ def record_patched() -> dict[str, bytes]:
     return {"patched": engine.export_history(_finished(engine, run_id))}
 
 
+def record_typed() -> dict[str, bytes]:
+    engine = _engine()
+    shipment = Shipment(
+        shipment_id=uuid.UUID("5b0c8c0e-3b1e-4c57-9a36-0b8f6f1c2d4e"),
+        ready=datetime(2024, 1, 2, 8, 30, tzinfo=UTC),
+        due=date(2024, 1, 5),
+        window=timedelta(hours=3, microseconds=250),
+        value=Decimal("1999.90"),
+        tier=Tier.GOLD,
+        labels=frozenset({"fragile", "this-side-up", "heavy"}),
+        manifest=b"\x00manifest\xff",
+        legs=("LYS", "CDG", "JFK"),
+        note=7,
+    )
+    run_id = engine.start_workflow(typed, shipment)
+    engine.drain()
+    return {"typed": engine.export_history(_finished(engine, run_id))}
+
+
 def main(argv: list[str]) -> int:
     only = set(argv)
-    for recorder in (record_order, record_approval, record_parent, record_patched):
+    for recorder in (record_order, record_approval, record_parent, record_patched, record_typed):
         for name, data in recorder().items():
             if only and name not in only:
                 continue

@@ -7,9 +7,13 @@ behaviour gets a new workflow (new name) and a new file, recorded by ``record.py
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import dex
@@ -114,8 +118,53 @@ async def patched(ctx: dex.WorkflowContext, item: str) -> dict[str, Any]:
     return {"cost": cost, "patched": before}
 
 
-ACTIVITIES = (reserve, price, notify, double)
-WORKFLOWS = (order, approval, parent, child, patched)
+# -- golden-typed: typed values as arguments, results and a side effect (docs/reference/contract.md §15) -----------
+
+
+class Tier(enum.Enum):
+    BASIC = "basic"
+    GOLD = "gold"
+
+
+@dataclasses.dataclass(frozen=True)
+class Shipment:
+    shipment_id: uuid.UUID
+    ready: datetime
+    due: date
+    window: timedelta
+    value: Decimal
+    tier: Tier
+    labels: frozenset[str]
+    manifest: bytes
+    legs: tuple[str, ...]
+    note: str | int | None = None
+
+
+@dex.activity(name="golden-insure")
+def insure(shipment: Shipment, rate: Decimal) -> dict[str, Decimal]:
+    return {"premium": (shipment.value * rate).quantize(Decimal("0.01")), "value": shipment.value}
+
+
+@dex.activity(name="golden-schedule")
+def schedule_pickup(ready: datetime, window: timedelta) -> tuple[datetime, datetime]:
+    return ready, ready + window
+
+
+@dex.workflow(name="golden-typed")
+async def typed(ctx: dex.WorkflowContext, shipment: Shipment) -> dict[str, Any]:
+    premium = await ctx.activity(insure, shipment, Decimal("0.015"))
+    pickup = await ctx.activity(schedule_pickup, shipment.ready, shipment.window)
+    stamp = ctx.side_effect("golden-stamp", _stamp, shipment.shipment_id)
+    return {"premium": premium, "pickup": pickup, "labels": shipment.labels, "stamp": stamp}
+
+
+def _stamp(shipment_id: uuid.UUID) -> set[str]:
+    SIDE_EFFECT_CALLS["golden-stamp"] += 1
+    return {str(shipment_id), "stamped"}
+
+
+ACTIVITIES = (reserve, price, notify, double, insure, schedule_pickup)
+WORKFLOWS = (order, approval, parent, child, patched, typed)
 
 # golden file (without ".binpb") -> the workflow that recorded it
 GOLDEN_FILES: dict[str, Callable[..., Any]] = {
@@ -124,4 +173,5 @@ GOLDEN_FILES: dict[str, Callable[..., Any]] = {
     "parent": parent,
     "child": child,
     "patched": patched,
+    "typed": typed,
 }

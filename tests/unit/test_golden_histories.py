@@ -8,8 +8,10 @@ that would strand running workflows after an upgrade.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 import dex
 from dex.domain import events as ev
 from dex.domain.state import fold
+from dex.serialization import PayloadConverter
 from tests.golden import workflows as golden
 from tests.golden.workflows import ACTIVITIES, GOLDEN_FILES, WORKFLOWS
 
@@ -30,6 +33,7 @@ REQUIRED_KINDS = {
     "parent": {"ChildRunCreated", "ChildRunCompleted", "ChildRunFailed"},
     "child": {"ActivityTaskCreated", "TimerCreated", "TimerElapsed"},
     "patched": {"PatchApplied", "ActivityTaskCreated", "ActivityTaskCompleted"},
+    "typed": {"ActivityTaskCreated", "ActivityTaskCompleted", "SideEffectExecuted"},
 }
 
 
@@ -181,3 +185,40 @@ def test_a_history_that_took_a_patch_replays_with_the_patch_or_its_deprecation_o
     dex.testing.replay(patched_deprecated, history, activities=ACTIVITIES, workflows=WORKFLOWS)
     with pytest.raises(dex.NonDeterminismError, match="history recorded patch 'golden-gift-wrap' at event"):
         dex.testing.replay(patched_without_the_patch, history, activities=ACTIVITIES, workflows=WORKFLOWS)
+
+
+# -- typed values (docs/reference/contract.md §15): their JSON form is part of the history ------------------------
+
+
+def test_the_typed_golden_history_holds_typed_values_as_plain_json() -> None:
+    history = dex.testing.load_history(golden_bytes("typed"))
+    created = history[0].event
+    assert isinstance(created, ev.RunCreated)
+    assert json.loads(created.input[0].data) == {
+        "shipment_id": "5b0c8c0e-3b1e-4c57-9a36-0b8f6f1c2d4e",
+        "ready": "2024-01-02T08:30:00+00:00",
+        "due": "2024-01-05",
+        "window": "PT10800.00025S",
+        "value": "1999.90",
+        "tier": "gold",
+        "labels": ["fragile", "heavy", "this-side-up"],
+        "manifest": "AG1hbmlmZXN0/w==",
+        "legs": ["LYS", "CDG", "JFK"],
+        "note": 7,
+    }
+    # decoded with the workflow's hint, it is the value that was sent
+    shipment = PayloadConverter().decode(created.input[0], golden.Shipment)
+    assert shipment.value == Decimal("1999.90") and shipment.labels == frozenset({"fragile", "heavy", "this-side-up"})
+    assert shipment.window == timedelta(hours=3, microseconds=250) and shipment.manifest == b"\x00manifest\xff"
+
+
+@dex.workflow(name="golden-typed")
+async def typed_with_another_rate(ctx: dex.WorkflowContext, shipment: golden.Shipment) -> dict[str, Any]:
+    # changed: a rate equal in value, written with another exponent: a Decimal keeps its digits
+    premium = await ctx.activity(golden.insure, shipment, Decimal("0.0150"))
+    return {"premium": premium}
+
+
+def test_a_typed_argument_written_differently_fails_replay() -> None:
+    with pytest.raises(dex.NonDeterminismError, match="activity 'golden-insure' with a different arguments"):
+        dex.testing.replay(typed_with_another_rate, golden_bytes("typed"), activities=ACTIVITIES, workflows=WORKFLOWS)

@@ -33,6 +33,7 @@ from dex.app.ports.telemetry import Telemetry, TelemetryHub
 from dex.app.ports.tracing import NoTracing, Tracing
 from dex.domain.definitions import ActivityDefinition, PayloadConverter
 from dex.domain.errors import NotRegisteredError, SerializationError
+from dex.domain.steps import decode_arguments
 from dex.domain.values import FailureInfo, Payload
 
 log = logging.getLogger("dex.worker")
@@ -367,7 +368,7 @@ class ActivityWorker:
             definition = self._registry.activity(task.name)
             signature = definition.signature
             signature.check_arity(len(task.input), f"activity {task.name!r}")
-            return definition, [self._converter.decode(p, signature.hint_for(i)) for i, p in enumerate(task.input)]
+            return definition, decode_arguments(self._converter, task.input, signature)
         except (NotRegisteredError, SerializationError, TypeError) as exc:
             return ActivityOutcome(task=task, failure=FailureInfo.from_exception(exc, terminal=True))
 
