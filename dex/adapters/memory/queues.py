@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from dex.adapters.memory import storable
 from dex.adapters.memory.state import MemoryState, check_queue
-from dex.adapters.memory.tables import CREATED, ActivityTaskRow, QueueRow, WorkflowTaskRow
+from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow, QueueRow, WorkflowTaskRow
 from dex.app.ports.store import ACTIVITY, WORKFLOW, ActivitySlots, QueueInfo
 from dex.domain import queue_limits as limits
 from dex.domain.queue_limits import RateLimit
@@ -110,6 +110,20 @@ class MemoryQueues:
             if self._leader is not None and self._leader[0] == node_id:
                 self._leader = None
 
+    def _slots_freed(self) -> list[datetime]:
+        """When each used start slot of a rate-limited queue that has tasks frees up (the
+        caller holds the state's lock)."""
+        state = self._state
+        busy = {(t.queue, WORKFLOW) for t in state.workflow_tasks.values()}
+        busy |= {(t.queue, ACTIVITY) for t in state.activity_tasks.values() if t.state == QUEUED}
+        return [
+            last + queue.rate_limit.period
+            for key, queue in state.queues.items()
+            if queue.rate_limit is not None and key in busy
+            for last in queue.starts
+            if last is not None
+        ]
+
     def next_due_time(self, now: datetime) -> datetime | None:
         state = self._state
         with state.lock:
@@ -117,5 +131,6 @@ class MemoryQueues:
             moments += [t.visible_from for t in state.activity_tasks.values() if t.state == CREATED]
             moments += [t.lease.until for t in state.activity_tasks.values() if t.lease.until is not None]
             moments += [t.lease.until for t in state.workflow_tasks.values() if t.lease.until is not None]
+            moments += self._slots_freed()
             future = [m for m in moments if m > now]
             return min(future) if future else None

@@ -183,14 +183,22 @@ def release_leadership(conn: psycopg.Connection, q: Statements, node_id: str) ->
 
 def next_due_time(conn: psycopg.Connection, q: Statements, now: datetime) -> datetime | None:
     """The earliest moment after ``now`` when a message, a waiting activity task or a lease
-    becomes due (each branch is one index probe)."""
+    becomes due (each branch is one index probe), or a start slot of a rate-limited queue that
+    has tasks frees up (no rows without rate limits)."""
     row = conn.execute(
         q(
             "SELECT least("
             " (SELECT min(visible_from) FROM {s}.inbox WHERE visible_from > %(now)s),"
             " (SELECT min(visible_from) FROM {s}.activity_tasks WHERE state = 'CREATED' AND visible_from > %(now)s),"
             " (SELECT min(locked_until) FROM {s}.activity_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s),"
-            " (SELECT min(locked_until) FROM {s}.workflow_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s))"
+            " (SELECT min(locked_until) FROM {s}.workflow_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s),"
+            " (SELECT min(st.last_start + qu.rate_period_us * interval '1 microsecond')"
+            "  FROM {s}.queues qu JOIN {s}.queue_starts st ON st.kind = qu.kind AND st.queue = qu.name"
+            "  WHERE qu.rate_count IS NOT NULL"
+            "    AND st.last_start + qu.rate_period_us * interval '1 microsecond' > %(now)s"
+            "    AND CASE qu.kind WHEN 'workflow'"
+            "      THEN EXISTS (SELECT 1 FROM {s}.workflow_tasks t WHERE t.queue = qu.name)"
+            "      ELSE EXISTS (SELECT 1 FROM {s}.activity_tasks t WHERE t.queue = qu.name AND t.state = 'QUEUED') END))"
         ),
         {"now": now},
     ).fetchone()
