@@ -79,6 +79,8 @@ def jsonable(value: Any) -> Any:
         }
     if isinstance(value, Mapping):
         return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple (a queue's RateLimit): by name
+        return {name: jsonable(item) for name, item in zip(value._fields, value, strict=True)}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [jsonable(item) for item in value]
     return repr(value)
