@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import click
@@ -22,6 +21,7 @@ from dex.cli.params import CAPACITY, QUEUE_NAME, NumbersMayBeNegative, shorten
 from dex.domain import queue_limits as limits
 from dex.domain.queue_limits import RateLimit
 from dex.views import render
+from dex.views.render import PERIOD_UNITS, rate_text
 
 _kind_option = click.option(
     "--kind",
@@ -110,24 +110,7 @@ class Rate(click.ParamType[Any, Any]):
 
 
 _RATE = re.compile(r"^(\d{1,12})\s*/\s*(\d{1,9}(?:\.\d{1,6})?)?\s*(ms|s|m|h|d)$")
-_PERIOD_UNITS = {
-    "ms": timedelta(milliseconds=1),
-    "s": timedelta(seconds=1),
-    "m": timedelta(minutes=1),
-    "h": timedelta(hours=1),
-    "d": timedelta(days=1),
-}
-
-
-def rate_text(rate: RateLimit | None) -> str:
-    """A rate limit as the list shows it (and ``rate-limit`` takes it): ``10/s``, ``600/5m``; ``-`` for none."""
-    if rate is None:
-        return "-"
-    for unit, size in sorted(_PERIOD_UNITS.items(), key=lambda item: item[1], reverse=True):
-        if rate.period % size == timedelta(0):
-            count = rate.period // size
-            return f"{rate.starts}/{'' if count == 1 else count}{unit}"
-    return f"{rate.starts}/{rate.period.total_seconds() * 1000:g}ms"
+_PERIOD_UNITS = dict(PERIOD_UNITS)
 
 
 @queues.command("rate-limit")
