@@ -9,6 +9,8 @@ after the last one through a slot is allowed, one microsecond earlier is not).
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -111,6 +113,41 @@ class QueueLimitsContract(PortContract):
         assert scheduled(store, clock) == {"r0"}
         store.set_queue_key_concurrency(QUEUE, "workflow", 3)
         assert scheduled(store, clock) == {"r0", "r1", "r2"}
+
+    @pytest.mark.parametrize("seed", range(4))
+    def test_scheduling_follows_the_domain_rules(self, store: Store, clock: VirtualClock, seed: int) -> None:
+        """Random runs (keys, priorities), a random key concurrency, rounds that end random
+        holders: each round grants what a model built from queue_limits grants."""
+        rng = random.Random(seed)
+        k = rng.randint(1, 3)
+        store.create_queue(QUEUE, "workflow", 100, k)
+        order: list[tuple[int, int, str, str | None]] = []  # RUN_ORDER: -priority, then creation
+        for n in range(rng.randint(8, 16)):
+            key, priority = rng.choice(["a", "b", "c", None]), rng.randint(0, 3)
+            start(store, clock, f"r{n}", key=key, priority=priority)
+            order.append((-priority, n, f"r{n}", key))
+            clock.advance(TICK)
+        order.sort()
+        granted: set[str] = set()
+        for _round in range(6):
+            holders = Counter(key for _p, _n, run, key in order if run in granted and key is not None)
+            for _p, _n, run, key in order:
+                if run in granted:
+                    continue
+                if key is None or key_grants(holders[key], k) > 0:
+                    granted.add(run)
+                    holders[key] += key is not None
+            assert scheduled(store, clock) == granted
+            ending = {run for run in granted if rng.random() < 0.5}
+            tasks = claim(store, clock, owner="ender")
+            for task in tasks:
+                if task.run_id in ending:
+                    result = decide(store, task, clock.now(), complete=RunStatus.COMPLETED)
+                    assert store.complete_workflow_tasks([(task, result)], clock.now()) == [True]
+                else:
+                    assert store.retry_workflow_tasks([(task, clock.now())], clock.now()) == [True]
+            granted -= ending
+            order = [entry for entry in order if entry[2] not in ending]
 
     # -- rate limits: workflow tasks ----------------------------------------------------------------
     def test_a_rate_limit_lets_n_workflow_tasks_start_per_window(self, store: Store, clock: VirtualClock) -> None:
