@@ -41,7 +41,6 @@ class Queues:
             limits.rate_limit(rate_limit),
         )
         self._queue_view.invalidate()
-        self._queues_changed()
 
     def pause_queue(self, name: str, kind: str) -> None:
         self._store.set_queue_paused(name, queue_kind(kind), True)
