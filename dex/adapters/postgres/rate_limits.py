@@ -19,10 +19,12 @@ makes it. So these statements are sent only when this engine knows of a limited 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import psycopg
 
@@ -32,6 +34,9 @@ from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, WORKFLOW_TASK_COLUMNS, workflow_task
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import ActivityTask, WorkflowTask
+
+log = logging.getLogger("dex.worker")
+T = TypeVar("T")
 
 # Per limited queue of the kind (not paused by the operator), its free slots, oldest first,
 # numbered 1.. per queue. KIND is filled in below.
@@ -193,13 +198,28 @@ class LimitedQueues:
             self._read_at = float("-inf")
 
     def any_of(self, kind: str) -> bool:
-        """Whether some queue of ``kind`` has a rate limit (a failed read counts as yes: the
-        limited claim then fails or finds nothing, as the store allows)."""
+        """Whether some queue of ``kind`` has a rate limit, as last read. A failed read keeps
+        what was known (the claims meet the store's fault themselves) and is tried again after
+        ``ttl``."""
         with self._lock:
             if time.monotonic() - self._read_at >= self._ttl:
                 try:
                     self._kinds = self._read()
-                except Exception:  # noqa: BLE001 - the next claim meets the store's fault itself
-                    self._kinds = frozenset({"workflow", "activity"})
+                except Exception:
+                    log.info("could not read which queues have rate limits; kept what was known", exc_info=True)
                 self._read_at = time.monotonic()
             return kind in self._kinds
+
+
+def then_limited(claimed: list[T], claim_limited: Callable[[], list[T]]) -> list[T]:
+    """``claimed`` (a plain claim's tasks, already committed) and then what the limited claim
+    takes. When the limited claim fails after the plain one took tasks, those are returned
+    (their leases are taken: raising would leave them until their leases expire) and the
+    fault is logged; with nothing claimed, the fault is the caller's, as for any claim."""
+    try:
+        return claimed + claim_limited()
+    except psycopg.Error:
+        if not claimed:
+            raise
+        log.warning("the claim of rate-limited queues failed; the other tasks claimed go on", exc_info=True)
+        return claimed

@@ -61,8 +61,9 @@ class PostgresWorkflowTasks:
             claimed = workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
             # rate-limited queues are claimed apart, through their start slots (rate_limits.py)
             if len(claimed) < limit and limited:
-                claimed += rate_limits.claim_workflow_tasks(
-                    conn, self._q, names, owner, now, lease, limit - len(claimed)
+                rest = limit - len(claimed)
+                return rate_limits.then_limited(
+                    claimed, lambda: rate_limits.claim_workflow_tasks(conn, self._q, names, owner, now, lease, rest)
                 )
             return claimed
 
@@ -123,8 +124,9 @@ class PostgresActivityTasks:
             claimed = activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
             # rate-limited queues are claimed apart, through their start slots (rate_limits.py)
             if len(claimed) < limit and limited:
-                claimed += rate_limits.claim_activity_tasks(
-                    conn, self._q, names, owner, now, lease, limit - len(claimed)
+                rest = limit - len(claimed)
+                return rate_limits.then_limited(
+                    claimed, lambda: rate_limits.claim_activity_tasks(conn, self._q, names, owner, now, lease, rest)
                 )
             return claimed
 
