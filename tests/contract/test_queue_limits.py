@@ -62,6 +62,25 @@ def test_a_drained_workflow_starts_its_activities_at_the_limits_pace(make_engine
     assert [s - begin for s in STARTS] == [timedelta(0)] * 2 + [period] * 2 + [2 * period]
 
 
+@dex.workflow(name="paced", queue="paced")
+async def paced(ctx: dex.WorkflowContext, n: int) -> int:
+    return n
+
+
+def test_a_rate_limited_workflow_queue_starts_its_runs_at_the_limits_pace(
+    make_engine: Any, clock: VirtualClock
+) -> None:
+    engine = make_engine([paced])
+    period = timedelta(minutes=1)
+    engine.create_queue("paced", "workflow", rate_limit=(1, period))
+    begin = clock.now()
+    run_ids = [engine.start_workflow(paced, n) for n in range(3)]
+    engine.drain()
+    assert [engine.wait(run_id, timeout=5) for run_id in run_ids] == [0, 1, 2]
+    # each run is one workflow task: one start a minute, oldest first
+    assert [engine.get_run(run_id).started_at - begin for run_id in run_ids] == [timedelta(0), period, 2 * period]
+
+
 def test_list_queues_shows_the_limits(make_engine: Any) -> None:
     engine = make_engine([probe])
     engine.create_queue("tenants", "workflow", 10, key_concurrency=4, rate_limit=(100, timedelta(seconds=1)))
