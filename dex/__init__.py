@@ -35,6 +35,7 @@ from dex.domain.errors import (
     WorkflowFailedError,
 )
 from dex.domain.events import HistoryEvent
+from dex.domain.queue_limits import RateLimit
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
 from dex.domain.values import ApplicationError, FailureInfo, TerminalError
@@ -61,6 +62,7 @@ __all__ = [
     "PayloadConverter",
     "QueryError",
     "QueueInfo",
+    "RateLimit",
     "RetryPolicy",
     "RunInfo",
     "RunNotFoundError",

@@ -23,6 +23,7 @@ from google.protobuf.message import Message as ProtoMessage
 from dex.app.ports.store import RunRecord
 from dex.app.schedules.spec import ScheduleInfo
 from dex.domain.errors import SerializationError
+from dex.domain.queue_limits import RateLimit
 from dex.domain.values import FailureInfo, Payload, describe_failure
 from dex.serialization.payloads import PayloadConverter
 
@@ -79,6 +80,8 @@ def jsonable(value: Any) -> Any:
         }
     if isinstance(value, Mapping):
         return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple (a queue's RateLimit): by name
+        return {name: jsonable(item) for name, item in zip(value._fields, value, strict=True)}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [jsonable(item) for item in value]
     return repr(value)
@@ -234,3 +237,25 @@ def runs_table(records: Sequence[RunRecord]) -> str:
         for r in records
     ]
     return table(("RUN ID", "WORKFLOW", "STATUS", "CREATED", "TOOK", "LABELS", "CUSTOM STATUS"), rows)
+
+
+PERIOD_UNITS: tuple[tuple[str, timedelta], ...] = (
+    ("d", timedelta(days=1)),
+    ("h", timedelta(hours=1)),
+    ("m", timedelta(minutes=1)),
+    ("s", timedelta(seconds=1)),
+    ("ms", timedelta(milliseconds=1)),
+)
+"""The units of a rate limit's period as the command line and the dashboard write it."""
+
+
+def rate_text(rate: RateLimit | None) -> str:
+    """A queue's rate limit as ``N/PERIOD`` in the largest unit that divides the period
+    (``10/s``, ``600/5m``, ``1/250ms``; ``dex queues rate-limit`` reads the same), ``-`` for none."""
+    if rate is None:
+        return "-"
+    for unit, size in PERIOD_UNITS:
+        if rate.period % size == timedelta(0):
+            count = rate.period // size
+            return f"{rate.starts}/{'' if count == 1 else count}{unit}"
+    return f"{rate.starts}/{rate.period.total_seconds() * 1000:g}ms"

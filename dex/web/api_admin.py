@@ -1,20 +1,22 @@
 """The JSON API of queues, engines and schedules under ``/v1`` (docs/reference/contract.md §12): list queues, pause,
-resume and size one; list the live engines (docs/reference/contract.md §15); list schedules, show one, pause, resume
+resume and size one, set its key concurrency and rate limit (§15); list the live engines (docs/reference/contract.md §15); list schedules, show one, pause, resume
 and trigger one. Each is the engine's own call (``Engine.pause_queue``, ``Engine.list_engines``,
 ``Engine.trigger_schedule``, ...)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from dex.app.ports.store import MAX_QUEUE_CAPACITY
+from dex.domain.queue_limits import MAX_KEY_CONCURRENCY, MAX_RATE_COUNT
 from dex.views.render import jsonable
 from dex.web import inputs
 from dex.web.errors import ApiError
-from dex.web.openapi import NAME, QUEUE_NAME, TEXT, links, nullable, run_links
+from dex.web.openapi import NAME, QUEUE_NAME, RATE_LIMIT_DOC, TEXT, links, nullable, run_links
 from dex.web.operations import Operation, Param, blocking, json
 
 KIND = Param(name="kind", where="path", schema={"type": "string", "enum": ["workflow", "activity"]})
@@ -66,6 +68,34 @@ async def set_capacity(request: Request, web: Any) -> Response:
     return json(await blocking(web.queue, name, kind))
 
 
+async def set_key_concurrency(request: Request, web: Any) -> Response:
+    body = await inputs.json_object(request)
+    name, kind = await _existing_queue(request, web)
+    n = inputs.whole_number(body, "key_concurrency", 1, MAX_KEY_CONCURRENCY)
+    if n is None:
+        raise ApiError(422, "ValueError", "key_concurrency (a positive integer) is required")
+    await blocking(web.engine.set_queue_key_concurrency, name, kind, n)
+    return json(await blocking(web.queue, name, kind))
+
+
+async def set_rate_limit(request: Request, web: Any) -> Response:
+    """``{"rate_limit": {"starts": n, "period": seconds}}``, or ``{"rate_limit": null}`` to remove it."""
+    body = await inputs.json_object(request)
+    name, kind = await _existing_queue(request, web)
+    if "rate_limit" not in body:
+        raise ApiError(422, "ValueError", "rate_limit ({starts, period} or null) is required")
+    given = inputs.field(body, "rate_limit", dict)
+    rate = None
+    if given is not None:
+        starts = inputs.whole_number(given, "starts", 1, MAX_RATE_COUNT)
+        period = inputs.field(given, "period", (int, float))
+        if starts is None or period is None or isinstance(period, bool):
+            raise ApiError(422, "ValueError", "a rate limit needs starts (an integer) and period (seconds)")
+        rate = (starts, timedelta(seconds=period))  # out of range: the engine's ValueError, a 422
+    await blocking(web.engine.set_queue_rate_limit, name, kind, rate)
+    return json(await blocking(web.queue, name, kind))
+
+
 async def list_engines(request: Request, web: Any) -> Response:
     engines = await blocking(web.engine.list_engines)
     return json({"engines": [jsonable(engine) for engine in engines]})
@@ -112,7 +142,7 @@ def admin_operations() -> list[Operation]:
             method="GET",
             path="/v1/queues",
             handler=list_queues,
-            summary="Every queue: kind, status, capacity and depth",
+            summary="Every queue: kind, status, capacity, depth, key concurrency and rate limit",
             response={"type": "object", "properties": {"queues": {"type": "array", "items": QUEUE_DOC}}},
             tag="queues",
             links=links(
@@ -120,6 +150,8 @@ def admin_operations() -> list[Operation]:
                     ("PauseQueue", "POST", queue_path + "/pause"),
                     ("ResumeQueue", "POST", queue_path + "/resume"),
                     ("SetCapacity", "POST", queue_path + "/capacity"),
+                    ("SetKeyConcurrency", "POST", queue_path + "/key-concurrency"),
+                    ("SetRateLimit", "POST", queue_path + "/rate-limit"),
                 ),
                 kind="$response.body#/queues/0/kind",
                 name="$response.body#/queues/0/name",
@@ -153,6 +185,34 @@ def admin_operations() -> list[Operation]:
                 "type": "object",
                 "required": ["capacity"],
                 "properties": {"capacity": {"type": "integer", "minimum": 1, "maximum": MAX_QUEUE_CAPACITY}},
+            },
+            response=QUEUE_DOC,
+            tag="queues",
+        ),
+        Operation(
+            method="POST",
+            path=queue_path + "/key-concurrency",
+            handler=set_key_concurrency,
+            summary="Set how many runs sharing a concurrency key may run at once, granted by this queue",
+            params=(KIND, QUEUE),
+            body={
+                "type": "object",
+                "required": ["key_concurrency"],
+                "properties": {"key_concurrency": {"type": "integer", "minimum": 1, "maximum": MAX_KEY_CONCURRENCY}},
+            },
+            response=QUEUE_DOC,
+            tag="queues",
+        ),
+        Operation(
+            method="POST",
+            path=queue_path + "/rate-limit",
+            handler=set_rate_limit,
+            summary="Let at most `starts` of a queue's tasks start in any window of `period` seconds (null: no limit)",
+            params=(KIND, QUEUE),
+            body={
+                "type": "object",
+                "required": ["rate_limit"],
+                "properties": {"rate_limit": nullable(RATE_LIMIT_DOC)},
             },
             response=QUEUE_DOC,
             tag="queues",

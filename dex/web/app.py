@@ -27,6 +27,7 @@ from dex.app.facade.engine import Engine
 from dex.app.ports.store import QueueInfo, RunRecord, Store
 from dex.domain.errors import NotFoundError, RunNotFoundError
 from dex.remote.service import ActivityTaskService
+from dex.views.render import jsonable
 from dex.web import activity_tasks, api, pages
 from dex.web.body_limit import (
     ACTIVITY_TASKS,
@@ -89,7 +90,7 @@ def insights_for(store: Store) -> Insights:
 
 
 def queue_document(info: QueueInfo) -> dict[str, Any]:
-    return {"name": info.name, "kind": info.kind, "status": info.status, "capacity": info.capacity, "depth": info.depth}
+    return jsonable(info)  # type: ignore[no-any-return]
 
 
 def create_app(

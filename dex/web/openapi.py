@@ -19,6 +19,7 @@ from dex.app.ports.attempts import ATTEMPT_KINDS, MAX_RECENT_ATTEMPTS
 from dex.app.ports.schedules import OVERLAP_POLICIES
 from dex.domain.definitions import NAME_PATTERN, QUEUE_PATTERN
 from dex.domain.instance_keys import ID_REUSE
+from dex.domain.queue_limits import MAX_RATE_COUNT, MAX_RATE_PERIOD, MIN_RATE_PERIOD
 from dex.domain.status import RunStatus
 from dex.web.operations import Operation
 from dex.web.validation import NO_NUL
@@ -41,6 +42,20 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 STRING = {"type": "string"}
 NULLABLE_STRING = {"type": ["string", "null"]}
+# a queue's rate limit (docs/reference/contract.md §15): at most `starts` starts in any window of `period` seconds
+RATE_LIMIT_DOC: dict[str, Any] = {
+    "type": "object",
+    "required": ["starts", "period"],
+    "properties": {
+        "starts": {"type": "integer", "minimum": 1, "maximum": MAX_RATE_COUNT},
+        "period": {
+            "type": "number",
+            "minimum": MIN_RATE_PERIOD.total_seconds(),
+            "maximum": MAX_RATE_PERIOD.total_seconds(),
+            "description": "seconds",
+        },
+    },
+}
 TIME = {"type": ["string", "null"], "format": "date-time"}
 SECONDS = {"type": "number", "description": "seconds"}
 FAILURE = {
@@ -139,6 +154,8 @@ SCHEMAS: dict[str, Any] = {
             "status": {"type": "string", "enum": ["ACTIVE", "PAUSED"]},
             "capacity": {"type": "integer"},
             "depth": {"type": "integer"},
+            "key_concurrency": {"type": "integer", "minimum": 1},
+            "rate_limit": nullable(RATE_LIMIT_DOC),
         },
     },
     "Engine": {

@@ -22,7 +22,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from dex.views.render import show_duration, show_labels, show_schedule_status, show_schedule_timing, show_time
+from dex.views.render import (
+    rate_text,
+    show_duration,
+    show_labels,
+    show_schedule_status,
+    show_schedule_timing,
+    show_time,
+)
 from dex.web import actions, inputs
 from dex.web.errors import classify
 from dex.web.insights import MAX_CHILDREN_COUNTED
@@ -168,7 +175,7 @@ async def run_page(request: Request) -> Response:
 
 async def queues(request: Request) -> Response:
     web = request.app.state.web
-    return render(request, "queues.html", queues=await blocking(web.engine.list_queues))
+    return render(request, "queues.html", queues=await blocking(web.engine.list_queues), rate_text=rate_text)
 
 
 async def workers(request: Request) -> Response:

@@ -140,9 +140,10 @@ def in_flight() -> Iterator[InFlight]:
 
 
 def columns(conn: psycopg.Connection, schema: str, table: str) -> list[str]:
+    """The columns a row is written with: generated ones (``queues.paused`` from 17) are not."""
     rows = conn.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
-        " ORDER BY ordinal_position",
+        " AND is_generated = 'NEVER' ORDER BY ordinal_position",
         [schema, table],
     ).fetchall()
     return [row[0] for row in rows]
@@ -162,6 +163,10 @@ def events_of(block: bytes) -> Iterator[bytes]:
                 break
         yield block[at : at + size]
         at += size
+
+
+# migration 15's columns of queues, and what they hold in a queue an older engine made
+QUEUE_LIMITS = {"operator_paused": "paused", "key_concurrency": "1", "rate_count": "NULL", "rate_period_us": "NULL"}
 
 
 def copy_in_flight(conn: psycopg.Connection, source: str, target: str, version: int) -> None:
@@ -184,18 +189,25 @@ def copy_in_flight(conn: psycopg.Connection, source: str, target: str, version: 
             continue
         missing = set(have) - set(want)
         # columns that later migrations added: trace_context (2), code_version and task_failure (7),
-        # forked_from (8), deadline and unread_events (13)
+        # forked_from (8), deadline and unread_events (13), the queues' limits (15: the operator's pause
+        # is ``paused`` before it)
         added_later = (
             ({"trace_context"} if version < 2 else set())
             | ({"code_version", "task_failure"} if version < 7 and table == "runs" else set())
             | ({"forked_from"} if version < 8 and table == "runs" else set())
             | ({"deadline", "unread_events"} if version < 13 and table == "runs" else set())
+            | (set(QUEUE_LIMITS) if version < 15 and table == "queues" else set())
         )
         assert missing <= added_later, (table, missing)
         for column in missing:  # nothing is lost: an engine without tracing or a code version writes none
             # (unread_events is 0 where nothing was left unread, as before migration 13)
-            condition = f"{column} <> 0" if column == "unread_events" else f"{column} IS NOT NULL"
-            assert src.one(conn, f"SELECT count(*) FROM {{s}}.{table} WHERE {condition}") == 0
+            if column == "unread_events":
+                unset = f"{column} <> 0"
+            elif column in QUEUE_LIMITS:
+                unset = f"{column} IS DISTINCT FROM {QUEUE_LIMITS[column]}"
+            else:
+                unset = f"{column} IS NOT NULL"
+            assert src.one(conn, f"SELECT count(*) FROM {{s}}.{table} WHERE {unset}") == 0
         names = sql.SQL(", ").join(map(sql.Identifier, [c for c in have if c in want]))
         conn.execute(
             sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {} FROM {}").format(

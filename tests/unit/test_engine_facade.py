@@ -118,10 +118,12 @@ PUBLIC_CALLS: dict[str, tuple[Any, ...]] = {
     "health": (),
     "on_activity_work": (("listener", _POS, _NONE),),
     "long_poll_gate": (("limit", _POS, _NONE),),
-    "create_queue": (*_QUEUE, ("capacity", _POS, 100)),
+    "create_queue": (*_QUEUE, ("capacity", _POS, 100), ("key_concurrency", _POS, 1), ("rate_limit", _POS, None)),
     "pause_queue": _QUEUE,
     "resume_queue": _QUEUE,
     "set_queue_capacity": (*_QUEUE, ("capacity", _POS, _NONE)),
+    "set_queue_key_concurrency": (*_QUEUE, ("key_concurrency", _POS, _NONE)),
+    "set_queue_rate_limit": (*_QUEUE, ("rate_limit", _POS, _NONE)),
     "list_queues": (),
     "list_engines": (),
     "create_schedule": (("schedule", _POS, _NONE),),
@@ -252,3 +254,21 @@ def test_queues_built_alone_tell_the_runtime_only_of_changes_that_can_free_slots
     assert len(changed) == 2
     (mail,) = [q for q in queues.list_queues() if q.name == "mail"]
     assert (mail.capacity, mail.status) == (5, "ACTIVE")
+
+
+def test_queue_limits_tell_the_runtime_when_set_and_refuse_bad_values_first() -> None:
+    store = InMemoryAdapter(clock=VirtualClock())
+    changed: list[None] = []
+    queues = Queues(store, QueueView(store.activity_slots), queues_changed=lambda: changed.append(None))
+    queues.create_queue("mail", "activity", 2, rate_limit=(3, timedelta(seconds=1)))
+    assert changed == []
+    with pytest.raises(ValueError):
+        queues.set_queue_rate_limit("mail", "activity", (0, timedelta(seconds=1)))
+    with pytest.raises(ValueError):
+        queues.set_queue_key_concurrency("mail", "activity", 0)
+    assert changed == []
+    queues.set_queue_rate_limit("mail", "activity", None)
+    queues.set_queue_key_concurrency("mail", "activity", 2)
+    assert len(changed) == 2
+    (mail,) = [q for q in queues.list_queues() if q.name == "mail"]
+    assert (mail.key_concurrency, mail.rate_limit) == (2, None)

@@ -51,7 +51,7 @@ class MemoryRuns:
             if created.concurrency_key is not None or created.workflow_name not in claim.names:
                 return [], []
             queue = state.queue(created.queue, WORKFLOW)
-            if queue.paused or state.active_workflow_tasks(queue.name) >= queue.capacity:
+            if queue.held_back or state.active_workflow_tasks(queue.name) >= queue.capacity:
                 return [], []
             task = state.add_workflow_task(state.runs[run_id], queue.name)
             task.lease.take(claim.owner, now + claim.lease)

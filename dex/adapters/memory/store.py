@@ -59,6 +59,7 @@ from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
 from dex.domain.forks import Fork
 from dex.domain.instance_keys import StartRule
+from dex.domain.queue_limits import RateLimit
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
@@ -291,14 +292,22 @@ class InMemoryAdapter:
     def ensure_queue(self, name: str, kind: str, capacity: int = 100) -> None:
         self._queues.ensure_queue(name, kind, capacity)
 
-    def create_queue(self, name: str, kind: str, capacity: int) -> None:
-        self._queues.create_queue(name, kind, capacity)
+    def create_queue(
+        self, name: str, kind: str, capacity: int, key_concurrency: int = 1, rate_limit: RateLimit | None = None
+    ) -> None:
+        self._queues.create_queue(name, kind, capacity, key_concurrency, rate_limit)
 
     def set_queue_paused(self, name: str, kind: str, paused: bool) -> None:
         self._queues.set_queue_paused(name, kind, paused)
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
         self._queues.set_queue_capacity(name, kind, capacity)
+
+    def set_queue_key_concurrency(self, name: str, kind: str, key_concurrency: int) -> None:
+        self._queues.set_queue_key_concurrency(name, kind, key_concurrency)
+
+    def set_queue_rate_limit(self, name: str, kind: str, rate_limit: RateLimit | None) -> None:
+        self._queues.set_queue_rate_limit(name, kind, rate_limit)
 
     def list_queues(self) -> list[QueueInfo]:
         return self._queues.list_queues()

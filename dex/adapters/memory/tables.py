@@ -8,6 +8,7 @@ import attrs
 
 from dex.app.ports.store import ActivityTask, Lease, RunRecord, WorkflowTask
 from dex.domain import events as ev
+from dex.domain.queue_limits import RateLimit, slot_is_free
 from dex.domain.retry import RetryPolicy
 from dex.domain.status import RunStatus
 from dex.domain.values import FailureInfo, Payload
@@ -154,3 +155,30 @@ class QueueRow:
     kind: str
     capacity: int
     paused: bool = False
+    key_concurrency: int = 1
+    rate_limit: RateLimit | None = None
+    # with a rate limit, the last start through each of its slots (None: never; queue_limits.py)
+    starts: list[datetime | None] = attrs.field(factory=list)
+
+    @property
+    def held_back(self) -> bool:
+        """Whether the paths that start a task without a claim's start slot keep off the queue
+        (a new run's first task claimed with it, an answered step, an inline attempt): when it is
+        paused, and when it has a rate limit (as PostgreSQL's generated ``paused`` column)."""
+        return self.paused or self.rate_limit is not None
+
+    def limit_rate(self, limit: RateLimit | None) -> None:
+        """Set the rate limit; slots are kept (with their last starts) or added, up to its count."""
+        self.rate_limit = limit
+        count = limit.starts if limit is not None else 0
+        self.starts = self.starts[:count] + [None] * (count - len(self.starts))
+
+    def take_start(self, now: datetime) -> bool:
+        """Whether a task of the queue may start at ``now``; if so, the start takes its slot."""
+        if self.rate_limit is None:
+            return True
+        for n, last in enumerate(self.starts):
+            if slot_is_free(last, now, self.rate_limit.period):
+                self.starts[n] = now
+                return True
+        return False

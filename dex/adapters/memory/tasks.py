@@ -10,6 +10,7 @@ task's result or retry. A result whose lease was lost is refused. Part of
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
@@ -34,6 +35,7 @@ from dex.app.ports.store import (
 from dex.domain import events as ev
 from dex.domain.endings import kept_activity_tasks, kept_messages
 from dex.domain.errors import RunNotFoundError
+from dex.domain.queue_limits import key_grants
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
@@ -51,11 +53,11 @@ class MemoryTasks:
     # -- workflow tasks -----------------------------------------------------------------------
     def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
         with self._state.lock:
-            key_holders = {
+            key_holders = Counter(
                 row.created.concurrency_key
                 for row in self._state.runs.values()
                 if row.holds_key and not row.status.is_terminal
-            }
+            )
             candidates = []
             for run_id, inbox in self._state.inbox.items():
                 row = self._state.runs[run_id]
@@ -75,14 +77,14 @@ class MemoryTasks:
                     break
                 key = row.created.concurrency_key
                 needs_key = key is not None and not row.holds_key and not cancel
-                if needs_key and key in key_holders:
-                    continue
                 queue = self._state.queue(row.created.queue, WORKFLOW)
+                if needs_key and key_grants(key_holders[key], queue.key_concurrency) == 0:
+                    continue
                 if queue.paused or self._state.active_workflow_tasks(queue.name) >= queue.capacity:
                     continue
                 if needs_key:
                     row.holds_key = True
-                    key_holders.add(key)
+                    key_holders[key] += 1
                 self._state.add_workflow_task(row, queue.name)
                 created += 1
             return created
@@ -101,8 +103,12 @@ class MemoryTasks:
                 and not self._state.queue(t.queue, WORKFLOW).paused
             ]
             ready.sort(key=lambda t: (-t.priority, t.task_id))
-            claimed = []
-            for task in ready[:limit]:
+            claimed: list[WorkflowTask] = []
+            for task in ready:
+                if len(claimed) >= limit:
+                    break
+                if not self._state.queue(task.queue, WORKFLOW).take_start(now):
+                    continue  # its queue's rate limit has no slot free now
                 task.lease.take(owner, now + lease)
                 claimed.append(task.claimed())
             return claimed
@@ -196,7 +202,7 @@ class MemoryTasks:
             return False
         if any(m.visible_from <= now for m in self._state.inbox.get(task.run_id, [])):
             return False  # what the run was sent comes first: its workflow task takes it all in order
-        return not self._state.queue(run.created.queue, WORKFLOW).paused
+        return not self._state.queue(run.created.queue, WORKFLOW).held_back
 
     def apply_result(self, run_id: str, result: WorkflowTaskResult, now: datetime) -> bool:
         """Write ``result`` to the run (checked by the caller, who holds the state's lock)."""
@@ -289,8 +295,12 @@ class MemoryTasks:
                 and not self._state.queue(t.queue, ACTIVITY).paused
             ]
             ready.sort(key=lambda t: (-t.priority, t.task_id))
-            claimed = []
-            for task in ready[:limit]:
+            claimed: list[ActivityTask] = []
+            for task in ready:
+                if len(claimed) >= limit:
+                    break
+                if not self._state.queue(task.queue, ACTIVITY).take_start(now):
+                    continue  # its queue's rate limit has no slot free now
                 if task.lease.owner is not None and task.lease.until is not None:
                     # the previous holder's lease expired: that attempt is lost, and kept as such
                     lost = FailedAttempt(

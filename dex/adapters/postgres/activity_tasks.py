@@ -36,7 +36,8 @@ def _lease_arrays(tasks: Sequence[ActivityTask]) -> list[list[object]]:
 
 
 # Per active queue, the best visible CREATED tasks up to its free slots (an index scan of
-# activity_tasks_waiting in each partition), then the best of those overall. SKIP LOCKED
+# activity_tasks_waiting in each partition), then the best of those overall. The operator's
+# pause stops scheduling; a rate limit does not (it limits the claims: migration 15). SKIP LOCKED
 # passes over tasks being deleted by a run's completion. GATE is where a dispatch adds its
 # condition (dispatch.dispatch_now).
 _SCHEDULE = """
@@ -44,7 +45,7 @@ _SCHEDULE = """
         SELECT q.name AS queue,
                q.capacity - (SELECT count(*) FROM {s}.activity_tasks t
                              WHERE t.queue = q.name AND t.state = 'QUEUED') AS slots
-        FROM {s}.queues q WHERE q.kind = 'activity' AND NOT q.paused GATE
+        FROM {s}.queues q WHERE q.kind = 'activity' AND NOT q.operator_paused GATE
     ),
     chosen AS (
         SELECT w.queue, w.task_id FROM free f

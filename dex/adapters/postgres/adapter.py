@@ -13,6 +13,7 @@ single statement in the pool's autocommit mode, or a ``conn.transaction()`` bloc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from dex.adapters.postgres.engines import PostgresEngines
 from dex.adapters.postgres.forks import PostgresForks
 from dex.adapters.postgres.instance_keys import PostgresKeyedStarts
 from dex.adapters.postgres.queues import PostgresQueues
+from dex.adapters.postgres.rate_limits import LimitedQueues, read_limited_kinds
 from dex.adapters.postgres.runs import PostgresRuns
 from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.adapters.postgres.schema import Statements, migrate
@@ -66,6 +68,7 @@ from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.forks import Fork
 from dex.domain.instance_keys import StartRule
+from dex.domain.queue_limits import RateLimit
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
@@ -161,12 +164,13 @@ class PostgresAdapter:
             restore_query(statement_timeout, idle_in_transaction_timeout),
             keep=step_connections,
         )
-        self._queues = queues = PostgresQueues(db, q)
+        limited = LimitedQueues(functools.partial(read_limited_kinds, db, q))
+        self._queues = queues = PostgresQueues(db, q, limited)
         self._engines = PostgresEngines(db, q)
         self._runs = PostgresRuns(db, q, create_statement, queues)
         self._keyed = PostgresKeyedStarts(db, q, create_statement, queues)
-        self._workflow_tasks = PostgresWorkflowTasks(db, q, queues)
-        self._activity_tasks = PostgresActivityTasks(db, q)
+        self._workflow_tasks = PostgresWorkflowTasks(db, q, queues, limited)
+        self._activity_tasks = PostgresActivityTasks(db, q, limited)
         self._schedules = PostgresSchedules(db, q, create_statement, queues)
         self._forks = PostgresForks(db, q, queues)
         self._steps = PostgresTransactionSteps(
@@ -368,14 +372,22 @@ class PostgresAdapter:
     def ensure_queue(self, name: str, kind: str, capacity: int = 100) -> None:
         self._queues.ensure_queue(name, kind, capacity)
 
-    def create_queue(self, name: str, kind: str, capacity: int) -> None:
-        self._queues.create_queue(name, kind, capacity)
+    def create_queue(
+        self, name: str, kind: str, capacity: int, key_concurrency: int = 1, rate_limit: RateLimit | None = None
+    ) -> None:
+        self._queues.create_queue(name, kind, capacity, key_concurrency, rate_limit)
 
     def set_queue_paused(self, name: str, kind: str, paused: bool) -> None:
         self._queues.set_queue_paused(name, kind, paused)
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
         self._queues.set_queue_capacity(name, kind, capacity)
+
+    def set_queue_key_concurrency(self, name: str, kind: str, key_concurrency: int) -> None:
+        self._queues.set_queue_key_concurrency(name, kind, key_concurrency)
+
+    def set_queue_rate_limit(self, name: str, kind: str, rate_limit: RateLimit | None) -> None:
+        self._queues.set_queue_rate_limit(name, kind, rate_limit)
 
     def list_queues(self) -> list[QueueInfo]:
         return self._queues.list_queues()

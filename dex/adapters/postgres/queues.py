@@ -20,9 +20,12 @@ from datetime import datetime, timedelta
 import psycopg
 
 from dex.adapters.postgres.database import Database
+from dex.adapters.postgres.rate_limits import LimitedQueues
 from dex.adapters.postgres.schema import Statements, create_partition
 from dex.app.ports.store import QUEUE_KINDS, ActivitySlots, QueueInfo, queue_capacity
+from dex.domain import queue_limits as limits
 from dex.domain.definitions import validate_queue
+from dex.domain.queue_limits import RateLimit
 
 
 def check_queue(name: str, kind: str, capacity: int) -> None:
@@ -43,42 +46,102 @@ def ensure_queue(conn: psycopg.Connection, q: Statements, name: str, kind: str, 
         create_partition(conn, q.schema, kind, name)
 
 
-def create_queue(conn: psycopg.Connection, q: Statements, name: str, kind: str, capacity: int) -> None:
-    """Create the queue, or set the capacity of the existing one."""
+def create_queue(
+    conn: psycopg.Connection,
+    q: Statements,
+    name: str,
+    kind: str,
+    capacity: int,
+    key_concurrency: int = 1,
+    rate_limit: RateLimit | None = None,
+) -> None:
+    """Create the queue, or give the existing one these settings."""
     row = conn.execute(
         q(
-            "INSERT INTO {s}.queues (kind, name, capacity) VALUES (%s, %s, %s)"
-            " ON CONFLICT (kind, name) DO UPDATE SET capacity = excluded.capacity"
+            "INSERT INTO {s}.queues AS qu (kind, name, capacity, key_concurrency, rate_count, rate_period_us)"
+            " VALUES (%s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (kind, name) DO UPDATE SET capacity = excluded.capacity,"
+            " key_concurrency = excluded.key_concurrency, rate_count = excluded.rate_count,"
+            " rate_period_us = excluded.rate_period_us"
             " RETURNING (xmax = 0) AS inserted"
         ),
-        [kind, name, capacity],
+        [kind, name, capacity, key_concurrency, *_rate_columns(rate_limit)],
     ).fetchone()
     if row is not None and row[0]:
         create_partition(conn, q.schema, kind, name)
+    start_slots(conn, q, name, kind, rate_limit)
+
+
+def _rate_columns(rate_limit: RateLimit | None) -> tuple[int | None, int | None]:
+    """A rate limit as its columns: the count, and the period in whole microseconds."""
+    if rate_limit is None:
+        return None, None
+    return rate_limit.starts, rate_limit.period // timedelta(microseconds=1)
+
+
+def start_slots(conn: psycopg.Connection, q: Statements, name: str, kind: str, rate_limit: RateLimit | None) -> None:
+    """Make the queue's start slots match its rate limit: slots 0 to count - 1, none without
+    one. Slots kept keep their last start, so lowering the count does not let a burst through;
+    new slots have never started anything."""
+    count = rate_limit.starts if rate_limit is not None else 0
+    conn.execute(q("DELETE FROM {s}.queue_starts WHERE kind = %s AND queue = %s AND slot >= %s"), [kind, name, count])
+    if count:
+        conn.execute(
+            q(
+                "INSERT INTO {s}.queue_starts (kind, queue, slot)"
+                " SELECT %s, %s, n FROM generate_series(0, %s - 1) AS n ON CONFLICT DO NOTHING"
+            ),
+            [kind, name, count],
+        )
+
+
+_UPDATES = {
+    # the operator's pause; ``paused`` is generated from it and the rate limit (migration 15)
+    "paused": "UPDATE {s}.queues SET operator_paused = %s WHERE kind = %s AND name = %s",
+    "capacity": "UPDATE {s}.queues SET capacity = %s WHERE kind = %s AND name = %s",
+    "key_concurrency": "UPDATE {s}.queues SET key_concurrency = %s WHERE kind = %s AND name = %s",
+}
 
 
 def update_queue(conn: psycopg.Connection, q: Statements, name: str, kind: str, column: str, value: object) -> None:
-    """Set ``paused`` or ``capacity`` of an existing queue; ValueError if there is none."""
-    statement = {
-        "paused": "UPDATE {s}.queues SET paused = %s WHERE kind = %s AND name = %s",
-        "capacity": "UPDATE {s}.queues SET capacity = %s WHERE kind = %s AND name = %s",
-    }[column]
-    if conn.execute(q(statement), [value, kind, name]).rowcount == 0:
+    """Set ``paused``, ``capacity`` or ``key_concurrency`` of an existing queue; ValueError if there is none."""
+    if conn.execute(q(_UPDATES[column]), [value, kind, name]).rowcount == 0:
         raise ValueError(f"there is no {kind} queue named {name!r}")
+
+
+def limit_rate(conn: psycopg.Connection, q: Statements, name: str, kind: str, rate_limit: RateLimit | None) -> None:
+    """Set or remove an existing queue's rate limit, and make its start slots match it. The
+    queue's row is updated first, so a second change of the same queue waits for this one."""
+    updated = conn.execute(
+        q("UPDATE {s}.queues SET rate_count = %s, rate_period_us = %s WHERE kind = %s AND name = %s"),
+        [*_rate_columns(rate_limit), kind, name],
+    )
+    if updated.rowcount == 0:
+        raise ValueError(f"there is no {kind} queue named {name!r}")
+    start_slots(conn, q, name, kind, rate_limit)
 
 
 def list_queues(conn: psycopg.Connection, q: Statements) -> list[QueueInfo]:
     rows = conn.execute(
         q(
-            "SELECT q.name, q.kind, q.paused, q.capacity, CASE q.kind"
+            "SELECT q.name, q.kind, q.operator_paused, q.capacity, CASE q.kind"
             "  WHEN 'workflow' THEN (SELECT count(*) FROM {s}.workflow_tasks t WHERE t.queue = q.name)"
-            "  ELSE (SELECT count(*) FROM {s}.activity_tasks t WHERE t.queue = q.name) END"
+            "  ELSE (SELECT count(*) FROM {s}.activity_tasks t WHERE t.queue = q.name) END,"
+            " q.key_concurrency, q.rate_count, q.rate_period_us"
             " FROM {s}.queues q"
         )
     ).fetchall()
     infos = [
-        QueueInfo(name=name, kind=kind, status="PAUSED" if paused else "ACTIVE", capacity=capacity, depth=depth)
-        for name, kind, paused, capacity, depth in rows
+        QueueInfo(
+            name=name,
+            kind=kind,
+            status="PAUSED" if paused else "ACTIVE",
+            capacity=capacity,
+            depth=depth,
+            key_concurrency=key_concurrency,
+            rate_limit=RateLimit(count, timedelta(microseconds=period)) if count is not None else None,
+        )
+        for name, kind, paused, capacity, depth, key_concurrency, count, period in rows
     ]
     return sorted(infos, key=lambda info: (info.name, info.kind))
 
@@ -120,14 +183,22 @@ def release_leadership(conn: psycopg.Connection, q: Statements, node_id: str) ->
 
 def next_due_time(conn: psycopg.Connection, q: Statements, now: datetime) -> datetime | None:
     """The earliest moment after ``now`` when a message, a waiting activity task or a lease
-    becomes due (each branch is one index probe)."""
+    becomes due (each branch is one index probe), or a start slot of a rate-limited queue that
+    has tasks frees up (no rows without rate limits)."""
     row = conn.execute(
         q(
             "SELECT least("
             " (SELECT min(visible_from) FROM {s}.inbox WHERE visible_from > %(now)s),"
             " (SELECT min(visible_from) FROM {s}.activity_tasks WHERE state = 'CREATED' AND visible_from > %(now)s),"
             " (SELECT min(locked_until) FROM {s}.activity_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s),"
-            " (SELECT min(locked_until) FROM {s}.workflow_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s))"
+            " (SELECT min(locked_until) FROM {s}.workflow_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s),"
+            " (SELECT min(st.last_start + qu.rate_period_us * interval '1 microsecond')"
+            "  FROM {s}.queues qu JOIN {s}.queue_starts st ON st.kind = qu.kind AND st.queue = qu.name"
+            "  WHERE qu.rate_count IS NOT NULL"
+            "    AND st.last_start + qu.rate_period_us * interval '1 microsecond' > %(now)s"
+            "    AND CASE qu.kind WHEN 'workflow'"
+            "      THEN EXISTS (SELECT 1 FROM {s}.workflow_tasks t WHERE t.queue = qu.name)"
+            "      ELSE EXISTS (SELECT 1 FROM {s}.activity_tasks t WHERE t.queue = qu.name AND t.state = 'QUEUED') END))"
         ),
         {"now": now},
     ).fetchone()
@@ -138,9 +209,10 @@ class PostgresQueues:
     """The queue administration, leadership and due-time ports of the PostgreSQL adapter, and
     the cache of queues known to exist that its other parts consult before they write."""
 
-    def __init__(self, db: Database, q: Statements) -> None:
+    def __init__(self, db: Database, q: Statements, limited: LimitedQueues) -> None:
         self._db = db
         self._q = q
+        self._limited = limited  # told when this engine changes a rate limit
         self._known: set[tuple[str, str]] = set()
         # the parts' threads (starts, flushers, scheduler) consult the cache at once
         self._known_lock = threading.Lock()
@@ -162,10 +234,14 @@ class PostgresQueues:
         with self._known_lock:  # queues are never deleted, so once known, always known
             self._known.add((name, kind))
 
-    def create_queue(self, name: str, kind: str, capacity: int) -> None:
+    def create_queue(
+        self, name: str, kind: str, capacity: int, key_concurrency: int = 1, rate_limit: RateLimit | None = None
+    ) -> None:
         check_queue(name, kind, capacity)
+        n, limit = limits.key_concurrency(key_concurrency), limits.rate_limit(rate_limit)
         with self._db.transaction() as conn:
-            create_queue(conn, self._q, name, kind, capacity)
+            create_queue(conn, self._q, name, kind, capacity, n, limit)
+        self._limited.invalidate()
         with self._known_lock:
             self._known.add((name, kind))
 
@@ -178,6 +254,19 @@ class PostgresQueues:
         check_queue(name, kind, capacity)
         with self._db.transaction() as conn:
             update_queue(conn, self._q, name, kind, "capacity", capacity)
+
+    def set_queue_key_concurrency(self, name: str, kind: str, key_concurrency: int) -> None:
+        check_queue(name, kind, 1)
+        n = limits.key_concurrency(key_concurrency)
+        with self._db.transaction() as conn:
+            update_queue(conn, self._q, name, kind, "key_concurrency", n)
+
+    def set_queue_rate_limit(self, name: str, kind: str, rate_limit: RateLimit | None) -> None:
+        check_queue(name, kind, 1)
+        limit = limits.rate_limit(rate_limit)
+        with self._db.transaction() as conn:
+            limit_rate(conn, self._q, name, kind, limit)
+        self._limited.invalidate()
 
     def list_queues(self) -> list[QueueInfo]:
         with self._db.statement() as conn:

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
-from dex.adapters.postgres import activity_outcomes, activity_tasks, attempts, dispatch, workflow_tasks
+from dex.adapters.postgres import activity_outcomes, activity_tasks, attempts, dispatch, rate_limits, workflow_tasks
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.queues import PostgresQueues
+from dex.adapters.postgres.rate_limits import LimitedQueues
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import (
@@ -40,10 +41,11 @@ from dex.domain.values import FailureInfo
 class PostgresWorkflowTasks:
     """The workflow-task ports: schedule, claim, load, complete (then claim), retry."""
 
-    def __init__(self, db: Database, q: Statements, queues: PostgresQueues) -> None:
+    def __init__(self, db: Database, q: Statements, queues: PostgresQueues, limited: LimitedQueues) -> None:
         self._db = db
         self._q = q
         self._queues = queues
+        self._limited = limited
 
     def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
         with self._db.transaction() as conn:
@@ -52,8 +54,18 @@ class PostgresWorkflowTasks:
     def claim_workflow_tasks(
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[WorkflowTask]:
+        # asked before the claim's connection is taken: a read of the queues, once a second,
+        # takes a connection of its own
+        limited = self._limited.any_of(WORKFLOW)
         with self._db.statement() as conn:
-            return workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
+            claimed = workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
+            # rate-limited queues are claimed apart, through their start slots (rate_limits.py)
+            if len(claimed) < limit and limited:
+                rest = limit - len(claimed)
+                return rate_limits.then_limited(
+                    claimed, lambda: rate_limits.claim_workflow_tasks(conn, self._q, names, owner, now, lease, rest)
+                )
+            return claimed
 
     def load_workflow_task(
         self, task: WorkflowTask, now: datetime, after_seq: int = 0
@@ -90,9 +102,10 @@ class PostgresActivityTasks:
     """The activity-task ports: schedule, claim, extend leases, complete (then claim), and the
     remote workers' read of claimed tasks by id."""
 
-    def __init__(self, db: Database, q: Statements) -> None:
+    def __init__(self, db: Database, q: Statements, limited: LimitedQueues) -> None:
         self._db = db
         self._q = q
+        self._limited = limited
 
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
         with self._db.transaction() as conn:
@@ -105,8 +118,18 @@ class PostgresActivityTasks:
     def claim_activity_tasks(
         self, names: Collection[str], owner: str, now: datetime, lease: timedelta, limit: int
     ) -> list[ActivityTask]:
+        # asked before the claim's connection is taken: a read of the queues, once a second,
+        # takes a connection of its own
+        limited = self._limited.any_of(ACTIVITY)
         with self._db.statement() as conn:
-            return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
+            claimed = activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
+            # rate-limited queues are claimed apart, through their start slots (rate_limits.py)
+            if len(claimed) < limit and limited:
+                rest = limit - len(claimed)
+                return rate_limits.then_limited(
+                    claimed, lambda: rate_limits.claim_activity_tasks(conn, self._q, names, owner, now, lease, rest)
+                )
+            return claimed
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
         with refusals(), self._db.statement() as conn:

@@ -26,9 +26,12 @@ from dex.domain.writes import INBOX_ORDER, WAKING_KINDS
 from dex.serialization.history import decode_block, decode_block_from, decode_message
 from dex.serialization.values import encode_failure
 
-# Candidates in the order the in-memory adapter takes them (priority, then oldest run). Two
-# window functions stand in for its loop: per concurrency key only the first run that needs
-# the key is taken, and per queue only as many runs as the queue has free slots.
+# Candidates in the order the in-memory adapter takes them (priority, then oldest run:
+# queue_limits.RUN_ORDER). Two window functions stand in for its loop: per concurrency key
+# only as many runs that need the key as it has grants left (queue_limits.key_grants: the
+# queue's key_concurrency less the key's live holders), and per queue only as many runs as the
+# queue has free slots. The operator's pause stops scheduling; a rate limit does not (it limits
+# the claims: the generated ``paused`` column, migration 15).
 _CHOOSE = (
     """
     WITH visible AS (
@@ -36,13 +39,13 @@ _CHOOSE = (
         FROM {s}.inbox i WHERE i.visible_from <= %(now)s GROUP BY i.run_id
     ),
     free AS (
-        SELECT q.name AS queue,
+        SELECT q.name AS queue, q.key_concurrency,
                q.capacity - (SELECT count(*) FROM {s}.workflow_tasks t WHERE t.queue = q.name) AS slots
-        FROM {s}.queues q WHERE q.kind = 'workflow' AND NOT q.paused
+        FROM {s}.queues q WHERE q.kind = 'workflow' AND NOT q.operator_paused
     ),
     candidates AS (
         SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.created_at, r.position, r.concurrency_key,
-               (r.concurrency_key IS NOT NULL AND NOT r.holds_key AND NOT v.cancel) AS needs_key
+               f.key_concurrency, (r.concurrency_key IS NOT NULL AND NOT r.holds_key AND NOT v.cancel) AS needs_key
         FROM visible v
         JOIN {s}.runs r ON r.run_id = v.run_id
         JOIN free f ON f.queue = r.queue AND f.slots > 0
@@ -52,20 +55,20 @@ _CHOOSE = (
     keyed AS (
         SELECT c.*, row_number() OVER (
                    PARTITION BY c.needs_key, c.concurrency_key ORDER BY c.priority DESC, c.created_at, c.position
-               ) AS key_rank
-        FROM candidates c
-        WHERE NOT c.needs_key OR NOT EXISTS (
-            SELECT 1 FROM {s}.runs h
-            WHERE h.holds_key AND h.concurrency_key = c.concurrency_key AND h.status IN """
+               ) AS key_rank,
+               CASE WHEN c.needs_key THEN (
+                   SELECT count(*) FROM {s}.runs h
+                   WHERE h.holds_key AND h.concurrency_key = c.concurrency_key AND h.status IN """
     + LIVE
     + """
-        )
+               ) ELSE 0 END AS key_holders
+        FROM candidates c
     ),
     ranked AS (
         SELECT o.*, row_number() OVER (
                    PARTITION BY o.queue ORDER BY o.priority DESC, o.created_at, o.position
                ) AS queue_rank
-        FROM keyed o WHERE NOT o.needs_key OR o.key_rank = 1
+        FROM keyed o WHERE NOT o.needs_key OR o.key_rank + o.key_holders <= o.key_concurrency
     )
     SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.needs_key
     FROM ranked r JOIN free f ON f.queue = r.queue

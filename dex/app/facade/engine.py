@@ -474,9 +474,19 @@ class Engine:
         return await self._aio.wait(run_id, timeout)
 
     # -- queues -------------------------------------------------------------------------------
-    def create_queue(self, name: str, kind: str, capacity: int = 100) -> None:
-        """Create a queue of ``kind`` ("workflow" or "activity") with ``capacity`` slots."""
-        self._queues.create_queue(name, kind, capacity)
+    def create_queue(
+        self,
+        name: str,
+        kind: str,
+        capacity: int = 100,
+        key_concurrency: int = 1,
+        rate_limit: tuple[int, timedelta] | None = None,
+    ) -> None:
+        """Create a queue of ``kind`` ("workflow" or "activity") with ``capacity`` slots, or give
+        the existing one these settings. ``key_concurrency``: how many runs sharing a
+        concurrency key run at once (workflow queues); ``rate_limit=(n, period)``: at most ``n``
+        of its tasks start in any window of ``period``, across all engines (None: no limit)."""
+        self._queues.create_queue(name, kind, capacity, key_concurrency, rate_limit)
 
     def pause_queue(self, name: str, kind: str) -> None:
         """Stop claiming the queue's tasks until ``resume_queue``."""
@@ -490,8 +500,17 @@ class Engine:
         """How many of the queue's tasks may run at once."""
         self._queues.set_queue_capacity(name, kind, capacity)
 
+    def set_queue_key_concurrency(self, name: str, kind: str, key_concurrency: int) -> None:
+        """How many runs sharing a concurrency key may run at once, granted by this queue."""
+        self._queues.set_queue_key_concurrency(name, kind, key_concurrency)
+
+    def set_queue_rate_limit(self, name: str, kind: str, rate_limit: tuple[int, timedelta] | None) -> None:
+        """At most ``n`` of the queue's tasks start in any window of ``period`` (``(n, period)``),
+        across all engines; None removes the limit."""
+        self._queues.set_queue_rate_limit(name, kind, rate_limit)
+
     def list_queues(self) -> list[QueueInfo]:
-        """Every queue, with its status, capacity and depth."""
+        """Every queue, with its status, capacity, depth, key concurrency and rate limit."""
         return self._queues.list_queues()
 
     # -- engines ------------------------------------------------------------------------------

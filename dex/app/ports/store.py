@@ -36,6 +36,7 @@ from dex.app.ports.transactions import TransactionSteps as TransactionSteps
 from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.forks import Fork
+from dex.domain.queue_limits import RateLimit
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo, Payload
@@ -173,20 +174,25 @@ Loaded = WorkflowInput | Exception
 
 @attrs.frozen(kw_only=True)
 class QueueInfo:
-    """A task queue: ``kind`` is "workflow" or "activity"; ``status`` "ACTIVE" or "PAUSED"."""
+    """A task queue: ``kind`` is "workflow" or "activity"; ``status`` "ACTIVE" or "PAUSED";
+    ``key_concurrency`` and ``rate_limit`` as :mod:`dex.domain.queue_limits` states them."""
 
     name: str
     kind: str
     status: str
     capacity: int
     depth: int
+    key_concurrency: int = 1
+    rate_limit: RateLimit | None = None
 
 
 @attrs.frozen(kw_only=True)
 class ActivitySlots:
     """An activity queue's slots as its scheduler counts them: ``held`` is the number of its
     tasks that hold one (scheduled, claimable or running; not those waiting to be scheduled,
-    nor retries waiting for their delay). Whether an inline attempt may run (:mod:`dex.app.workflows.inline`)."""
+    nor retries waiting for their delay). Whether an inline attempt may run (:mod:`dex.app.workflows.inline`).
+    ``paused`` is also true of a queue with a rate limit: each of its starts is a claim, which
+    takes a start slot, so none of its attempts runs inline."""
 
     queue: str
     paused: bool
@@ -369,11 +375,22 @@ class QueueAdmin(Protocol):
         """Create the queue if it does not exist (idempotent)."""
         ...
 
-    def create_queue(self, name: str, kind: str, capacity: int) -> None: ...
+    def create_queue(
+        self, name: str, kind: str, capacity: int, key_concurrency: int = 1, rate_limit: RateLimit | None = None
+    ) -> None:
+        """Create the queue, or give the existing one these settings (all of them)."""
+        ...
 
     def set_queue_paused(self, name: str, kind: str, paused: bool) -> None: ...
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None: ...
+
+    def set_queue_key_concurrency(self, name: str, kind: str, key_concurrency: int) -> None: ...
+
+    def set_queue_rate_limit(self, name: str, kind: str, rate_limit: RateLimit | None) -> None:
+        """Set or (with None) remove the queue's rate limit; its start slots are made or dropped
+        to match (:mod:`dex.domain.queue_limits`)."""
+        ...
 
     def list_queues(self) -> list[QueueInfo]: ...
 

@@ -30,6 +30,7 @@ from dex.adapters.postgres.migrations import (
     m12_engines,
     m13_run_endings,
     m14_id_reuse,
+    m15_queue_limits,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -49,6 +50,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m12_engines,
         m13_run_endings,
         m14_id_reuse,
+        m15_queue_limits,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
