@@ -11,6 +11,7 @@ engine's. ``Engine.drain()`` runs every step inline, in the caller's thread."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import uuid
@@ -27,10 +28,12 @@ from dex.app.facade.aio import AsyncCalls
 from dex.app.facade.fork import Forks
 from dex.app.facade.info import RunInfo
 from dex.app.facade.messages import RunMessages
+from dex.app.facade.queries import RunQueries
 from dex.app.facade.queues import Queues
 from dex.app.facade.reads import RunReads, run_filter
 from dex.app.facade.starts import Starts
 from dex.app.facade.steps import ActivityStep
+from dex.app.facade.updates import RunUpdates
 from dex.app.machinery.buffer import ResultBuffer
 from dex.app.machinery.threads import Foreground
 from dex.app.ports.engines import EngineInfo
@@ -190,6 +193,23 @@ class Engine:
             send_message=self.buffer.send_message,
             nudge_scheduler=self._nudge_scheduler,
         )
+        # updates and queries (docs/reference/contract.md §14): an engine not started drives itself
+        self._updates = RunUpdates(
+            adapter,
+            self.converter,
+            foreground=self.foreground,
+            nudge_scheduler=self._nudge_scheduler,
+            started=self._is_started,
+            drive=self._drive_once,
+        )
+        self._queries = RunQueries(
+            adapter,
+            self.registry,
+            self.converter,
+            cache=self._runtime.workflow_worker.cache,
+            started=self._is_started,
+            drive=self._drive_once,
+        )
         self._queues = Queues(adapter, self._queue_view, queues_changed=self._runtime.queues_changed)
         self._schedule_calls = ScheduleCalls(
             ScheduleAdmin(adapter, self._rng, self.code_version),
@@ -214,6 +234,12 @@ class Engine:
 
     def _nudge_scheduler(self) -> None:
         self._runtime.nudge(SCHEDULER)
+
+    def _is_started(self) -> bool:
+        return bool(self._runtime.threads)
+
+    def _drive_once(self) -> None:
+        self.drain(advance_time=False)
 
     # -- runs ---------------------------------------------------------------------------------
     def start_workflow(
@@ -280,6 +306,22 @@ class Engine:
     def resume(self, run_id: str) -> None:
         """Release a suspended run's held events, in order."""
         self._messages.resume(run_id)
+
+    def update(
+        self, run_id: str, name: str, *args: Any, update_id: str | None = None, timeout: float | timedelta | None = None
+    ) -> Any:
+        """Run the workflow's update handler ``name`` with ``args`` inside the run and return its
+        result (docs/reference/contract.md §14). The same ``update_id`` twice runs the handler
+        once and returns its recorded answer. UpdateRejectedError (its validator refused, or no
+        such handler: nothing recorded), UpdateFailedError (the handler raised; the run goes on),
+        InvalidStateError (the run has ended), TimeoutError (wall-clock seconds)."""
+        return self._updates.update(run_id, name, args, update_id, timeout)
+
+    def query(self, run_id: str, name: str, *args: Any) -> Any:
+        """The result of the workflow's query handler ``name`` on the run's current state;
+        records nothing, and ended runs answer too. QueryError for an unknown name, a handler
+        that raises, or one that tries a step or a change of state."""
+        return self._queries.query(run_id, name, args)
 
     def get_run(self, run_id: str) -> RunInfo:
         """The run, as a ``RunInfo`` (its result decoded with the workflow's return hint)."""
@@ -378,6 +420,16 @@ class Engine:
     async def resume_async(self, run_id: str) -> None:
         """``resume``, awaitable."""
         await self._aio.resume(run_id)
+
+    async def update_async(
+        self, run_id: str, name: str, *args: Any, update_id: str | None = None, timeout: float | timedelta | None = None
+    ) -> Any:
+        """``update``, awaitable (the wait runs in a thread, never on the event loop)."""
+        return await asyncio.to_thread(self._updates.update, run_id, name, args, update_id, timeout)
+
+    async def query_async(self, run_id: str, name: str, *args: Any) -> Any:
+        """``query``, awaitable (a replay runs in a thread, never on the event loop)."""
+        return await asyncio.to_thread(self._queries.query, run_id, name, args)
 
     async def get_run_async(self, run_id: str) -> RunInfo:
         """``get_run``, awaitable."""

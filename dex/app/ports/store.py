@@ -31,6 +31,7 @@ from dex.app.ports.tasks import WorkflowTask as WorkflowTask
 from dex.app.ports.transactions import StepFailed as StepFailed
 from dex.app.ports.transactions import TransactionStep as TransactionStep
 from dex.app.ports.transactions import TransactionSteps as TransactionSteps
+from dex.app.ports.updates import UpdateAnswers
 from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.forks import Fork
@@ -424,6 +425,7 @@ class Store(
     Maintenance,
     ScheduleStore,
     EngineRegistry,
+    UpdateAnswers,
     Protocol,
 ):
     """Everything an engine needs from one adapter."""
