@@ -186,7 +186,7 @@ def test_an_update_times_out_and_its_answer_is_kept_for_its_id(make_engine: Make
     engine = engine_with_cart(make_engine)
     run_id = engine.start_workflow(cart, 1)
     # the handler sleeps an hour of virtual time: without advancing the clock it cannot answer
-    with pytest.raises(TimeoutError, match="no answer within 0.2 s"):
+    with pytest.raises(TimeoutError, match=r"no answer within 0\.2 s"):
         engine.update(run_id, "nap", update_id="nap-1", timeout=0.2)
     engine.drain()  # the clock jumps: the handler finishes
     assert engine.update(run_id, "nap", update_id="nap-1", timeout=5) == "rested"
