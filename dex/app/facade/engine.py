@@ -199,7 +199,7 @@ class Engine:
             self.converter,
             foreground=self.foreground,
             nudge_scheduler=self._nudge_scheduler,
-            started=self._is_started,
+            drives=self._drives_itself,
             drive=self._drive_once,
         )
         self._queries = RunQueries(
@@ -207,7 +207,7 @@ class Engine:
             self.registry,
             self.converter,
             cache=self._runtime.workflow_worker.cache,
-            started=self._is_started,
+            drives=self._drives_itself,
             drive=self._drive_once,
         )
         self._queues = Queues(adapter, self._queue_view, queues_changed=self._runtime.queues_changed)
@@ -235,8 +235,10 @@ class Engine:
     def _nudge_scheduler(self) -> None:
         self._runtime.nudge(SCHEDULER)
 
-    def _is_started(self) -> bool:
-        return bool(self._runtime.threads)
+    def _drives_itself(self) -> bool:
+        """Whether ``update`` and ``query`` run what is due themselves: an engine with code that is
+        not started (tests that drain). One without code (``dex web``, the CLI) only asks the store."""
+        return not self._runtime.threads and bool(self.registry.workflows)
 
     def _drive_once(self) -> None:
         self.drain(advance_time=False)

@@ -8,8 +8,10 @@ executor. Either way nothing is written, and an ended run answers too.
 
 The handler is workflow code: whatever it raises, including a ``BaseException`` or an
 exception that cannot be printed, is the caller's ``QueryError``, and the run is not touched.
-On an engine that is not started, the call first runs what is due (as
-``drain(advance_time=False)``), so a run just started has registered its handlers.
+On an engine with code that is not started, the call first runs what is due (as
+``drain(advance_time=False)``), so a run just started has registered its handlers. A query
+runs the workflow's code, so an engine without it (``dex web`` over a database, the command
+line without ``--app``) cannot answer one: QueryError says so.
 """
 
 from __future__ import annotations
@@ -37,14 +39,14 @@ class RunQueries:
         converter: PayloadConverter,
         *,
         cache: ExecutorCache,
-        started: Callable[[], bool],
+        drives: Callable[[], bool],
         drive: Callable[[], None],
     ) -> None:
         self._store = store
         self._registry = registry
         self._converter = converter
         self._cache = cache
-        self._started = started
+        self._drives = drives
         self._drive = drive
 
     def query(self, run_id: str, name: str, args: Sequence[Any]) -> Any:
@@ -52,7 +54,7 @@ class RunQueries:
         run_id = run_id_of(run_id)
         name = validate_handler_name(name, "query name")
         payloads = tuple(self._converter.encode(arg) for arg in args)
-        if not self._started():
+        if self._drives():
             self._drive()
         lent = self._cache.take(run_id)
         if lent is not None:

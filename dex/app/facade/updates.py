@@ -11,9 +11,11 @@ A caller that gives an ``update_id`` which already has an answer gets that answe
 nothing is sent and no handler runs again. One that names an id still being handled waits for
 the same answer as the first caller.
 
-On an engine that is not started (tests that ``drain()`` with a virtual clock) nothing else
-would run the task, so the call drives the engine itself, as ``drain(advance_time=False)``
-does, between looks at the answer.
+On an engine with code that is not started (tests that ``drain()`` with a virtual clock)
+nothing else would run the task, so the call drives the engine itself, as
+``drain(advance_time=False)`` does, between looks at the answer. An engine without code (``dex
+web`` over a database, the command line) only sends and waits: the engines that run the
+workflow answer.
 
 Faults stay the caller's or the machinery's, never the run's: a bad name, id or argument is a
 ``ValueError``/``TypeError`` before anything is written; a store that fails while the caller
@@ -49,8 +51,8 @@ LOOK_AGAIN = 2.0
 class RunUpdates:
     """Sends updates to the runs of ``store`` and returns their answers.
 
-    ``started`` says whether the engine runs its own threads; when it does not, ``drive`` runs
-    one pass of everything due (``drain(advance_time=False)``). ``nudge_scheduler`` wakes the
+    ``drives`` says whether the call must run the engine itself (one with code, not started);
+    then ``drive`` runs everything due (``drain(advance_time=False)``). ``nudge_scheduler`` wakes the
     scheduler of a started engine, which turns the request into a workflow task."""
 
     def __init__(
@@ -60,14 +62,14 @@ class RunUpdates:
         *,
         foreground: Foreground,
         nudge_scheduler: Callable[[], None],
-        started: Callable[[], bool],
+        drives: Callable[[], bool],
         drive: Callable[[], None],
     ) -> None:
         self._store = store
         self._converter = converter
         self._foreground = foreground
         self._nudge_scheduler = nudge_scheduler
-        self._started = started
+        self._drives = drives
         self._drive = drive
 
     def update(
@@ -102,7 +104,7 @@ class RunUpdates:
         while True:
             left = None if deadline is None else deadline - time.monotonic()
             try:
-                if self._started():
+                if not self._drives():
                     look = LOOK_AGAIN if left is None else max(0.0, min(left, LOOK_AGAIN))
                     answer = self._store.wait_update_answer(run_id, update_id, look)
                 else:
