@@ -203,6 +203,10 @@ ERRORS: dict[int, tuple[str, list[str] | None]] = {
     ),
     500: ("An unexpected error (no stack trace; it is logged)", ["InternalError"]),
     503: ("The store is unavailable; the request may be retried", ["StoreUnavailable", "Unavailable"]),
+    504: (
+        "An update got no answer within its timeout: the run still answers it; send the same update_id again",
+        ["TimeoutError"],
+    ),
 }
 ERROR_NAME = {"type": "string", "pattern": "^[A-Z][A-Za-z0-9]*$"}
 

@@ -1,0 +1,137 @@
+"""``POST /v1/runs/{run_id}/updates`` and ``.../queries`` through HTTP, on both adapters: the
+answers, each error's status, and poison (docs/reference/contract.md §12, §14)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import dex
+from dex.web import create_app
+from tests.web.conftest import client
+
+
+@dex.workflow(name="web-cart")
+async def web_cart(ctx: dex.WorkflowContext) -> list[str]:
+    items: list[str] = []
+
+    @ctx.on_update("add")
+    def add(item: str) -> dict[str, Any]:
+        items.append(item)
+        return {"count": len(items)}
+
+    @add.validator
+    def _(item: str) -> None:
+        if not item:
+            raise ValueError("an item needs a name")
+
+    @ctx.on_update("fail")
+    def fail() -> None:
+        raise RuntimeError("out of stock")
+
+    @ctx.on_update("nap")
+    async def nap() -> str:
+        await ctx.sleep(timedelta(hours=1))
+        return "rested"
+
+    @ctx.on_query("items")
+    def current(prefix: str = "") -> list[str]:
+        return [prefix + item for item in items]
+
+    await ctx.wait_condition(lambda: "done" in items)
+    return items
+
+
+@pytest.fixture
+def cart_engine(make_engine: Callable[..., dex.Engine]) -> dex.Engine:
+    return make_engine([web_cart])
+
+
+@pytest.fixture
+def http(cart_engine: dex.Engine) -> Iterator[Any]:
+    with client(create_app(cart_engine)) as c:
+        yield c
+
+
+def error_of(response: Any) -> dict[str, str]:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    return body["error"]
+
+
+def test_an_update_answers_with_the_handlers_result(cart_engine: dex.Engine, http: Any) -> None:
+    run_id = cart_engine.start_workflow(web_cart)
+    answer = http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["lamp"], "update_id": "u1"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"run_id": run_id, "update_id": "u1", "result": {"count": 1}}
+    again = http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["other"], "update_id": "u1"})
+    assert again.json()["result"] == {"count": 1}  # the recorded answer: the handler ran once
+    generated = http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["desk"]}).json()
+    assert generated["result"] == {"count": 2} and generated["update_id"]
+    queried = http.post(f"/v1/runs/{run_id}/queries", json={"name": "items", "args": ["#"]})
+    assert queried.status_code == 200, queried.text
+    assert queried.json() == {"run_id": run_id, "result": ["#lamp", "#desk"]}
+
+
+def test_each_error_has_its_status(cart_engine: dex.Engine, http: Any) -> None:
+    run_id = cart_engine.start_workflow(web_cart)
+    cases = [
+        ({"name": "add", "args": [""]}, 422, "UpdateRejectedError"),
+        ({"name": "remove", "args": ["lamp"]}, 422, "UpdateRejectedError"),
+        ({"name": "fail"}, 409, "UpdateFailedError"),
+        ({"name": "nap", "update_id": "n1", "timeout": 0}, 504, "TimeoutError"),
+        ({"args": []}, 400, "BadRequest"),
+        ({"name": "add", "args": "lamp"}, 400, "BadRequest"),
+        ({"name": "add", "args": ["x"], "timeout": 100000}, 400, "BadRequest"),
+    ]
+    for body, status, kind in cases:
+        answer = http.post(f"/v1/runs/{run_id}/updates", json=body)
+        assert (answer.status_code, error_of(answer)["type"]) == (status, kind), (body, answer.text)
+    assert http.post("/v1/runs/nope/updates", json={"name": "add", "args": ["x"]}).status_code == 404
+    missing = http.post(f"/v1/runs/{run_id}/queries", json={"name": "missing"})
+    assert (missing.status_code, error_of(missing)["type"]) == (422, "QueryError")
+    assert http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["done"]}).status_code == 200
+    cart_engine.drain()
+    ended = http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["late"]})
+    assert (ended.status_code, error_of(ended)["type"]) == (409, "InvalidStateError")
+    assert http.post(f"/v1/runs/{run_id}/queries", json={"name": "items"}).json()["result"] == ["done"]
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\ud800"])
+def test_poison_is_refused_and_a_healthy_update_follows(cart_engine: dex.Engine, http: Any, bad: str) -> None:
+    run_id = cart_engine.start_workflow(web_cart)
+    for path, body, field in [
+        ("updates", {"name": f"add{bad}", "args": ["x"]}, "name"),
+        ("updates", {"name": "add", "args": ["x"], "update_id": f"u{bad}"}, "update_id"),
+        ("queries", {"name": f"items{bad}"}, "name"),
+    ]:
+        # json.dumps escapes a lone surrogate as \ud800, as a hostile client would send it
+        sent = json.dumps(body)
+        answer = http.post(f"/v1/runs/{run_id}/{path}", content=sent, headers={"content-type": "application/json"})
+        assert answer.status_code in (400, 422), answer.text
+        assert error_of(answer)["message"].startswith(field), answer.text
+    assert http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["ok"]}).json()["result"] == {
+        "count": 1
+    }
+
+
+def test_an_app_without_the_workflows_code_sends_updates_but_cannot_query(
+    cart_engine: dex.Engine, adapter_factory: Callable[[], Any]
+) -> None:
+    run_id = cart_engine.start_workflow(web_cart)
+    cart_engine.drain(advance_time=False)
+    with cart_engine, client(create_app(adapter_factory())) as bare:  # the started engine answers
+        answer = bare.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["lamp"], "timeout": 20})
+        assert answer.json()["result"] == {"count": 1}, answer.text
+        refused = bare.post(f"/v1/runs/{run_id}/queries", json={"name": "items"})
+        assert refused.status_code == 422 and "does not register" in error_of(refused)["message"]
+
+
+def test_the_openapi_document_describes_both_routes(http: Any) -> None:
+    paths = http.get("/v1/openapi.json").json()["paths"]
+    assert set(paths["/v1/runs/{run_id}/updates"]["post"]["responses"]) >= {"200", "404", "409", "422", "504"}
+    assert "post" in paths["/v1/runs/{run_id}/queries"]
