@@ -135,3 +135,24 @@ def test_the_openapi_document_describes_both_routes(http: Any) -> None:
     paths = http.get("/v1/openapi.json").json()["paths"]
     assert set(paths["/v1/runs/{run_id}/updates"]["post"]["responses"]) >= {"200", "404", "409", "422", "504"}
     assert "post" in paths["/v1/runs/{run_id}/queries"]
+
+
+SAME_ORIGIN = {"origin": "http://127.0.0.1:8765"}
+
+
+def test_the_run_page_sends_an_update_and_asks_a_query(cart_engine: dex.Engine, http: Any) -> None:
+    run_id = cart_engine.start_workflow(web_cart)
+    cart_engine.drain(advance_time=False)
+    page = http.get(f"/runs/{run_id}").text
+    assert 'id="update-form"' in page and 'id="query-form"' in page
+    sent = http.post(f"/runs/{run_id}/update", data={"name": "add", "args": '["<lamp>"]'}, headers=SAME_ORIGIN)
+    assert sent.status_code == 200, sent.text  # followed to the run page, the answer in its note
+    assert "update add answered: {&#34;count&#34;: 1}" in sent.text or "update add answered: {&quot;count" in sent.text
+    asked = http.post(f"/runs/{run_id}/query", data={"name": "items", "args": ""}, headers=SAME_ORIGIN)
+    assert "query items: [&#34;&lt;lamp&gt;&#34;]" in asked.text or "&lt;lamp&gt;" in asked.text
+    assert "<lamp>" not in asked.text  # escaped
+    rejected = http.post(f"/runs/{run_id}/update", data={"name": "add", "args": '[""]'}, headers=SAME_ORIGIN)
+    assert rejected.status_code == 409 and "an item needs a name" in rejected.text
+    not_a_list = http.post(f"/runs/{run_id}/update", data={"name": "add", "args": '{"a": 1}'}, headers=SAME_ORIGIN)
+    assert not_a_list.status_code == 400 and "JSON array" in not_a_list.text
+    assert cart_engine.query(run_id, "items") == ["<lamp>"]
