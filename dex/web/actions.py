@@ -9,8 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from dex.app.ports.store import MAX_QUEUE_CAPACITY
-from dex.web.charts import minute_chart
 from dex.views.render import jsonable
+from dex.web.charts import minute_chart
 from dex.web.errors import ApiError, bad_request, first_line
 from dex.web.inputs import form_number
 
