@@ -39,6 +39,7 @@ from dex.cli.engines import engines
 from dex.cli.params import DSN, SCHEMA
 from dex.cli.queues import queues
 from dex.cli.replay import replay
+from dex.cli.conversations import query_run, update_run
 from dex.cli.runs import events, runs
 from dex.cli.schedules import schedules
 from dex.cli.web import web
@@ -223,6 +224,8 @@ def migrate() -> None:
 
 cli.add_command(dev)
 cli.add_command(worker)
+runs.add_command(update_run)
+runs.add_command(query_run)
 cli.add_command(runs)
 cli.add_command(events)
 cli.add_command(queues)
