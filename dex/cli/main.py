@@ -33,13 +33,13 @@ from dex.adapters.postgres import LATEST_VERSION, schema_version
 from dex.adapters.postgres import migrate as run_migrations
 from dex.adapters.postgres.connection import InvalidDsnError, connect, describe_dsn, prepare_conninfo
 from dex.cli import database
+from dex.cli.conversations import query_run, update_run
 from dex.cli.database import DEFAULT_SCHEMA, Settings, connection_options, json_option, progress, settings
 from dex.cli.dev import dev
 from dex.cli.engines import engines
 from dex.cli.params import DSN, SCHEMA
 from dex.cli.queues import queues
 from dex.cli.replay import replay
-from dex.cli.conversations import query_run, update_run
 from dex.cli.runs import events, runs
 from dex.cli.schedules import schedules
 from dex.cli.web import web
