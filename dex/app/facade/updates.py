@@ -135,7 +135,7 @@ class RunUpdates:
             if answer is not None:
                 return answer
             if deadline is not None and time.monotonic() >= deadline:
-                raise _timed_out(run_id, update_id, seconds, last)
+                raise _timed_out(run_id, update_id, seconds, last) from last
 
 
 def _timed_out(run_id: str, update_id: str, seconds: float | None, last: Exception | None) -> TimeoutError:
@@ -145,6 +145,4 @@ def _timed_out(run_id: str, update_id: str, seconds: float | None, last: Excepti
     )
     if last is None:
         return TimeoutError(text)
-    error = TimeoutError(f"{text}; the store was failing (the last error: {type(last).__name__})")
-    error.__cause__ = last
-    return error
+    return TimeoutError(f"{text}; the store was failing (the last error: {type(last).__name__})")
