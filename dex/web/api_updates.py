@@ -3,15 +3,18 @@
 
 Both go through the engine's public calls, which check every value as they do for any caller.
 An update waits for its answer at most ``timeout`` seconds (30 by default, at most
-:data:`MAX_UPDATE_WAIT`, so a request never holds a worker thread of the server for long); a
-timeout is a 504 that names the update id, which the client sends again to get the answer
-once it is there (the same id never runs the handler twice). A query runs the workflow's code:
+:data:`MAX_UPDATE_WAIT`, so a request never holds a worker thread of the server for long). No
+answer by then is a 202 (accepted, not yet answered) that names the update id, which the
+client sends again to get the answer once it is there (the same id never runs the handler
+twice): the run still answers it, so it is no error of the client's or the server's. A query runs the workflow's code:
 an app over an engine that registers the workflow answers it; one over a bare database (``dex
-web``) cannot, and says so (422).
+web``) cannot, and says so (409 ``QueryError``).
 
-Statuses: the handler's result is a 200; a refusal by the validator or an unknown name a 422
-(``UpdateRejectedError``), a handler that raised a 409 (``UpdateFailedError``, the run goes
-on), an ended run a 409, an unknown run a 404, a query that cannot answer a 422
+Statuses: the handler's result is a 200; an unknown run a 404. What the run answers is a 409,
+the error's name saying which: a refusal by the validator or no handler of that name
+(``UpdateRejectedError``: handlers are registered by the run's code as it goes, so a name is
+refused by the run's state, not by its form), a handler that raised (``UpdateFailedError``,
+the run goes on), an ended run (``InvalidStateError``), a query that cannot answer
 (``QueryError``).
 """
 
@@ -26,7 +29,7 @@ from starlette.responses import Response
 from dex.domain.errors import QueryError, UpdateFailedError, UpdateRejectedError
 from dex.views.render import jsonable
 from dex.web import inputs
-from dex.web.errors import ApiError, first_line
+from dex.web.errors import ApiError, bad_request, first_line
 from dex.web.openapi import KEY, NAME
 from dex.web.operations import Operation, Param, blocking, json
 
@@ -44,7 +47,7 @@ def _run_id(request: Request) -> str:
 def _name(body: dict[str, Any]) -> str:
     name = inputs.field(body, "name", str)
     if name is None:
-        raise ApiError(422, "ValueError", "name (the handler's name) is required")
+        raise bad_request("name (the handler's name) is required")
     return str(name)
 
 
@@ -53,17 +56,18 @@ async def update(request: Request, web: Any) -> Response:
     run_id = _run_id(request)
     name = _name(body)
     args = inputs.field(body, "args", list, [])
-    update_id = inputs.field(body, "update_id", str) or str(uuid.uuid4())  # returned: sent again after a 504
+    update_id = inputs.field(body, "update_id", str) or str(uuid.uuid4())  # returned: sent again after a 202
     timeout = inputs.whole_number(body, "timeout", 0, MAX_UPDATE_WAIT, DEFAULT_UPDATE_WAIT)
     try:
         result = await blocking(web.engine.update, run_id, name, *args, update_id=update_id, timeout=timeout)
     except UpdateRejectedError as exc:
-        raise ApiError(422, "UpdateRejectedError", first_line(exc)) from None
+        raise ApiError(409, "UpdateRejectedError", first_line(exc)) from None
     except UpdateFailedError as exc:
         raise ApiError(409, "UpdateFailedError", first_line(exc)) from None
     except TimeoutError as exc:
-        raise ApiError(504, "TimeoutError", first_line(exc)) from None
-    return json({"run_id": run_id, "update_id": update_id, "result": jsonable(result)})
+        pending = {"run_id": run_id, "update_id": update_id, "answered": False, "message": first_line(exc)}
+        return json(pending, status=202)
+    return json({"run_id": run_id, "update_id": update_id, "answered": True, "result": jsonable(result)})
 
 
 async def query(request: Request, web: Any) -> Response:
@@ -74,7 +78,7 @@ async def query(request: Request, web: Any) -> Response:
     try:
         result = await blocking(web.engine.query, run_id, name, *args)
     except QueryError as exc:
-        raise ApiError(422, "QueryError", first_line(exc)) from None
+        raise ApiError(409, "QueryError", first_line(exc)) from None
     return json({"run_id": run_id, "result": jsonable(result)})
 
 
@@ -85,8 +89,8 @@ def update_operations() -> list[Operation]:
             method="POST",
             path="/v1/runs/{run_id}/updates",
             handler=update,
-            summary="Send an update to a run and wait for the handler's answer (a 504 after timeout seconds: "
-            "send the same update_id again for the answer; it never runs twice)",
+            summary="Send an update to a run and wait for the handler's answer (a 202 when none came within "
+            "timeout seconds: send the same update_id again for the answer; it never runs twice)",
             params=(RUN_ID,),
             body={
                 "type": "object",
@@ -105,9 +109,27 @@ def update_operations() -> list[Operation]:
             },
             response={
                 "type": "object",
-                "properties": {"run_id": STRING, "update_id": STRING, "result": {"description": "any JSON"}},
+                "properties": {
+                    "run_id": STRING,
+                    "update_id": STRING,
+                    "answered": {"const": True},
+                    "result": {"description": "any JSON"},
+                },
             },
-            errors=(400, 401, 404, 409, 422, 504),
+            also={
+                202: (
+                    "No answer within the timeout: the run still answers it; send the same update_id again",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "run_id": STRING,
+                            "update_id": STRING,
+                            "answered": {"const": False},
+                            "message": STRING,
+                        },
+                    },
+                )
+            },
         ),
         Operation(
             method="POST",

@@ -203,10 +203,6 @@ ERRORS: dict[int, tuple[str, list[str] | None]] = {
     ),
     500: ("An unexpected error (no stack trace; it is logged)", ["InternalError"]),
     503: ("The store is unavailable; the request may be retried", ["StoreUnavailable", "Unavailable"]),
-    504: (
-        "An update got no answer within its timeout: the run still answers it; send the same update_id again",
-        ["TimeoutError"],
-    ),
 }
 ERROR_NAME = {"type": "string", "pattern": "^[A-Z][A-Za-z0-9]*$"}
 
@@ -341,7 +337,14 @@ def _operation(operation: Operation, token: bool) -> dict[str, Any]:
         "summary": operation.summary,
         "tags": [operation.tag],
         "operationId": operation_id(operation.method, operation.path),
-        "responses": {str(operation.status): success, **_errors(codes, token)},
+        "responses": {
+            str(operation.status): success,
+            **{
+                str(code): {"description": text, "content": {"application/json": {"schema": schema}}}
+                for code, (text, schema) in operation.also.items()
+            },
+            **_errors(codes, token),
+        },
     }
     if operation.params:
         spec["parameters"] = [

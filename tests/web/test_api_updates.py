@@ -67,7 +67,7 @@ def test_an_update_answers_with_the_handlers_result(cart_engine: dex.Engine, htt
     run_id = cart_engine.start_workflow(web_cart)
     answer = http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["lamp"], "update_id": "u1"})
     assert answer.status_code == 200, answer.text
-    assert answer.json() == {"run_id": run_id, "update_id": "u1", "result": {"count": 1}}
+    assert answer.json() == {"run_id": run_id, "update_id": "u1", "answered": True, "result": {"count": 1}}
     again = http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["other"], "update_id": "u1"})
     assert again.json()["result"] == {"count": 1}  # the recorded answer: the handler ran once
     generated = http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["desk"]}).json()
@@ -80,10 +80,9 @@ def test_an_update_answers_with_the_handlers_result(cart_engine: dex.Engine, htt
 def test_each_error_has_its_status(cart_engine: dex.Engine, http: Any) -> None:
     run_id = cart_engine.start_workflow(web_cart)
     cases = [
-        ({"name": "add", "args": [""]}, 422, "UpdateRejectedError"),
-        ({"name": "remove", "args": ["lamp"]}, 422, "UpdateRejectedError"),
+        ({"name": "add", "args": [""]}, 409, "UpdateRejectedError"),
+        ({"name": "remove", "args": ["lamp"]}, 409, "UpdateRejectedError"),
         ({"name": "fail"}, 409, "UpdateFailedError"),
-        ({"name": "nap", "update_id": "n1", "timeout": 0}, 504, "TimeoutError"),
         ({"args": []}, 400, "BadRequest"),
         ({"name": "add", "args": "lamp"}, 400, "BadRequest"),
         ({"name": "add", "args": ["x"], "timeout": 100000}, 400, "BadRequest"),
@@ -92,8 +91,11 @@ def test_each_error_has_its_status(cart_engine: dex.Engine, http: Any) -> None:
         answer = http.post(f"/v1/runs/{run_id}/updates", json=body)
         assert (answer.status_code, error_of(answer)["type"]) == (status, kind), (body, answer.text)
     assert http.post("/v1/runs/nope/updates", json={"name": "add", "args": ["x"]}).status_code == 404
+    pending = http.post(f"/v1/runs/{run_id}/updates", json={"name": "nap", "update_id": "n1", "timeout": 0})
+    assert pending.status_code == 202, pending.text  # accepted, not answered yet: no error
+    assert pending.json()["answered"] is False and pending.json()["update_id"] == "n1"
     missing = http.post(f"/v1/runs/{run_id}/queries", json={"name": "missing"})
-    assert (missing.status_code, error_of(missing)["type"]) == (422, "QueryError")
+    assert (missing.status_code, error_of(missing)["type"]) == (409, "QueryError")
     assert http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["done"]}).status_code == 200
     cart_engine.drain()
     ended = http.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["late"]})
@@ -128,12 +130,12 @@ def test_an_app_without_the_workflows_code_sends_updates_but_cannot_query(
         answer = bare.post(f"/v1/runs/{run_id}/updates", json={"name": "add", "args": ["lamp"], "timeout": 20})
         assert answer.json()["result"] == {"count": 1}, answer.text
         refused = bare.post(f"/v1/runs/{run_id}/queries", json={"name": "items"})
-        assert refused.status_code == 422 and "does not register" in error_of(refused)["message"]
+        assert refused.status_code == 409 and "does not register" in error_of(refused)["message"]
 
 
 def test_the_openapi_document_describes_both_routes(http: Any) -> None:
     paths = http.get("/v1/openapi.json").json()["paths"]
-    assert set(paths["/v1/runs/{run_id}/updates"]["post"]["responses"]) >= {"200", "404", "409", "422", "504"}
+    assert set(paths["/v1/runs/{run_id}/updates"]["post"]["responses"]) >= {"200", "202", "404", "409"}
     assert "post" in paths["/v1/runs/{run_id}/queries"]
 
 
