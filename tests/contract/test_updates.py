@@ -299,3 +299,43 @@ def test_events_go_to_their_handler_in_arrival_order(make_engine: Make) -> None:
     engine.drain(advance_time=False)
     assert engine.query(run_id, "notes") == ["first", "second", "third"]
     assert engine.get_run(run_id).status is dex.RunStatus.RUNNING
+
+
+# -- the port: a request that claims its run's workflow task in the same transaction -----------
+
+
+def test_a_request_claims_its_runs_workflow_task_with_its_input(make_engine: Make) -> None:
+    from dex.app.ports.store import Claim
+    from dex.domain.handlers import update_request
+
+    engine = engine_with_cart(make_engine)
+    run_id = engine.start_workflow(cart, 1)
+    engine.drain(advance_time=False)  # the run waits, its handlers registered
+    store, now = engine.store, engine.store.clock.now()
+    last = engine.history(run_id)[-1].sequence_number
+    claim = Claim(names=frozenset({"upd-cart"}), owner="node-x", limit=5, after_seqs={run_id: last})
+    request = update_request("u-claimed", "count", ())
+    answer, claimed, loaded = store.request_update_then_claim(run_id, request, now, claim)
+    assert answer is None
+    assert [task.run_id for task in claimed] == [run_id] and claimed[0].lease.owner == "node-x"
+    (given,) = loaded
+    assert not isinstance(given, Exception)
+    assert [e.sequence_number for e in given.events] == [last]  # from where the claim's executor stands
+    assert [m.event for m in given.inbox] == [request]
+    # the task is the claimer's: the scheduler makes no second one, and another claim finds none
+    store.schedule_workflow_tasks(now, 10)
+    assert store.claim_workflow_tasks(["upd-cart"], "node-y", now, claim.lease, 5) == []
+
+
+def test_a_request_with_an_answer_claims_nothing(make_engine: Make) -> None:
+    from dex.app.ports.store import Claim
+    from dex.domain.handlers import update_request
+
+    engine = engine_with_cart(make_engine)
+    run_id = engine.start_workflow(cart, 1)
+    assert engine.update(run_id, "count", update_id="u-known") == 0
+    claim = Claim(names=frozenset({"upd-cart"}), owner="node-x", limit=5)
+    request = update_request("u-known", "count", ())
+    answer, claimed, loaded = engine.store.request_update_then_claim(run_id, request, engine.store.clock.now(), claim)
+    assert answer is not None and answer.failure is None
+    assert (claimed, loaded) == ([], [])

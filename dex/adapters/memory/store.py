@@ -140,6 +140,18 @@ class InMemoryAdapter:
     def request_update(self, run_id: str, request: ev.UpdateRequested, now: datetime) -> UpdateAnswer | None:
         return self._updates.request_update(run_id, request, now)
 
+    def request_update_then_claim(
+        self, run_id: str, request: ev.UpdateRequested, now: datetime, claim: Claim
+    ) -> tuple[UpdateAnswer | None, list[WorkflowTask], list[Loaded]]:
+        with self._state.lock:
+            answer = self.request_update(run_id, request, now)
+            if answer is not None:
+                return answer, [], []
+            self.schedule_workflow_tasks(now, _DISPATCH_BATCH)
+            claimed = self.claim_workflow_tasks(claim.names, claim.owner, now, claim.lease, claim.limit)
+            after = claim.after_seqs or {}
+            return None, claimed, self.load_workflow_tasks([(t, after.get(t.run_id, 0)) for t in claimed], now)
+
     def update_answer(self, run_id: str, update_id: str) -> UpdateAnswer | None:
         return self._updates.update_answer(run_id, update_id)
 

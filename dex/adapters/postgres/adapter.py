@@ -245,6 +245,11 @@ class PostgresAdapter:
     def request_update(self, run_id: str, request: ev.UpdateRequested, now: datetime) -> UpdateAnswer | None:
         return self._updates.request_update(run_id, request, now)
 
+    def request_update_then_claim(
+        self, run_id: str, request: ev.UpdateRequested, now: datetime, claim: Claim
+    ) -> tuple[UpdateAnswer | None, list[WorkflowTask], list[Loaded]]:
+        return self._updates.request_update_then_claim(run_id, request, now, claim)
+
     def update_answer(self, run_id: str, update_id: str) -> UpdateAnswer | None:
         return self._updates.update_answer(run_id, update_id)
 

@@ -22,14 +22,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
+import psycopg
 from psycopg import sql
 
+from dex.adapters.postgres import dispatch, workflow_tasks
 from dex.adapters.postgres.connection import connect
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.runs import send_message
-from dex.adapters.postgres.schema import Statements
+from dex.adapters.postgres.schema import LOCK_SCHEDULE_WORKFLOWS, Statements
 from dex.adapters.postgres.update_answers import answer_of
+from dex.app.ports.store import Claim, Loaded, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.task import UpdateAnswer
 
@@ -118,21 +121,44 @@ class PostgresUpdates:
         self._listener = listener
 
     def request_update(self, run_id: str, request: ev.UpdateRequested, now: datetime) -> UpdateAnswer | None:
+        with refusals(), self._db.transaction() as conn:
+            return self._request(conn, run_id, request, now)
+
+    def request_update_then_claim(
+        self, run_id: str, request: ev.UpdateRequested, now: datetime, claim: Claim
+    ) -> tuple[UpdateAnswer | None, list[WorkflowTask], list[Loaded]]:
         q = self._q
         with refusals(), self._db.transaction() as conn:
-            row = conn.execute(
-                q("SELECT result, failure, rejected FROM {s}.update_answers WHERE run_id = %s AND update_id = %s"),
+            answer = self._request(conn, run_id, request, now)
+            if answer is not None:
+                return answer, [], []
+            # the scheduler's rules for this run alone, under its lock if free (dispatch.py)
+            dispatch.dispatch_now(conn, q, dispatch.of_runs([run_id]), LOCK_SCHEDULE_WORKFLOWS, now)
+            claimed = workflow_tasks.claim_workflow_tasks(
+                conn, q, claim.names, claim.owner, now, claim.lease, claim.limit
+            )
+            after = claim.after_seqs or {}
+            requests = [(task, after.get(task.run_id, 0)) for task in claimed]
+            loaded = workflow_tasks.load_workflow_tasks(conn, q, requests, now) if claimed else []
+            return None, claimed, loaded
+
+    def _request(
+        self, conn: psycopg.Connection, run_id: str, request: ev.UpdateRequested, now: datetime
+    ) -> UpdateAnswer | None:
+        q = self._q
+        row = conn.execute(
+            q("SELECT result, failure, rejected FROM {s}.update_answers WHERE run_id = %s AND update_id = %s"),
+            [run_id, request.update_id],
+        ).fetchone()
+        if row is not None and not row[2]:
+            return answer_of(request.update_id, row)  # answered already: nothing runs again
+        send_message(conn, q, run_id, request, now)  # locks the run FOR SHARE: ended runs refuse
+        if row is not None:  # a rejection of this id: a new request replaces it
+            conn.execute(
+                q("DELETE FROM {s}.update_answers WHERE run_id = %s AND update_id = %s AND rejected"),
                 [run_id, request.update_id],
-            ).fetchone()
-            if row is not None and not row[2]:
-                return answer_of(request.update_id, row)  # answered already: nothing runs again
-            send_message(conn, q, run_id, request, now)  # locks the run FOR SHARE: ended runs refuse
-            if row is not None:  # a rejection of this id: a new request replaces it
-                conn.execute(
-                    q("DELETE FROM {s}.update_answers WHERE run_id = %s AND update_id = %s AND rejected"),
-                    [run_id, request.update_id],
-                )
-            return None
+            )
+        return None
 
     def update_answer(self, run_id: str, update_id: str) -> UpdateAnswer | None:
         with self._db.statement() as conn:

@@ -37,7 +37,7 @@ from dex.app.facade.updates import RunUpdates
 from dex.app.machinery.buffer import ResultBuffer
 from dex.app.machinery.threads import Foreground
 from dex.app.ports.engines import EngineInfo
-from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store
+from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, Claim, QueueInfo, Store
 from dex.app.ports.telemetry import TelemetryHub
 from dex.app.ports.tracing import NoTracing, Tracing
 from dex.app.runtime.assembly import SCHEDULER, Runtime, timing
@@ -201,6 +201,8 @@ class Engine:
             nudge_scheduler=self._nudge_scheduler,
             drives=self._drives_itself,
             drive=self._drive_once,
+            claim=self._update_claim,
+            hand=self._runtime.workflows_claimed,
         )
         self._queries = RunQueries(
             adapter,
@@ -239,6 +241,10 @@ class Engine:
         """Whether ``update`` and ``query`` run what is due themselves: an engine with code that is
         not started (tests that drain). One without code (``dex web``, the CLI) only asks the store."""
         return not self._runtime.threads and bool(self.registry.workflows)
+
+    def _update_claim(self, run_id: str) -> Claim | None:
+        """The claim a started engine makes with an update's request (its workflow task runs here)."""
+        return self._runtime.workflow_claim([run_id]) if self._runtime.active() else None
 
     def _drive_once(self) -> None:
         self.drain(advance_time=False)

@@ -29,12 +29,13 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dex.app.facade.reads import run_id_of, wait_seconds
 from dex.app.machinery.threads import Foreground
-from dex.app.ports.store import Store
+from dex.app.ports.store import Claim, Loaded, Store, WorkflowTask
+from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import DexError
 from dex.domain.handlers import update_request, validate_handler_name
@@ -53,7 +54,9 @@ class RunUpdates:
 
     ``drives`` says whether the call must run the engine itself (one with code, not started);
     then ``drive`` runs everything due (``drain(advance_time=False)``). ``nudge_scheduler`` wakes the
-    scheduler of a started engine, which turns the request into a workflow task."""
+    scheduler of a started engine, which turns the request into a workflow task; ``claim``
+    gives the claim a started engine makes with the request instead (None: none now) and
+    ``hand`` gives what it claimed to the engine's workflow worker."""
 
     def __init__(
         self,
@@ -64,7 +67,11 @@ class RunUpdates:
         nudge_scheduler: Callable[[], None],
         drives: Callable[[], bool],
         drive: Callable[[], None],
+        claim: Callable[[str], Claim | None] = lambda _run_id: None,
+        hand: Callable[[list[WorkflowTask], list[Loaded], datetime], None] = lambda _t, _l, _n: None,
     ) -> None:
+        self._claim = claim
+        self._hand = hand
         self._store = store
         self._converter = converter
         self._foreground = foreground
@@ -89,13 +96,31 @@ class RunUpdates:
         payloads = tuple(self._converter.encode(arg) for arg in args)
         request = update_request(update_id, name, payloads)  # checks the id: nothing written if bad
         deadline = None if seconds is None else time.monotonic() + seconds
-        with self._foreground.calling():
-            answer = self._store.request_update(run_id, request, self._store.clock.now())
+        answer = self._request(run_id, request)
         if answer is None:
-            self._nudge_scheduler()  # the scheduler makes the workflow task; it wakes the worker
             answer = self._answer(run_id, request.update_id, deadline, seconds)
         result = update_result(answer)  # raises the rejection or the handler's failure
         return None if result is None else self._converter.decode(result)
+
+    def _request(self, run_id: str, request: ev.UpdateRequested) -> UpdateAnswer | None:
+        """Send the request; on a started engine with room, claim the run's workflow task in the
+        same transaction and hand it to this engine's worker, which holds the run's executor if
+        any engine does (the claim loads from where it stands): no scheduler round, no poll."""
+        now = self._store.clock.now()
+        claim = self._claim(run_id)
+        claimed: list[WorkflowTask] = []
+        loaded: list[Loaded] = []
+        with self._foreground.calling():
+            if claim is None:
+                answer = self._store.request_update(run_id, request, now)
+            else:
+                answer, claimed, loaded = self._store.request_update_then_claim(run_id, request, now, claim)
+        if answer is None:
+            if claimed:
+                self._hand(claimed, loaded, now)
+            else:
+                self._nudge_scheduler()  # the scheduler makes the workflow task; it wakes the worker
+        return answer
 
     def _answer(self, run_id: str, update_id: str, deadline: float | None, seconds: float | None) -> UpdateAnswer:
         pause = 0.001
