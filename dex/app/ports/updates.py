@@ -7,19 +7,18 @@ transaction as the history block and wakes whoever waits for one. An accepted up
 never changes once written, which is what makes a repeated ``update_id`` safe: its caller gets
 the recorded answer and nothing runs twice. A rejection leaves no trace in the history, so the
 same id may be tried again: a new request replaces the rejection kept for it.
+
+The request that also claims its run's workflow task (``request_update_then_claim``) is a port
+of :mod:`dex.app.ports.store` (``UpdateDispatch``), beside the other claims it shares records with.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from dex.app.ports.tasks import WorkflowTask
 from dex.domain import events as ev
 from dex.domain.task import UpdateAnswer
-
-if TYPE_CHECKING:  # the store port imports this one: its records are named for the checker only
-    from dex.app.ports.store import Claim, Loaded
 
 
 class UpdateAnswers(Protocol):
@@ -28,18 +27,6 @@ class UpdateAnswers(Protocol):
         rejection (then nothing is written); otherwise drop a rejection kept for that id and put
         ``request`` in the live run's inbox, and return None. RunNotFoundError, or
         InvalidStateError for a run that has ended (and has no such answer)."""
-        ...
-
-    def request_update_then_claim(
-        self, run_id: str, request: ev.UpdateRequested, now: datetime, claim: Claim
-    ) -> tuple[UpdateAnswer | None, list[WorkflowTask], list[Loaded]]:
-        """``request_update``, then, in the same transaction, when the request was written,
-        schedule the run's workflow task under the scheduler's rules (pause, capacity,
-        suspension; a concurrency key only its holder gets at once) and claim workflow tasks for
-        ``claim``, with their input loaded from ``claim.after_seqs`` as
-        ``complete_activity_tasks_then_claim`` does: the engine that holds the run's executor
-        decides the update at once, with no scheduler round and no poll. The claimed tasks and
-        their inputs come back with the answer (empty when there was one)."""
         ...
 
     def update_answer(self, run_id: str, update_id: str) -> UpdateAnswer | None:
