@@ -427,9 +427,7 @@ def delete_finished_runs(conn: psycopg.Connection, q: Statements, completed_befo
             " w AS (DELETE FROM {s}.workflow_tasks WHERE run_id IN (SELECT run_id FROM gone)),"
             " a AS (DELETE FROM {s}.activity_tasks WHERE run_id IN (SELECT run_id FROM gone)),"
             " f AS (DELETE FROM {s}.activity_attempts WHERE run_id IN (SELECT run_id FROM gone)),"
-            # an array: the planner then finds the answers by their key, whatever it guesses of the
-            # LIMIT of a generic plan (a semi-join read the whole table when it guessed many runs)
-            " u AS (DELETE FROM {s}.update_answers WHERE run_id = ANY(ARRAY(SELECT run_id FROM gone)))"
+            " u AS (DELETE FROM {s}.update_answers WHERE run_id IN (SELECT run_id FROM gone))"
             " SELECT count(*) FROM gone"
         ),
         [completed_before, limit],

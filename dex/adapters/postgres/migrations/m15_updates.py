@@ -16,8 +16,8 @@ VERSION = 15
 STATEMENTS: tuple[str, ...] = (
     """
     CREATE TABLE {s}.update_answers (
-        run_id       text NOT NULL,
-        update_id    text NOT NULL,
+        run_id       text COLLATE "C" NOT NULL,
+        update_id    text COLLATE "C" NOT NULL,
         result       bytea,
         failure      bytea,
         rejected     boolean NOT NULL,
