@@ -33,6 +33,7 @@ from dex.adapters.postgres import LATEST_VERSION, schema_version
 from dex.adapters.postgres import migrate as run_migrations
 from dex.adapters.postgres.connection import InvalidDsnError, connect, describe_dsn, prepare_conninfo
 from dex.cli import database
+from dex.cli.conversations import query_run, update_run
 from dex.cli.database import DEFAULT_SCHEMA, Settings, connection_options, json_option, progress, settings
 from dex.cli.dev import dev
 from dex.cli.engines import engines
@@ -223,6 +224,8 @@ def migrate() -> None:
 
 cli.add_command(dev)
 cli.add_command(worker)
+runs.add_command(update_run)
+runs.add_command(query_run)
 cli.add_command(runs)
 cli.add_command(events)
 cli.add_command(queues)

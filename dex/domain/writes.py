@@ -15,6 +15,7 @@ each re-stating the rules:
 * :func:`instance_clash`: the message a parent gets when its child's instance id is held by a
   live run (only the store knows which children clashed, so it asks per child);
   :func:`reused_outcome`: the one it gets when an ended run of the id answers under ``id_reuse``.
+* :func:`dropped_update_answers`: the answers to update requests that a run's end drops.
 * :data:`WAKES_SUSPENDED`: the messages that make a suspended run's workflow task due.
 * :data:`INBOX_ORDER`: the order in which a run sees its visible messages.
 
@@ -24,6 +25,8 @@ names of :data:`SURVIVING_KINDS` and :data:`WAKING_KINDS`, the columns of
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import attrs
 
@@ -73,6 +76,18 @@ def survives_continue_as_new(message: ev.Message) -> bool:
 def wakes_suspended(message: ev.Message) -> bool:
     """Whether a visible message makes a suspended run's workflow task due."""
     return isinstance(message, WAKES_SUSPENDED)
+
+
+def dropped_update_answers(messages: Iterable[ev.Message]) -> tuple[UpdateAnswer, ...]:
+    """The answers to the update requests among the messages a run's end drops from its inbox
+    (sent after its last task was loaded): refused, so that no caller of ``engine.update``
+    waits for an answer that would never come."""
+    failure = FailureInfo(type="InvalidStateError", message="the run has ended", terminal=True)
+    return tuple(
+        UpdateAnswer(update_id=m.update_id, failure=failure, rejected=True)
+        for m in messages
+        if isinstance(m, ev.UpdateRequested)
+    )
 
 
 def instance_clash(child: NewRun) -> ev.ChildRunFailed:

@@ -359,7 +359,14 @@ def _operation(operation: Operation, token: bool) -> dict[str, Any]:
         "summary": operation.summary,
         "tags": [operation.tag],
         "operationId": operation_id(operation.method, operation.path),
-        "responses": {str(operation.status): success, **_errors(codes, token)},
+        "responses": {
+            str(operation.status): success,
+            **{
+                str(code): {"description": text, "content": {"application/json": {"schema": schema}}}
+                for code, (text, schema) in operation.also.items()
+            },
+            **_errors(codes, token),
+        },
     }
     if operation.params:
         spec["parameters"] = [

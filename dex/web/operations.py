@@ -66,6 +66,8 @@ class Operation:
     body: dict[str, Any] | None = None  # the JSON schema of the request body (a JSON object)
     response: dict[str, Any] = attrs.field(factory=lambda: {"type": "object"})
     status: int = 200
+    # other answers that are not errors: status -> (description, JSON schema of the body)
+    also: dict[int, tuple[str, dict[str, Any]]] = attrs.field(factory=dict)
     errors: tuple[int, ...] = (400, 401, 404, 409, 422)
     tag: str = "runs"
     # OpenAPI links of the answer (name -> link object), e.g. from a new run to its history

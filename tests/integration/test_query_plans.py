@@ -277,10 +277,21 @@ def add_finished_and_waiting_rows(
             ),
             params,
         )
+        conn.execute(
+            q(
+                # the answers of engine.update kept: two for every run, finished or asleep, each
+                # with a result of a hundred bytes
+                "INSERT INTO {s}.update_answers (run_id, update_id, result, failure, rejected, answered_at)"
+                " SELECT CASE WHEN mod(g, 10) = 0 THEN 'sleeping-' ELSE 'done-' END || g, 'u-' || g || '-' || u,"
+                "  decode(repeat('ab', 100), 'hex'), NULL, false, %(now)s"
+                " FROM generate_series(%(first)s::integer, %(last)s::integer) g, generate_series(1, 2) u"
+            ),
+            params,
+        )
     conn.execute(
         q(
             "ANALYZE {s}.runs, {s}.history, {s}.inbox, {s}.workflow_tasks, {s}.activity_tasks, {s}.queues,"
-            " {s}.activity_attempts"
+            " {s}.activity_attempts, {s}.update_answers"
         )
     )
 

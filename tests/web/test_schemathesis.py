@@ -16,7 +16,9 @@ an answer may differ between runs, always among those the document declares). Tw
 fixed up, not skipped: a ``cursor`` is a value only the server makes (signed; a made-up one is
 a 400 by design, as the document says), so valid cases leave out made-up ones and the NextPage
 link hands real ones on; and a long poll waits at most ``POLL_WAIT`` seconds (its full 60 is
-time, not behaviour; ``tests/remote`` covers the wait). The chains do not start at a poll
+time, not behaviour; ``tests/remote`` covers the wait), and an update waits 0 seconds for its
+answer (a run in a queue the fuzzer paused would hold each for its whole timeout;
+``tests/web/test_api_updates.py`` covers the wait and the 202). The chains do not start at a poll
 (Schemathesis reads its ``worker_id`` as a reference to a resource no call makes), so its links
 to complete, fail and heartbeat are documented but not followed here; ``tests/remote`` covers
 those calls.
@@ -118,6 +120,12 @@ def _as_a_client_makes_them(context: Any, case: Any) -> Any:
     cursor = case.query.get("cursor") if isinstance(case.query, dict) else None
     if valid and cursor is not None and not str(cursor).startswith(SERVER_MADE):
         case.query = {key: value for key, value in case.query.items() if key != "cursor"}
+    if case.path == "/v1/runs/{run_id}/updates" and isinstance(case.body, dict):
+        body = dict(case.body)
+        wait = body.get("timeout")
+        if wait is None or (isinstance(wait, int) and not isinstance(wait, bool) and 0 < wait <= 300):
+            body["timeout"] = 0  # the answer or a 202 at once: a run the fuzzer paused never answers
+        case.body = body
     if case.path == "/v1/activity-tasks/poll" and isinstance(case.body, dict):
         body = dict(case.body)
         wait = body.get("wait_seconds")

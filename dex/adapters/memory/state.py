@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Iterable
 from datetime import datetime
 
 import attrs
@@ -24,6 +25,7 @@ from dex.domain import events as ev
 from dex.domain.definitions import validate_queue
 from dex.domain.errors import InvalidStateError, RunNotFoundError
 from dex.domain.status import RunStatus
+from dex.domain.task import UpdateAnswer
 
 
 class MemoryState:
@@ -44,6 +46,21 @@ class MemoryState:
         self.queues: dict[tuple[str, str], QueueRow] = {}
         # per run, per step (created_seq): its failed and lost attempts (ports/attempts.py)
         self.attempts: dict[str, dict[int, StepAttempts]] = {}
+        # engine.update's answers by (run, update id), and the condition their callers wait on
+        self.update_answers: dict[tuple[str, str], UpdateAnswer] = {}
+        self.answered = threading.Condition(self.lock)
+
+    def keep_answers(self, run_id: str, answers: Iterable[UpdateAnswer]) -> None:
+        """Keep ``answers`` for the callers of ``engine.update`` and wake them (the caller holds
+        the lock). A rejection never replaces an answer: an accepted update's answer is final."""
+        kept = False
+        for answer in answers:
+            known = self.update_answers.get((run_id, answer.update_id))
+            if known is None or known.rejected:
+                self.update_answers[(run_id, answer.update_id)] = answer
+                kept = True
+        if kept:
+            self.answered.notify_all()
 
     def record_attempt(self, run_id: str, created_seq: int, failed: FailedAttempt, next_attempt: int) -> None:
         """Keep a failed or lost attempt of a step (the caller holds the lock and writes the

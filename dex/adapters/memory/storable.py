@@ -112,6 +112,9 @@ def workflow_results(results: Sequence[tuple[object, WorkflowTaskResult]]) -> No
         for message in result.messages:
             text(message.run_id, "run_id")
             protobuf(message.event, "message")
+        for answer in result.update_answers:
+            text(answer.update_id, "update id")
+            protobuf(answer, "update answer")
 
 
 @_batch_write

@@ -9,7 +9,7 @@ they use in their constructors: runs and messages (``runs.py``), keyed starts
 (``instance_keys.py``), the task queues
 (``tasks.py``), forks (``forks.py``), schedules (``schedules.py``), queue administration and
 leadership (``queues.py``), the engine registry (``engines.py``) and transaction steps
-(``steps.py``). It builds them, holds them,
+(``steps.py``), update answers (``updates.py``). It builds them, holds them,
 and implements each port by one call of the part that owns it — except the ports that are
 made of others: the batches (``send_messages``, ``load_workflow_tasks``) and eager dispatch (a
 write, then a claim, under the one lock), which it composes from its own ports, as schedules
@@ -34,6 +34,7 @@ from dex.adapters.memory.schedules import MemorySchedules
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.steps import MemorySteps
 from dex.adapters.memory.tasks import MemoryTasks
+from dex.adapters.memory.updates import MemoryUpdates
 from dex.app.ports.clock import SystemClock
 from dex.app.ports.endings import Decide
 from dex.app.ports.engines import EngineInfo
@@ -61,7 +62,7 @@ from dex.domain.forks import Fork
 from dex.domain.instance_keys import StartRule
 from dex.domain.queue_limits import RateLimit
 from dex.domain.status import RunStatus
-from dex.domain.task import InboxMessage, WorkflowTaskResult
+from dex.domain.task import InboxMessage, UpdateAnswer, WorkflowTaskResult
 from dex.domain.values import FailureInfo
 
 
@@ -83,6 +84,7 @@ class InMemoryAdapter:
         self._schedules = MemorySchedules(state, self.create_run, self.start_keyed_run)
         self._queues = MemoryQueues(state)
         self._engines = MemoryEngines(state)
+        self._updates = MemoryUpdates(state)
         self._steps = MemorySteps(state, self._tasks, self._clock, transaction_connection, self.complete_activity_tasks)
 
     @property
@@ -146,6 +148,28 @@ class InMemoryAdapter:
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
         self._runs.request_transition(run_id, target, message, now)
+
+    # -- update answers (docs/reference/contract.md §14) --------------------------------------------------
+    def request_update(self, run_id: str, request: ev.UpdateRequested, now: datetime) -> UpdateAnswer | None:
+        return self._updates.request_update(run_id, request, now)
+
+    def request_update_then_claim(
+        self, run_id: str, request: ev.UpdateRequested, now: datetime, claim: Claim
+    ) -> tuple[UpdateAnswer | None, list[WorkflowTask], list[Loaded]]:
+        with self._state.lock:
+            answer = self.request_update(run_id, request, now)
+            if answer is not None:
+                return answer, [], []
+            self.schedule_workflow_tasks(now, _DISPATCH_BATCH)
+            claimed = self.claim_workflow_tasks(claim.names, claim.owner, now, claim.lease, claim.limit)
+            after = claim.after_seqs or {}
+            return None, claimed, self.load_workflow_tasks([(t, after.get(t.run_id, 0)) for t in claimed], now)
+
+    def update_answer(self, run_id: str, update_id: str) -> UpdateAnswer | None:
+        return self._updates.update_answer(run_id, update_id)
+
+    def wait_update_answer(self, run_id: str, update_id: str, timeout: float) -> UpdateAnswer | None:
+        return self._updates.wait_update_answer(run_id, update_id, timeout)
 
     def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
         return self._runs.delete_finished_runs(completed_before, limit)

@@ -39,7 +39,14 @@ from dex.domain.queue_limits import key_grants
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
-from dex.domain.writes import INBOX_ORDER, instance_clash, plan_write, survives_continue_as_new, wakes_suspended
+from dex.domain.writes import (
+    INBOX_ORDER,
+    dropped_update_answers,
+    instance_clash,
+    plan_write,
+    survives_continue_as_new,
+    wakes_suspended,
+)
 
 _INBOX_ORDER = operator.attrgetter(*INBOX_ORDER)  # the domain's order of a run's visible messages
 
@@ -253,10 +260,13 @@ class MemoryTasks:
             if spec.failure is not None and spec.attempt > 1:  # its first attempt ran inline and failed
                 failed = FailedAttempt(attempt=spec.attempt - 1, at=now, kind=FAILED, failure=spec.failure)
                 self._state.record_attempt(spec.run_id, spec.created_seq, failed, spec.attempt)
+        self._state.keep_answers(run.run_id, plan.update_answers)
         if plan.completion is not None:
             completion = plan.completion
             run.completed_at, run.result, run.failure, run.holds_key = now, completion.result, completion.failure, False
             run.unread_events = plan.unread_events
+            dropped = dropped_update_answers(m.event for m in self._state.inbox[run.run_id])
+            self._state.keep_answers(run.run_id, dropped)
             self._state.inbox[run.run_id] = []
             for task_id in [t for t, a in self._state.activity_tasks.items() if a.run_id == run.run_id]:
                 del self._state.activity_tasks[task_id]

@@ -5,7 +5,7 @@ The adapter is composed of parts, each given what it uses when it is made: the c
 queues known to exist (:class:`~.queues.PostgresQueues`). Runs are :class:`~.runs.PostgresRuns`, starts by an instance id used before
 :class:`~.instance_keys.PostgresKeyedStarts`;
 the task queues :class:`~.tasks.PostgresWorkflowTasks` and :class:`~.tasks.PostgresActivityTasks`;
-schedules :class:`~.schedules.PostgresSchedules`; the engine registry :class:`~.engines.PostgresEngines`; forks :class:`~.forks.PostgresForks`; transaction
+schedules :class:`~.schedules.PostgresSchedules`; update answers :class:`~.updates.PostgresUpdates`; the engine registry :class:`~.engines.PostgresEngines`; forks :class:`~.forks.PostgresForks`; transaction
 steps :class:`~.step_store.PostgresTransactionSteps`. The adapter builds them, holds them and implements each port by one
 call of the part that owns it. Each port call is one short transaction on a pooled connection: a
 single statement in the pool's autocommit mode, or a ``conn.transaction()`` block.
@@ -44,6 +44,8 @@ from dex.adapters.postgres.step_sessions import StepSessions
 from dex.adapters.postgres.step_slots import StepSlots
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.adapters.postgres.tasks import PostgresActivityTasks, PostgresWorkflowTasks
+from dex.adapters.postgres.update_answers import answer_channel
+from dex.adapters.postgres.updates import AnswerListener, PostgresUpdates
 from dex.app.ports.clock import SystemClock
 from dex.app.ports.endings import Decide
 from dex.app.ports.engines import EngineInfo
@@ -70,7 +72,7 @@ from dex.domain.forks import Fork
 from dex.domain.instance_keys import StartRule
 from dex.domain.queue_limits import RateLimit
 from dex.domain.status import RunStatus
-from dex.domain.task import InboxMessage, WorkflowTaskResult
+from dex.domain.task import InboxMessage, UpdateAnswer, WorkflowTaskResult
 from dex.domain.values import FailureInfo
 from dex.views.secrets import redact_dsn
 
@@ -173,6 +175,9 @@ class PostgresAdapter:
         self._activity_tasks = PostgresActivityTasks(db, q, limited)
         self._schedules = PostgresSchedules(db, q, create_statement, queues)
         self._forks = PostgresForks(db, q, queues)
+        # engine.update's callers wait for their answers on a LISTEN of its own (updates.py)
+        self._answer_listener = AnswerListener(conninfo, answer_channel(q.schema))
+        self._updates = PostgresUpdates(db, q, self._answer_listener)
         self._steps = PostgresTransactionSteps(
             q,
             create_statement,
@@ -197,6 +202,7 @@ class PostgresAdapter:
 
     def close(self) -> None:
         """Close the pool's connections (idempotent)."""
+        self._answer_listener.close()
         self._kept.release()
         self._step_sessions.close()
         self._async_sessions.close()
@@ -248,6 +254,21 @@ class PostgresAdapter:
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:
         self._runs.request_transition(run_id, target, message, now)
+
+    # -- update answers (docs/reference/contract.md §14) --------------------------------------------------
+    def request_update(self, run_id: str, request: ev.UpdateRequested, now: datetime) -> UpdateAnswer | None:
+        return self._updates.request_update(run_id, request, now)
+
+    def request_update_then_claim(
+        self, run_id: str, request: ev.UpdateRequested, now: datetime, claim: Claim
+    ) -> tuple[UpdateAnswer | None, list[WorkflowTask], list[Loaded]]:
+        return self._updates.request_update_then_claim(run_id, request, now, claim)
+
+    def update_answer(self, run_id: str, update_id: str) -> UpdateAnswer | None:
+        return self._updates.update_answer(run_id, update_id)
+
+    def wait_update_answer(self, run_id: str, update_id: str, timeout: float) -> UpdateAnswer | None:
+        return self._updates.wait_update_answer(run_id, update_id, timeout)
 
     def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
         return self._runs.delete_finished_runs(completed_before, limit)

@@ -41,12 +41,14 @@ from dex.adapters.postgres.rows import (
     labels_json,
 )
 from dex.adapters.postgres.schema import Statements
+from dex.adapters.postgres.update_answers import answer_channel, answers_insert
 from dex.app.ports.store import AnsweredStep, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.endings import kept_activity_tasks, kept_messages
 from dex.domain.status import RunStatus
-from dex.domain.task import NewRun, WorkflowTaskResult
-from dex.domain.writes import SURVIVING_KINDS, WritePlan, instance_clash, plan_write
+from dex.domain.task import NewRun, UpdateAnswer, WorkflowTaskResult
+from dex.domain.writes import SURVIVING_KINDS, WritePlan, dropped_update_answers, instance_clash, plan_write
+from dex.serialization.history import decode_message
 from dex.serialization.values import encode_failure, encode_payload, encode_payloads, encode_retry_policy
 
 Item = tuple[WorkflowTask, WorkflowTaskResult]
@@ -200,11 +202,13 @@ class WriteRound:
         self._updates: list[_RunUpdate] = []
         # children started under id_reuse that an ended run answers: the message to their parent
         self._answered: dict[str, ev.Message] = {}
+        self._answers: list[tuple[str, UpdateAnswer]] = []  # engine.update's answers (updates.py)
 
     def add(self, run_id: str, run: LockedRun, result: WorkflowTaskResult) -> None:
         plan = plan_write(result, run.status)
         self.touched.add(run_id)
         self._plans.append((run_id, plan))
+        self._answers.extend((run_id, answer) for answer in plan.update_answers)
         self._consumed.extend(plan.consumed)
         if plan.replaces_history:
             self._reset.append(run_id)
@@ -267,7 +271,16 @@ class WriteRound:
         if finished:
             # the ended runs' remaining messages and activity tasks go; task rows are locked in
             # (queue, task_id) order, as everywhere else, before they are deleted
-            conn.execute(q("DELETE FROM {s}.inbox WHERE run_id = ANY(%b::text[])"), [arrays.texts(finished)])
+            dropped = conn.execute(
+                q(
+                    "WITH gone AS (DELETE FROM {s}.inbox WHERE run_id = ANY(%b::text[]) RETURNING run_id, kind, message)"
+                    " SELECT run_id, message FROM gone WHERE kind = 'UpdateRequested'"
+                ),
+                [arrays.texts(finished)],
+            ).fetchall()
+            # update requests that came after the run's last task was loaded: refused, not lost
+            for run_id, message in dropped:
+                self._answers.extend((run_id, a) for a in dropped_update_answers([decode_message(message)]))
             conn.execute(
                 q(
                     "DELETE FROM {s}.activity_tasks t WHERE (t.queue, t.task_id) IN ("
@@ -277,6 +290,8 @@ class WriteRound:
                 [arrays.texts(finished)],
             )
         insert_inbox(conn, q, self._messages({c.run_id for c in children}, started))
+        for statement in answers_insert(q, answer_channel(q.schema), self._answers, self._now):
+            conn.execute(*statement)
 
     def _update_runs(self) -> None:
         updates = self._updates

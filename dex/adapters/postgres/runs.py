@@ -429,7 +429,8 @@ def delete_finished_runs(conn: psycopg.Connection, q: Statements, completed_befo
             " i AS (DELETE FROM {s}.inbox WHERE run_id IN (SELECT run_id FROM gone)),"
             " w AS (DELETE FROM {s}.workflow_tasks WHERE run_id IN (SELECT run_id FROM gone)),"
             " a AS (DELETE FROM {s}.activity_tasks WHERE run_id IN (SELECT run_id FROM gone)),"
-            " f AS (DELETE FROM {s}.activity_attempts WHERE run_id IN (SELECT run_id FROM gone))"
+            " f AS (DELETE FROM {s}.activity_attempts WHERE run_id IN (SELECT run_id FROM gone)),"
+            " u AS (DELETE FROM {s}.update_answers WHERE run_id IN (SELECT run_id FROM gone))"
             " SELECT count(*) FROM gone"
         ),
         [completed_before, limit],

@@ -29,14 +29,16 @@ from dex.app.facade.endings import RunEnds
 from dex.app.facade.fork import Forks
 from dex.app.facade.info import RunInfo
 from dex.app.facade.messages import RunMessages
+from dex.app.facade.queries import RunQueries
 from dex.app.facade.queues import Queues
 from dex.app.facade.reads import RunReads, run_filter
 from dex.app.facade.starts import Starts
 from dex.app.facade.steps import ActivityStep
+from dex.app.facade.updates import RunUpdates
 from dex.app.machinery.buffer import ResultBuffer
 from dex.app.machinery.threads import Foreground
 from dex.app.ports.engines import EngineInfo
-from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store
+from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, Claim, QueueInfo, Store
 from dex.app.ports.telemetry import TelemetryHub
 from dex.app.ports.tracing import NoTracing, Tracing
 from dex.app.runtime.assembly import SCHEDULER, Runtime, timing
@@ -201,6 +203,25 @@ class Engine:
             ended=self._reads.flushed,
             nudge_scheduler=self._nudge_scheduler,
         )
+        # updates and queries (docs/reference/contract.md §14): an engine not started drives itself
+        self._updates = RunUpdates(
+            adapter,
+            self.converter,
+            foreground=self.foreground,
+            nudge_scheduler=self._nudge_scheduler,
+            drives=self._drives_itself,
+            drive=self._drive_once,
+            claim=self._update_claim,
+            hand=self._runtime.workflows_claimed,
+        )
+        self._queries = RunQueries(
+            adapter,
+            self.registry,
+            self.converter,
+            cache=self._runtime.workflow_worker.cache,
+            drives=self._drives_itself,
+            drive=self._drive_once,
+        )
         self._queues = Queues(adapter, self._queue_view, queues_changed=self._runtime.queues_changed)
         self._schedule_calls = ScheduleCalls(
             ScheduleAdmin(adapter, self._rng, self.code_version),
@@ -225,6 +246,18 @@ class Engine:
 
     def _nudge_scheduler(self) -> None:
         self._runtime.nudge(SCHEDULER)
+
+    def _drives_itself(self) -> bool:
+        """Whether ``update`` and ``query`` run what is due themselves: an engine with code that is
+        not started (tests that drain). One without code (``dex web``, the CLI) only asks the store."""
+        return not self._runtime.threads and bool(self.registry.workflows)
+
+    def _update_claim(self, run_id: str) -> Claim | None:
+        """The claim a started engine makes with an update's request (its workflow task runs here)."""
+        return self._runtime.workflow_claim([run_id]) if self._runtime.active() else None
+
+    def _drive_once(self) -> None:
+        self.drain(advance_time=False)
 
     # -- runs ---------------------------------------------------------------------------------
     def start_workflow(
@@ -322,6 +355,22 @@ class Engine:
     def resume(self, run_id: str) -> None:
         """Release a suspended run's held events, in order."""
         self._messages.resume(run_id)
+
+    def update(
+        self, run_id: str, name: str, *args: Any, update_id: str | None = None, timeout: float | timedelta | None = None
+    ) -> Any:
+        """Run the workflow's update handler ``name`` with ``args`` inside the run and return its
+        result (docs/reference/contract.md §14). The same ``update_id`` twice runs the handler
+        once and returns its recorded answer. UpdateRejectedError (its validator refused, or no
+        such handler: nothing recorded), UpdateFailedError (the handler raised; the run goes on),
+        InvalidStateError (the run has ended), TimeoutError (wall-clock seconds)."""
+        return self._updates.update(run_id, name, args, update_id, timeout)
+
+    def query(self, run_id: str, name: str, *args: Any) -> Any:
+        """The result of the workflow's query handler ``name`` on the run's current state;
+        records nothing, and ended runs answer too. QueryError for an unknown name, a handler
+        that raises, or one that tries a step or a change of state."""
+        return self._queries.query(run_id, name, args)
 
     def get_run(self, run_id: str) -> RunInfo:
         """The run, as a ``RunInfo`` (its result decoded with the workflow's return hint)."""
@@ -432,6 +481,16 @@ class Engine:
     async def resume_async(self, run_id: str) -> None:
         """``resume``, awaitable."""
         await self._aio.resume(run_id)
+
+    async def update_async(
+        self, run_id: str, name: str, *args: Any, update_id: str | None = None, timeout: float | timedelta | None = None
+    ) -> Any:
+        """``update``, awaitable (the wait runs in a thread, never on the event loop)."""
+        return await asyncio.to_thread(self._updates.update, run_id, name, args, update_id, timeout)
+
+    async def query_async(self, run_id: str, name: str, *args: Any) -> Any:
+        """``query``, awaitable (a replay runs in a thread, never on the event loop)."""
+        return await asyncio.to_thread(self._queries.query, run_id, name, args)
 
     async def get_run_async(self, run_id: str) -> RunInfo:
         """``get_run``, awaitable."""

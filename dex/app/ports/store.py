@@ -33,12 +33,13 @@ from dex.app.ports.tasks import WorkflowTask as WorkflowTask
 from dex.app.ports.transactions import StepFailed as StepFailed
 from dex.app.ports.transactions import TransactionStep as TransactionStep
 from dex.app.ports.transactions import TransactionSteps as TransactionSteps
+from dex.app.ports.updates import UpdateAnswers
 from dex.domain import events as ev
 from dex.domain.errors import DexError
 from dex.domain.forks import Fork
 from dex.domain.queue_limits import RateLimit
 from dex.domain.status import RunStatus
-from dex.domain.task import InboxMessage, WorkflowTaskResult
+from dex.domain.task import InboxMessage, UpdateAnswer, WorkflowTaskResult
 from dex.domain.values import FailureInfo, Payload
 
 WORKFLOW = "workflow"
@@ -435,6 +436,20 @@ class AttemptReads(Protocol):
         ...
 
 
+class UpdateDispatch(Protocol):
+    def request_update_then_claim(
+        self, run_id: str, request: ev.UpdateRequested, now: datetime, claim: Claim
+    ) -> tuple[UpdateAnswer | None, list[WorkflowTask], list[Loaded]]:
+        """``request_update``, then, in the same transaction, when the request was written,
+        schedule the run's workflow task under the scheduler's rules (pause, capacity,
+        suspension; a concurrency key only its holder gets at once) and claim workflow tasks for
+        ``claim``, with their input loaded from ``claim.after_seqs`` as
+        ``complete_activity_tasks_then_claim`` does: the engine that holds the run's executor
+        decides the update at once, with no scheduler round and no poll. The claimed tasks and
+        their inputs come back with the answer (empty when there was one)."""
+        ...
+
+
 class Store(
     RunStore,
     KeyedStarts,
@@ -448,6 +463,8 @@ class Store(
     ScheduleStore,
     EngineRegistry,
     RunEndings,
+    UpdateAnswers,
+    UpdateDispatch,
     Protocol,
 ):
     """Everything an engine needs from one adapter."""

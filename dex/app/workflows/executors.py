@@ -220,6 +220,15 @@ class ExecutorCache:
                     evicted.append(self._entries.popitem(last=False)[1].executor)
         self._close.all(evicted)
 
+    def give_back(self, run_id: str, lent: Cached) -> None:
+        """Return an executor that was taken to answer a query (``engine.query``): kept again
+        unless the run's task has cached another meanwhile, which is newer (then it is closed)."""
+        with self._lock:
+            if run_id not in self._entries and self._capacity > 0:
+                self._entries[run_id] = lent
+                return
+        self._close(lent.executor)
+
     def positions(self, run_ids: Sequence[str]) -> dict[str, int]:
         """The sequence number each cached run's executor stands at (runs not cached are left out)."""
         with self._lock:

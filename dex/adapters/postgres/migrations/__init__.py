@@ -31,6 +31,7 @@ from dex.adapters.postgres.migrations import (
     m13_run_endings,
     m14_id_reuse,
     m15_queue_limits,
+    m16_updates,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -51,6 +52,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m13_run_endings,
         m14_id_reuse,
         m15_queue_limits,
+        m16_updates,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
