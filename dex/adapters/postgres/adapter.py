@@ -12,7 +12,7 @@ single statement in the pool's autocommit mode, or a ``conn.transaction()`` bloc
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
@@ -24,6 +24,7 @@ from dex.adapters.postgres.connection import KeptConnection, connect, describe_d
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.engines import PostgresEngines
 from dex.adapters.postgres.forks import PostgresForks
+from dex.adapters.postgres.outbox import PostgresOutbox
 from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.runs import PostgresRuns
 from dex.adapters.postgres.schedules import PostgresSchedules
@@ -42,6 +43,7 @@ from dex.adapters.postgres.step_store import PostgresTransactionSteps
 from dex.adapters.postgres.tasks import PostgresActivityTasks, PostgresWorkflowTasks
 from dex.app.ports.clock import SystemClock
 from dex.app.ports.engines import EngineInfo
+from dex.app.ports.notices import TaskNotices
 from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
 from dex.app.ports.store import (
     ActivityOutcome,
@@ -159,6 +161,7 @@ class PostgresAdapter:
         )
         self._queues = queues = PostgresQueues(db, q)
         self._engines = PostgresEngines(db, q)
+        self._outbox = PostgresOutbox(db, q)
         self._runs = PostgresRuns(db, q, create_statement, queues)
         self._workflow_tasks = PostgresWorkflowTasks(db, q, queues)
         self._activity_tasks = PostgresActivityTasks(db, q)
@@ -192,6 +195,18 @@ class PostgresAdapter:
         self._step_sessions.close()
         self._async_sessions.close()
         self._pool.close()
+
+    # -- the event-driven dispatch mode (docs/reference/contract.md §16) ----------------------
+    def set_dispatch(self, mode: str) -> None:
+        """Make the database write task notices (``"kafka"``) or not (``"polling"``)."""
+        self._outbox.set_dispatch(mode)
+
+    def task_notices(self, config: Mapping[str, object]) -> TaskNotices:
+        """The notices of ``Engine(dispatch="kafka", kafka=config)`` (the ``kafka`` extra)."""
+        from dex.adapters.kafka.notices import KafkaNotices
+        from dex.adapters.kafka.settings import kafka_settings
+
+        return KafkaNotices(self._outbox, kafka_settings(config, group=f"dex-{self._q.schema}"))
 
     def reading(self) -> AbstractContextManager[psycopg.Connection]:
         """A connection of the pool (autocommit: each statement a transaction of its own) for

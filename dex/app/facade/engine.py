@@ -34,6 +34,7 @@ from dex.app.facade.steps import ActivityStep
 from dex.app.machinery.buffer import ResultBuffer
 from dex.app.machinery.threads import Foreground
 from dex.app.ports.engines import EngineInfo
+from dex.app.ports.notices import POLLING, NoticeSource
 from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, QueueInfo, Store
 from dex.app.ports.telemetry import TelemetryHub
 from dex.app.ports.tracing import NoTracing, Tracing
@@ -41,6 +42,7 @@ from dex.app.runtime.assembly import SCHEDULER, Runtime, timing
 from dex.app.runtime.health import EngineHealth
 from dex.app.runtime.leader import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.runtime.long_polls import LongPollGates, LongPolls
+from dex.app.runtime.notices import task_notices
 from dex.app.runtime.options import RuntimeOptions
 from dex.app.runtime.registration import EngineRegistration
 from dex.app.schedules.calls import ScheduleAdmin, ScheduleCalls, drain_bound, drain_jump
@@ -85,11 +87,15 @@ class Engine:
         code_version: str | None = None,
         on_nondeterminism: str = "hold",
         runtime_options: RuntimeOptions | None = None,
+        dispatch: str = POLLING,
+        kafka: Mapping[str, object] | None = None,
     ) -> None:
         """``runtime_options`` is for simulations and tests: the clock, attempt pool, watchdog
         and randomness of the runtime, and observers of its decisions
         (:class:`dex.app.runtime.options.RuntimeOptions`; the default is production's)."""
         self.store = adapter
+        # how workers learn of tasks (docs/reference/contract.md §16): checked before anything is built
+        self._dispatch_mode, notices = task_notices(adapter, dispatch, kafka)
         self.registry = Registry(workflows, activities)
         self.node_id = validate_text(node_id, "node_id") if node_id else f"node-{uuid.uuid4()}"
         # names the deployed code in every run this engine starts (docs/reference/contract.md §11)
@@ -170,6 +176,7 @@ class Engine:
             on_flushed=self._reads.flushed,  # wakes wait(): a run of ours may have just ended
             on_completed=self._reads.written,
             options=options,
+            notices=notices,
         )
         # the services the public calls delegate to
         self._starts = Starts(
@@ -525,6 +532,8 @@ class Engine:
         if self._runtime.threads:
             raise InvalidStateError("the engine is already started")
         self._registration.register()  # listed from now on (a store that fails: at the next heartbeat)
+        if isinstance(self.store, NoticeSource):  # the database writes notices in the Kafka mode only
+            self.store.set_dispatch(self._dispatch_mode)
         self._runtime.start()
 
     def on_activity_work(self, listener: Callable[[], None]) -> None:
@@ -570,6 +579,8 @@ class Engine:
             lost_step_slots=self.store.lost_step_slots,
             long_polls_open=long_polls_open,
             long_polls_limit=long_polls_limit,
+            dispatch=self._dispatch_mode,
+            notices=self._runtime.dispatch_counts.snapshot() if self._dispatch_mode != POLLING else {},
         )
 
     def stop(self, timeout: float = 30) -> None:

@@ -28,6 +28,7 @@ from dex.adapters.postgres.migrations import (
     m10_activity_attempts,
     m11_child_runs,
     m12_engines,
+    m18_outbox,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -45,6 +46,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m10_activity_attempts,
         m11_child_runs,
         m12_engines,
+        m18_outbox,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
