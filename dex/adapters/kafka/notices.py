@@ -183,6 +183,8 @@ class KafkaNotices:
             except BufferError:
                 producer.poll(0.1)  # the local queue is full: what is not sent waits for the next round
                 break
+            except self._kafka.KafkaException as exc:  # refused before sending (too large, ...): kept
+                refused.append((row_id, exc.args[0]))
         producer.flush(_DELIVERY_SECONDS)
         for _row_id, err in refused[:1]:
             log.warning("the broker refused %d notice(s), kept for the next round: %s", len(refused), err)

@@ -201,6 +201,11 @@ class PostgresAdapter:
         """Make the database write task notices (``"kafka"``) or not (``"polling"``)."""
         self._outbox.set_dispatch(mode)
 
+    @property
+    def outbox(self) -> PostgresOutbox:
+        """The outbox of the Kafka mode (read-only; for its relay and tests)."""
+        return self._outbox
+
     def task_notices(self, config: Mapping[str, object]) -> TaskNotices:
         """The notices of ``Engine(dispatch="kafka", kafka=config)`` (the ``kafka`` extra)."""
         from dex.adapters.kafka.notices import KafkaNotices
