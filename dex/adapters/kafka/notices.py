@@ -147,9 +147,10 @@ class KafkaNotices:
             )
             for t in missing
         ]
-        for topic, future in self._admin.create_topics(new, operation_timeout=5, request_timeout=10).items():
+        # bounded waits: a broker that does not answer fails this round, not the engine's stop
+        for topic, future in self._admin.create_topics(new, operation_timeout=2, request_timeout=3).items():
             try:
-                future.result(timeout=15)
+                future.result(timeout=4)
             except self._kafka.KafkaException as exc:
                 if exc.args[0].code() != self._kafka.KafkaError.TOPIC_ALREADY_EXISTS:
                     raise

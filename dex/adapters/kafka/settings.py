@@ -21,7 +21,7 @@ _TOPIC_SAFE = re.compile(r"[A-Za-z0-9_-]{1,180}")
 _PREFIX = re.compile(r"[A-Za-z0-9._-]{1,40}")
 
 # dex's own keys, with their defaults; everything else goes to librdkafka
-_OWN = {
+_OWN: dict[str, object] = {
     "dex.topic.prefix": "dex",
     "dex.topic.partitions": 3,
     "dex.topic.replication": 1,
@@ -50,16 +50,27 @@ class KafkaSettings:
         return f"{self.prefix}.{kind}.q-{hashlib.sha256(queue.encode()).hexdigest()[:40]}"
 
 
-def kafka_settings(config: object, group: str) -> KafkaSettings:
+def schema_prefix(schema: str) -> str:
+    """The default topic prefix of a schema's engines: ``dex`` for the default schema, else one
+    of the schema's own, so two schemas on one broker never see each other's notices."""
+    if schema == "dex":
+        return "dex"
+    if _TOPIC_SAFE.fullmatch(schema) and len(schema) <= 36:
+        return f"dex-{schema}"
+    return f"dex-{hashlib.sha256(schema.encode()).hexdigest()[:32]}"
+
+
+def kafka_settings(config: object, schema: str) -> KafkaSettings:
     """``config`` checked: a mapping of str keys to str, int, float or bool values, with
-    ``bootstrap.servers``; ``group`` is the consumer group unless ``group.id`` names one.
-    ``TypeError``/``ValueError`` naming the key otherwise."""
+    ``bootstrap.servers``. The consumer group is ``dex-<schema>`` unless ``group.id`` names one;
+    the topic prefix is the schema's (:func:`schema_prefix`) unless ``dex.topic.prefix`` names
+    one. ``TypeError``/``ValueError`` naming the key otherwise."""
     if config is None:
         raise ValueError('dispatch="kafka" needs kafka={"bootstrap.servers": "host:port", ...}')
     if not isinstance(config, Mapping):
         raise TypeError(f"kafka must be a mapping of librdkafka settings, got {type(config).__name__}")
     client: dict[str, str | int | float | bool] = {}
-    own: dict[str, object] = dict(_OWN)
+    own: dict[str, object] = {**_OWN, "dex.topic.prefix": schema_prefix(schema)}
     for key, value in config.items():
         validate_text(key, "a kafka setting's key")
         if isinstance(value, str):
@@ -75,7 +86,7 @@ def kafka_settings(config: object, group: str) -> KafkaSettings:
     servers = client.get("bootstrap.servers")
     if not isinstance(servers, str) or not servers.strip():
         raise ValueError('kafka needs "bootstrap.servers" (a str such as "127.0.0.1:9092")')
-    client.setdefault("group.id", group)
+    client.setdefault("group.id", f"dex-{schema}")
     prefix = own["dex.topic.prefix"]
     if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
         raise ValueError(f'kafka["dex.topic.prefix"] must be 1-40 of [A-Za-z0-9._-], got {prefix!r}')

@@ -211,7 +211,7 @@ class PostgresAdapter:
         from dex.adapters.kafka.notices import KafkaNotices
         from dex.adapters.kafka.settings import kafka_settings
 
-        return KafkaNotices(self._outbox, kafka_settings(config, group=f"dex-{self._q.schema}"))
+        return KafkaNotices(self._outbox, kafka_settings(config, self._q.schema))
 
     def reading(self) -> AbstractContextManager[psycopg.Connection]:
         """A connection of the pool (autocommit: each statement a transaction of its own) for
