@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 import dex
 from dex.adapters.postgres import PostgresAdapter
 from dex.domain import events as ev
+from dex.domain.errors import SerializationError
 from tests.kafka_broker import Broker, tansu_binary
 from tests.pg import fresh_schema
 
@@ -424,3 +426,86 @@ def test_the_memory_adapter_refuses_the_kafka_mode() -> None:
     run_id = engine.start_workflow(flow, "memory", 0)
     engine.drain()
     assert engine.wait(run_id) == 2
+
+
+class _Unprintable(BaseException):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+@dex.activity(name="kafka-hostile", retry=dex.RetryPolicy(max_attempts=2, initial_delay=timedelta(milliseconds=10)))
+def hostile(text: str) -> str:
+    if text == "raise":
+        raise _Unprintable()
+    return text
+
+
+@dex.workflow(name="kafka-hostile-flow")
+async def hostile_flow(ctx: dex.WorkflowContext, text: str) -> str:
+    return await ctx.activity(hostile, text)
+
+
+def test_hostile_payloads_and_exceptions_stay_with_their_run(cluster: Cluster, broker: Broker) -> None:
+    """Payloads travel in PostgreSQL, never in a notice: NUL and lone surrogates in them, and a
+    BaseException that cannot be printed, are each their own run's business, as in polling."""
+    cluster.engine(workers=False, dispatch="kafka", kafka=kafka(broker))
+    adapter = cluster.adapter()
+    worker = dex.Engine(adapter, workflows=[hostile_flow], activities=[hostile], dispatch="kafka", kafka=kafka(broker))
+    cluster.engines.append(worker)
+    worker.start()
+    client = dex.Engine(cluster.adapter(), workflows=[hostile_flow])
+    with pytest.raises(ValueError, match="instance_id"):
+        client.start_workflow(hostile_flow, "x", instance_id="a\x00b")
+    with pytest.raises(ValueError, match="instance_id"):
+        client.start_workflow(hostile_flow, "x", instance_id="\ud800")
+    nul = client.start_workflow(hostile_flow, "a\x00b")
+    failing = client.start_workflow(hostile_flow, "raise")
+    healthy = client.start_workflow(hostile_flow, "fine")
+    assert client.wait(nul, timeout=30) == "a\x00b"
+    with pytest.raises(dex.WorkflowFailedError):
+        client.wait(failing, timeout=30)
+    assert client.wait(healthy, timeout=30) == "fine"
+    with pytest.raises(SerializationError, match="surrogates"):  # refused at the call, as in polling
+        client.start_workflow(hostile_flow, "\ud800")
+    assert worker.health().ok
+
+
+class _ClaimFailsOnce:
+    """Notices whose first claim fails as a store that went away would."""
+
+    def __init__(self, notices: Any) -> None:
+        self._notices, self.failed = notices, threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._notices, name)
+
+    def claim_workflow_tasks(self, *args: Any) -> Any:
+        if not self.failed.is_set():
+            self.failed.set()
+            raise ConnectionError("the store went away mid-claim")
+        return self._notices.claim_workflow_tasks(*args)
+
+
+class _FlakyAdapter(PostgresAdapter):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.made: list[_ClaimFailsOnce] = []
+
+    def task_notices(self, config: Any) -> Any:
+        notices = _ClaimFailsOnce(super().task_notices(config))
+        self.made.append(notices)
+        return notices
+
+
+def test_a_store_failing_mid_claim_fails_only_that_round(cluster: Cluster, broker: Broker) -> None:
+    cluster.engine(workers=False, dispatch="kafka", kafka=kafka(broker))
+    adapter = _FlakyAdapter(cluster.dsn, schema=cluster.schema, max_connections=4)
+    cluster.adapters.append(adapter)
+    worker = dex.Engine(adapter, workflows=[flow], activities=[add], dispatch="kafka", kafka=kafka(broker))
+    cluster.engines.append(worker)
+    worker.start()
+    client = cluster.engine(start=False)
+    run_ids = start_runs(client, "store-fails", 5)
+    assert_done_once(client, "store-fails", run_ids, timeout=30)
+    assert adapter.made[0].failed.is_set()  # and its notices came again: far sooner than the 60 s safety poll
+    assert worker.health().ok

@@ -92,6 +92,7 @@ class KafkaNotices:
         self._subscribed: dict[str, tuple[str, str]] = {}  # topic -> (kind, queue)
         self._names: frozenset[str] = frozenset()
         self._uncommitted = False
+        self._batch_start: dict[tuple[str, int], int] = {}  # the last receive's first offsets
 
     # -- the engine's start and stop ----------------------------------------------------------
     def open(
@@ -208,6 +209,7 @@ class KafkaNotices:
         messages = [first, *consumer.consume(num_messages=499, timeout=0)] if first is not None else []
         notices: list[TaskNotice] = []
         skipped: dict[str, int] = {}
+        self._batch_start = {}
         for message in messages:
             err = message.error()
             if err is not None:
@@ -218,6 +220,7 @@ class KafkaNotices:
                     log.warning("Kafka consumer: %s", err)
                 continue
             self._uncommitted = True
+            self._batch_start.setdefault((message.topic(), message.partition()), message.offset())
             notice = decode_notice(message.value())
             if notice is None:
                 skipped["malformed"] = skipped.get("malformed", 0) + 1
@@ -240,6 +243,16 @@ class KafkaNotices:
             if exc.args[0].code() != self._kafka.KafkaError._NO_OFFSET:
                 raise
             self._uncommitted = False
+
+    def rewind(self) -> None:
+        consumer, start, self._batch_start = self._consumer, self._batch_start, {}
+        if consumer is None:
+            return
+        for (topic, partition), offset in start.items():
+            try:
+                consumer.seek(self._kafka.TopicPartition(topic, partition, offset))
+            except self._kafka.KafkaException:  # no longer assigned: its new owner reads from the commit
+                log.info("could not rewind %s[%d]", topic, partition, exc_info=True)
 
     # -- claims by notice ------------------------------------------------------------------------------
     def claim_workflow_tasks(

@@ -111,6 +111,10 @@ class TaskNotices(Protocol):
         """Everything received so far is handled: the broker may forget it (commit)."""
         ...
 
+    def rewind(self) -> None:
+        """The last receive was not handled (the store failed): receive it again."""
+        ...
+
     def claim_workflow_tasks(
         self, notices: Sequence[TaskNotice], claim: Claim, now: datetime
     ) -> NoticeClaims[WorkflowTask]: ...

@@ -130,10 +130,16 @@ class NoticeRounds:
             self._telemetry.notices_skipped(reason, count)
         workflows = [n for n in received.notices if n.kind == WORKFLOW]
         activities = [n for n in received.notices if n.kind == ACTIVITY]
-        if workflows:
-            self._workflows(workflows)
-        if activities:
-            self._activities(activities)
+        try:
+            if workflows:
+                self._workflows(workflows)
+            if activities:
+                self._activities(activities)
+        except BaseException:
+            # a store fault fails this round only: the notices come again after the back-off
+            # (a claim that did commit makes its notices stale, and they are skipped then)
+            self._notices.rewind()
+            raise
         self._notices.received()
         return 0.0
 
