@@ -509,3 +509,17 @@ def test_a_store_failing_mid_claim_fails_only_that_round(cluster: Cluster, broke
     assert_done_once(client, "store-fails", run_ids, timeout=30)
     assert adapter.made[0].failed.is_set()  # and its notices came again: far sooner than the 60 s safety poll
     assert worker.health().ok
+
+
+def test_an_unreachable_broker_fails_the_start(cluster: Cluster) -> None:
+    from tests.kafka_broker import free_port
+
+    nowhere = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "socket.connection.setup.timeout.ms": 1000}
+    engine = cluster.engine(start=False, dispatch="kafka", kafka=nowhere)
+    with pytest.raises(confluent_kafka.KafkaException):
+        engine.start()
+    assert engine.health().threads == {}
+    cluster.engine()  # a healthy engine afterwards
+    client = cluster.engine(start=False)
+    run_ids = start_runs(client, "unreachable", 2)
+    assert_done_once(client, "unreachable", run_ids)
