@@ -83,6 +83,7 @@ class KafkaNotices:
         import confluent_kafka.admin
 
         self._kafka = confluent_kafka
+        self._admin_api: Any = confluent_kafka.admin  # its names are not re-exported for the type checker
         self._outbox, self.settings = outbox, settings
         self.safety_poll, self.relay_interval = settings.safety_poll, settings.relay_interval
         self._producer: Any = None
@@ -100,7 +101,7 @@ class KafkaNotices:
     ) -> None:
         kafka, client = self._kafka, dict(self.settings.client)
         common = {k: v for k, v in client.items() if k != "group.id"}
-        self._admin = kafka.admin.AdminClient(common)
+        self._admin = self._admin_api.AdminClient(common)
         self._producer = kafka.Producer({**common, "enable.idempotence": True, "acks": "all", "linger.ms": 2})
         self._names = frozenset(names)
         self._subscribed = {self.settings.topic("workflow", q): ("workflow", q) for q in workflow_queues} | {
@@ -143,7 +144,7 @@ class KafkaNotices:
         if not missing or self._admin is None:
             return
         new = [
-            self._kafka.admin.NewTopic(
+            self._admin_api.NewTopic(
                 t, num_partitions=self.settings.partitions, replication_factor=self.settings.replication
             )
             for t in missing

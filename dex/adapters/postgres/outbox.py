@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from dex.adapters.postgres import attempts
 from dex.adapters.postgres.database import Database
@@ -25,6 +25,8 @@ from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, WORKFLOW_TASK_COLU
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.notices import KAFKA, NoticeClaims, TaskNotice
 from dex.app.ports.store import ActivityTask, WorkflowTask
+
+T = TypeVar("T", WorkflowTask, ActivityTask)
 
 # (table, trigger, when it fires): an activity task is announced when it becomes claimable
 _TRIGGERS = (
@@ -185,7 +187,7 @@ class PostgresOutbox:
         params = self._params(notices, names, now, limit) | {"owner": owner, "until": now + lease}
         rows = self._claim(_CLAIM_WORKFLOWS, params) if params["ids"] else []
         tasks = sorted((workflow_task(row) for row in rows), key=lambda task: task.task_id)
-        return self._claims(tuple(tasks), notices, "workflow_tasks", now)
+        return self._claims(tuple(tasks), notices, "workflow_tasks")
 
     def claim_activity_tasks(
         self,
@@ -199,7 +201,7 @@ class PostgresOutbox:
         params = self._params(notices, names, now, limit) | {"owner": owner, "lease": lease}
         rows = self._claim(_CLAIM_ACTIVITIES, params) if params["ids"] else []
         tasks = sorted((activity_task(row) for row in rows), key=lambda task: task.task_id)
-        return self._claims(tuple(tasks), notices, "activity_tasks", now)
+        return self._claims(tuple(tasks), notices, "activity_tasks")
 
     def _params(
         self, notices: Sequence[TaskNotice], names: Collection[str], now: datetime, limit: int
@@ -217,7 +219,7 @@ class PostgresOutbox:
         with self._db.statement() as conn:
             return conn.execute(self._q(statement), params).fetchall()
 
-    def _claims(self, tasks: tuple[Any, ...], notices: Sequence[TaskNotice], table: str, now: datetime) -> Any:
+    def _claims(self, tasks: tuple[T, ...], notices: Sequence[TaskNotice], table: str) -> NoticeClaims[T]:
         taken = {(task.queue, task.task_id) for task in tasks}
         missed = sorted({(n.queue, n.task_id) for n in notices} - taken)
         conflicts = 0
