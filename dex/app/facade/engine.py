@@ -42,7 +42,7 @@ from dex.app.runtime.assembly import SCHEDULER, Runtime, timing
 from dex.app.runtime.health import EngineHealth
 from dex.app.runtime.leader import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.runtime.long_polls import LongPollGates, LongPolls
-from dex.app.runtime.notices import task_notices
+from dex.app.runtime.notices import set_dispatch, task_notices
 from dex.app.runtime.options import RuntimeOptions
 from dex.app.runtime.registration import EngineRegistration
 from dex.app.schedules.calls import ScheduleAdmin, ScheduleCalls, drain_bound, drain_jump
@@ -533,7 +533,7 @@ class Engine:
             raise InvalidStateError("the engine is already started")
         self._registration.register()  # listed from now on (a store that fails: at the next heartbeat)
         if isinstance(self.store, NoticeSource):  # the database writes notices in the Kafka mode only
-            self.store.set_dispatch(self._dispatch_mode)
+            set_dispatch(self.store, self._dispatch_mode)
         self._runtime.start()
 
     def on_activity_work(self, listener: Callable[[], None]) -> None:

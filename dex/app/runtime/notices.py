@@ -12,6 +12,7 @@ truth, and the worker threads' slow safety poll finds whatever no notice brought
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from dex.app.ports.store import ACTIVITY, WORKFLOW, ActivityTask, Clock, Workflo
 from dex.app.ports.telemetry import TelemetryHub
 from dex.app.runtime.leader import LeaderElection
 from dex.app.runtime.rounds import LocalDispatch
+
+log = logging.getLogger("dex.engine")
 
 
 def task_notices(store: object, dispatch: object, kafka: object) -> tuple[str, TaskNotices | None]:
@@ -50,6 +53,20 @@ def task_notices(store: object, dispatch: object, kafka: object) -> tuple[str, T
         return KAFKA, store.task_notices(kafka)  # type: ignore[arg-type]  # checked by the adapter
     except ImportError as exc:
         raise ImportError(f'dispatch="kafka" needs confluent-kafka: pip install "dex-engine[kafka]" ({exc})') from exc
+
+
+def set_dispatch(store: NoticeSource, mode: str) -> None:
+    """Make the database write notices or not, at an engine's start. The Kafka mode needs its
+    triggers, so a failure there fails the start; a polling engine starts whatever the store
+    says, as it always did (a store that is down is retried by its threads), and the triggers
+    it could not drop are dropped by the next polling start."""
+    if mode == KAFKA:
+        store.set_dispatch(mode)
+        return
+    try:
+        store.set_dispatch(mode)
+    except Exception:
+        log.warning("could not turn the outbox of the Kafka mode off; the next start tries again", exc_info=True)
 
 
 class DispatchCounts:
