@@ -138,7 +138,10 @@ def test_runs_complete_by_notice_and_the_metrics_count_them(cluster: Cluster, br
 
     from dex.adapters.observability.prometheus import PrometheusTelemetry
 
-    cluster.engine(workers=False, node_id="leader", dispatch="kafka", kafka=kafka(broker))
+    leading = cluster.engine(workers=False, node_id="leader", dispatch="kafka", kafka=kafka(broker), start=False)
+    relay_metrics = CollectorRegistry()
+    leading.telemetry.attach(PrometheusTelemetry(relay_metrics))
+    leading.start()
     time.sleep(0.3)  # the leader takes the lease first
     worker = cluster.engine(node_id="worker", dispatch="kafka", kafka=kafka(broker), start=False)
     registry = CollectorRegistry()
@@ -156,6 +159,9 @@ def test_runs_complete_by_notice_and_the_metrics_count_them(cluster: Cluster, br
     leader = cluster.engines[0].health()
     assert leader.notices["published"] >= 20
     assert leader.notices["outbox_depth"] == 0
+    assert relay_metrics.get_sample_value("dex_notices_published_total") >= 20
+    assert relay_metrics.get_sample_value("dex_outbox_depth") == 0
+    assert relay_metrics.get_sample_value("dex_relay_lag_seconds") == 0
 
 
 def test_polling_stays_the_default_and_writes_no_notice(cluster: Cluster) -> None:
@@ -523,3 +529,38 @@ def test_an_unreachable_broker_fails_the_start(cluster: Cluster) -> None:
     client = cluster.engine(start=False)
     run_ids = start_runs(client, "unreachable", 2)
     assert_done_once(client, "unreachable", run_ids)
+
+
+_flaky_attempts: Counter[str] = Counter()
+
+
+@dex.activity(name="kafka-flaky", retry=dex.RetryPolicy(max_attempts=3, initial_delay=timedelta(milliseconds=200)))
+def flaky(tag: str) -> str:
+    with _calls_lock:
+        _flaky_attempts[tag] += 1
+        attempt = _flaky_attempts[tag]
+    if attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return f"{tag}: attempt {attempt}"
+
+
+@dex.workflow(name="kafka-timer-flow")
+async def timer_flow(ctx: dex.WorkflowContext, tag: str) -> str:
+    await ctx.sleep(timedelta(milliseconds=300))
+    return await ctx.activity(flaky, tag)
+
+
+def test_timers_and_retries_come_due_by_notice(cluster: Cluster, broker: Broker) -> None:
+    """A timer and an activity's retry come due through the leader's schedulers, whose tasks
+    have notices: done far sooner than the 60 s safety poll."""
+    cluster.engine(workers=False, dispatch="kafka", kafka=kafka(broker))
+    worker = dex.Engine(
+        cluster.adapter(), workflows=[timer_flow], activities=[flaky], dispatch="kafka", kafka=kafka(broker)
+    )
+    cluster.engines.append(worker)
+    worker.start()
+    client = dex.Engine(cluster.adapter(), workflows=[timer_flow])
+    started = time.monotonic()
+    run_ids = [client.start_workflow(timer_flow, f"timer-{i}") for i in range(3)]
+    assert [client.wait(r, timeout=30) for r in run_ids] == [f"timer-{i}: attempt 2" for i in range(3)]
+    assert time.monotonic() - started < 30
