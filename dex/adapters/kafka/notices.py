@@ -194,7 +194,10 @@ class KafkaNotices:
         if any(err.code() == self._kafka.KafkaError.UNKNOWN_TOPIC_OR_PART for _r, err in refused):
             self._known.clear()  # the broker lost its topics (a restart of a broker without storage)
         self._outbox.delete(dropped + acked)
-        depth, lag = self._outbox.depth(now)
+        # an idle leader relays every few milliseconds: the depth costs a statement only when
+        # something may be left (a full batch, or notices kept)
+        left = len(batch) >= self.settings.relay_batch or len(acked) < len(sending)
+        depth, lag = self._outbox.depth(now) if left else (0, 0.0)
         return RelayReport(
             published=len(acked), dropped=len(dropped), refused=len(sending) - len(acked), depth=depth, lag=lag
         )
