@@ -166,8 +166,8 @@ class TelemetryHub:
                 hook(kind, count)
 
     def notices_skipped(self, reason: str, count: int) -> None:
-        """``count`` notices claimed nothing: "stale" (the task done or taken), "malformed",
-        "other-queue", "other-name"."""
+        """``count`` notices claimed nothing: "stale" (the task done or taken), "no-room",
+        "malformed", "other-queue", "other-name"."""
         for sink in self._sinks:
             hook = getattr(sink, "notices_skipped", None)
             if hook is not None:

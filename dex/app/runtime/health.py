@@ -41,8 +41,8 @@ class EngineHealth:
     """How the engine's workers learn of tasks: ``"polling"`` or ``"kafka"`` (``Engine(dispatch=)``)."""
     notices: Mapping[str, object] = attrs.field(factory=dict)
     """In the Kafka mode, since the engine was made: tasks ``claimed`` by notice, notices
-    ``skipped`` by reason (``stale``, ``already-claimed``, ``malformed``, ``other-queue``,
-    ``other-name``), ``lock_conflicts``, notices ``published`` by this engine's relay, and as of
+    ``skipped`` by reason (``stale``, ``already-claimed``, ``no-room``, ``malformed``,
+    ``other-queue``, ``other-name``), ``lock_conflicts``, notices ``published`` by this engine's relay, and as of
     its last relay round (while it leads) ``outbox_depth`` and ``relay_lag_seconds``. Empty in
     the polling mode."""
 

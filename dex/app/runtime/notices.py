@@ -162,8 +162,8 @@ class NoticeRounds:
 
     def _workflows(self, notices: list[TaskNotice]) -> None:
         claim = self._dispatch.workflow_claim(())
-        if claim is None:  # no room now: the safety poll or a later claim takes them
-            self._count(NoticeClaims[WorkflowTask](conflicts=len(notices)), notices)
+        if claim is None:  # no room now: the worker's next claim, or the safety poll, takes them
+            self._no_room(notices)
             return
         now = self._clock.now()
         claims = self._notices.claim_workflow_tasks(notices, claim, now)
@@ -175,7 +175,7 @@ class NoticeRounds:
     def _activities(self, notices: list[TaskNotice]) -> None:
         claim = self._dispatch.activity_claim()
         if claim is None:
-            self._count(NoticeClaims[ActivityTask](conflicts=len(notices)), notices)
+            self._no_room(notices)
             return
         claims: NoticeClaims[ActivityTask] = NoticeClaims()
         try:
@@ -185,6 +185,10 @@ class NoticeRounds:
         self._count(claims, notices)
         if claims.tasks:
             self._telemetry.tasks_claimed(ACTIVITY, len(claims.tasks))
+
+    def _no_room(self, notices: list[TaskNotice]) -> None:
+        self.counts.skip("no-room", len(notices))
+        self._telemetry.notices_skipped("no-room", len(notices))
 
     def _count(
         self, claims: NoticeClaims[WorkflowTask] | NoticeClaims[ActivityTask], notices: list[TaskNotice]
