@@ -27,7 +27,7 @@ from dex.domain.errors import SerializationError
 from tests.kafka_broker import Broker, tansu_binary
 from tests.pg import fresh_schema
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="the kafka extra (confluent-kafka) is not installed")
 

@@ -22,7 +22,7 @@ from tests.kafka_broker import Broker, tansu_binary
 from tests.pg import fresh_schema
 from tests.remote.support import WORKFLOWS, http_server, resize
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = pytest.mark.postgres
 pytest.importorskip("confluent_kafka", reason="the kafka extra (confluent-kafka) is not installed")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -103,7 +103,7 @@ def kafkajs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             [npm, "install", "--no-audit", "--no-fund", "--prefix", str(where), "kafkajs@2"],
             check=True,
             capture_output=True,
-            timeout=180,
+            timeout=120,
         )
     except (subprocess.SubprocessError, OSError) as exc:
         pytest.skip(f"kafkajs does not install from npm here: {exc}")
