@@ -31,7 +31,7 @@ from dex.domain.definitions import validate_text
 log = logging.getLogger("dex.kafka")
 
 _KINDS = ("workflow", "activity")
-_DELIVERY_SECONDS = 5.0  # the longest a relay round waits for the broker's acknowledgements
+_DELIVERY_SECONDS = 0.5  # the longest a relay round waits for the broker's reports
 
 
 def encode_notice(notice: TaskNotice) -> bytes:
@@ -94,12 +94,18 @@ class KafkaNotices:
         self._names: frozenset[str] = frozenset()
         self._uncommitted = False
         self._batch_start: dict[tuple[str, int], int] = {}  # the last receive's first offsets
+        # the relay's notices published and not yet reported on, and the reports come in
+        # (delivery callbacks run in the relay's thread, inside its flush)
+        self._in_flight: set[int] = set()
+        self._acked: list[int] = []
+        self._refused: list[tuple[int, Any]] = []
 
     # -- the engine's start and stop ----------------------------------------------------------
     def open(
         self, workflow_queues: Collection[str], activity_queues: Collection[str], names: Collection[str] = ()
     ) -> None:
         kafka, client = self._kafka, dict(self.settings.client)
+        self._acked, self._refused = [], []  # reports of a previous start are not this one's
         common = {k: v for k, v in client.items() if k != "group.id"}
         self._admin = self._admin_api.AdminClient(common)
         self._producer = kafka.Producer({**common, "enable.idempotence": True, "acks": "all", "linger.ms": 2})
@@ -129,6 +135,7 @@ class KafkaNotices:
         consumer, producer = self._consumer, self._producer
         self._consumer = self._producer = self._admin = None
         self._known.clear()
+        self._in_flight.clear()
         if consumer is not None:
             try:
                 consumer.close()  # leaves the group: its partitions go to the others at once
@@ -160,47 +167,51 @@ class KafkaNotices:
 
     # -- the relay (the leader's) ------------------------------------------------------------------
     def relay(self, now: datetime) -> RelayReport:
+        """One round: publish the waiting notices not already on their way, wait a little for
+        the broker's reports, delete what it acknowledged. A notice whose report has not come
+        back stays in flight into the next rounds (it is not published again meanwhile), so a
+        broker that does not answer holds a round for at most ``_DELIVERY_SECONDS``."""
         producer = self._producer
         if producer is None:
             raise RuntimeError("the Kafka notices are not open (the engine is not started)")
         batch = self._outbox.batch(now, self.settings.relay_batch)
         dropped = [row_id for _notice, row_id, waiting in batch if not waiting]
-        sending = [(notice, row_id) for notice, row_id, waiting in batch if waiting]
+        sending = [(notice, row_id) for notice, row_id, waiting in batch if waiting and row_id not in self._in_flight]
         self.ensure_topics({self.settings.topic(n.kind, n.queue) for n, _ in sending})
-        acked: list[int] = []
-        refused: list[tuple[int, Any]] = []
-
-        def delivered(row_id: int) -> Any:
-            def report(err: Any, _msg: Any) -> None:
-                if err is None:
-                    acked.append(row_id)
-                else:
-                    refused.append((row_id, err))
-
-            return report
-
         for notice, row_id in sending:
             topic = self.settings.topic(notice.kind, notice.queue)
             try:
-                producer.produce(topic, encode_notice(notice), notice.run_id.encode(), on_delivery=delivered(row_id))
+                producer.produce(topic, encode_notice(notice), notice.run_id.encode(), on_delivery=self._report(row_id))
             except BufferError:
-                producer.poll(0.1)  # the local queue is full: what is not sent waits for the next round
-                break
+                break  # the local queue is full: what is not sent waits for the next round
             except self._kafka.KafkaException as exc:  # refused before sending (too large, ...): kept
-                refused.append((row_id, exc.args[0]))
-        producer.flush(_DELIVERY_SECONDS)
-        for _row_id, err in refused[:1]:
-            log.warning("the broker refused %d notice(s), kept for the next round: %s", len(refused), err)
+                self._refused.append((row_id, exc.args[0]))
+                continue
+            self._in_flight.add(row_id)
+        producer.flush(_DELIVERY_SECONDS)  # the reports come in here, in this thread
+        acked, refused = self._acked, self._refused
+        self._acked, self._refused = [], []
+        self._in_flight.difference_update(acked)
+        self._in_flight.difference_update(row_id for row_id, _err in refused)
+        if refused:
+            log.warning("the broker refused %d notice(s), kept for a later round: %s", len(refused), refused[0][1])
         if any(err.code() == self._kafka.KafkaError.UNKNOWN_TOPIC_OR_PART for _r, err in refused):
             self._known.clear()  # the broker lost its topics (a restart of a broker without storage)
         self._outbox.delete(dropped + acked)
         # an idle leader relays every few milliseconds: the depth costs a statement only when
         # something may be left (a full batch, or notices kept)
-        left = len(batch) >= self.settings.relay_batch or len(acked) < len(sending)
+        left = len(batch) >= self.settings.relay_batch or bool(refused) or bool(self._in_flight)
         depth, lag = self._outbox.depth(now) if left else (0, 0.0)
-        return RelayReport(
-            published=len(acked), dropped=len(dropped), refused=len(sending) - len(acked), depth=depth, lag=lag
-        )
+        return RelayReport(published=len(acked), dropped=len(dropped), refused=len(refused), depth=depth, lag=lag)
+
+    def _report(self, row_id: int) -> Any:
+        def report(err: Any, _msg: Any) -> None:
+            if err is None:
+                self._acked.append(row_id)
+            else:
+                self._refused.append((row_id, err))
+
+        return report
 
     # -- the consumer (every engine's) ----------------------------------------------------------------
     def receive(self, timeout: float) -> Received:

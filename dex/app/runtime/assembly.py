@@ -14,7 +14,9 @@ buffer's dispatch ("complete, then claim") is this runtime, active from ``arm`` 
 ``stop``.
 
 Five threads — scheduler, workflow worker, activity worker, two flushers — plus the activity
-pool and the watchdog's. Each thread only calls one round of :mod:`dex.app.runtime.rounds` in a loop
+pool and the watchdog's. In the Kafka dispatch mode (``Engine(dispatch="kafka")``) two more, the
+relay and the notices' receiver (:mod:`dex.app.runtime.notices`), and the worker threads' idle
+interval is the slow safety poll. Each thread only calls one round of :mod:`dex.app.runtime.rounds` in a loop
 (:class:`dex.app.machinery.threads.PollingThread`), sleeping as long as the round says unless a wake-up
 call comes first. What to do and when is decided by the coordinator; this module only carries
 out its commands that need a thread or the pool. ``Engine.drain()`` runs the components'
