@@ -7,6 +7,7 @@ purpose). :func:`tansu_binary` finds the binary or says why not, for a skip with
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import stat
@@ -70,6 +71,7 @@ class Broker:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        atexit.register(self._kill, self._process)  # a test process that dies leaves no broker behind
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
@@ -82,5 +84,10 @@ class Broker:
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None:
+            self._kill(process)
+
+    @staticmethod
+    def _kill(process: subprocess.Popen[bytes]) -> None:
+        if process.poll() is None:
             process.kill()
             process.wait(10)
