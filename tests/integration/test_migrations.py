@@ -214,11 +214,13 @@ def copy_in_flight(conn: psycopg.Connection, source: str, target: str, version: 
                 sql.Identifier(target, table), names, names, sql.Identifier(source, table)
             )
         )
-    # the ids go on where the source's left off
+    # the ids go on where the source's left off (of the tables the version has: a later one's
+    # sequence has nothing to carry over, its table starts empty when the upgrade makes it)
     for (sequence,) in conn.execute(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relkind = 'S'",
-        [source],
+        " WHERE n.nspname = %s AND c.relkind = 'S' AND EXISTS (SELECT 1 FROM pg_class t"
+        "  JOIN pg_namespace tn ON tn.oid = t.relnamespace WHERE tn.nspname = %s AND t.relname = c.relname)",
+        [source, target],
     ).fetchall():
         state = sql.SQL("SELECT last_value, is_called FROM {}").format(sql.Identifier(source, sequence))
         last, called = conn.execute(state).fetchone() or (None, None)

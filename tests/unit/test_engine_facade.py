@@ -85,6 +85,8 @@ PUBLIC_CALLS: dict[str, tuple[Any, ...]] = {
         ("code_version", _KW, None),
         ("on_nondeterminism", _KW, "hold"),
         ("runtime_options", _KW, None),  # for simulations and tests (dex.app.runtime.options)
+        ("dispatch", _KW, "polling"),  # docs/reference/contract.md §16
+        ("kafka", _KW, None),
     ),
     "start_workflow": _START,
     "start_by_name": (

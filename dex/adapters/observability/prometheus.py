@@ -72,6 +72,29 @@ class PrometheusTelemetry:
         self.lag = Histogram(
             "dex_schedule_lag_seconds", "From a fire time to its run's start", buckets=_LATENCY_BUCKETS, registry=r
         )
+        # the event-driven dispatch mode (Engine(dispatch="kafka"))
+        self.dispatch_seconds = Histogram(
+            "dex_dispatch_latency_seconds",
+            "From a task made claimable to its claim by notice",
+            ["kind"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "dex_lock_conflicts_total",
+            "Claims by notice that found their task held by another worker",
+            ["kind"],
+            registry=r,
+        )
+        self.skipped_notices = Counter(
+            "dex_notices_skipped_total", "Notices that claimed nothing, by reason", ["reason"], registry=r
+        )
+        self.published = Counter("dex_notices_published_total", "Notices the relay published", registry=r)
+        self.refused = Counter("dex_notices_refused_total", "Notices the broker refused (kept, retried)", registry=r)
+        self.outbox_depth = Gauge(
+            "dex_outbox_depth", "Notices waiting in the outbox (as the relay last saw)", registry=r
+        )
+        self.relay_lag = Gauge("dex_relay_lag_seconds", "Age of the oldest notice in the outbox", registry=r)
 
     def tasks_claimed(self, kind: str, count: int) -> None:
         self.claimed.labels(kind).inc(count)
@@ -121,6 +144,21 @@ class PrometheusTelemetry:
     def long_polls(self, open_polls: int, limit: int) -> None:
         self.polls_open.set(open_polls)
         self.polls_limit.set(limit)
+
+    def relayed(self, published: int, refused: int, depth: int, lag: float) -> None:
+        self.published.inc(published)
+        self.refused.inc(refused)
+        self.outbox_depth.set(depth)
+        self.relay_lag.set(lag)
+
+    def dispatch_latency(self, kind: str, seconds: float) -> None:
+        self.dispatch_seconds.labels(kind).observe(seconds)
+
+    def lock_conflicts(self, kind: str, count: int) -> None:
+        self.conflicts.labels(kind).inc(count)
+
+    def notices_skipped(self, reason: str, count: int) -> None:
+        self.skipped_notices.labels(reason).inc(count)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         """Serve ``/metrics`` on ``addr:port`` from a daemon thread."""

@@ -14,7 +14,7 @@ single statement in the pool's autocommit mode, or a ``conn.transaction()`` bloc
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
@@ -27,6 +27,7 @@ from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.engines import PostgresEngines
 from dex.adapters.postgres.forks import PostgresForks
 from dex.adapters.postgres.instance_keys import PostgresKeyedStarts
+from dex.adapters.postgres.outbox import PostgresOutbox
 from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.rate_limits import LimitedQueues, read_limited_kinds
 from dex.adapters.postgres.runs import PostgresRuns
@@ -49,6 +50,7 @@ from dex.adapters.postgres.updates import AnswerListener, PostgresUpdates
 from dex.app.ports.clock import SystemClock
 from dex.app.ports.endings import Decide
 from dex.app.ports.engines import EngineInfo
+from dex.app.ports.notices import TaskNotices
 from dex.app.ports.schedules import ScheduleAdvance, ScheduleDefinition, ScheduledStart, ScheduleRecord
 from dex.app.ports.store import (
     ActivityOutcome,
@@ -169,6 +171,7 @@ class PostgresAdapter:
         limited = LimitedQueues(functools.partial(read_limited_kinds, db, q))
         self._queues = queues = PostgresQueues(db, q, limited)
         self._engines = PostgresEngines(db, q)
+        self._outbox = PostgresOutbox(db, q)
         self._runs = PostgresRuns(db, q, create_statement, queues)
         self._keyed = PostgresKeyedStarts(db, q, create_statement, queues)
         self._workflow_tasks = PostgresWorkflowTasks(db, q, queues, limited)
@@ -207,6 +210,23 @@ class PostgresAdapter:
         self._step_sessions.close()
         self._async_sessions.close()
         self._pool.close()
+
+    # -- the event-driven dispatch mode (docs/reference/contract.md §16) ----------------------
+    def set_dispatch(self, mode: str) -> None:
+        """Make the database write task notices (``"kafka"``) or not (``"polling"``)."""
+        self._outbox.set_dispatch(mode)
+
+    @property
+    def outbox(self) -> PostgresOutbox:
+        """The outbox of the Kafka mode (read-only; for its relay and tests)."""
+        return self._outbox
+
+    def task_notices(self, config: Mapping[str, object]) -> TaskNotices:
+        """The notices of ``Engine(dispatch="kafka", kafka=config)`` (the ``kafka`` extra)."""
+        from dex.adapters.kafka.notices import KafkaNotices
+        from dex.adapters.kafka.settings import kafka_settings
+
+        return KafkaNotices(self._outbox, kafka_settings(config, self._q.schema))
 
     def reading(self) -> AbstractContextManager[psycopg.Connection]:
         """A connection of the pool (autocommit: each statement a transaction of its own) for

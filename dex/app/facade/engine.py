@@ -38,6 +38,7 @@ from dex.app.facade.updates import RunUpdates
 from dex.app.machinery.buffer import ResultBuffer
 from dex.app.machinery.threads import Foreground
 from dex.app.ports.engines import EngineInfo
+from dex.app.ports.notices import POLLING, NoticeSource
 from dex.app.ports.store import DEFAULT_ACTIVITY_LEASE, Claim, QueueInfo, Store
 from dex.app.ports.telemetry import TelemetryHub
 from dex.app.ports.tracing import NoTracing, Tracing
@@ -45,6 +46,7 @@ from dex.app.runtime.assembly import SCHEDULER, Runtime, timing
 from dex.app.runtime.health import EngineHealth
 from dex.app.runtime.leader import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
 from dex.app.runtime.long_polls import LongPollGates, LongPolls
+from dex.app.runtime.notices import set_dispatch, task_notices
 from dex.app.runtime.options import RuntimeOptions
 from dex.app.runtime.registration import EngineRegistration
 from dex.app.schedules.calls import ScheduleAdmin, ScheduleCalls, drain_bound, drain_jump
@@ -89,11 +91,15 @@ class Engine:
         code_version: str | None = None,
         on_nondeterminism: str = "hold",
         runtime_options: RuntimeOptions | None = None,
+        dispatch: str = POLLING,
+        kafka: Mapping[str, object] | None = None,
     ) -> None:
         """``runtime_options`` is for simulations and tests: the clock, attempt pool, watchdog
         and randomness of the runtime, and observers of its decisions
         (:class:`dex.app.runtime.options.RuntimeOptions`; the default is production's)."""
         self.store = adapter
+        # how workers learn of tasks (docs/reference/contract.md §16): checked before anything is built
+        self._dispatch_mode, notices = task_notices(adapter, dispatch, kafka)
         self.registry = Registry(workflows, activities)
         self.node_id = validate_text(node_id, "node_id") if node_id else f"node-{uuid.uuid4()}"
         # names the deployed code in every run this engine starts (docs/reference/contract.md §11)
@@ -174,6 +180,7 @@ class Engine:
             on_flushed=self._reads.flushed,  # wakes wait(): a run of ours may have just ended
             on_completed=self._reads.written,
             options=options,
+            notices=notices,
         )
         # the services the public calls delegate to
         self._starts = Starts(
@@ -657,6 +664,8 @@ class Engine:
         if self._runtime.threads:
             raise InvalidStateError("the engine is already started")
         self._registration.register()  # listed from now on (a store that fails: at the next heartbeat)
+        if isinstance(self.store, NoticeSource):  # the database writes notices in the Kafka mode only
+            set_dispatch(self.store, self._dispatch_mode)
         self._runtime.start()
 
     def on_activity_work(self, listener: Callable[[], None]) -> None:
@@ -702,6 +711,8 @@ class Engine:
             lost_step_slots=self.store.lost_step_slots,
             long_polls_open=long_polls_open,
             long_polls_limit=long_polls_limit,
+            dispatch=self._dispatch_mode,
+            notices=self._runtime.dispatch_counts.snapshot() if self._dispatch_mode != POLLING else {},
         )
 
     def stop(self, timeout: float = 30) -> None:

@@ -140,3 +140,35 @@ class TelemetryHub:
             hook = getattr(sink, "long_polls", None)  # sinks written before it lack it
             if hook is not None:
                 hook(open_polls, limit)
+
+    # -- the event-driven dispatch mode (dex.app.runtime.notices) --------------------------------
+    def relayed(self, published: int, refused: int, depth: int, lag: float) -> None:
+        """A relay round published ``published`` notices (``refused`` were kept for the next);
+        ``depth`` notices are left in the outbox, the oldest ``lag`` seconds old."""
+        for sink in self._sinks:
+            hook = getattr(sink, "relayed", None)  # sinks written before the mode lack it
+            if hook is not None:
+                hook(published, refused, depth, lag)
+
+    def dispatch_latency(self, kind: str, seconds: float) -> None:
+        """A task was claimed ``seconds`` after it was made claimable (from its notice)."""
+        for sink in self._sinks:
+            hook = getattr(sink, "dispatch_latency", None)
+            if hook is not None:
+                hook(kind, seconds)
+
+    def lock_conflicts(self, kind: str, count: int) -> None:
+        """``count`` claims by notice found their task there but held by another worker (or no
+        room for it): work was queued and the claim got nothing."""
+        for sink in self._sinks:
+            hook = getattr(sink, "lock_conflicts", None)
+            if hook is not None:
+                hook(kind, count)
+
+    def notices_skipped(self, reason: str, count: int) -> None:
+        """``count`` notices claimed nothing: "stale" (the task done or taken), "no-room",
+        "malformed", "other-queue", "other-name"."""
+        for sink in self._sinks:
+            hook = getattr(sink, "notices_skipped", None)
+            if hook is not None:
+                hook(reason, count)

@@ -14,7 +14,9 @@ buffer's dispatch ("complete, then claim") is this runtime, active from ``arm`` 
 ``stop``.
 
 Five threads — scheduler, workflow worker, activity worker, two flushers — plus the activity
-pool and the watchdog's. Each thread only calls one round of :mod:`dex.app.runtime.rounds` in a loop
+pool and the watchdog's. In the Kafka dispatch mode (``Engine(dispatch="kafka")``) two more, the
+relay and the notices' receiver (:mod:`dex.app.runtime.notices`), and the worker threads' idle
+interval is the slow safety poll. Each thread only calls one round of :mod:`dex.app.runtime.rounds` in a loop
 (:class:`dex.app.machinery.threads.PollingThread`), sleeping as long as the round says unless a wake-up
 call comes first. What to do and when is decided by the coordinator; this module only carries
 out its commands that need a thread or the pool. ``Engine.drain()`` runs the components'
@@ -37,12 +39,14 @@ from dex.app.machinery.buffer import ACTIVITY_LANE, WORKFLOW_LANE, ResultBuffer
 from dex.app.machinery.threads import AttemptPool, Foreground, Nudge, PollingThread
 from dex.app.machinery.watchdog import Watchdog
 from dex.app.ports.ids import new_run_id
+from dex.app.ports.notices import TaskNotices
 from dex.app.ports.store import ActivityOutcome, ActivityTask, AnsweredStep, Claim, Loaded, Store, WorkflowTask
 from dex.app.ports.telemetry import TelemetryHub
 from dex.app.ports.tracing import Tracing
 from dex.app.runtime import coordinator as co
 from dex.app.runtime.coordinator import ACTIVITIES, SCHEDULER, WORKFLOWS
 from dex.app.runtime.leader import ActivityTaskScheduler, LeaderElection, RetentionMaintenance, WorkflowTaskScheduler
+from dex.app.runtime.notices import DispatchCounts, NoticeRounds
 from dex.app.runtime.options import ACTIVITY_BATCH, RuntimeOptions
 from dex.app.runtime.rounds import LocalDispatch, Rounds
 from dex.app.schedules.runner import ScheduleRunner
@@ -128,6 +132,7 @@ class Runtime:
         on_flushed: Callable[[], None],
         on_completed: Callable[[str, str, ev.RunCompleted], None],
         options: RuntimeOptions | None = None,
+        notices: TaskNotices | None = None,
     ) -> None:
         options = options if options is not None else RuntimeOptions()
         self.node_id, self.telemetry, self.leader = node_id, telemetry, leader
@@ -234,6 +239,23 @@ class Runtime:
             poll_interval=poll_interval,
             monotonic=options.monotonic,
             started=self._lent,
+            claim_interval=notices.safety_poll if notices is not None else None,
+        )
+        # the event-driven dispatch mode's relay and receiver (dex.app.runtime.notices)
+        self.dispatch_counts = DispatchCounts()
+        self._notices = notices
+        self.notice_rounds = (
+            NoticeRounds(
+                notices,
+                self._dispatch,
+                leader,
+                store.clock,
+                telemetry,
+                self.dispatch_counts,
+                receive_timeout=max(0.05, min(poll_interval, 0.5)),
+            )
+            if notices is not None
+            else None
         )
 
     @property
@@ -406,6 +428,7 @@ class Runtime:
 
     def start(self) -> None:
         """Start the threads (the engine checked that none run)."""
+        self._open_notices()
         self.arm()
         watchdog = self.watchdog
         assert watchdog is not None  # armed
@@ -429,11 +452,34 @@ class Runtime:
                     backoff=backoff,
                 )
             )
+        self._start_notices(backoff)
         tick = max(0.01, min(0.25, watchdog.stall / 4))
         never = threading.Event()
         self._thread(
             PollingThread("dex-watchdog", watchdog.round(tick), never.wait, None, self._stopping, backoff=tick)
         )
+
+    def _open_notices(self) -> None:
+        """Connect the event-driven mode's notices before any thread starts: a broker that
+        cannot be reached fails the start, and nothing runs."""
+        notices = self._notices
+        if notices is None:
+            return
+        registry = self._registry
+        notices.open(
+            sorted({d.queue for d in registry.workflows.values()}),
+            sorted({a.queue for a in registry.activities.values()}),
+            sorted(set(registry.workflows) | set(registry.activities)),
+        )
+
+    def _start_notices(self, backoff: float) -> None:
+        """The event-driven mode's two threads (none in the polling mode)."""
+        rounds = self.notice_rounds
+        if rounds is None:
+            return
+        never = threading.Event()  # the relay polls the outbox; the receiver waits on the broker
+        for name, step in (("dex-relay", rounds.relay), ("dex-notices", rounds.receive)):
+            self._thread(PollingThread(name, step, never.wait, None, self._stopping, backoff=max(backoff, 0.1)))
 
     def _thread(self, thread: PollingThread) -> None:
         self.threads.append(thread)
@@ -542,3 +588,8 @@ class Runtime:
                 log.warning("could not release leadership; it lapses with its lease", exc_info=True)
             self._async.close(timeout=max(0.2, deadline - time.monotonic()))
             self.threads.clear()
+            if self._notices is not None:
+                try:
+                    self._notices.close()
+                except Exception:  # the broker is gone: its consumer group lets the session lapse
+                    log.warning("could not close the Kafka notices", exc_info=True)

@@ -37,6 +37,14 @@ class EngineHealth:
     """Remote workers' long polls open now (``/v1/activity-tasks/poll``, gRPC ``Poll``)."""
     long_polls_limit: int = 0
     """How many long polls may be open at once; 0 when no remote-worker service is attached."""
+    dispatch: str = "polling"
+    """How the engine's workers learn of tasks: ``"polling"`` or ``"kafka"`` (``Engine(dispatch=)``)."""
+    notices: Mapping[str, object] = attrs.field(factory=dict)
+    """In the Kafka mode, since the engine was made: tasks ``claimed`` by notice, notices
+    ``skipped`` by reason (``stale``, ``already-claimed``, ``no-room``, ``malformed``,
+    ``other-queue``, ``other-name``), ``lock_conflicts``, notices ``published`` by this engine's relay, and as of
+    its last relay round (while it leads) ``outbox_depth`` and ``relay_lag_seconds``. Empty in
+    the polling mode."""
 
     @property
     def threads_alive(self) -> bool:

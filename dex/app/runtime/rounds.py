@@ -59,6 +59,7 @@ class Rounds:
         poll_interval: float,
         monotonic: Callable[[], float] = time.monotonic,
         started: Callable[[], Started] = lambda: NOT_STARTED,
+        claim_interval: float | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.store, self.leader, self.buffer, self.telemetry = store, leader, buffer, telemetry
@@ -66,6 +67,9 @@ class Rounds:
         self.maintenance, self.schedules = maintenance, schedules
         self.workflow_worker, self.activity_worker = workflow_worker, activity_worker
         self.poll_interval = poll_interval
+        # how long the worker threads idle after a claim that found nothing: the poll interval,
+        # or in the event-driven mode (dex.app.runtime.notices) its slow safety poll
+        self.claim_interval = poll_interval if claim_interval is None else claim_interval
         self.monotonic = monotonic
         # what the current start lends the workflow rounds (WorkflowWorker.poll_once): asked at
         # each round, since the rounds outlive the starts (NOT_STARTED between them)
@@ -109,7 +113,7 @@ class Rounds:
         self.coordinator.handle(
             co.WorkflowRound(started, self.monotonic(), claim, worked, claim and worker.claimed_full)
         )
-        return 0.0 if worked else self.poll_interval
+        return 0.0 if worked else self.claim_interval
 
     def activities(self) -> float:
         """Keep the running attempts' leases; claim activity tasks for the free slots."""
@@ -118,14 +122,14 @@ class Rounds:
         claim = _claim_of(commands)
         if claim is None:
             pause = _pause_of(commands)
-            return pause if pause is not None else self.poll_interval
+            return pause if pause is not None else self.claim_interval
         tasks: list[ActivityTask] = []
         started = self.monotonic()
         try:
             tasks = self.activity_worker.claim(claim.limit)
         finally:  # runs them, and frees the unused slots (all of them when the claim failed)
             self.coordinator.handle(co.ActivitiesClaimed(claim.limit, tuple(tasks), started, self.monotonic()))
-        return 0.0 if tasks else self.poll_interval
+        return 0.0 if tasks else self.claim_interval
 
     def flush(self, lane: str) -> float:
         """Write what ``lane`` of the buffer holds (its thread then waits for more)."""

@@ -32,6 +32,7 @@ from dex.adapters.postgres.migrations import (
     m14_id_reuse,
     m15_queue_limits,
     m16_updates,
+    m17_outbox,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -53,6 +54,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m14_id_reuse,
         m15_queue_limits,
         m16_updates,
+        m17_outbox,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
