@@ -155,6 +155,8 @@ class MemoryRuns:
                 del self._state.runs[run_id]
                 self._state.inbox.pop(run_id, None)
                 self._state.attempts.pop(run_id, None)
+                self._state.published.pop(run_id, None)
+                self._state.streams.pop(run_id, None)
                 task_id = self._state.workflow_task_of_run.pop(run_id, None)  # a stale claim's task goes too
                 if task_id is not None:
                     del self._state.workflow_tasks[task_id]

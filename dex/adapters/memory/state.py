@@ -17,7 +17,16 @@ from datetime import datetime
 
 import attrs
 
-from dex.adapters.memory.tables import QUEUED, ActivityTaskRow, InboxRow, QueueRow, RunRow, WorkflowTaskRow
+from dex.adapters.memory.tables import (
+    QUEUED,
+    ActivityTaskRow,
+    InboxRow,
+    PublishedRow,
+    QueueRow,
+    RunRow,
+    StreamRow,
+    WorkflowTaskRow,
+)
 from dex.app.ports.attempts import FAILED, LOST, recorded
 from dex.app.ports.store import QUEUE_KINDS, WORKFLOW, FailedAttempt, StepAttempts, queue_capacity
 from dex.domain import events as ev
@@ -44,6 +53,9 @@ class MemoryState:
         self.queues: dict[tuple[str, str], QueueRow] = {}
         # per run, per step (created_seq): its failed and lost attempts (ports/attempts.py)
         self.attempts: dict[str, dict[int, StepAttempts]] = {}
+        # per run, by key: published values and streams (docs/reference/contract.md §14; streams.py)
+        self.published: dict[str, dict[str, PublishedRow]] = {}
+        self.streams: dict[str, dict[str, StreamRow]] = {}
 
     def record_attempt(self, run_id: str, created_seq: int, failed: FailedAttempt, next_attempt: int) -> None:
         """Keep a failed or lost attempt of a step (the caller holds the lock and writes the

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from dex.adapters.memory import storable
+from dex.adapters.memory import storable, streams
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow
 from dex.app.ports.attempts import FAILED, LOST, lost_attempt
@@ -218,6 +218,7 @@ class MemoryTasks:
             else:
                 self._state.insert_run(child.run_id, child.created, now)
         run.status = plan.status
+        streams.apply_plan(self._state, run.run_id, plan)  # with its history block, under the same lock
         for spec in plan.activity_tasks:
             self._state.ensure_queue(spec.queue, ACTIVITY)
             task_id = next(self._state.ids)

@@ -30,7 +30,7 @@ import attrs
 import psycopg
 
 from dex.adapters.postgres import answers as answers_sql
-from dex.adapters.postgres import arrays, attempts, instances
+from dex.adapters.postgres import arrays, attempts, instances, stream_writes
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -239,6 +239,9 @@ class WriteRound:
         self._update_runs()
         children = self._insert_children()
         insert_history(conn, q, self._history + [history_row(c.run_id, [_first_event(c, self._now)]) for c in children])
+        stream_writes.write_plans(
+            conn, q, self._plans, self._now
+        )  # published values and stream items, with the history
         self._insert_activity_tasks()
         finished = [run_id for run_id, plan in self._plans if plan.ends_run]
         if finished:

@@ -20,6 +20,7 @@ from dex.app.ports.attempts import StepAttempts as StepAttempts
 from dex.app.ports.attempts import StepEndings as StepEndings
 from dex.app.ports.engines import EngineRegistry
 from dex.app.ports.schedules import ScheduleStore
+from dex.app.ports.streams import StreamStore
 
 # the task records live in their own module, so that the transaction-step port names them too
 from dex.app.ports.tasks import DEFAULT_ACTIVITY_LEASE as DEFAULT_ACTIVITY_LEASE
@@ -424,6 +425,7 @@ class Store(
     Maintenance,
     ScheduleStore,
     EngineRegistry,
+    StreamStore,
     Protocol,
 ):
     """Everything an engine needs from one adapter."""

@@ -28,6 +28,7 @@ from dex.adapters.postgres.migrations import (
     m10_activity_attempts,
     m11_child_runs,
     m12_engines,
+    m14_streams,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -45,6 +46,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m10_activity_attempts,
         m11_child_runs,
         m12_engines,
+        m14_streams,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
