@@ -21,6 +21,7 @@ from dex.domain.errors import NotRegisteredError
 from dex.views.attempts import step_json
 from dex.web import inputs
 from dex.web.api_admin import admin_operations
+from dex.web.api_streams import stream_operations
 from dex.web.errors import ApiError, first_line
 from dex.web.listing import LEVELS, event_document, page_of_runs, run_document, run_query
 from dex.web.openapi import KEY, LABELS, NAME, PRIORITY, QUEUE_NAME, STATUSES, TEXT, links, nullable, run_links
@@ -420,4 +421,4 @@ def operations(workflows: Mapping[str, Signature] | None = None) -> list[Operati
             links=run_links(),
         ),
     ]
-    return runs + admin_operations()
+    return runs + stream_operations() + admin_operations()
