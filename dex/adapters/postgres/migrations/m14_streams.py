@@ -13,7 +13,9 @@ Tables of their own, so that a reader never scans a run's history:
   in position order and a reader that asks for "after position n" misses none.
 * ``closed_streams``: one row per stream that was closed.
 
-No foreign keys (as since migration 3): retention deletes a run's rows itself.
+No foreign keys (as since migration 3): retention deletes a run's rows itself. Run ids and keys
+are ``COLLATE "C"``, as the runs' ids are: a join with the runs (retention) uses the primary
+keys, and keys sort by code point, as Python sorts them.
 """
 
 VERSION = 14
@@ -21,8 +23,8 @@ VERSION = 14
 STATEMENTS: tuple[str, ...] = (
     """
     CREATE TABLE {s}.published (
-        run_id        text NOT NULL,
-        key           text NOT NULL,
+        run_id        text COLLATE "C" NOT NULL,
+        key           text COLLATE "C" NOT NULL,
         value         bytea NOT NULL,
         version       bigint NOT NULL,
         published_at  timestamptz NOT NULL,
@@ -31,8 +33,8 @@ STATEMENTS: tuple[str, ...] = (
     """,
     """
     CREATE TABLE {s}.stream_items (
-        run_id      text NOT NULL,
-        key         text NOT NULL,
+        run_id      text COLLATE "C" NOT NULL,
+        key         text COLLATE "C" NOT NULL,
         position    bigint NOT NULL,
         value       bytea NOT NULL,
         written_at  timestamptz NOT NULL,
@@ -41,8 +43,8 @@ STATEMENTS: tuple[str, ...] = (
     """,
     """
     CREATE TABLE {s}.closed_streams (
-        run_id     text NOT NULL,
-        key        text NOT NULL,
+        run_id     text COLLATE "C" NOT NULL,
+        key        text COLLATE "C" NOT NULL,
         closed_at  timestamptz NOT NULL,
         PRIMARY KEY (run_id, key)
     )
