@@ -76,7 +76,11 @@ class Task:
             except Exception as exc:  # noqa: BLE001 - the activity's failure, reported to dex
                 if self.cancelled.is_set():
                     return "cancelled"
-                error = {"type": type(exc).__name__, "message": str(exc), "terminal": bool(getattr(exc, "terminal", False))}
+                error = {
+                    "type": type(exc).__name__,
+                    "message": str(exc),
+                    "terminal": bool(getattr(exc, "terminal", False)),
+                }
                 self.api.post(f"{self.path}/fail", {"lease_version": self.claimed["lease_version"], "error": error})
                 return "failed"
             if self.cancelled.is_set():
@@ -133,7 +137,9 @@ def main() -> None:
     print(f"worker {opts.worker_id} polling {opts.url} for {', '.join(names)}", flush=True)
     while opts.max_tasks == 0 or done < opts.max_tasks:
         try:
-            tasks = api.post("/v1/activity-tasks/poll", {"worker_id": opts.worker_id, "names": names, "max": 1, "wait_seconds": 1})
+            tasks = api.post(
+                "/v1/activity-tasks/poll", {"worker_id": opts.worker_id, "names": names, "max": 1, "wait_seconds": 1}
+            )
         except (ApiError, OSError) as exc:
             print(f"poll: {exc}", flush=True)
             time.sleep(1)  # the server or its store is down: try again shortly
