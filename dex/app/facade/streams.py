@@ -71,15 +71,17 @@ class _Deadline:
             pause = min(pause, max(0.0, self.deadline - time.monotonic()))
         return pause
 
+    def heard(self) -> None:
+        """An answer came: the next wait starts short again."""
+        self.pause = FIRST_PAUSE
+
     def timed_out(self, what: str) -> TimeoutError:
-        last = self.failures.last
-        if last is None:
+        """The ``TimeoutError`` at the deadline (raised from the store's last error, if any)."""
+        if self.failures.last is None:
             return TimeoutError(f"{what} within {self.timeout} s")
-        error = TimeoutError(
+        return TimeoutError(
             f"{what} within {self.timeout} s: the store was failing ({self.failures.count} read(s) in a row)"
         )
-        error.__cause__ = last
-        return error
 
 
 class StreamReads:
@@ -105,10 +107,10 @@ class StreamReads:
             else:
                 wait.failures.succeeded()
             if got is not None:
-                wait.pause = FIRST_PAUSE
+                wait.heard()
                 return got
             if wait.expired():
-                raise wait.timed_out(what())
+                raise wait.timed_out(what()) from wait.failures.last
             self._drive()
             self._reads.wait_for_flush(seen, wait.next_pause())
 
@@ -209,10 +211,10 @@ class StreamReads:
             else:
                 wait.failures.succeeded()
             if got is not None:
-                wait.pause = FIRST_PAUSE
+                wait.heard()
                 return got
             if wait.expired():
-                raise wait.timed_out(what())
+                raise wait.timed_out(what()) from wait.failures.last
             await asyncio.to_thread(self._drive)
             await asyncio.sleep(wait.next_pause())
 
