@@ -20,19 +20,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from dex.app.facade.streams import FIRST_PAUSE, MAX_PAUSE, PAGE, stream_key
 from dex.app.ports.streams import PublishedRead, StreamPage
+from dex.domain.errors import DexError
 from dex.views.render import jsonable_payload
 from dex.web import inputs
 from dex.web.openapi import KEY
 from dex.web.operations import Operation, Param, blocking
+
+log = logging.getLogger("dex.web")
+T = TypeVar("T")
 
 KEEPALIVE = 15.0  # seconds between comments on a quiet stream
 EVENT_STREAM = "text/event-stream"
@@ -100,6 +105,21 @@ class _Pause:
         return None
 
 
+async def _read(read: Callable[..., T], *args: Any) -> T | None:
+    """A read of the store once the events have begun: a store that fails is read again with
+    the backoff (logged), as ``engine.read_stream`` does; None once the run is gone."""
+    pause = FIRST_PAUSE
+    while True:
+        try:
+            return await blocking(read, *args)
+        except DexError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - the store failed (a connection, a timeout): read again
+            log.info("an event stream's read failed (%s); reading again", type(exc).__name__)
+        await asyncio.sleep(pause)
+        pause = min(pause * 1.5, MAX_PAUSE)
+
+
 async def stream_events(request: Request, web: Any) -> Response:
     run_id, key, after = _run_id(request), stream_key(request.path_params["key"], "stream key"), _after(request)
     timeout = _timeout(request)
@@ -125,7 +145,10 @@ async def _items(web: Any, run_id: str, key: str, after: int, page: StreamPage, 
             comment = await pause.wait()
             if comment is not None:
                 yield comment
-        page = await blocking(web.store.read_stream, run_id, key, after, PAGE)
+        got = await _read(web.store.read_stream, run_id, key, after, PAGE)
+        if got is None:
+            return  # the run is gone (retention): nothing more will come
+        page = got
 
 
 async def published_events(request: Request, web: Any) -> Response:
@@ -151,7 +174,10 @@ async def _values(web: Any, run_id: str, key: str, found: PublishedRead, pause: 
         comment = await pause.wait()
         if comment is not None:
             yield comment
-        found = await blocking(web.store.read_published, run_id, key)
+        got = await _read(web.store.read_published, run_id, key)
+        if got is None:
+            return
+        found = got
 
 
 SSE_DOC = {

@@ -138,6 +138,25 @@ def test_a_quiet_stream_ends_at_its_timeout_and_resumes_where_it_was(engine: dex
     assert http.get(f"/v1/runs/{run_id}/streams/open?timeout=3601").status_code == 400
 
 
+def test_a_store_that_fails_mid_stream_is_read_again(engine: dex.Engine, http: Any) -> None:
+    run_id = engine.start_workflow(streamer, 3)
+    engine.drain()
+    real = engine.store.read_stream
+    calls = {"n": 0}
+
+    def flaky(*args: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] in (2, 3):  # the reads after the first page fail twice
+            raise ConnectionError("the database went away")
+        return real(*args)
+
+    engine.store.read_stream = flaky  # type: ignore[method-assign]
+    got = events(http.get(f"/v1/runs/{run_id}/streams/items").text)
+    engine.store.read_stream = real  # type: ignore[method-assign]
+    assert [e.get("id") for e in got] == ["1", "2", "3", None] and got[-1]["data"]["reason"] == "closed"
+    assert calls["n"] >= 4
+
+
 def test_the_openapi_document_says_they_are_event_streams(http: Any) -> None:
     paths = http.get("/v1/openapi.json").json()["paths"]
     for path in ("/v1/runs/{run_id}/streams/{key}", "/v1/runs/{run_id}/published/{key}"):
