@@ -33,7 +33,7 @@ from dex.cli.database import CommandError, connection_options, json_option, open
 from dex.cli.params import EVENT_ID, JSON_VALUE, LABEL, QUEUE_NAME, RUN_ID, SECONDS, SEQUENCE, TEXT
 from dex.domain.errors import InvalidStateError, RunNotFoundError
 from dex.domain.instance_keys import ID_REUSE
-from dex.views import attempts, render, timeline
+from dex.views import attempts, published, render, timeline
 
 
 @click.group()
@@ -145,6 +145,7 @@ def show_run(run_id: str, show_all: bool, stack: bool) -> None:
         # whole (its history too), as Engine.activity_steps does; the attempts before the history
         kept = engine.store.step_attempts(run_id)
         history = engine.store.load_history(run_id)
+        streams = engine.store.run_streams(run_id)  # what it published and streamed (docs/reference/contract.md §14)
     steps = activity_steps(history, kept)
     if settings().json:
         document = render.run_json(record)
@@ -160,6 +161,7 @@ def show_run(run_id: str, show_all: bool, stack: bool) -> None:
         waiting = timeline.pending_activities(history) if not record.status.is_terminal else []
         document["pending_activities"] = [{"created_seq": seq, "name": name} for seq, name in waiting]
         document["activity_steps"] = [attempts.step_json(step) for step in steps]
+        document.update(published.published_json(streams))
         click.echo(render.dumps(document))
         return
     click.echo(timeline.run_details(record, history))
@@ -167,6 +169,8 @@ def show_run(run_id: str, show_all: bool, stack: bool) -> None:
         click.echo("\n" + timeline.stack_trace(record.failure))
     if steps:
         click.echo(f"\nactivity steps: {len(steps)}\n{attempts.steps_text(steps)}")
+    if streams.published or streams.streams:
+        click.echo("\n" + published.published_text(streams))
     shown = timeline.timeline(history, show_all=show_all)
     hidden = "" if show_all else " (workflow tasks hidden; --all shows them)"
     click.echo(f"\nhistory: {len(history)} events{hidden}\n{shown}")

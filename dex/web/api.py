@@ -23,6 +23,7 @@ from dex.domain.instance_keys import ID_REUSE
 from dex.views.attempts import step_json
 from dex.web import inputs
 from dex.web.api_admin import admin_operations
+from dex.web.api_streams import stream_operations
 from dex.web.api_updates import update_operations
 from dex.web.errors import ApiError, first_line
 from dex.web.listing import LEVELS, event_document, page_of_runs, run_document, run_query
@@ -490,4 +491,4 @@ def operations(workflows: Mapping[str, Signature] | None = None) -> list[Operati
             links=run_links(),
         ),
     ]
-    return runs + update_operations() + admin_operations()
+    return runs + update_operations() + stream_operations() + admin_operations()

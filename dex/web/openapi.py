@@ -351,7 +351,7 @@ def _operation(operation: Operation, token: bool) -> dict[str, Any]:
         codes.add(400)
     success: dict[str, Any] = {
         "description": "OK",
-        "content": {"application/json": {"schema": operation.response}},
+        "content": {operation.media_type: {"schema": operation.response}},
     }
     if operation.links:
         success["links"] = operation.links

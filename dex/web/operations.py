@@ -72,6 +72,8 @@ class Operation:
     tag: str = "runs"
     # OpenAPI links of the answer (name -> link object), e.g. from a new run to its history
     links: dict[str, Any] = attrs.field(factory=dict)
+    # what a success answers with (server-sent events: "text/event-stream")
+    media_type: str = "application/json"
 
     @property
     def body_required(self) -> bool:

@@ -35,6 +35,7 @@ from dex.web.errors import classify
 from dex.web.insights import MAX_CHILDREN_COUNTED
 from dex.web.listing import LEVELS, STATUSES, page_of_runs, query_string, run_query
 from dex.web.operations import blocking
+from dex.web.published_view import published_view
 from dex.web.run_view import run_view
 from dex.web.security import (
     COOKIE,
@@ -170,6 +171,8 @@ async def run_page(request: Request) -> Response:
     run_id = inputs.checked(request.path_params["run_id"], "run_id")
     start = inputs.optional_integer(request.query_params, "from", 0, inputs.MAX_SEQ)  # a sequence number
     view = await blocking(run_view, web, run_id, web.store.clock.now(), start)
+    # what it published and streamed, followed live by the page's script (docs/reference/contract.md §14)
+    view.update(await blocking(published_view, web.store, run_id, root_of(request.scope)))
     return render(request, "run.html", **view)
 
 

@@ -5,7 +5,7 @@ leadership, retention) and writes back what its workers did (completions). Their
 not grow with the finished runs and their histories, which pile up until retention deletes
 them, nor with the runs that wait on timers. So this test fills a schema with 20,000 finished
 runs (40,000 history rows: two blocks each), 2,000 sleeping runs and 2,000 activity tasks waiting for a
-retry, next to a little live work, and checks the plans of the statements the adapter really
+retry, what the finished runs published and streamed, next to a little live work, and checks the plans of the statements the adapter really
 sends (recorded from the adapter's own functions, on a session configured as the adapter's):
 
 * no sequential scan of any table that grows with the data (see ``SMALL_TABLES`` for the
@@ -288,10 +288,35 @@ def add_finished_and_waiting_rows(
             ),
             params,
         )
+        conn.execute(
+            q(
+                # what the finished runs published and streamed (docs/reference/contract.md §14):
+                # a value, and a closed stream of three items, each
+                "INSERT INTO {s}.published (run_id, key, value, version, published_at)"
+                " SELECT 'done-' || g, 'stage', '\\x00', 1, %(now)s"
+                " FROM generate_series(%(first)s::integer, %(last)s::integer) g"
+            ),
+            params,
+        )
+        conn.execute(
+            q(
+                "INSERT INTO {s}.stream_items (run_id, key, position, value, written_at)"
+                " SELECT 'done-' || g, 'progress', p, '\\x00', %(now)s"
+                " FROM generate_series(%(first)s::integer, %(last)s::integer) g, generate_series(1, 3) p"
+            ),
+            params,
+        )
+        conn.execute(
+            q(
+                "INSERT INTO {s}.closed_streams (run_id, key, closed_at)"
+                " SELECT 'done-' || g, 'progress', %(now)s FROM generate_series(%(first)s::integer, %(last)s::integer) g"
+            ),
+            params,
+        )
     conn.execute(
         q(
             "ANALYZE {s}.runs, {s}.history, {s}.inbox, {s}.workflow_tasks, {s}.activity_tasks, {s}.queues,"
-            " {s}.activity_attempts, {s}.update_answers"
+            " {s}.activity_attempts, {s}.update_answers, {s}.published, {s}.stream_items, {s}.closed_streams"
         )
     )
 

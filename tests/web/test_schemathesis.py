@@ -16,9 +16,11 @@ an answer may differ between runs, always among those the document declares). Tw
 fixed up, not skipped: a ``cursor`` is a value only the server makes (signed; a made-up one is
 a 400 by design, as the document says), so valid cases leave out made-up ones and the NextPage
 link hands real ones on; and a long poll waits at most ``POLL_WAIT`` seconds (its full 60 is
-time, not behaviour; ``tests/remote`` covers the wait), and an update waits 0 seconds for its
+time, not behaviour; ``tests/remote`` covers the wait), an update waits 0 seconds for its
 answer (a run in a queue the fuzzer paused would hold each for its whole timeout;
-``tests/web/test_api_updates.py`` covers the wait and the 202). The chains do not start at a poll
+``tests/web/test_api_updates.py`` covers the wait and the 202), and the server-sent events of
+published values and streams end as soon as they are quiet (``timeout=0``;
+``tests/web/test_streams_sse.py`` covers the wait). The chains do not start at a poll
 (Schemathesis reads its ``worker_id`` as a reference to a resource no call makes), so its links
 to complete, fail and heartbeat are documented but not followed here; ``tests/remote`` covers
 those calls.
@@ -52,6 +54,8 @@ SEED = 20261202
 MAX_EXAMPLES = 30  # generated cases per operation (the coverage cases come on top)
 STEPS = 10  # calls in one chain of the stateful run
 POLL_WAIT = 0.05  # seconds a valid long poll may wait here
+# server-sent events of a run that goes on never end by themselves: valid cases ask for timeout=0
+EVENT_STREAMS = ("/v1/runs/{run_id}/streams/{key}", "/v1/runs/{run_id}/published/{key}")
 REMOTE_TASKS = 10  # activity tasks waiting for a remote worker
 REMOTE_ACTIVITY = "send-email"  # their name, which the document's example of a poll asks for
 # how a cursor the app gave out begins (base64 of '{"t": '): those the NextPage link hands on are kept
@@ -132,6 +136,8 @@ def _as_a_client_makes_them(context: Any, case: Any) -> Any:
         if isinstance(wait, (int, float)) and not isinstance(wait, bool) and POLL_WAIT < wait <= 60:
             body["wait_seconds"] = POLL_WAIT  # also where something else is wrong (a content type)
         case.body = body
+    if case.path in EVENT_STREAMS and valid and isinstance(case.query, dict):
+        case.query = {**case.query, "timeout": 0}  # a quiet stream ends at once (the wait is time, not behaviour)
     return case
 
 

@@ -160,6 +160,8 @@ class MemoryRuns:
                 self._state.attempts.pop(run_id, None)
                 for key in [k for k in self._state.update_answers if k[0] == run_id]:
                     del self._state.update_answers[key]
+                self._state.published.pop(run_id, None)
+                self._state.streams.pop(run_id, None)
                 task_id = self._state.workflow_task_of_run.pop(run_id, None)  # a stale claim's task goes too
                 if task_id is not None:
                     del self._state.workflow_tasks[task_id]

@@ -18,7 +18,16 @@ from datetime import datetime
 
 import attrs
 
-from dex.adapters.memory.tables import QUEUED, ActivityTaskRow, InboxRow, QueueRow, RunRow, WorkflowTaskRow
+from dex.adapters.memory.tables import (
+    QUEUED,
+    ActivityTaskRow,
+    InboxRow,
+    PublishedRow,
+    QueueRow,
+    RunRow,
+    StreamRow,
+    WorkflowTaskRow,
+)
 from dex.app.ports.attempts import FAILED, LOST, recorded
 from dex.app.ports.store import QUEUE_KINDS, WORKFLOW, FailedAttempt, StepAttempts, queue_capacity
 from dex.domain import events as ev
@@ -49,6 +58,9 @@ class MemoryState:
         # engine.update's answers by (run, update id), and the condition their callers wait on
         self.update_answers: dict[tuple[str, str], UpdateAnswer] = {}
         self.answered = threading.Condition(self.lock)
+        # per run, by key: published values and streams (docs/reference/contract.md §14; streams.py)
+        self.published: dict[str, dict[str, PublishedRow]] = {}
+        self.streams: dict[str, dict[str, StreamRow]] = {}
 
     def keep_answers(self, run_id: str, answers: Iterable[UpdateAnswer]) -> None:
         """Keep ``answers`` for the callers of ``engine.update`` and wake them (the caller holds

@@ -8,8 +8,8 @@ The adapter is composed of parts that share the tables (``state.py``) and receiv
 they use in their constructors: runs and messages (``runs.py``), keyed starts
 (``instance_keys.py``), the task queues
 (``tasks.py``), forks (``forks.py``), schedules (``schedules.py``), queue administration and
-leadership (``queues.py``), the engine registry (``engines.py``) and transaction steps
-(``steps.py``), update answers (``updates.py``). It builds them, holds them,
+leadership (``queues.py``), the engine registry (``engines.py``), transaction steps
+(``steps.py``), update answers (``updates.py``) and published values and streams (``streams.py``). It builds them, holds them,
 and implements each port by one call of the part that owns it — except the ports that are
 made of others: the batches (``send_messages``, ``load_workflow_tasks``) and eager dispatch (a
 write, then a claim, under the one lock), which it composes from its own ports, as schedules
@@ -33,6 +33,7 @@ from dex.adapters.memory.runs import MemoryRuns
 from dex.adapters.memory.schedules import MemorySchedules
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.steps import MemorySteps
+from dex.adapters.memory.streams import MemoryStreams
 from dex.adapters.memory.tasks import MemoryTasks
 from dex.adapters.memory.updates import MemoryUpdates
 from dex.app.ports.clock import SystemClock
@@ -55,6 +56,7 @@ from dex.app.ports.store import (
     WorkflowInput,
     WorkflowTask,
 )
+from dex.app.ports.streams import PublishedRead, RunStreams, StreamPage
 from dex.app.ports.transactions import CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.errors import DexError, InvalidStateError, RunNotFoundError
@@ -63,7 +65,7 @@ from dex.domain.instance_keys import StartRule
 from dex.domain.queue_limits import RateLimit
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, UpdateAnswer, WorkflowTaskResult
-from dex.domain.values import FailureInfo
+from dex.domain.values import FailureInfo, Payload
 
 
 class InMemoryAdapter:
@@ -85,6 +87,7 @@ class InMemoryAdapter:
         self._queues = MemoryQueues(state)
         self._engines = MemoryEngines(state)
         self._updates = MemoryUpdates(state)
+        self._streams = MemoryStreams(state)
         self._steps = MemorySteps(state, self._tasks, self._clock, transaction_connection, self.complete_activity_tasks)
 
     @property
@@ -357,6 +360,19 @@ class InMemoryAdapter:
 
     def list_engines(self, now: datetime) -> list[EngineInfo]:
         return self._engines.list_engines(now)
+
+    # -- published values and streams ---------------------------------------------------------
+    def read_published(self, run_id: str, key: str) -> PublishedRead:
+        return self._streams.read_published(run_id, key)
+
+    def read_stream(self, run_id: str, key: str, after: int, limit: int) -> StreamPage:
+        return self._streams.read_stream(run_id, key, after, limit)
+
+    def run_streams(self, run_id: str) -> RunStreams:
+        return self._streams.run_streams(run_id)
+
+    def write_stream_items(self, run_id: str, items: Sequence[tuple[str, Payload]], now: datetime) -> None:
+        self._streams.write_stream_items(run_id, items, now)
 
 
 _DISPATCH_BATCH = 256  # as many as the PostgreSQL adapter schedules inside a completion

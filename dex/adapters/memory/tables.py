@@ -182,3 +182,19 @@ class QueueRow:
                 self.starts[n] = now
                 return True
         return False
+
+
+@attrs.define(kw_only=True)
+class StreamRow:
+    """One stream of a run: its items in the order written (item n at position n + 1)."""
+
+    items: list[Payload] = attrs.Factory(list)
+    closed: bool = False
+
+
+@attrs.define(kw_only=True)
+class PublishedRow:
+    """The latest value a run published under one key, and how many times the key was published."""
+
+    value: Payload
+    version: int

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from dex.adapters.memory import endings, storable
+from dex.adapters.memory import endings, storable, streams
 from dex.adapters.memory.instance_keys import start_child
 from dex.adapters.memory.state import MemoryState
 from dex.adapters.memory.tables import CREATED, QUEUED, ActivityTaskRow
@@ -240,6 +240,7 @@ class MemoryTasks:
             run.labels = plan.labels
         endings.drop_cancelled_steps(self._state, run.run_id, plan)
         endings.create_detached(self._state, plan, now)
+        streams.apply_plan(self._state, run.run_id, plan)  # with its history block, under the same lock
         for spec in kept_activity_tasks(plan):
             self._state.ensure_queue(spec.queue, ACTIVITY)
             task_id = next(self._state.ids)

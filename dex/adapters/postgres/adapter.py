@@ -5,7 +5,8 @@ The adapter is composed of parts, each given what it uses when it is made: the c
 queues known to exist (:class:`~.queues.PostgresQueues`). Runs are :class:`~.runs.PostgresRuns`, starts by an instance id used before
 :class:`~.instance_keys.PostgresKeyedStarts`;
 the task queues :class:`~.tasks.PostgresWorkflowTasks` and :class:`~.tasks.PostgresActivityTasks`;
-schedules :class:`~.schedules.PostgresSchedules`; update answers :class:`~.updates.PostgresUpdates`; the engine registry :class:`~.engines.PostgresEngines`; forks :class:`~.forks.PostgresForks`; transaction
+schedules :class:`~.schedules.PostgresSchedules`; update answers :class:`~.updates.PostgresUpdates`; the engine registry :class:`~.engines.PostgresEngines`;
+published values and streams :class:`~.streams.PostgresStreams`; forks :class:`~.forks.PostgresForks`; transaction
 steps :class:`~.step_store.PostgresTransactionSteps`. The adapter builds them, holds them and implements each port by one
 call of the part that owns it. Each port call is one short transaction on a pooled connection: a
 single statement in the pool's autocommit mode, or a ``conn.transaction()`` block.
@@ -44,6 +45,7 @@ from dex.adapters.postgres.sessions import (
 from dex.adapters.postgres.step_sessions import StepSessions
 from dex.adapters.postgres.step_slots import StepSlots
 from dex.adapters.postgres.step_store import PostgresTransactionSteps
+from dex.adapters.postgres.streams import PostgresStreams
 from dex.adapters.postgres.tasks import PostgresActivityTasks, PostgresWorkflowTasks
 from dex.adapters.postgres.update_answers import answer_channel
 from dex.adapters.postgres.updates import AnswerListener, PostgresUpdates
@@ -67,6 +69,7 @@ from dex.app.ports.store import (
     TransactionStep,
     WorkflowTask,
 )
+from dex.app.ports.streams import PublishedRead, RunStreams, StreamPage
 from dex.app.ports.transactions import CheckpointOutcome, StepCheckpoint
 from dex.domain import events as ev
 from dex.domain.errors import DexError
@@ -75,7 +78,7 @@ from dex.domain.instance_keys import StartRule
 from dex.domain.queue_limits import RateLimit
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, UpdateAnswer, WorkflowTaskResult
-from dex.domain.values import FailureInfo
+from dex.domain.values import FailureInfo, Payload
 from dex.views.secrets import redact_dsn
 
 
@@ -172,6 +175,7 @@ class PostgresAdapter:
         self._queues = queues = PostgresQueues(db, q, limited)
         self._engines = PostgresEngines(db, q)
         self._outbox = PostgresOutbox(db, q)
+        self._streams = PostgresStreams(db, q)
         self._runs = PostgresRuns(db, q, create_statement, queues)
         self._keyed = PostgresKeyedStarts(db, q, create_statement, queues)
         self._workflow_tasks = PostgresWorkflowTasks(db, q, queues, limited)
@@ -453,6 +457,18 @@ class PostgresAdapter:
 
     def list_engines(self, now: datetime) -> list[EngineInfo]:
         return self._engines.list_engines(now)
+
+    def read_published(self, run_id: str, key: str) -> PublishedRead:
+        return self._streams.read_published(run_id, key)
+
+    def read_stream(self, run_id: str, key: str, after: int, limit: int) -> StreamPage:
+        return self._streams.read_stream(run_id, key, after, limit)
+
+    def run_streams(self, run_id: str) -> RunStreams:
+        return self._streams.run_streams(run_id)
+
+    def write_stream_items(self, run_id: str, items: Sequence[tuple[str, Payload]], now: datetime) -> None:
+        self._streams.write_stream_items(run_id, items, now)
 
 
 def _migrate(conn: psycopg.Connection, schema: str) -> None:

@@ -30,7 +30,7 @@ import attrs
 import psycopg
 
 from dex.adapters.postgres import answers as answers_sql
-from dex.adapters.postgres import arrays, attempts, endings, instance_children, instances
+from dex.adapters.postgres import arrays, attempts, endings, instance_children, instances, stream_writes
 from dex.adapters.postgres.rows import (
     HistoryRow,
     InboxRow,
@@ -266,6 +266,8 @@ class WriteRound:
                 self._runs.setdefault(run_id, LockedRun(RunStatus.TERMINATED, 0))
             for run in started:  # (a stand-in is terminated: messages to it are dropped)
                 self._runs[run.run_id] = LockedRun(RunStatus.CREATED, 1)
+        # published values and stream items, with the history
+        stream_writes.write_plans(conn, q, self._plans, self._now)
         self._insert_activity_tasks()
         finished = [run_id for run_id, plan in self._plans if plan.ends_run]
         if finished:

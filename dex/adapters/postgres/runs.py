@@ -412,8 +412,8 @@ def request_transition(
 
 
 def delete_finished_runs(conn: psycopg.Connection, q: Statements, completed_before: datetime, limit: int) -> int:
-    """Delete up to ``limit`` ended runs with their history, inbox, tasks and steps' attempts, in
-    one statement."""
+    """Delete up to ``limit`` ended runs with their history, inbox, tasks, steps' attempts,
+    published values and streams, in one statement."""
     # SKIP LOCKED: a run row locked by someone (a late message checking it) is left for next time.
     # The run rows are locked first, then the rows that belong to them (the adapter's lock order);
     # nothing is added to an ended run, so nothing of it can appear after this statement's snapshot.
@@ -430,7 +430,10 @@ def delete_finished_runs(conn: psycopg.Connection, q: Statements, completed_befo
             " w AS (DELETE FROM {s}.workflow_tasks WHERE run_id IN (SELECT run_id FROM gone)),"
             " a AS (DELETE FROM {s}.activity_tasks WHERE run_id IN (SELECT run_id FROM gone)),"
             " f AS (DELETE FROM {s}.activity_attempts WHERE run_id IN (SELECT run_id FROM gone)),"
-            " u AS (DELETE FROM {s}.update_answers WHERE run_id IN (SELECT run_id FROM gone))"
+            " u AS (DELETE FROM {s}.update_answers WHERE run_id IN (SELECT run_id FROM gone)),"
+            " p AS (DELETE FROM {s}.published WHERE run_id IN (SELECT run_id FROM gone)),"
+            " si AS (DELETE FROM {s}.stream_items WHERE run_id IN (SELECT run_id FROM gone)),"
+            " cs AS (DELETE FROM {s}.closed_streams WHERE run_id IN (SELECT run_id FROM gone))"
             " SELECT count(*) FROM gone"
         ),
         [completed_before, limit],

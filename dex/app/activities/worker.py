@@ -24,6 +24,7 @@ from dex.app.activities.attempts import Durations, Retries, described_failure, l
 from dex.app.activities.event_loop import AsyncRunner
 from dex.app.activities.lease_keeper import LeaseKeeper
 from dex.app.activities.leases import ActivityLeases
+from dex.app.activities.streams import ActivityStreams
 from dex.app.activities.transaction_steps import TransactionAttempts, Written
 from dex.app.definitions.activity_context import ActivityContext, reset_activity_context, set_activity_context
 from dex.app.definitions.registry import Registry
@@ -75,6 +76,7 @@ class ActivityWorker:
         self._transactions = TransactionAttempts(
             store, converter, async_runner.run, self._failed, self.durations.record, self.given_back
         )
+        self._streams = ActivityStreams(store, converter)  # dex.activity_context().write_stream
         # called after a transaction step wrote its completion itself: a workflow task became due
         self._completed_directly = completed_directly
         # takes an outcome as the step it answers, while the engine runs (dex.app.workflows.answers);
@@ -353,6 +355,7 @@ class ActivityWorker:
             attempt=task.attempt,
             heartbeat_fn=heartbeat if heartbeat is not None else self._heartbeat_of(task),
             cancelled_fn=lambda: told() or self.leases.cancelled(task),  # an unleased (inline) attempt: never
+            write_stream_fn=self._streams.writer(task.run_id),
         )
 
     def _outcome_of(self, task: ActivityTask, value: object) -> ActivityOutcome:

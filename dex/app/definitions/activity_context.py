@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -18,6 +19,7 @@ class ActivityContext:
     attempt: int
     _heartbeat: Callable[[], bool] = attrs.field(alias="heartbeat_fn", repr=False)
     _cancelled: Callable[[], bool] = attrs.field(alias="cancelled_fn", repr=False, default=lambda: False)
+    _write_stream: Callable[[str, Any], None] | None = attrs.field(alias="write_stream_fn", repr=False, default=None)
 
     @property
     def cancel_requested(self) -> bool:
@@ -33,6 +35,17 @@ class ActivityContext:
         ``lock_timeout``), or the run was cancelled or ended: what the attempt returns will not
         be recorded."""
         return self._heartbeat()
+
+    def write_stream(self, key: str, value: Any) -> None:
+        """Append ``value`` to the run's stream ``key`` (docs/reference/contract.md §14), at once: readers
+        see it while the activity goes on. At least once, like the activity: an attempt that is
+        retried writes its items again. ``ValueError`` for a bad key or a closed stream,
+        ``InvalidStateError`` once the run has ended, ``SerializationError`` for a value the
+        payload converter cannot encode; a store that fails raises its error (the attempt may
+        catch it, or fail and be retried)."""
+        if self._write_stream is None:
+            raise RuntimeError(f"activity {self.activity_name!r} cannot write to streams here (a transaction step)")
+        self._write_stream(key, value)
 
 
 _current: contextvars.ContextVar[ActivityContext | None] = contextvars.ContextVar("dex_activity", default=None)

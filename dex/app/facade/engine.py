@@ -15,7 +15,7 @@ import asyncio
 import random
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -34,6 +34,7 @@ from dex.app.facade.queues import Queues
 from dex.app.facade.reads import RunReads, run_filter
 from dex.app.facade.starts import Starts
 from dex.app.facade.steps import ActivityStep
+from dex.app.facade.streams import StreamReads
 from dex.app.facade.updates import RunUpdates
 from dex.app.machinery.buffer import ResultBuffer
 from dex.app.machinery.threads import Foreground
@@ -245,6 +246,9 @@ class Engine:
             nudge_scheduler=self._nudge_scheduler,
         )
         self._aio = AsyncCalls(self._starts, self._messages, self._reads, self._forks)
+        # published values and streams (docs/reference/contract.md §14); a not-started engine is
+        # driven by its readers
+        self._streams = StreamReads(adapter, self.converter, self._reads, self._drive)
         self._schedule_calls.declare(schedules)  # created, or updated
         for definition in self.registry.workflows.values():
             adapter.ensure_queue(definition.queue, "workflow")
@@ -434,6 +438,37 @@ class Engine:
         then.
         """
         return self._forks.fork(run_id, at, queue)
+
+    # -- published values and streams (docs/reference/contract.md §14) -------------------------
+    def get_published(self, run_id: str, key: str, timeout: float | timedelta | None = None) -> Any:
+        """The latest value the run published under ``key`` (``ctx.publish``), waiting up to
+        ``timeout`` seconds for a first one (``TimeoutError``); ``InvalidStateError`` if the run
+        ended without publishing one."""
+        return self._streams.get_published(run_id, key, timeout)
+
+    def read_stream(self, run_id: str, key: str, timeout: float | timedelta | None = None) -> Iterator[Any]:
+        """An iterator over the run's stream ``key`` from its first item, in order, ending when the
+        stream is closed or the run ends; ``timeout`` bounds each wait for the next item
+        (``TimeoutError``). ``RunNotFoundError`` at the call for an unknown run."""
+        return self._streams.read_stream(run_id, key, timeout)
+
+    def watch_published(self, run_id: str, key: str, timeout: float | timedelta | None = None) -> Iterator[Any]:
+        """Every value the run publishes under ``key`` from now on (the current one first), ending
+        when the run ends; ``timeout`` bounds each wait for a change."""
+        return self._streams.watch_published(run_id, key, timeout)
+
+    async def get_published_async(self, run_id: str, key: str, timeout: float | timedelta | None = None) -> Any:
+        """``get_published``, awaitable."""
+        return await self._streams.get_published_async(run_id, key, timeout)
+
+    def read_stream_async(self, run_id: str, key: str, timeout: float | timedelta | None = None) -> AsyncIterator[Any]:
+        """``read_stream`` for ``async for`` (an unknown run raises at the first item)."""
+        return self._streams.read_stream_async(run_id, key, timeout)
+
+    def _drive(self) -> None:
+        """A reader without its answer drives an engine that is not started (docs/reference/contract.md §14)."""
+        if not self._runtime.threads:
+            self.drain(advance_time=False)
 
     # -- asyncio ------------------------------------------------------------------------------
     async def start_workflow_async(

@@ -88,6 +88,18 @@ class RunReads:
             self._flushes += 1
             self._progress.notify_all()
 
+    @property
+    def flushes(self) -> int:
+        """How many batches this engine has written: a reader notes it before it reads."""
+        return self._flushes
+
+    def wait_for_flush(self, seen: int, seconds: float) -> None:
+        """Wait up to ``seconds`` for a batch written after the reader saw ``seen`` of them (a
+        reader of published values and streams, woken at once by this engine's own writes)."""
+        with self._progress:
+            if self._flushes == seen:
+                self._progress.wait(max(0.0, seconds))
+
     def get_run(self, run_id: str) -> RunInfo:
         run_id = run_id_of(run_id)
         record = self._store.get_run(run_id)

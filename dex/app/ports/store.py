@@ -22,6 +22,7 @@ from dex.app.ports.endings import RunEndings
 from dex.app.ports.engines import EngineRegistry
 from dex.app.ports.instance_keys import KeyedStarts
 from dex.app.ports.schedules import ScheduleStore
+from dex.app.ports.streams import StreamStore
 
 # the task records live in their own module, so that the transaction-step port names them too
 from dex.app.ports.tasks import DEFAULT_ACTIVITY_LEASE as DEFAULT_ACTIVITY_LEASE
@@ -465,6 +466,7 @@ class Store(
     RunEndings,
     UpdateAnswers,
     UpdateDispatch,
+    StreamStore,
     Protocol,
 ):
     """Everything an engine needs from one adapter."""

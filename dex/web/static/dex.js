@@ -1,5 +1,6 @@
-// dex dashboard: confirmation of actions and live refresh of the runs table. Our own few
-// lines, served with the app: nothing is loaded from the network.
+// dex dashboard: confirmation of actions, live refresh of the runs table, and a run's published
+// values and streams followed live (server-sent events of /v1). Our own few lines, served with
+// the app: nothing is loaded from the network.
 "use strict";
 document.addEventListener("submit", function (event) {
   var form = event.target;
@@ -20,4 +21,40 @@ document.addEventListener("DOMContentLoaded", function () {
       .then(function (html) { if (html !== null) { box.innerHTML = html; } })
       .catch(function () { /* the next refresh tries again */ });
   }, every);
+});
+document.addEventListener("DOMContentLoaded", function () {
+  // textContent, never HTML: a value is the user's data
+  function shown(data) {
+    try { return JSON.stringify(JSON.parse(data), null, 2); } catch (e) { return data; }
+  }
+  function follow(url, kind, onEvent) {
+    var source = new EventSource(url);
+    source.addEventListener(kind, onEvent);
+    source.addEventListener("end", function () { source.close(); });  // else it would reconnect
+  }
+  document.querySelectorAll("[data-published]").forEach(function (box) {
+    follow(box.getAttribute("data-published"), "value", function (event) {
+      box.textContent = shown(event.data);
+    });
+  });
+  document.querySelectorAll("[data-stream]").forEach(function (list) {
+    var details = list.closest("details");
+    var length = details ? details.querySelector(".stream-length") : null;
+    var state = details ? details.querySelector(".stream-state") : null;
+    var source = new EventSource(list.getAttribute("data-stream"));
+    source.addEventListener("item", function (event) {
+      var item = document.createElement("li");
+      item.value = parseInt(event.lastEventId, 10) || 0;
+      var text = document.createElement("pre");
+      text.className = "payload";
+      text.textContent = shown(event.data);
+      item.appendChild(text);
+      list.appendChild(item);
+      if (length) { length.textContent = String(item.value); }
+    });
+    source.addEventListener("end", function (event) {
+      source.close();
+      if (state && JSON.parse(event.data).reason === "closed") { state.textContent = "closed"; }
+    });
+  });
 });

@@ -33,6 +33,7 @@ from dex.adapters.postgres.migrations import (
     m15_queue_limits,
     m16_updates,
     m17_outbox,
+    m18_streams,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -55,6 +56,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m15_queue_limits,
         m16_updates,
         m17_outbox,
+        m18_streams,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
