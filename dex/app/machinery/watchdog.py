@@ -121,9 +121,17 @@ class _Watch:
         self.spinning = False  # still running after its interrupt (reported to the quarantine)
 
     def __enter__(self) -> None:
-        # the thread's CPU time (from here or the watchdog's last step on), to tell code that held
-        # the GIL from code that waited for it
-        self.thread, self.since, self.cpu = threading.get_ident(), self._dog._clock(), time.thread_time()
+        dog = self._dog
+        self.thread, self.since = threading.get_ident(), dog._clock()
+        # the thread's CPU time since the watchdog's last step (at most), to tell code that held the
+        # GIL from code that waited for it: read at the thread's first stretch after each step and
+        # kept for its next ones, since reading a thread's clock is a system call (not in the vDSO),
+        # measured as the costliest line of a started engine's workflow task; the watchdog's
+        # verdict compares it with the process's CPU time since that step
+        local, steps = dog._baselines, dog._steps
+        if getattr(local, "step", -1) != steps:
+            local.step, local.cpu = steps, time.thread_time()
+        self.cpu = local.cpu
         with self._dog._lock:
             # inside a watched stretch already: that one watches this too
             self.nested = self.thread in self._dog._watches
@@ -186,6 +194,8 @@ class Watchdog:
         self._fired: set[tuple[int, int]] = set()  # claims (task id, lease version) given back
         self._deaths: dict[str, tuple[int, float]] = {}  # by thread name: deaths so far, next restart
         self._lock = threading.Lock()
+        self._steps = 0  # steps taken: a thread reads its CPU clock at its first watch after each
+        self._baselines = threading.local()  # per thread: the step it last read its clock at, and what it read
 
     def watch(self, task: WorkflowTask, executor: WorkflowExecutor | None) -> _Watch:
         """A context manager around a stretch of ``task``'s workflow code, run in the calling thread."""
@@ -265,6 +275,7 @@ class Watchdog:
                 if not watch.fired:
                     watch.cpu = _thread_cpu(watch.thread)  # from here on (NaN where unknown: no verdict)
             self._stepped, self._process_cpu = self._clock(), time.process_time()
+            self._steps += 1
         return replaced + len(late) + revived
 
     def _interrupted(self, watch: _Watch, now: float) -> None:
