@@ -47,8 +47,7 @@ from dex.domain import events as ev
 from dex.domain.endings import kept_activity_tasks, kept_messages
 from dex.domain.status import RunStatus
 from dex.domain.task import NewRun, UpdateAnswer, WorkflowTaskResult
-from dex.domain.writes import SURVIVING_KINDS, WritePlan, dropped_update_answers, instance_clash, plan_write
-from dex.serialization.history import decode_message
+from dex.domain.writes import SURVIVING_KINDS, WritePlan, instance_clash, plan_write
 from dex.serialization.values import encode_failure, encode_payload, encode_payloads, encode_retry_policy
 
 Item = tuple[WorkflowTask, WorkflowTaskResult]
@@ -273,16 +272,17 @@ class WriteRound:
         if finished:
             # the ended runs' remaining messages and activity tasks go; task rows are locked in
             # (queue, task_id) order, as everywhere else, before they are deleted
-            dropped = conn.execute(
+            # update requests that came after the run's last task was loaded go with the inbox:
+            # their callers are woken and read the run's end as the refusal (updates.py). Nothing
+            # is read back here: a fetch would wait for the server in the middle of the write
+            conn.execute(
                 q(
-                    "WITH gone AS (DELETE FROM {s}.inbox WHERE run_id = ANY(%b::text[]) RETURNING run_id, kind, message)"
-                    " SELECT run_id, message FROM gone WHERE kind = 'UpdateRequested'"
+                    "WITH gone AS (DELETE FROM {s}.inbox WHERE run_id = ANY(%b::text[]) RETURNING run_id, kind)"
+                    " SELECT pg_notify(%s, g.run_id)"
+                    " FROM (SELECT DISTINCT run_id FROM gone WHERE kind = 'UpdateRequested') AS g"
                 ),
-                [arrays.texts(finished)],
-            ).fetchall()
-            # update requests that came after the run's last task was loaded: refused, not lost
-            for run_id, message in dropped:
-                self._answers.extend((run_id, a) for a in dropped_update_answers([decode_message(message)]))
+                [arrays.texts(finished), answer_channel(q.schema)],
+            )
             conn.execute(
                 q(
                     "DELETE FROM {s}.activity_tasks t WHERE (t.queue, t.task_id) IN ("

@@ -30,11 +30,12 @@ from dex.adapters.postgres.connection import connect
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.runs import send_message
-from dex.adapters.postgres.schema import LOCK_SCHEDULE_WORKFLOWS, Statements
+from dex.adapters.postgres.schema import LOCK_SCHEDULE_WORKFLOWS, TERMINAL, Statements
 from dex.adapters.postgres.update_answers import answer_of
 from dex.app.ports.store import Claim, Loaded, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.task import UpdateAnswer
+from dex.domain.writes import dropped_update_answers
 
 log = logging.getLogger("dex.postgres.updates")
 
@@ -161,14 +162,23 @@ class PostgresUpdates:
         return None
 
     def update_answer(self, run_id: str, update_id: str) -> UpdateAnswer | None:
+        """The answer kept for ``update_id``; for a run that ended without one (its request was
+        dropped with the run's inbox, or never reached it), the refusal a run's end gives."""
         with self._db.statement() as conn:
             row = conn.execute(
                 self._q(
-                    "SELECT result, failure, rejected FROM {s}.update_answers WHERE run_id = %s AND update_id = %s"
+                    "SELECT a.result, a.failure, a.rejected, r.status IN " + TERMINAL + " FROM {s}.runs r"
+                    " LEFT JOIN {s}.update_answers a ON a.run_id = r.run_id AND a.update_id = %s"
+                    " WHERE r.run_id = %s"
                 ),
-                [run_id, update_id],
+                [update_id, run_id],
             ).fetchone()
-        return None if row is None else answer_of(update_id, row)
+        if row is None:
+            return None
+        result, failure, rejected, ended = row
+        if rejected is None:  # no answer
+            return dropped_update_answers([ev.UpdateRequested(update_id=update_id, name="")])[0] if ended else None
+        return answer_of(update_id, (result, failure, rejected))
 
     def wait_update_answer(self, run_id: str, update_id: str, timeout: float) -> UpdateAnswer | None:
         with self._listener.waiting(run_id) as woken:
