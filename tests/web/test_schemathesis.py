@@ -127,7 +127,9 @@ def _as_a_client_makes_them(context: Any, case: Any) -> Any:
     if case.path == "/v1/runs/{run_id}/updates" and isinstance(case.body, dict):
         body = dict(case.body)
         wait = body.get("timeout")
-        if wait is None or (isinstance(wait, int) and not isinstance(wait, bool) and 0 < wait <= 300):
+        # a number the route takes as whole (49.0 counts as 49, as JSON Schema counts it)
+        whole = isinstance(wait, int) or (isinstance(wait, float) and wait.is_integer())
+        if wait is None or (whole and not isinstance(wait, bool) and 0 < wait <= 300):
             body["timeout"] = 0  # the answer or a 202 at once: a run the fuzzer paused never answers
         case.body = body
     if case.path == "/v1/activity-tasks/poll" and isinstance(case.body, dict):
