@@ -60,7 +60,12 @@ def test_a_schema_with_an_unusual_name_migrates_and_runs(pg_dsn: str, name: str)
                 "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s",
                 [schema],
             ).fetchall()
-        assert sorted(functions) == [("complete_activities",), ("create_run",)]
+        assert sorted(functions) == [
+            ("complete_activities",),
+            ("create_run",),
+            ("outbox_activity_task",),  # the Kafka dispatch's triggers call these (migration 17)
+            ("outbox_workflow_task",),
+        ]
     finally:
         drop_schema(pg_dsn, schema)
     # and a schema with an ordinary name next to it is unaffected

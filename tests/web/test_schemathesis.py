@@ -157,11 +157,14 @@ def test_the_api_keeps_to_its_openapi_document(started: dex.Engine, api_schema: 
     }
     assert documented <= found.tested, documented - found.tested
     assert found.stateful_calls > STEPS  # the links were followed
-    # and the engine behind the fuzzed app still serves: once the queues the fuzzer paused or
-    # narrowed are as they were, a run started now completes
+    # and the engine behind the fuzzed app still serves: once the queues the fuzzer paused,
+    # narrowed or rate-limited are as they were, a run started now completes
     for queue in started.list_queues():
         started.resume_queue(queue.name, queue.kind)
         started.set_queue_capacity(queue.name, queue.kind, 100)
+        started.set_queue_rate_limit(queue.name, queue.kind, None)
+        if queue.kind == "workflow":
+            started.set_queue_key_concurrency(queue.name, queue.kind, 1)
     run_id = started.start_workflow(checkout, 5)
     assert started.wait(run_id, timeout=30) == {"receipt": "charged 5", "amount": 5}
 

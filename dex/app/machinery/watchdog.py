@@ -128,10 +128,7 @@ class _Watch:
         # kept for its next ones, since reading a thread's clock is a system call (not in the vDSO),
         # measured as the costliest line of a started engine's workflow task; the watchdog's
         # verdict compares it with the process's CPU time since that step
-        local, steps = dog._baselines, dog._steps
-        if getattr(local, "step", -1) != steps:
-            local.step, local.cpu = steps, time.thread_time()
-        self.cpu = local.cpu
+        self.cpu = dog._baselines.read(dog._steps)
         with self._dog._lock:
             # inside a watched stretch already: that one watches this too
             self.nested = self.thread in self._dog._watches
@@ -166,6 +163,19 @@ class TaskRounds(Protocol):
         ...
 
 
+class _Baselines(threading.local):
+    """Per thread: the watchdog step after which the thread last read its CPU clock, and what it read."""
+
+    def __init__(self) -> None:
+        self.step, self.cpu = -1, 0.0
+
+    def read(self, step: int) -> float:
+        """The thread's CPU time as read at its first call after watchdog step ``step``."""
+        if self.step != step:
+            self.step, self.cpu = step, time.thread_time()
+        return self.cpu
+
+
 class Watchdog:
     """Notices workflow code that blocks its task, and engine threads that died (module docstring)."""
 
@@ -195,7 +205,7 @@ class Watchdog:
         self._deaths: dict[str, tuple[int, float]] = {}  # by thread name: deaths so far, next restart
         self._lock = threading.Lock()
         self._steps = 0  # steps taken: a thread reads its CPU clock at its first watch after each
-        self._baselines = threading.local()  # per thread: the step it last read its clock at, and what it read
+        self._baselines = _Baselines()
 
     def watch(self, task: WorkflowTask, executor: WorkflowExecutor | None) -> _Watch:
         """A context manager around a stretch of ``task``'s workflow code, run in the calling thread."""
