@@ -339,3 +339,32 @@ def test_a_request_with_an_answer_claims_nothing(make_engine: Make) -> None:
     answer, claimed, loaded = engine.store.request_update_then_claim(run_id, request, engine.store.clock.now(), claim)
     assert answer is not None and answer.failure is None
     assert (claimed, loaded) == ([], [])
+
+
+def test_one_update_id_requested_twice_in_one_task_is_answered_once_and_blocks_no_write(make_engine: Make) -> None:
+    """Two requests of one id waiting for the same task (a client retrying before the first was
+    taken) make two answers of that id in one result: the store keeps one, and its write — with
+    every other result flushed beside it — goes through (on PostgreSQL the answers' upsert may
+    touch a row only once per statement)."""
+    from dex.domain.handlers import update_request
+
+    engine = engine_with_cart(make_engine)
+    run_id = engine.start_workflow(cart, 3)
+    other = engine.start_workflow(cart, 1)
+    engine.drain(advance_time=False)  # both runs wait, their handlers registered
+    store, now = engine.store, engine.store.clock.now()
+    for _ in range(2):
+        assert (
+            store.request_update(run_id, update_request("twice", "add", (engine.converter.encode("cup"),)), now) is None
+        )
+    assert store.request_update(run_id, update_request("refused", "add", (engine.converter.encode(""),)), now) is None
+    assert store.request_update(run_id, update_request("refused", "add", (engine.converter.encode(""),)), now) is None
+    engine.drain(advance_time=False)
+    assert engine.update(run_id, "add", "ignored", update_id="twice") == 1  # the recorded answer
+    assert engine.query(run_id, "items") == ["CUP"]
+    assert kinds(engine, run_id).count("UpdateAccepted") == 1
+    with pytest.raises(dex.UpdateRejectedError):
+        engine.update(run_id, "add", "", update_id="refused")
+    # the other run's writes were not held up: it still answers and ends
+    assert engine.update(other, "add", "pen") == 1
+    assert engine.wait(other, timeout=10) == ["PEN"]

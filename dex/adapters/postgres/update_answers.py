@@ -35,6 +35,15 @@ def answers_insert(
     update's answer is final, and a refusal of a later duplicate must not hide it."""
     if not answers:
         return []
+    # one row per (run, update id) in the statement (ON CONFLICT DO UPDATE may touch a row once):
+    # a task can answer one id twice (a request repeated in the task that accepted it, a refusal
+    # beside an answer), and an answer wins over a rejection, as the conflict clause says
+    kept: dict[tuple[str, str], tuple[str, UpdateAnswer]] = {}
+    for run_id, answer in answers:
+        known = kept.get((run_id, answer.update_id))
+        if known is None or (known[1].rejected and not answer.rejected):
+            kept[(run_id, answer.update_id)] = (run_id, answer)
+    answers = list(kept.values())
     keep = (
         q(
             "INSERT INTO {s}.update_answers AS a (run_id, update_id, result, failure, rejected, answered_at)"
