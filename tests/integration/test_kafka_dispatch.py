@@ -275,8 +275,11 @@ def test_a_relay_killed_between_publish_and_delete_duplicates_notices_harmlessly
     # the engine's relay publishes the same notices again: each task is claimed once
     worker = cluster.engine(dispatch="kafka", kafka=kafka(broker))
     assert_done_once(client, "relay-killed", run_ids, timeout=30)
-    skipped = worker.health().notices["skipped"]
-    assert skipped.get("stale", 0) + skipped.get("already-claimed", 0) >= 1  # the duplicates claimed nothing
+    # whether a duplicate reaches a consumer is timing: the relay drops a notice whose task is
+    # claimed already, and the safety poll may claim first; what reaches one claims nothing
+    notices = worker.health().notices
+    skipped = notices["skipped"]
+    assert set(skipped) <= {"stale", "already-claimed", "no-room"}, skipped
 
 
 def test_a_consumer_killed_before_claiming_loses_no_run(cluster: Cluster, broker: Broker) -> None:
