@@ -1,8 +1,9 @@
 """The start's statement through libpq directly (dex.adapters.postgres.direct): the values it
-sends read back as psycopg would send them, errors are psycopg's, and nothing of it is
-prepared on the session, so psycopg's ``DEALLOCATE ALL`` after a rollback (or anyone's
+sends read back as psycopg would send them, errors are psycopg's; inside a transaction nothing
+of it is prepared on the session, so psycopg's ``DEALLOCATE ALL`` after a rollback (or anyone's
 ``DISCARD ALL``) takes nothing from it: starts, schedule triggers and fires inside a
-transaction go on working on a connection whose earlier transaction rolled back."""
+transaction go on working on a connection whose earlier transaction rolled back. Outside a
+transaction it is prepared once per session, and prepared again when the session lost it."""
 
 from __future__ import annotations
 
@@ -110,12 +111,59 @@ def test_a_wrong_number_of_parameters_is_refused_before_sending(conn: psycopg.Co
         ECHO.execute(conn, [b"a", b"1"])
 
 
-def test_nothing_of_it_is_prepared_on_the_session(conn: psycopg.Connection) -> None:
-    assert echo(conn, b"x", b"1", b"t", None, b"{}", None, None)[0] == "x"
-    prepared = conn.execute(
+def _prepared(conn: psycopg.Connection) -> int:
+    row = conn.execute(
         "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%$7::bytea%"]
     ).fetchone()
-    assert prepared == (0,)
+    assert row is not None
+    return int(row[0])
+
+
+def test_inside_a_transaction_nothing_of_it_is_prepared_on_the_session(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as connection, connection.transaction():
+        assert echo(connection, b"x", b"1", b"t", None, b"{}", None, None)[0] == "x"
+        assert _prepared(connection) == 0
+
+
+def test_outside_a_transaction_it_is_prepared_once_per_session(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as connection:
+        for n in range(3):
+            assert echo(connection, b"x", str(n).encode(), b"t", None, b"{}", None, None)[1] == n
+        assert _prepared(connection) == 1
+
+
+@pytest.mark.parametrize("reset", ["rollback", "DEALLOCATE ALL", "DISCARD ALL"])
+def test_outside_a_transaction_a_session_that_lost_it_prepares_it_again(pg_dsn: str, reset: str) -> None:
+    """The session forgets the prepared form (psycopg's ``DEALLOCATE ALL`` after a rollback,
+    a pool's ``DISCARD ALL``): the next execution fails having done nothing, outside any
+    transaction, and is made again after preparing; the session stays usable."""
+    with psycopg.connect(pg_dsn, autocommit=True) as connection:
+        for _ in range(3):
+            connection.execute("SELECT %s::int", [1], prepare=True)  # psycopg has prepared a statement
+        assert echo(connection, b"before", b"1", b"t", None, b"{}", None, None)[0] == "before"
+        assert _prepared(connection) == 1
+        for n in range(3):
+            if reset == "rollback":
+                with pytest.raises(psycopg.errors.DivisionByZero), connection.transaction():
+                    connection.execute("SELECT 1 / 0")
+            else:
+                connection.execute(reset)
+            assert _prepared(connection) == 0  # the session lost it
+            assert echo(connection, b"after", str(n).encode(), b"f", None, b"{}", None, None)[:2] == ("after", n)
+            assert _prepared(connection) == 1
+            assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert connection.execute("SELECT %s::int", [2], prepare=True).fetchone() == (2,)
+
+
+def test_an_error_of_the_prepared_form_is_psycopgs_and_names_no_other_statement(pg_dsn: str) -> None:
+    """A statement the server refuses to prepare (an unknown function) raises psycopg's error,
+    and is tried again (and refused again) at the next execution, not remembered as prepared."""
+    broken = direct.DirectStatement("dex_test_broken", b"SELECT dex_no_such_function($1::text)", [direct.TEXT])
+    with psycopg.connect(pg_dsn, autocommit=True) as connection:
+        for _ in range(2):
+            with pytest.raises(psycopg.errors.UndefinedFunction):
+                broken.execute(connection, [b"x"])
+        assert connection.execute("SELECT 1").fetchone() == (1,)
 
 
 @pytest.mark.parametrize("reset", ["rollback", "DEALLOCATE ALL", "DISCARD ALL"])

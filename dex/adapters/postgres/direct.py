@@ -10,15 +10,17 @@ took ~63 µs of client CPU that way and ~40 µs this way, the values' encoding i
 as bytes the caller encoded (text, or binary for ``bytea``), and hands back libpq's result,
 whose text values the caller reads itself.
 
-The statement is sent unnamed (libpq's ``PQexecParams``: parse, bind and execute in one
-exchange), never prepared: nothing of it stays on the session, so nothing of it can be lost
-there. A statement of dex's own prepared beside psycopg's was lost whenever psycopg sent its
-``DEALLOCATE ALL`` (after the rollback of any transaction on a connection where psycopg had
-prepared statements of its own); its "prepare again" then ran inside the caller's
-transaction, already aborted by the failed execution, and every start inside a transaction
-on that connection (a schedule's trigger or fire) failed with ``InFailedSqlTransaction``
-from then on. Unnamed, the statement is parsed at every start: its text is a call of the
-schema's ``create_run`` function, whose PL/pgSQL body keeps its own plans.
+Outside a transaction (the kept connection, in autocommit, where an application's loop of
+starts runs) the statement is prepared on the session once and then executed by name: parsing
+``SELECT ... FROM create_run($1, ..., $19)`` at every start cost the server ~40 µs of its
+~230 µs per start (``benchmarks.server_cpu``). A session can lose it: psycopg sends
+``DEALLOCATE ALL`` after the rollback of any transaction on a connection where psycopg had
+prepared statements of its own, and a pool's reset may ``DISCARD ALL``. Outside a transaction
+that loss is harmless: the execution fails with ``invalid_sql_statement_name`` having done
+nothing, and the statement is prepared again and executed once more. Inside a transaction (an
+application's ``connection=``, a schedule's fire) a failed execution would abort the caller's
+transaction, so there the statement is always sent unnamed (libpq's ``PQexecParams``: parse,
+bind and execute in one exchange) and nothing of it stays on the session.
 
 The connection is psycopg's (the one kept for starts, or a pooled one), in autocommit or
 inside the caller's transaction, and no other thread uses it meanwhile; the statement still
@@ -47,8 +49,11 @@ it where it enters, at ``start_workflow``; this is the adapter's own guard).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -95,10 +100,13 @@ _BINARY = {BYTEA}  # bytea goes as its raw bytes; every other value as its text 
 Param = bytes | None
 
 
+_INVALID_STATEMENT_NAME = "26000"  # the session does not know the prepared statement's name
+
+
 class DirectStatement:
-    """A statement with fixed parameter types, sent unnamed on each execution (nothing is
-    prepared on the session). ``name`` names it in errors; ``fields`` name the parameters in
-    errors (``$1``, ``$2``, ... without it)."""
+    """A statement with fixed parameter types: prepared once on a session outside a transaction,
+    sent unnamed inside one (see the module's text). ``name`` names it in errors; ``fields``
+    name the parameters in errors (``$1``, ``$2``, ... without it)."""
 
     def __init__(self, name: str, query: bytes, types: Sequence[int], fields: Sequence[str] = ()) -> None:
         self.name = name
@@ -109,19 +117,52 @@ class DirectStatement:
         self.fields = list(fields) or [f"${n}" for n in range(1, len(self.types) + 1)]
         self.formats = [1 if oid in _BINARY else 0 for oid in self.types]
         self._encoders = [_ENCODERS[oid] for oid in self.types]
+        # the session's name of the prepared form: the text's digest, so that two statements
+        # (two schemas' starts) on one session never share a name
+        self._prepared_name = b"dex_" + hashlib.sha256(query).hexdigest()[:24].encode()
+        # the connections (sessions) it was prepared on; a connection the pool drops drops out.
+        # Each connection is used by one thread at a time, the set by all of them: its lock
+        self._prepared_on: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+        self._prepared_lock = threading.Lock()
 
     def execute(self, conn: psycopg.Connection, params: Sequence[Param]) -> pq.abc.PGresult:
         """Run the statement on ``conn`` (which no other thread uses meanwhile) and return its
-        result; raise psycopg's exception for an error."""
+        result; raise psycopg's exception for an error. Prepared on the session when ``conn``
+        is outside a transaction, sent unnamed inside one."""
         self.check(params)
         values = cast("Sequence[bytes]", params)  # libpq takes None for NULL; psycopg's stubs omit it
         # psycopg's own lock on the connection, as its execute takes it: the caller holds the
         # connection alone (KeptConnection, or checked out of the pool), so it is never
         # contended, and costs a fraction of a microsecond
         with conn.lock:
-            result = conn.pgconn.exec_params(self.query, values, self.types, self.formats)
+            pgconn = conn.pgconn
+            if pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                result = pgconn.exec_params(self.query, values, self.types, self.formats)
+            else:
+                result = self._execute_prepared(conn, values)
         if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
             raise error_from_result(result, encoding=conn.info.encoding)
+        return result
+
+    def _execute_prepared(self, conn: psycopg.Connection, values: Sequence[bytes]) -> pq.abc.PGresult:
+        """Execute by name on an idle session, preparing first where this session has not got
+        it (or lost it: then the execution did nothing, outside any transaction, and is made
+        once more after preparing again)."""
+        pgconn = conn.pgconn
+        for _ in range(2):
+            with self._prepared_lock:
+                known = conn in self._prepared_on
+            if not known:
+                prepared = pgconn.prepare(self._prepared_name, self.query, self.types)
+                if prepared.status != pq.ExecStatus.COMMAND_OK:
+                    return prepared  # the caller raises its error
+                with self._prepared_lock:
+                    self._prepared_on.add(conn)
+            result = pgconn.exec_prepared(self._prepared_name, values, self.formats)
+            if result.status != pq.ExecStatus.FATAL_ERROR or _sqlstate(result) != _INVALID_STATEMENT_NAME:
+                return result
+            with self._prepared_lock:
+                self._prepared_on.discard(conn)
         return result
 
     def encode(self, values: Sequence[object]) -> list[Param]:
@@ -139,6 +180,11 @@ class DirectStatement:
         for field, form, param in zip(self.fields, self.formats, params, strict=True):
             if form == 0 and param is not None and b"\x00" in param:
                 raise StoreRejectedError(_nul(field))
+
+
+def _sqlstate(result: pq.abc.PGresult) -> str:
+    state = result.error_field(pq.DiagnosticField.SQLSTATE)
+    return state.decode("ascii", "replace") if state else ""
 
 
 def _nul(field: str) -> str:
