@@ -46,7 +46,7 @@ from dex.app.ports.store import AnsweredStep, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.endings import kept_activity_tasks, kept_messages
 from dex.domain.status import RunStatus
-from dex.domain.task import NewRun, UpdateAnswer, WorkflowTaskResult
+from dex.domain.task import NO_EFFECTS, NewRun, UpdateAnswer, WorkflowTaskResult
 from dex.domain.writes import SURVIVING_KINDS, WritePlan, instance_clash, plan_write
 from dex.serialization.values import encode_failure, encode_payload, encode_payloads, encode_retry_policy
 
@@ -195,6 +195,10 @@ class WriteRound:
         self._conn, self._q, self._runs, self._now = conn, q, runs, now
         self.touched: set[str] = set()
         self._plans: list[tuple[str, WritePlan]] = []
+        # the plans with any effect of docs/decisions/conversations.md (answers, published values,
+        # streams, labels, cancelled steps, detached runs): most tasks have none, and their
+        # statements then look at no plan at all
+        self._effectful: list[tuple[str, WritePlan]] = []
         self._consumed: list[int] = []
         self._reset: list[str] = []
         self._history: list[HistoryRow] = []
@@ -207,8 +211,12 @@ class WriteRound:
         plan = plan_write(result, run.status)
         self.touched.add(run_id)
         self._plans.append((run_id, plan))
-        self._answers.extend((run_id, answer) for answer in plan.update_answers)
-        self._consumed.extend(plan.consumed)
+        effects = plan.effects
+        if effects is not NO_EFFECTS:
+            self._effectful.append((run_id, plan))
+            self._answers.extend((run_id, answer) for answer in effects.update_answers)
+        if plan.consumed:
+            self._consumed.extend(plan.consumed)
         if plan.replaces_history:
             self._reset.append(run_id)
         if plan.last_seq is not None:
@@ -232,8 +240,8 @@ class WriteRound:
                 failure=encode_failure(completion.failure)
                 if completion is not None and completion.failure is not None
                 else None,
-                labels=json.dumps(dict(plan.labels)) if plan.labels is not None else None,
-                unread_events=plan.unread_events,
+                labels=json.dumps(dict(effects.labels)) if effects.labels is not None else None,
+                unread_events=effects.unread_events,
             )
         )
 
@@ -254,10 +262,11 @@ class WriteRound:
             )
             conn.execute(q("DELETE FROM {s}.history WHERE run_id = ANY(%b::text[])"), [self._reset])
         self._update_runs()
-        endings.drop_cancelled_steps(conn, q, self._plans)
+        if self._effectful:
+            endings.drop_cancelled_steps(conn, q, self._effectful)
         children = self._insert_children()
         insert_history(conn, q, self._history + [history_row(c.run_id, [_first_event(c, self._now)]) for c in children])
-        detached = [run for _, plan in self._plans for run in plan.detached_runs]
+        detached = [run for _, plan in self._effectful for run in plan.detached_runs]
         started: list[NewRun] = []
         if detached:
             started, made = endings.insert_detached(conn, q, detached, self._now)
@@ -266,7 +275,8 @@ class WriteRound:
             for run in started:  # (a stand-in is terminated: messages to it are dropped)
                 self._runs[run.run_id] = LockedRun(RunStatus.CREATED, 1)
         # published values and stream items, with the history
-        stream_writes.write_plans(conn, q, self._plans, self._now)
+        if self._effectful:
+            stream_writes.write_plans(conn, q, self._effectful, self._now)
         self._insert_activity_tasks()
         finished = [run_id for run_id, plan in self._plans if plan.ends_run]
         if finished:

@@ -9,6 +9,7 @@ written (:mod:`dex.adapters.postgres.updates` waits for it).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from datetime import datetime
@@ -20,6 +21,7 @@ from dex.domain.task import UpdateAnswer
 from dex.serialization.values import decode_failure, decode_payload, encode_failure, encode_payload
 
 
+@functools.lru_cache(maxsize=64)  # asked at every completion that ends a run or answers one
 def answer_channel(schema: str) -> str:
     """The NOTIFY channel of a schema's update answers: a fixed prefix and a digest of the
     schema's name (a channel is an identifier of at most 63 bytes; a schema's name may be as long)."""
