@@ -277,3 +277,44 @@ def test_an_event_that_always_fails_is_reported_to_its_sender_only(failing: Any)
     assert isinstance(errors[1], StoreWriteError) and not isinstance(errors[1], StoreRejectedError)
     engine.drain()
     assert engine.wait(run_ids[0], timeout=5) == "x" and engine.wait(run_ids[2], timeout=5) == "z"
+
+
+def test_the_postgresql_adapter_tells_a_failed_statement_from_an_unavailable_server() -> None:
+    """``batch_refusals``: an error the server answers for what a batch's statements were given
+    is StoreWriteError (split); its own failures, and what fails every batch alike, go through
+    unchanged (the batch waits whole); refused data stays StoreRejectedError."""
+    import psycopg
+    import psycopg.errors as errors
+
+    from dex.adapters.postgres.refusals import batch_refusals
+
+    answered = (
+        errors.CardinalityViolation("ON CONFLICT DO UPDATE command cannot affect row a second time"),
+        errors.RaiseException("a trigger raised"),
+        errors.DatatypeMismatch("column is of type integer"),
+        errors.FeatureNotSupported("not supported"),
+    )
+    for exc in answered:
+        with pytest.raises(StoreWriteError, match="PostgreSQL failed the write") as raised, batch_refusals():
+            raise exc
+        assert not isinstance(raised.value, StoreRejectedError)
+    with pytest.raises(StoreRejectedError), batch_refusals():
+        raise errors.CharacterNotInRepertoire("0x00")
+    kept = (
+        psycopg.OperationalError("server closed the connection unexpectedly"),  # no SQLSTATE
+        errors.AdminShutdown("terminating connection due to administrator command"),
+        errors.CannotConnectNow("the database system is starting up"),
+        errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction"),  # a standby
+        errors.DeadlockDetected("deadlock detected"),
+        errors.QueryCanceled("canceling statement due to statement timeout"),
+        errors.DiskFull("could not extend file"),
+        errors.InternalError_("cache lookup failed"),
+        errors.UndefinedTable("relation does not exist"),  # dropped: every batch fails alike
+        errors.InsufficientPrivilege("permission denied"),  # revoked: likewise
+        TimeoutError(),
+        ConnectionError(),
+    )
+    for exc in kept:
+        with pytest.raises(type(exc)) as raised, batch_refusals():
+            raise exc
+        assert raised.value is exc
