@@ -17,6 +17,7 @@ raises for real (``RAISE EXCEPTION``: SQLSTATE P0001), and the adapter must clas
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -188,6 +189,26 @@ def test_a_result_that_always_fails_holds_only_its_own_run(failing: Any, clock: 
     heal()
     engine.drain(until=timedelta(minutes=10))
     assert engine.wait(poisoned, timeout=5) == MARK.lower()
+
+
+def test_a_started_engine_writes_the_others_while_one_result_always_fails(failing: Any) -> None:
+    """The flushers' path (complete, then claim): the healthy runs end in real time, and the
+    failing run's result is not sent again meanwhile: its backoff is on the virtual clock, which
+    stands still, where the whole batch used to go again after every flusher backoff."""
+    engine, store, _heal = failing([labelled])
+    statuses = ["A", MARK, "B", "C"]
+    run_ids = [engine.start_workflow(labelled, status) for status in statuses]
+    engine.workflow_scheduler.step()  # the tasks are due at the worker's first claim
+    engine.start()
+    healthy = [run_id for status, run_id in zip(statuses, run_ids, strict=True) if status != MARK]
+    assert [engine.wait(run_id, timeout=10) for run_id in healthy] == ["a", "b", "c"]
+    poisoned = run_ids[1]
+    written = store.writes[poisoned]
+    time.sleep(2.5)  # longer than the flusher's longest backoff (2 s)
+    assert store.writes[poisoned] == written <= 4  # no write of it since: it waits for its backoff
+    assert not engine.get_run(poisoned).status.is_terminal
+    after = engine.start_workflow(labelled, "D")
+    assert engine.wait(after, timeout=10) == "d"
 
 
 def test_an_unavailable_store_keeps_the_batch_whole_and_unsplit(failing: Any) -> None:
