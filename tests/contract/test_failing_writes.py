@@ -9,9 +9,11 @@ attempt retried as the same attempt, its event's sender told. A store that is un
 different: the whole batch waits, unsplit.
 
 :class:`FailingStore` wraps an adapter and counts, per run, the batch writes that held its
-result; on the in-memory adapter it fails every batch holding a run of ``failing`` with
-``StoreWriteError`` (as the PostgreSQL adapter raises it); on PostgreSQL a trigger of the test's
-raises for real (``RAISE EXCEPTION``: SQLSTATE P0001), and the adapter must classify it.
+result; on the in-memory adapter it fails every batch holding an item that carries :data:`MARK`
+with ``StoreWriteError`` (as the PostgreSQL adapter raises it); on PostgreSQL a trigger of the
+test's raises for real (``RAISE EXCEPTION``: SQLSTATE P0001) — on the ``runs`` row a result
+updates, or on the ``inbox`` row an activity's outcome or an event inserts — and the adapter must
+classify it.
 """
 
 from __future__ import annotations
@@ -100,9 +102,11 @@ def failing(
     """An engine over a FailingStore, and what heals the store's fault."""
     engines: list[dex.Engine] = []
 
-    def make(workflows: Any, activities: Any = ()) -> tuple[dex.Engine, FailingStore, Callable[[], None]]:
+    def make(
+        workflows: Any, activities: Any = (), on: str = "runs"
+    ) -> tuple[dex.Engine, FailingStore, Callable[[], None]]:
         store = FailingStore(adapter_factory())
-        heal = _poison_with_a_trigger(store.store)
+        heal = _poison_with_a_trigger(store.store, on)
         engine = dex.Engine(store, workflows=workflows, activities=activities)  # type: ignore[arg-type]
         engines.append(engine)
 
@@ -117,9 +121,10 @@ def failing(
         engine.stop(timeout=5)
 
 
-def _poison_with_a_trigger(adapter: Any) -> Callable[[], None]:
-    """On PostgreSQL, a trigger that raises for a run whose custom status is :data:`MARK` (an
-    operator's trigger, or anything the server answers for one row); what drops it."""
+def _poison_with_a_trigger(adapter: Any, table: str) -> Callable[[], None]:
+    """On PostgreSQL, a trigger that raises (an operator's trigger, or anything the server
+    answers for one row): on ``runs``, for a run whose custom status a result sets to
+    :data:`MARK`; on ``inbox``, for a message that holds it (an outcome, an event). What drops it."""
     if isinstance(adapter, InMemoryAdapter):
         return lambda: None
     import psycopg
@@ -128,6 +133,10 @@ def _poison_with_a_trigger(adapter: Any) -> Callable[[], None]:
     from tests.pg import postgres_dsn
 
     schema = sql.Identifier(adapter.schema)
+    if table == "runs":
+        when, event = sql.SQL("NEW.custom_status = {}").format(sql.Literal(MARK)), sql.SQL("UPDATE")
+    else:
+        when, event = sql.SQL("position({} in NEW.message) > 0").format(sql.Literal(MARK.encode())), sql.SQL("INSERT")
     with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
         conn.execute(
             sql.SQL(
@@ -137,14 +146,13 @@ def _poison_with_a_trigger(adapter: Any) -> Callable[[], None]:
         )
         conn.execute(
             sql.SQL(
-                "CREATE TRIGGER poisoned BEFORE UPDATE ON {}.runs FOR EACH ROW"
-                " WHEN (NEW.custom_status = {}) EXECUTE FUNCTION {}.poisoned()"
-            ).format(schema, sql.Literal(MARK), schema)
+                "CREATE TRIGGER poisoned BEFORE {} ON {}.{} FOR EACH ROW WHEN ({}) EXECUTE FUNCTION {}.poisoned()"
+            ).format(event, schema, sql.Identifier(table), when, schema)
         )
 
     def drop() -> None:
         with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP TRIGGER poisoned ON {}.runs").format(schema))
+            conn.execute(sql.SQL("DROP TRIGGER poisoned ON {}.{}").format(schema, sql.Identifier(table)))
 
     return drop
 
@@ -239,9 +247,7 @@ async def fetch(ctx: dex.WorkflowContext, word: str) -> str:
 def test_an_activity_outcome_that_always_fails_is_retried_alone_as_the_same_attempt(
     failing: Any, clock: VirtualClock
 ) -> None:
-    engine, store, heal = failing([fetch], [echo])
-    if not store.inject:
-        pytest.skip("the trigger fails workflow results; outcomes are injected on the in-memory adapter")
+    engine, store, heal = failing([fetch], [echo], on="inbox")
     words = ["a", "b", MARK, "c"]
     run_ids = [engine.start_workflow(fetch, word) for word in words]
     engine.workflow_scheduler.step()
@@ -270,9 +276,7 @@ async def listener(ctx: dex.WorkflowContext) -> str:
 
 
 def test_an_event_that_always_fails_is_reported_to_its_sender_only(failing: Any) -> None:
-    engine, store, _heal = failing([listener])
-    if not store.inject:
-        pytest.skip("the trigger fails workflow results; events are injected on the in-memory adapter")
+    engine, _store, _heal = failing([listener], on="inbox")
     run_ids = [engine.start_workflow(listener) for _ in range(3)]
     engine.drain()
     buffer = ResultBuffer(engine.store, dispatch=Flushers())  # the senders wait for this test's flush
