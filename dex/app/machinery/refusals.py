@@ -18,10 +18,11 @@ single items the store refuses (:func:`bisect`); each of those is settled by wha
 A batch the store answers with another error for its data (:class:`~dex.app.ports.store.StoreWriteError`:
 a statement that fails for one item's shape, a bug rather than a value that cannot be held) is
 split the same way, so that the healthy items are written at once; the item that fails alone
-is not failed but retried alone, with a backoff (:func:`retried_later`): a workflow result's
-task is given back (``retry_later``: 1 s, 2 s, 4 s ... at most 5 minutes, counted by its
-claims), an activity attempt is retried as the same attempt after that backoff, an event's
-sender gets the error, a heartbeat is dropped. It never holds the other runs, and never spins.
+is not failed but retried alone, with a backoff: a workflow result's task is given back
+(``retry_later``: ``TASK_RETRY``'s backoff, growing with the task's lease version, at most 5
+minutes), an activity attempt is retried as the same attempt after that backoff
+(:func:`retried_later`), an event's sender gets the error, a heartbeat is dropped. It never
+holds the other runs, and never spins.
 
 A store that is unavailable is another matter: any other exception goes up, and the buffer
 keeps the whole batch for its next flush (with the flusher's backoff): splitting a batch that
