@@ -25,7 +25,7 @@ from dex.adapters.postgres import direct, endings
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.direct import BOOL, BYTEA, INT4, JSONB, TEXT, TEXT_ARRAY, TIMESTAMPTZ
 from dex.adapters.postgres.queues import PostgresQueues
-from dex.adapters.postgres.refusals import refusals
+from dex.adapters.postgres.refusals import batch_refusals
 from dex.adapters.postgres.rows import (
     RUN_COLUMNS,
     history_row,
@@ -530,7 +530,7 @@ class PostgresRuns:
             send_message(conn, self._q, run_id, message, now)
 
     def send_messages(self, items: Sequence[tuple[str, ev.Message]], now: datetime) -> list[DexError | None]:
-        with refusals(), self._db.transaction() as conn:
+        with batch_refusals(), self._db.transaction() as conn:
             return send_messages(conn, self._q, list(items), now)
 
     def request_transition(self, run_id: str, target: RunStatus, message: ev.Message, now: datetime) -> None:

@@ -8,8 +8,9 @@ Claims and loads are one autocommit statement each; a completion is one pipeline
 (a batch of finished activity attempts: one call of the schema's function). The queues a
 workflow task's results start using get their rows and partitions first, in transactions of
 their own (DDL), so that the completion's transaction only inserts rows. A batch the database
-refuses (bad data in one result) is raised as ``StoreRejectedError`` (:mod:`.refusals`), which
-the engine's buffer splits to find the culprit.
+refuses (bad data in one result) is raised as ``StoreRejectedError``, one it fails otherwise for
+its statements as ``StoreWriteError`` (:mod:`.refusals`); the engine's buffer splits either to
+find the culprit.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dex.adapters.postgres import activity_outcomes, activity_tasks, attempts, d
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.queues import PostgresQueues
 from dex.adapters.postgres.rate_limits import LimitedQueues
-from dex.adapters.postgres.refusals import refusals
+from dex.adapters.postgres.refusals import batch_refusals
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import (
     ACTIVITY,
@@ -92,7 +93,7 @@ class PostgresWorkflowTasks:
         needed = [(spec.queue, ACTIVITY) for _, result in results for spec in result.activity_tasks]
         needed += [(child.created.queue, WORKFLOW) for _, result in results for child in result.child_runs]
         needed += [(run.created.queue, WORKFLOW) for _, result in results for run in result.detached_runs]
-        with refusals():  # the buffer splits a refused batch; see refusals.py
+        with batch_refusals():  # the buffer splits a refused batch; see refusals.py
             self._queues.ensure_all(needed)
             with self._db.connection() as conn:
                 return dispatch.complete_workflow_tasks_then_claim(conn, self._q, results, now, claim)
@@ -132,7 +133,7 @@ class PostgresActivityTasks:
             return claimed
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
-        with refusals(), self._db.statement() as conn:
+        with batch_refusals(), self._db.statement() as conn:
             return activity_tasks.extend_activity_leases(conn, self._q, tasks, now, lease)
 
     def find_activity_tasks(self, task_ids: Sequence[int]) -> list[ActivityTask | None]:
@@ -147,7 +148,7 @@ class PostgresActivityTasks:
         """Write a batch of outcomes; with ``claim``, claim (and load) the workflow tasks of
         the runs they told."""
         if activity_outcomes.all_finished(outcomes):  # one call of the schema's function
-            with refusals(), self._db.statement() as conn:
+            with batch_refusals(), self._db.statement() as conn:
                 return activity_outcomes.complete_finished(conn, self._q, outcomes, now, claim)
-        with refusals(), self._db.connection() as conn:  # see refusals.py
+        with batch_refusals(), self._db.connection() as conn:  # see refusals.py
             return dispatch.complete_activity_tasks_then_claim(conn, self._q, outcomes, now, claim)

@@ -8,8 +8,10 @@ returns only once its batch is written, so the caller still learns about a missi
 run, while concurrent senders share one write.
 
 A batch the store cannot write now (the connection lost, a timeout) is kept whole for the next
-flush; a batch whose data it refuses (``StoreRejectedError``) is split down to the refused
-items, each settled alone, and the rest is written (:mod:`dex.app.machinery.refusals`).
+flush; a batch it answers with an error for its data (``StoreWriteError``: a value it refuses,
+``StoreRejectedError``, or a statement that fails for one item) is split down to the items that
+fail, each settled alone — a refused one fails its run, another is retried alone with a
+backoff — and the rest is written at once (:mod:`dex.app.machinery.refusals`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from dex.app.ports.store import (
     Claim,
     Loaded,
     Store,
-    StoreRejectedError,
+    StoreWriteError,
     WorkflowTask,
 )
 from dex.app.ports.telemetry import Telemetry, TelemetryHub
@@ -323,7 +325,8 @@ class ResultBuffer:
             # hook is kept from losing the batch too). Keep what was not written and send it
             # again with the next flush: if a write did land after all, its lease check
             # discards the repeat. Senders of events are told now; they decide whether to
-            # retry. (Data the store refuses never gets here: refusals.bisect settles it.)
+            # retry. (A batch the store fails for its data never gets here: refusals.bisect
+            # settles the items that fail and writes the rest.)
             with self._lock:
                 self._workflow_results[:0] = workflow_results
                 self._activity_outcomes[:0] = activity_outcomes
@@ -349,7 +352,7 @@ class ResultBuffer:
             return write_activity_outcomes(self._store, outcomes, now)
         try:
             applied, claimed, loaded = self._store.complete_activity_tasks_then_claim(outcomes, now, claim)
-        except StoreRejectedError:
+        except StoreWriteError:
             left.update(EVERYTHING)  # the pollers claim what the split writes make due
             return write_activity_outcomes(self._store, outcomes, now)
         answered = sum(1 for outcome, ok in zip(outcomes, applied, strict=True) if ok and outcome.retry_at is None)
@@ -381,7 +384,7 @@ class ResultBuffer:
             applied, claimed = self._store.complete_workflow_tasks_then_claim(results, now, claim)
         except BaseException as exc:
             dispatch.activities_claimed(claim, [])  # frees the reservation
-            if not isinstance(exc, StoreRejectedError):
+            if not isinstance(exc, StoreWriteError):
                 raise
             left.update(EVERYTHING)  # the pollers claim what the split writes make due
             return self._told(

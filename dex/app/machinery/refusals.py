@@ -15,8 +15,18 @@ single items the store refuses (:func:`bisect`); each of those is settled by wha
 - an event: its sender gets the StoreRejectedError (see ``ResultBuffer._write_messages``);
 - a heartbeat: dropped.
 
+A batch the store answers with another error for its data (:class:`~dex.app.ports.store.StoreWriteError`:
+a statement that fails for one item's shape, a bug rather than a value that cannot be held) is
+split the same way, so that the healthy items are written at once; the item that fails alone
+is not failed but retried alone, with a backoff: a workflow result's task is given back
+(``retry_later``: ``TASK_RETRY``'s backoff, growing with the task's lease version, at most 5
+minutes), an activity attempt is retried as the same attempt after that backoff
+(:func:`retried_later`), an event's sender gets the error, a heartbeat is dropped. It never
+holds the other runs, and never spins.
+
 A store that is unavailable is another matter: any other exception goes up, and the buffer
-keeps the whole batch for its next flush.
+keeps the whole batch for its next flush (with the flusher's backoff): splitting a batch that
+fails for a reason outside it would write nothing and cost more writes.
 """
 
 from __future__ import annotations
@@ -29,7 +39,8 @@ from typing import TypeVar
 
 import attrs
 
-from dex.app.ports.store import ActivityOutcome, AnsweredStep, Store, StoreRejectedError, WorkflowTask
+from dex.app.machinery.backoff import TASK_RETRY
+from dex.app.ports.store import ActivityOutcome, AnsweredStep, Store, StoreRejectedError, StoreWriteError, WorkflowTask
 from dex.domain import events as ev
 from dex.domain.status import RunStatus
 from dex.domain.task import OutgoingMessage, WorkflowTaskResult
@@ -46,28 +57,33 @@ GiveBack = Callable[[WorkflowTask, str, BaseException | None], bool]
 
 
 def bisect(
-    items: list[T], write: Callable[[list[T]], list[bool]], refused: Callable[[T, StoreRejectedError], bool]
+    items: list[T], write: Callable[[list[T]], list[bool]], refused: Callable[[T, StoreWriteError], bool]
 ) -> list[bool]:
-    """``write(items)``; when the store refuses the batch for its data, each half is written on
-    its own, down to the single items it refuses, which ``refused`` settles (whether something
-    of it was applied). A store that is unavailable raises through: the caller keeps the whole
-    batch for the next flush (halves written already are repeats then, which their lease
-    checks discard). A batch of n with one refused item costs about 2·log2(n) writes."""
+    """``write(items)``; when the store answers the batch with an error for its data
+    (``StoreWriteError``: refused data, or a statement that failed for it), each half is
+    written on its own, down to the single items that fail, which ``refused`` settles (whether
+    something of it was applied). A store that is unavailable raises through: the caller keeps
+    the whole batch for the next flush (halves written already are repeats then, which their
+    lease checks discard). A batch of n with one failing item costs about 2·log2(n) writes; one
+    whose every item fails (a store that fails every write alike for its data) 2n - 1."""
     try:
         return write(items)
-    except StoreRejectedError as exc:
+    except StoreWriteError as exc:
         if len(items) == 1:
             return [refused(items[0], exc)]
-        log.info("the store refused a batch of %d writes (%s); writing its halves apart", len(items), exc)
+        log.info("the store failed a batch of %d writes for its data (%s); writing its halves apart", len(items), exc)
         half = len(items) // 2
         return bisect(items[:half], write, refused) + bisect(items[half:], write, refused)
 
 
 def write_activity_outcomes(store: Store, outcomes: list[ActivityOutcome], now: datetime) -> list[bool]:
-    """Write activity outcomes; an outcome the store refuses fails its activity for good."""
+    """Write activity outcomes; an outcome the store refuses fails its activity for good, one
+    it fails otherwise is retried as the same attempt after a backoff."""
 
-    def refused(outcome: ActivityOutcome, exc: StoreRejectedError) -> bool:
+    def refused(outcome: ActivityOutcome, exc: StoreWriteError) -> bool:
         task = outcome.task
+        if not isinstance(exc, StoreRejectedError):
+            return retried_later(store, outcome, exc, now)
         reason = refusal_reason(exc)
         log.error(
             "the store refused the outcome of activity %s of run %s, attempt %d: %s; the activity fails",
@@ -84,11 +100,36 @@ def write_activity_outcomes(store: Store, outcomes: list[ActivityOutcome], now: 
         )
         try:
             return store.complete_activity_tasks([ActivityOutcome(task=task, failure=failure)], now)[0]
-        except StoreRejectedError:
+        except StoreWriteError:
             log.error("the store refused the failure too; the attempt is retried when its lease lapses")
             return False
 
     return bisect(outcomes, lambda part: store.complete_activity_tasks(part, now), refused)
+
+
+def retried_later(store: Store, outcome: ActivityOutcome, exc: StoreWriteError, now: datetime) -> bool:
+    """An activity outcome the store fails alone (not a refused value): the attempt is retried
+    as the same attempt (``counts=False``) after ``TASK_RETRY``'s backoff for the claims that
+    did not count, without jitter (the buffer draws no randomness: the simulator replays it);
+    if even that is not written, the outcome is dropped and the attempt runs again when its
+    lease lapses."""
+    task = outcome.task
+    uncounted = max(1, task.lease.version - task.attempt + 1)  # claims of this task less its attempts
+    delay = min(TASK_RETRY.base_delay(uncounted), TASK_RETRY.max_delay)
+    log.error(
+        "the store failed the outcome of activity %s of run %s, attempt %d (%s); the attempt is retried in %.0f s",
+        task.name,
+        task.run_id,
+        task.attempt,
+        refusal_reason(exc),
+        delay.total_seconds(),
+        extra={"run_id": task.run_id, "activity_name": task.name, "attempt": task.attempt},
+    )
+    try:
+        return store.complete_activity_tasks([ActivityOutcome(task=task, retry_at=now + delay, counts=False)], now)[0]
+    except StoreWriteError:
+        log.error("the store failed the retry too; the attempt is retried when its lease lapses")
+        return False
 
 
 @attrs.define
@@ -103,10 +144,11 @@ class PendingMessage:
 
 def write_messages(store: Store, messages: list[PendingMessage], now: datetime) -> None:
     """Write events and tell each sender how it went; the sender of an event the store
-    refuses gets the StoreRejectedError, the others' events are written."""
+    refuses (or fails otherwise for its data) gets the StoreWriteError, the others' events are
+    written."""
     try:
         errors: Sequence[BaseException | None] = store.send_messages([(p.run_id, p.message) for p in messages], now)
-    except StoreRejectedError as exc:
+    except StoreWriteError as exc:
         if len(messages) == 1:
             errors = [exc]
         else:
@@ -127,10 +169,11 @@ def write_workflow_results(
     give_back: GiveBack | None,
 ) -> list[tuple[WorkflowTaskResult, bool]]:
     """Write workflow results; per result, what was written for its task (itself, or its run's
-    failure when the store refused it) and whether the store applied it."""
+    failure when the store refused it) and whether the store applied it. A result the store
+    fails otherwise for its data has its task given back, to be retried after a backoff."""
     written: dict[int, WorkflowTaskResult] = {}  # id() of a refused item -> what replaced it
 
-    def refused(item: tuple[WorkflowTask, WorkflowTaskResult], exc: StoreRejectedError) -> bool:
+    def refused(item: tuple[WorkflowTask, WorkflowTaskResult], exc: StoreWriteError) -> bool:
         # a result that can never be written would be retried forever: the run fails with the
         # reason instead; if even that is refused, the task is given back for later
         task, result = item
@@ -139,6 +182,21 @@ def write_workflow_results(
             # no run fails of it here: the step's outcome goes the ordinary way (on_written), and
             # the run's workflow task meets the refusal, if it recurs, with a task of its own
             log.warning("the store refused an answered step of run %s (%s)", task.run_id, reason)
+            return False
+        if not isinstance(exc, StoreRejectedError):
+            # not a value the store cannot hold: most likely a bug (of a statement, of a
+            # trigger) that a deploy fixes, so the run does not fail of it; its task is retried
+            # alone after a backoff that grows with its claims, out of the other runs' way
+            # (on_written closes the executor that decided it: the retry decides again)
+            if give_back is None or not give_back(task, f"the store failed its result: {reason}", exc):
+                log.error(
+                    "the store failed the result of workflow task %s of run %s (%s) and it could not be "
+                    "given back; its lease will lapse",
+                    task.task_id,
+                    task.run_id,
+                    reason,
+                    extra={"run_id": task.run_id, "workflow_name": task.workflow_name},
+                )
             return False
         log.error(
             "the store refused the result of workflow task %s of run %s: %s; the run fails",
@@ -155,7 +213,7 @@ def write_workflow_results(
             on_written(task, result, False)  # the executor that decided the refused result is closed
         try:
             applied = store.complete_workflow_tasks([(task, failed)], now)[0]
-        except StoreRejectedError as again:
+        except StoreWriteError as again:
             if give_back is None or not give_back(task, "the store refused its result", again):
                 log.error("could not give back workflow task %s; its lease will lapse", task.task_id)
             return False

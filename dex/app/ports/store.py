@@ -78,14 +78,31 @@ class UnreadableHistoryError(Exception):
         self.run_id, self.last_seq, self.message_ids, self.detail = run_id, last_seq, tuple(message_ids), detail
 
 
-class StoreRejectedError(Exception):
+class StoreWriteError(Exception):
+    """The store answered a write with an error for the data of this batch, one it does not
+    class as refused data (:class:`StoreRejectedError`, a subclass): a statement that failed
+    for the shape of one item (a bug of the adapter's statements, a trigger of the database's
+    that raises), as opposed to being unavailable (``ConnectionError``, a timeout, a server
+    shutting down, anything else).
+
+    Sending the same batch again would most likely fail the same way and hold every other run
+    whose result is in it, so the buffer splits the batch until the item that fails is found;
+    that item is retried alone, with a backoff (its workflow task given back, its activity
+    attempt retried as the same attempt), not failed: a fix deployed or a trigger dropped lets
+    it through. Adapters raise it for the writes the buffer makes (completions, messages,
+    heartbeats); the buffer keeps a batch whole on any other exception.
+    """
+
+
+class StoreRejectedError(StoreWriteError):
     """The store refused the data of a write (a value it cannot hold: an encoding, a range, a
     constraint), as opposed to being unavailable (``ConnectionError``, a timeout, anything else).
 
     Sending the same data again fails the same way, so a batch that gets this is split until
-    the item it refuses is found, and only that item's task or run bears it (``ResultBuffer``);
-    a store that is unavailable keeps the whole batch for the next flush instead. Adapters
-    raise it for the writes the buffer makes (completions, messages, heartbeats).
+    the item it refuses is found, and only that item's task or run bears it (``ResultBuffer``):
+    the data can never be written, so the run fails (an activity attempt fails) with the
+    reason; a store that is unavailable keeps the whole batch for the next flush instead.
+    Adapters raise it for the writes the buffer makes (completions, messages, heartbeats).
     """
 
 
