@@ -580,6 +580,18 @@ class WorkflowExecutor:
             self._running_updates.pop(command.update_id, None)
             self._answers[command.update_id] = command
 
+    def preview(self, now: datetime) -> None:
+        """Run the code of a run that no task has started yet up to its first step, deciding and
+        recording nothing (its steps never complete, a side effect stops it), so that the handlers
+        it registers at its top are known: a query answered before the run's first task."""
+        if self._main is not None or self.finished or self.closed:
+            return
+        self.now = now
+        self.is_replaying = True  # not driving: every step it asks for is refused (_issue)
+        self._start()
+        if not self.finished:
+            self._run_until_quiet()
+
     def query(self, name: str, args: tuple[Payload, ...]) -> Payload:
         """Answer query ``name`` from the run's current state; records nothing. QueryError for an
         unknown name, a handler that raises, or one that asks for a step or a state change."""

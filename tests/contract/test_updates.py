@@ -243,6 +243,24 @@ def test_a_query_reads_the_runs_state_and_records_nothing(make_engine: Make) -> 
     assert engine.history(run_id) == before
 
 
+def test_a_query_before_any_worker_ran_the_run_is_answered_from_its_code(make_engine: Make) -> None:
+    """A started engine does not drive the run itself: asked before any worker took the run's
+    first task (its queue paused), the query runs the code up to its first step, where the
+    handlers its top registers answer; only a name the code never registers is unknown."""
+    engine = engine_with_cart(make_engine)
+    engine.pause_queue("default", "workflow")
+    engine.start()
+    run_id = engine.start_workflow(cart, 1)
+    assert engine.query(run_id, "items") == []
+    assert engine.query(run_id, "notes") == []
+    with pytest.raises(dex.QueryError, match="no query named 'missing'"):
+        engine.query(run_id, "missing")
+    assert kinds(engine, run_id) == ["RunCreated"]  # nothing was recorded, nothing ran
+    engine.resume_queue("default", "workflow")
+    assert engine.update(run_id, "add", "lamp", timeout=10) == 1
+    assert engine.wait(run_id, timeout=10) == ["LAMP"]
+
+
 def test_a_query_is_answered_by_replay_where_no_worker_holds_the_run(
     make_engine: Make, adapter_factory: Callable[[], Any]
 ) -> None:
