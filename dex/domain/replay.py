@@ -151,7 +151,8 @@ class WorkflowExecutor:
         self._running_updates: dict[str, str] = {}  # accepted, not answered, in order: id -> name
         self._answers: dict[str, cmd.CompleteUpdate] = {}
         self._conditions: list[tuple[Callable[[], object], DexFuture[None]]] = []
-        self._closed_streams: set[str] = set()
+        # a continued generation knows the streams an earlier one closed (RunCreated.closed_streams)
+        self._closed_streams: set[str] = set(created.closed_streams)
         self._read_only: str | None = None  # who runs now, while a query, validator or condition does
         self._child_seqs: dict[str, int] = {}  # each child's ChildRunCreated, for step.cancel()
         # the id_reuse of the runs this task starts (not recorded: only the store's start reads it)
@@ -625,9 +626,14 @@ class WorkflowExecutor:
         self._check_writable("write to a stream")
         key = validate_key(key, "stream key")
         if key in self._closed_streams:
-            raise ValueError(f"stream {key!r} is closed: nothing more can be written to it")
+            earlier = " by an earlier generation of the run" if key in self.created.closed_streams else ""
+            raise ValueError(f"stream {key!r} is closed{earlier}: nothing more can be written to it")
         self._issue(cmd.WriteStream(key=key, value=self.converter.encode(value)))
         return resolved(None, f"stream {key}")
+
+    def closed_streams(self) -> tuple[str, ...]:
+        """Every stream of the run closed so far, earlier generations' too (sorted)."""
+        return tuple(sorted(self._closed_streams))
 
     def close_stream(self, key: str) -> None:
         self._check_writable("close a stream")

@@ -860,12 +860,13 @@ def _continue_as_new(
 ) -> tuple[tuple[ev.HistoryEvent, ...], list[OutgoingMessage], list[NewActivityTask], list[NewRun]]:
     # the new generation numbers on from the old one: a run's sequence numbers never repeat,
     # so (run, sequence) names one event for the run's whole life
-    # the labels as set_labels left them, and the deadline, are the whole run's
+    # the labels as set_labels left them, the deadline and the closed streams are the whole run's
     created = attrs.evolve(
         executor.created,
         input=request.input,
         generation=executor.created.generation + 1,
         labels=tuple(sorted(executor.labels.items())),
+        closed_streams=executor.closed_streams(),
     )
     carried: list[ev.Message] = [ev.RunStarted(), *executor.unconsumed_events()]
     messages = [OutgoingMessage(run_id=executor.run_id, event=event, visible_from=now) for event in carried]
