@@ -60,7 +60,7 @@ class Clients:
         if any(self._workload.takes_updates(r.workflow_name) for r in live.values()):
             actions.append((2.0, "client update", lambda: self._update(live)))
         if any(self._workload.cancels_often(r.workflow_name) for r in live.values()):
-            actions.append((0.5, "client cancel-often", lambda: self._cancel_often(live)))
+            actions.append((0.25, "client cancel-often", lambda: self._cancel_often(live)))
         if self._referee.awaiting:
             actions.append((1.0, "client answers", self._answers))
         return actions

@@ -144,7 +144,7 @@ class ConversationWorkload(Workload):
         if kind == "cart":
             return engine.start_workflow(cart, rng.randint(1, 3))
         if kind == "saga":
-            timeout = rng.choice([None, None, 6, 15, 40])
+            timeout = rng.choice([None, None, None, 8, 20, 60])
             return engine.start_workflow(saga, f"s{serial}", rng.randint(1, 99), timeout=timeout)
         if kind == "race":
             return engine.start_workflow(race, rng.randint(1, 3))
