@@ -82,7 +82,9 @@ class Clients:
     def _update(self, live: dict[str, RunRecord]) -> str:
         """Send an update to a run that takes them: a new one, or (now and then) an id sent before,
         with what it was sent with (the caller trying again)."""
-        run_id = self._rng.choice(sorted(r for r, rec in live.items() if self._workload.takes_updates(rec.workflow_name)))
+        run_id = self._rng.choice(
+            sorted(r for r, rec in live.items() if self._workload.takes_updates(rec.workflow_name))
+        )
         log = self._referee.runs[run_id]
         if log.updates and self._rng.random() < 0.2:
             update_id = self._rng.choice(sorted(log.updates))
@@ -109,7 +111,9 @@ class Clients:
         return f"{self._referee.collect_answers(self._engine.store)} answered"
 
     def _cancel_often(self, live: dict[str, RunRecord]) -> str:
-        run_id = self._rng.choice(sorted(r for r, rec in live.items() if self._workload.cancels_often(rec.workflow_name)))
+        run_id = self._rng.choice(
+            sorted(r for r, rec in live.items() if self._workload.cancels_often(rec.workflow_name))
+        )
         try:
             self._engine.cancel(run_id)
         except InvalidStateError as exc:

@@ -134,10 +134,10 @@ class ConversationWorkload(Workload):
     cleanups: Mapping[str, str] = {SAGA: "sim-refund"}
     # the events whose reads a run's result lists (checked against what it received)
     reads: Mapping[str, str] = {RACE: "ping"}
-    converses = True
 
     def workflow(self, name: str) -> Callable[..., Any]:
-        return {CART: cart, SAGA: saga, RACE: race}.get(name) or WORKFLOW_BY_NAME[name]
+        ours: dict[str, Callable[..., Any]] = {CART: cart, SAGA: saga, RACE: race}
+        return ours.get(name) or WORKFLOW_BY_NAME[name]
 
     def start(self, engine: dex.Engine, rng: random.Random, serial: int) -> str:
         kind = rng.choice(["cart", "cart", "saga", "saga", "race", "standard"])

@@ -357,7 +357,9 @@ def check_updates_answered(
         answer = completed.get(update_id)
         for got in answers:
             if not got.rejected and (answer is None or (got.result, got.failure) != (answer.result, answer.failure)):
-                recorded = "nothing" if answer is None else _texts((answer.result,)) + f" {_failure_key(answer.failure)}"
+                recorded = (
+                    "nothing" if answer is None else _texts((answer.result,)) + f" {_failure_key(answer.failure)}"
+                )
                 raise InvariantViolation(
                     "updates-answered-once",
                     f"run {run_id}: the caller of update {update_id!r} was told {_texts((got.result,))} "
@@ -410,9 +412,7 @@ def check_nothing_after_end(
     ends = [i for i, item in enumerate(history) if isinstance(item.event, ev.RunCompleted)]
     if ends and [item.kind for item in history[ends[0] + 1 :]] != ["WorkflowTaskCompleted"]:
         after = [item.kind for item in history[ends[0] + 1 :]]
-        raise InvariantViolation(
-            "nothing-after-the-end", f"run {run_id}: {after} recorded after its terminal event"
-        )
+        raise InvariantViolation("nothing-after-the-end", f"run {run_id}: {after} recorded after its terminal event")
     if streams is None:
         return
     written: dict[str, list[Payload]] = {}
@@ -433,9 +433,7 @@ def check_nothing_after_end(
 def check_cleanup_before_end(run_id: str, history: Sequence[ev.HistoryEvent], cleanup: str) -> None:
     """A run whose code a cancel reached (it ended CANCELLED naming the request) ran its cleanup
     step, ``cleanup``, after the cancel and recorded its outcome before the run's terminal event."""
-    cancelled = next(
-        (i for i, item in enumerate(history) if isinstance(item.event, ev.RunCancelled)), None
-    )
+    cancelled = next((i for i, item in enumerate(history) if isinstance(item.event, ev.RunCancelled)), None)
     end = next((i for i, item in enumerate(history) if isinstance(item.event, ev.RunCompleted)), None)
     if cancelled is None or end is None:
         return
@@ -456,8 +454,7 @@ def check_cleanup_before_end(run_id: str, history: Sequence[ev.HistoryEvent], cl
     outcomes = [
         item
         for item in history[cancelled:end]
-        if isinstance(item.event, (ev.ActivityTaskCompleted, ev.ActivityTaskFailed))
-        and item.event.created_seq in steps
+        if isinstance(item.event, (ev.ActivityTaskCompleted, ev.ActivityTaskFailed)) and item.event.created_seq in steps
     ]
     if not outcomes:
         raise InvariantViolation(

@@ -19,6 +19,7 @@ import attrs
 
 from dex.adapters.memory import InMemoryAdapter
 from dex.app.ports.store import ActivityOutcome, AnsweredStep, RunRecord, WorkflowTask
+from dex.app.ports.updates import UpdateAnswers
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import InvalidStateError
@@ -180,7 +181,7 @@ class Referee:
         else:
             told.append(answer)
 
-    def collect_answers(self, store: InMemoryAdapter) -> int:
+    def collect_answers(self, store: UpdateAnswers) -> int:
         """What the callers waiting for update answers are told now (each is woken when its
         answer is written); how many got one."""
         got = 0
@@ -284,10 +285,17 @@ class Referee:
         check_updates_answered(log.run_id, generations, log.updates, ended=True)
         streams = None
         keys = sorted(
-            {item.event.key for history in generations for item in history if isinstance(item.event, ev.StreamItemWritten)}
+            {
+                item.event.key
+                for history in generations
+                for item in history
+                if isinstance(item.event, ev.StreamItemWritten)
+            }
         )
         if keys and store.get_run(log.run_id) is not None:
-            streams = {key: [value for _position, value in store.read_stream(log.run_id, key, 0, 10**6).items] for key in keys}
+            streams = {
+                key: [value for _position, value in store.read_stream(log.run_id, key, 0, 10**6).items] for key in keys
+            }
         check_nothing_after_end(log.run_id, generations, streams)
         cleanup = self.cleanups.get(log.workflow_name)
         if cleanup is not None:

@@ -205,13 +205,19 @@ def test_an_update_answered_twice_never_or_otherwise_than_told_is_caught(world: 
     with raises("updates-answered-once"):  # never answered
         check_updates_answered(run_id, [renumbered([*history[:at], *history[at + 1 :]])], told, ended=True)
     with raises("updates-answered-once"):  # its caller was told another result
-        check_updates_answered(run_id, [history], {"u1": [UpdateAnswer(update_id="u1", result=CONVERTER.encode(2))]}, ended=True)
+        check_updates_answered(
+            run_id, [history], {"u1": [UpdateAnswer(update_id="u1", result=CONVERTER.encode(2))]}, ended=True
+        )
     with raises("updates-answered-once"):  # its caller never got the answer: lost
         check_updates_answered(run_id, [history], {"u1": []}, ended=True)
     check_updates_answered(run_id, [history], {"u1": []}, ended=False)  # still waiting: fine
     with raises("updates-answered-once"):  # an update the run never accepted, answered as if it had
-        check_updates_answered(run_id, [history], {**told, "u2": [UpdateAnswer(update_id="u2", result=None)]}, ended=True)
-    refused = UpdateAnswer(update_id="u2", failure=dex.FailureInfo(type="InvalidStateError", message="ended"), rejected=True)
+        check_updates_answered(
+            run_id, [history], {**told, "u2": [UpdateAnswer(update_id="u2", result=None)]}, ended=True
+        )
+    refused = UpdateAnswer(
+        update_id="u2", failure=dex.FailureInfo(type="InvalidStateError", message="ended"), rejected=True
+    )
     check_updates_answered(run_id, [history], {**told, "u2": [refused]}, ended=True)
 
 
@@ -242,7 +248,9 @@ def test_anything_recorded_after_the_end_is_caught(world: World) -> None:
     assert streams["pings"] == [CONVERTER.encode(7)]
     check_nothing_after_end(run_id, [history], streams)
     late = ev.HistoryEvent(
-        sequence_number=0, timestamp=history[-1].timestamp, event=ev.StreamItemWritten(key="pings", value=CONVERTER.encode(8))
+        sequence_number=0,
+        timestamp=history[-1].timestamp,
+        event=ev.StreamItemWritten(key="pings", value=CONVERTER.encode(8)),
     )
     with raises("nothing-after-the-end"):
         check_nothing_after_end(run_id, [renumbered([*history[:-1], late, history[-1]])], None)
@@ -265,11 +273,17 @@ def test_a_cancelled_run_that_ended_before_its_cleanup_is_caught(world: World) -
     with raises("cancel-stops-the-run"):  # without a cleanup, the task that took the cancel must end the run
         check_cancel_stops(run_id, history)
     refund = next(
-        i for i, item in enumerate(history) if isinstance(item.event, ev.ActivityTaskCreated) and item.event.name == "sim-refund"
+        i
+        for i, item in enumerate(history)
+        if isinstance(item.event, ev.ActivityTaskCreated) and item.event.name == "sim-refund"
     )
     created = history[refund].event
     assert isinstance(created, ev.ActivityTaskCreated)
-    renamed = [*history[:refund], attrs.evolve(history[refund], event=attrs.evolve(created, name="sim-ship")), *history[refund + 1 :]]
+    renamed = [
+        *history[:refund],
+        attrs.evolve(history[refund], event=attrs.evolve(created, name="sim-ship")),
+        *history[refund + 1 :],
+    ]
     with raises("cleanup-before-the-end"):  # no cleanup step at all
         check_cleanup_before_end(run_id, renamed, "sim-refund")
     with raises("cancel-stops-the-run"):  # nor from the task that took the cancel
@@ -277,7 +291,8 @@ def test_a_cancelled_run_that_ended_before_its_cleanup_is_caught(world: World) -
     outcome = next(
         i
         for i, item in enumerate(history)
-        if isinstance(item.event, ev.ActivityTaskCompleted) and item.event.created_seq == history[refund].sequence_number
+        if isinstance(item.event, ev.ActivityTaskCompleted)
+        and item.event.created_seq == history[refund].sequence_number
     )
     with raises("cleanup-before-the-end"):  # ended before the cleanup's outcome was recorded
         check_cleanup_before_end(run_id, renumbered([*history[:outcome], *history[outcome + 1 :]]), "sim-refund")
