@@ -156,6 +156,15 @@ def test_the_conversations_race_what_they_must() -> None:
         "race events",
     )
     assert [what for what in wanted if not seen[what]] == [], seen
+    # without the executor cache every task replays its run from the start: races whose later
+    # tasks replayed a ctx.first (and the handlers) decided in an earlier one, under crashes
+    replayed = 0
+    for seed in range(4):
+        simulator = converse(seed, EVERY_FAULT, **UNCACHED)
+        for log in simulator.referee.runs.values():
+            _created, blocks = split_blocks(log.history)
+            replayed += log.workflow_name == "sim-race" and len(blocks) > 1
+    assert replayed > 0
 
 
 # -- each conversation invariant catches what it must --------------------------------------------------
