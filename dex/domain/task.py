@@ -723,14 +723,14 @@ def answer_query(
 ) -> Payload:
     """Answer a query by replaying ``history`` here (where no worker holds the run): nothing is
     written, and an ended run answers too; a run whose code no task has run yet answers from
-    its code run up to its first step (:meth:`WorkflowExecutor.preview`). QueryError as
+    its code run as its first task would, recording nothing (:meth:`WorkflowExecutor.preview`). QueryError as
     :meth:`WorkflowExecutor.query` says."""
     executor = replay_history(definition, run_id, history, converter, activities=activities, workflows=workflows)
     try:
         if not split_blocks(history)[1]:
             # no task has run its code yet: run it to its first step, so that the handlers its
             # top registers answer (a query right after the start, before any worker took it)
-            executor.preview(history[0].timestamp)
+            executor.preview(history[0].timestamp, history[-1].sequence_number + 1)
         if executor.nondeterminism is not None:
             raise QueryError(f"the run's history no longer replays: {executor.nondeterminism}")
         return executor.query(name, args)
