@@ -40,6 +40,9 @@ class RunCreated:
     # when the run is cancelled with reason "timeout" (start_workflow(timeout=), ctx.child(timeout=));
     # a continued generation keeps it: the deadline is the whole run's (docs/reference/contract.md §14)
     deadline: datetime | None = None
+    # the streams an earlier generation closed: a continued generation's code knows them closed
+    # (writing to one is a ValueError at the call, as in the generation that closed it)
+    closed_streams: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

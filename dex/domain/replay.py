@@ -151,8 +151,10 @@ class WorkflowExecutor:
         self._running_updates: dict[str, str] = {}  # accepted, not answered, in order: id -> name
         self._answers: dict[str, cmd.CompleteUpdate] = {}
         self._conditions: list[tuple[Callable[[], object], DexFuture[None]]] = []
-        self._closed_streams: set[str] = set()
+        # a continued generation knows the streams an earlier one closed (RunCreated.closed_streams)
+        self._closed_streams: set[str] = set(created.closed_streams)
         self._read_only: str | None = None  # who runs now, while a query, validator or condition does
+        self._previewing = False  # deciding a first block only to answer a query (preview)
         self._child_seqs: dict[str, int] = {}  # each child's ChildRunCreated, for step.cancel()
         # the id_reuse of the runs this task starts (not recorded: only the store's start reads it)
         self._start_rules: dict[str, StartRule] = {}
@@ -206,7 +208,7 @@ class WorkflowExecutor:
         next_seq: int,
     ) -> list[tuple[int, cmd.Command]]:
         self.now = now
-        self.is_replaying = recorded is not None
+        self.is_replaying = recorded is not None or self._previewing
         if recorded is not None and any(isinstance(item.event, ev.RunCompleted) for item in recorded):
             self.completed_in_history = True
         self._block.begin(recorded, next_seq)
@@ -580,6 +582,16 @@ class WorkflowExecutor:
             self._running_updates.pop(command.update_id, None)
             self._answers[command.update_id] = command
 
+    def preview(self, now: datetime, next_seq: int) -> None:
+        """Run the code of a run that no task has started yet as its first task would, until it
+        blocks, so that the handlers it registers at its top are known (a query answered before
+        the run's first task). What it decides is thrown away, nothing is recorded, it counts as
+        replaying (``ctx.is_replaying``), and a side effect stops it: no work of the run is done."""
+        if self._main is not None or self.finished or self.closed:
+            return
+        self._previewing = True
+        self.apply_block(now, [(0, ev.RunStarted())], None, next_seq)
+
     def query(self, name: str, args: tuple[Payload, ...]) -> Payload:
         """Answer query ``name`` from the run's current state; records nothing. QueryError for an
         unknown name, a handler that raises, or one that asks for a step or a state change."""
@@ -613,9 +625,14 @@ class WorkflowExecutor:
         self._check_writable("write to a stream")
         key = validate_key(key, "stream key")
         if key in self._closed_streams:
-            raise ValueError(f"stream {key!r} is closed: nothing more can be written to it")
+            earlier = " by an earlier generation of the run" if key in self.created.closed_streams else ""
+            raise ValueError(f"stream {key!r} is closed{earlier}: nothing more can be written to it")
         self._issue(cmd.WriteStream(key=key, value=self.converter.encode(value)))
         return resolved(None, f"stream {key}")
+
+    def closed_streams(self) -> tuple[str, ...]:
+        """Every stream of the run closed so far, earlier generations' too (sorted)."""
+        return tuple(sorted(self._closed_streams))
 
     def close_stream(self, key: str) -> None:
         self._check_writable("close a stream")
@@ -928,6 +945,8 @@ class WorkflowExecutor:
     def side_effect(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         self._check_writable("run a side effect")
         validate_name(name, "side effect name")
+        if self._previewing:
+            raise _Abort()  # its function is work of the run: a preview stops short of it
         try:
             hint = Signature.of(fn).returns
         except (TypeError, ValueError):  # builtins without a signature

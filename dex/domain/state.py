@@ -68,6 +68,7 @@ def evolve(state: RunState, event: ev.Event) -> RunState:
                 generation=event.generation,
                 labels=event.labels,
                 deadline=event.deadline,
+                closed_streams=frozenset(event.closed_streams),
             )
         case ev.RunStarted():
             return attrs.evolve(state, status=transition(state.status, RunStatus.RUNNING))

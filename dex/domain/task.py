@@ -722,9 +722,15 @@ def answer_query(
     workflows: WorkflowLookup = lambda _n: None,
 ) -> Payload:
     """Answer a query by replaying ``history`` here (where no worker holds the run): nothing is
-    written, and an ended run answers too. QueryError as :meth:`WorkflowExecutor.query` says."""
+    written, and an ended run answers too; a run whose code no task has run yet answers from
+    its code run as its first task would, recording nothing (:meth:`WorkflowExecutor.preview`). QueryError as
+    :meth:`WorkflowExecutor.query` says."""
     executor = replay_history(definition, run_id, history, converter, activities=activities, workflows=workflows)
     try:
+        if not split_blocks(history)[1]:
+            # no task has run its code yet: run it to its first step, so that the handlers its
+            # top registers answer (a query right after the start, before any worker took it)
+            executor.preview(history[0].timestamp, history[-1].sequence_number + 1)
         if executor.nondeterminism is not None:
             raise QueryError(f"the run's history no longer replays: {executor.nondeterminism}")
         return executor.query(name, args)
@@ -854,12 +860,13 @@ def _continue_as_new(
 ) -> tuple[tuple[ev.HistoryEvent, ...], list[OutgoingMessage], list[NewActivityTask], list[NewRun]]:
     # the new generation numbers on from the old one: a run's sequence numbers never repeat,
     # so (run, sequence) names one event for the run's whole life
-    # the labels as set_labels left them, and the deadline, are the whole run's
+    # the labels as set_labels left them, the deadline and the closed streams are the whole run's
     created = attrs.evolve(
         executor.created,
         input=request.input,
         generation=executor.created.generation + 1,
         labels=tuple(sorted(executor.labels.items())),
+        closed_streams=executor.closed_streams(),
     )
     carried: list[ev.Message] = [ev.RunStarted(), *executor.unconsumed_events()]
     messages = [OutgoingMessage(run_id=executor.run_id, event=event, visible_from=now) for event in carried]

@@ -67,6 +67,9 @@ class Waits:
         self._event_buffer: dict[str, deque[Payload]] = {}
         self._event_waiters: dict[str, deque[DexFuture[Any]]] = {}
         self._event_handlers: dict[str, Callable[[Payload], None]] = {}
+        # the waits holding a reserved event they have not handed over yet (never awaited): their
+        # events are still unread, counted so and carried into a continued generation
+        self._reserving: dict[str, list[EventWait]] = {}
 
     # -- registering what the code awaits -------------------------------------------------------
     def activity(self, seq: int, name: str, hint: object) -> DexFuture[Any]:
@@ -91,11 +94,13 @@ class Waits:
         buffered = self._event_buffer.get(event_id)
         if buffered:
             wait.claimed, wait.reserved = True, buffered.popleft()
+            self._reserving.setdefault(event_id, []).append(wait)
         return wait
 
     def _claim(self, wait: EventWait) -> None:
         if wait.reserved is not None:
             payload, wait.reserved = wait.reserved, None
+            self._reserving[wait.event_id].remove(wait)
             self._deliver_event(wait, payload)
             return
         if wait.claimed:
@@ -117,6 +122,7 @@ class Waits:
         if wait.reserved is not None:
             self._event_buffer.setdefault(wait.event_id, deque()).appendleft(wait.reserved)
             wait.reserved = None
+            self._reserving[wait.event_id].remove(wait)
         else:
             self._event_waiters[wait.event_id].remove(wait)
 
@@ -282,9 +288,15 @@ class Waits:
         return tuple(self._children)
 
     def unconsumed_events(self) -> tuple[ev.ExternalEventReceived, ...]:
-        """External events received but not yet waited for, in arrival order per id."""
+        """External events received and not yet read, in arrival order per id: those buffered, and
+        those reserved for waits made but never awaited (each older than every buffered one)."""
+        unread: dict[str, list[Payload]] = {}
+        for event_id, waits in self._reserving.items():
+            unread.setdefault(event_id, []).extend(w.reserved for w in waits if w.reserved is not None)
+        for event_id, payloads in self._event_buffer.items():
+            unread.setdefault(event_id, []).extend(payloads)
         return tuple(
             ev.ExternalEventReceived(event_id=event_id, payload=payload)
-            for event_id, payloads in self._event_buffer.items()
+            for event_id, payloads in unread.items()
             for payload in payloads
         )

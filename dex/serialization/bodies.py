@@ -63,6 +63,7 @@ def body_to_proto(event: ev.Event) -> tuple[str, ProtoMessage]:
                 trace_context=_labels_to_proto(event.trace_context),
                 code_version=event.code_version,
                 deadline=_optional_datetime(event.deadline),
+                closed_streams=event.closed_streams,
             )
         case ev.RunStarted():
             return "run_started", history_pb2.RunStarted()
@@ -197,6 +198,7 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 trace_context=tuple((label.key, label.value) for label in body.trace_context),
                 code_version=body.code_version if body.HasField("code_version") else None,
                 deadline=datetime_from_proto(body.deadline) if body.HasField("deadline") else None,
+                closed_streams=tuple(body.closed_streams),
             )
         case history_pb2.RunStarted():
             return ev.RunStarted()

@@ -137,8 +137,9 @@ def _labels(tag: bytes, labels: ev.Labels) -> bytes:
 def _run_created(event: ev.RunCreated) -> bytes:
     if not _INT32_MIN <= event.priority <= _INT32_MAX or not 0 <= event.random_seed <= _UINT64_MAX:
         raise Unhandled  # the generated classes raise their own "out of range" error
-    if event.deadline is not None:
-        raise Unhandled  # rare (a run with a timeout): the generated classes write its Timestamp
+    if event.deadline is not None or event.closed_streams:
+        # rare (a run with a timeout, a generation after a stream's close): the generated classes write them
+        raise Unhandled
     body = _name_and_input(event.workflow_name, event.input) + (
         _string(b"\x1a", event.queue)
         + _optional_string(b"\x22", event.instance_id)

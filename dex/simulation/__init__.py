@@ -7,7 +7,8 @@ replay) when an invariant breaks.
 
 ``simulator.py`` runs the loop; ``nodes.py`` holds the simulated engines and the work they
 hold; ``clients.py`` starts runs and sends requests; ``faults.py`` says what can go wrong;
-``workload.py`` holds the workflows and activities simulated; ``observed.py`` is the store,
+``workload.py`` holds the workflows and activities simulated (``chain_workload.py``,
+``ledger_workload.py`` and ``conversation_workload.py`` add to them); ``observed.py`` is the store,
 reporting every call to ``referee.py``, which checks it; ``invariants.py`` (one history) and
 ``ledgers.py`` (grants over time) say what must hold.
 """

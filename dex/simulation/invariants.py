@@ -20,7 +20,7 @@ from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter, WorkflowDefinition
 from dex.domain.replay import ContinueAsNewRequest
 from dex.domain.status import RunStatus
-from dex.domain.task import replay_history, split_blocks
+from dex.domain.task import UpdateAnswer, replay_history, split_blocks
 from dex.domain.values import FailureInfo, Payload
 from dex.serialization.history import decode_history, encode_history
 from dex.serialization.payloads import PayloadConverter as DefaultPayloadConverter
@@ -132,28 +132,39 @@ def check_outcomes_once(run_id: str, history: Sequence[ev.HistoryEvent]) -> None
         seen.add(key)
 
 
-def check_cancel_stops(run_id: str, history: Sequence[ev.HistoryEvent]) -> None:
-    """A task that consumes RunCancelled ends the run CANCELLED in that very task."""
+def check_cancel_stops(run_id: str, history: Sequence[ev.HistoryEvent], *, cleanup: str | None = None) -> None:
+    """A task that consumes RunCancelled ends the run CANCELLED in that very task; for code that
+    catches the cancel to clean up (``cleanup``: its cleanup step), the first such task either
+    does or schedules that step (a later cancel, a deadline during the cleanup, changes nothing)."""
     _created, blocks = split_blocks(history)
     for block in blocks:
         if any(isinstance(event, ev.RunCancelled) for _seq, event in block.messages):
             ends = [c.event for c in block.commands if isinstance(c.event, ev.RunCompleted)]
-            if not ends or ends[0].status is not RunStatus.CANCELLED:
-                raise InvariantViolation(
-                    "cancel-stops-the-run",
-                    f"run {run_id}: the task at event {block.started.sequence_number} took the cancel "
-                    f"but ended {ends[0].status.value if ends else 'nothing'}",
-                )
+            if ends and ends[0].status is RunStatus.CANCELLED:
+                if cleanup is None:
+                    continue
+                return
+            if cleanup is not None and not ends:
+                if any(isinstance(c.event, ev.ActivityTaskCreated) and c.event.name == cleanup for c in block.commands):
+                    return
+            raise InvariantViolation(
+                "cancel-stops-the-run",
+                f"run {run_id}: the task at event {block.started.sequence_number} took the cancel "
+                f"but ended {ends[0].status.value if ends else 'nothing'}"
+                + (f" and scheduled no {cleanup!r}" if cleanup is not None and not ends else ""),
+            )
 
 
-def check_history(run_id: str, history: Sequence[ev.HistoryEvent], *, finished: bool = False) -> None:
-    """Every single-history invariant."""
+def check_history(
+    run_id: str, history: Sequence[ev.HistoryEvent], *, finished: bool = False, cleanup: str | None = None
+) -> None:
+    """Every single-history invariant (``cleanup``: the cleanup step of code that catches a cancel)."""
     check_sequence_numbers(run_id, history)
     check_blocks(run_id, history)
     check_single_completion(run_id, history, finished=finished)
     check_timers(run_id, history)
     check_outcomes_once(run_id, history)
-    check_cancel_stops(run_id, history)
+    check_cancel_stops(run_id, history, cleanup=cleanup)
 
 
 def check_appended(run_id: str, before: Sequence[ev.HistoryEvent], after: Sequence[ev.HistoryEvent]) -> None:
@@ -292,3 +303,164 @@ def check_events_received(run_id: str, history: Sequence[ev.HistoryEvent], sent:
     extra = received - sent
     if extra:
         raise InvariantViolation("events-delivered-once", f"run {run_id}: received {dict(extra)} never sent")
+
+
+# -- conversations and endings (docs/reference/contract.md §14) ------------------------------------
+
+
+def check_updates_answered(
+    run_id: str,
+    generations: Sequence[Sequence[ev.HistoryEvent]],
+    told: Mapping[str, Sequence[UpdateAnswer]],
+    *,
+    ended: bool,
+) -> None:
+    """Every accepted update is answered exactly once (one ``UpdateCompleted`` after its
+    ``UpdateAccepted``, in the same generation), and its callers were told just that; an update
+    never accepted was refused, never lost. ``told``: what the callers of each update id sent to
+    the run were told, in order; ``ended``: the run has ended (every request has its answer)."""
+    completed: dict[str, ev.UpdateCompleted] = {}
+    accepted: set[str] = set()
+    for history in generations:
+        open_here: set[str] = set()
+        for item in history:
+            event = item.event
+            if isinstance(event, ev.UpdateAccepted):
+                if event.update_id in accepted:
+                    raise InvariantViolation(
+                        "updates-answered-once", f"run {run_id}: update {event.update_id!r} accepted twice"
+                    )
+                accepted.add(event.update_id)
+                open_here.add(event.update_id)
+            elif isinstance(event, ev.UpdateCompleted):
+                if event.update_id not in open_here:
+                    twice = "answered twice" if event.update_id in completed else "answered, never accepted"
+                    raise InvariantViolation(
+                        "updates-answered-once",
+                        f"run {run_id}: update {event.update_id!r} {twice} (event {item.sequence_number})",
+                    )
+                open_here.discard(event.update_id)
+                completed[event.update_id] = event
+        if open_here and (ended or history is not generations[-1]):
+            raise InvariantViolation(
+                "updates-answered-once",
+                f"run {run_id}: accepted updates {sorted(open_here)} were never answered, though the "
+                + ("run ended" if history is generations[-1] else "generation ended"),
+            )
+    for update_id, answers in sorted(told.items()):
+        if not answers:
+            if ended:
+                raise InvariantViolation(
+                    "updates-answered-once", f"run {run_id}: the caller of update {update_id!r} never got an answer"
+                )
+            continue
+        answer = completed.get(update_id)
+        for got in answers:
+            if not got.rejected and (answer is None or (got.result, got.failure) != (answer.result, answer.failure)):
+                recorded = (
+                    "nothing" if answer is None else _texts((answer.result,)) + f" {_failure_key(answer.failure)}"
+                )
+                raise InvariantViolation(
+                    "updates-answered-once",
+                    f"run {run_id}: the caller of update {update_id!r} was told {_texts((got.result,))} "
+                    f"{_failure_key(got.failure)}, the history answered {recorded}",
+                )
+        if update_id in accepted and answers[-1].rejected and ended:
+            raise InvariantViolation(
+                "updates-answered-once",
+                f"run {run_id}: update {update_id!r} was accepted, its caller last told it was refused",
+            )
+        if update_id not in accepted and not answers[-1].rejected:
+            raise InvariantViolation(
+                "updates-answered-once", f"run {run_id}: update {update_id!r} never accepted, yet answered"
+            )
+
+
+def check_events_not_lost(
+    run_id: str, history: Sequence[ev.HistoryEvent], event_id: str, read: Sequence[Any], unread: int, converter: Any
+) -> None:
+    """No event is taken by a wait that lost a ``ctx.first``: the events ``event_id`` that the
+    run's code read (``read``, in order, from its result) are the first ones it received, in
+    arrival order, none skipped; those it received and never read are the run's
+    ``unread_events``. (A losing wait that took an event would skip one, and miscount.)"""
+    received = [
+        converter.decode(item.event.payload)
+        for item in history
+        if isinstance(item.event, ev.ExternalEventReceived) and item.event.event_id == event_id
+    ]
+    if list(read) != received[: len(read)]:
+        raise InvariantViolation(
+            "events-not-taken-by-losers",
+            f"run {run_id}: its code read {list(read)!r} of the {event_id!r} events, which arrived as {received!r}",
+        )
+    if unread != len(received) - len(read):
+        raise InvariantViolation(
+            "events-not-taken-by-losers",
+            f"run {run_id}: {len(received)} {event_id!r} events received, {len(read)} read, "
+            f"but {unread} counted unread",
+        )
+
+
+def check_nothing_after_end(
+    run_id: str, generations: Sequence[Sequence[ev.HistoryEvent]], streams: Mapping[str, Sequence[Payload]] | None
+) -> None:
+    """Nothing is recorded after a run's terminal event: only the closing WorkflowTaskCompleted
+    follows RunCompleted, and the streams the store keeps for the run hold exactly the items its
+    histories wrote (none written after its end, none lost). ``streams``: the store's items by
+    key (None when the store no longer has the run)."""
+    history = generations[-1]
+    ends = [i for i, item in enumerate(history) if isinstance(item.event, ev.RunCompleted)]
+    if ends and [item.kind for item in history[ends[0] + 1 :]] != ["WorkflowTaskCompleted"]:
+        after = [item.kind for item in history[ends[0] + 1 :]]
+        raise InvariantViolation("nothing-after-the-end", f"run {run_id}: {after} recorded after its terminal event")
+    if streams is None:
+        return
+    written: dict[str, list[Payload]] = {}
+    for generation in generations:
+        for item in generation:
+            if isinstance(item.event, ev.StreamItemWritten):
+                written.setdefault(item.event.key, []).append(item.event.value)
+    for key in sorted(set(written) | set(streams)):
+        kept = list(streams.get(key, ()))
+        if kept != written.get(key, []):
+            raise InvariantViolation(
+                "nothing-after-the-end",
+                f"run {run_id}: the store keeps {len(kept)} items of stream {key!r}, "
+                f"its history wrote {len(written.get(key, []))}",
+            )
+
+
+def check_cleanup_before_end(run_id: str, history: Sequence[ev.HistoryEvent], cleanup: str) -> None:
+    """A run whose code a cancel reached (it ended CANCELLED naming the request) ran its cleanup
+    step, ``cleanup``, after the cancel and recorded its outcome before the run's terminal event."""
+    cancelled = next((i for i, item in enumerate(history) if isinstance(item.event, ev.RunCancelled)), None)
+    end = next((i for i, item in enumerate(history) if isinstance(item.event, ev.RunCompleted)), None)
+    if cancelled is None or end is None:
+        return
+    completion = history[end].event
+    assert isinstance(completion, ev.RunCompleted)
+    if completion.status is not RunStatus.CANCELLED or completion.failure is None:
+        # the cancel closed code that never started, or the code ended otherwise as it came
+        return
+    _created, blocks = split_blocks(history)
+    first = blocks[0].messages if blocks else ()
+    if any(isinstance(m, ev.RunStarted) for _s, m in first) and any(isinstance(m, ev.RunCancelled) for _s, m in first):
+        return  # it came with the start: the code had reached no line, no try, to clean up from
+    steps = {
+        item.sequence_number
+        for item in history[cancelled:end]
+        if isinstance(item.event, ev.ActivityTaskCreated) and item.event.name == cleanup
+    }
+    outcomes = [
+        item
+        for item in history[cancelled:end]
+        if isinstance(item.event, (ev.ActivityTaskCompleted, ev.ActivityTaskFailed)) and item.event.created_seq in steps
+    ]
+    if not outcomes:
+        raise InvariantViolation(
+            "cleanup-before-the-end",
+            f"run {run_id}: cancelled at event {history[cancelled].sequence_number}, ended "
+            f"{completion.status.value} at event {history[end].sequence_number} "
+            + ("without its cleanup step " if not steps else "before its cleanup step's outcome ")
+            + repr(cleanup),
+        )

@@ -174,6 +174,12 @@ class ObservedAdapter(InMemoryAdapter):
         finally:
             self._again = False
 
+    def delete_finished_runs(self, completed_before: datetime, limit: int) -> int:
+        # the callers waiting for update answers are woken as each is written: they have theirs
+        # before retention deletes the run with its answers
+        self.referee.collect_answers(self)
+        return super().delete_finished_runs(completed_before, limit)
+
     def try_lead(self, node_id: str, now: datetime, ttl: timedelta) -> bool:
         leading = super().try_lead(node_id, now, ttl)
         if leading:

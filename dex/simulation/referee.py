@@ -10,7 +10,7 @@ has deleted.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,19 +19,24 @@ import attrs
 
 from dex.adapters.memory import InMemoryAdapter
 from dex.app.ports.store import ActivityOutcome, AnsweredStep, RunRecord, WorkflowTask
+from dex.app.ports.updates import UpdateAnswers
 from dex.domain import events as ev
 from dex.domain.definitions import PayloadConverter
 from dex.domain.errors import InvalidStateError
 from dex.domain.state import fold
 from dex.domain.status import RunStatus
-from dex.domain.task import WorkflowTaskResult, split_blocks
+from dex.domain.task import UpdateAnswer, WorkflowTaskResult, split_blocks
 from dex.simulation.invariants import (
     InvariantViolation,
     check_activity_results,
+    check_cleanup_before_end,
+    check_events_not_lost,
     check_events_received,
     check_history,
+    check_nothing_after_end,
     check_replays,
     check_sequence_numbers,
+    check_updates_answered,
 )
 from dex.simulation.ledgers import LeaderLedger, LeaseLedger, StatusWatch
 from dex.simulation.workload import Workload
@@ -48,6 +53,8 @@ class RunLog:
     generations: list[list[ev.HistoryEvent]] = attrs.Factory(list)  # generations continued as new
     sent: Counter[tuple[str, bytes]] = attrs.Factory(Counter)
     requests: list[tuple[RunStatus, datetime]] = attrs.Factory(list)  # accepted cancel/suspend/resume
+    # update ids sent to the run, each with what its callers were told, in order
+    updates: dict[str, list[UpdateAnswer]] = attrs.Factory(dict)
     # when the last applied workflow task began (its first block): blocks a task adds by running
     # activities inline carry later times, but the task decided from what it loaded then
     last_task_at: datetime | None = None
@@ -67,7 +74,9 @@ Delivery = tuple[str, Any]  # ("workflow", (task, result)) or ("activity", outco
 class Referee:
     """Checks every store call as it happens and everything written at the end."""
 
-    def __init__(self, retention: timedelta) -> None:
+    def __init__(self, retention: timedelta, cleanups: Mapping[str, str] | None = None) -> None:
+        # the workflows whose code catches a cancel to run a cleanup step: that step's name
+        self.cleanups: Mapping[str, str] = cleanups or {}
         self.leases = LeaseLedger()
         self.leader = LeaderLedger()
         self.statuses = StatusWatch(retention)
@@ -80,6 +89,8 @@ class Referee:
         # when each claim that wrote checkpoints began (its first block): the blocks after a
         # checkpoint go on from what the task loaded then, as inline blocks do
         self._claims_began: dict[tuple[int, int], datetime | None] = {}
+        # (run id, update id) of the updates whose callers still wait for an answer
+        self.awaiting: set[tuple[str, str]] = set()
 
     @contextmanager
     def judging(self) -> Iterator[None]:
@@ -129,7 +140,8 @@ class Referee:
                 f"after event {log.history[-1].sequence_number}",
             )
         written = [*log.history, *result.new_events]
-        check_history(log.run_id, written)
+        cleanup = self.cleanups.get(log.workflow_name)
+        check_history(log.run_id, written, cleanup=cleanup)
         if result.new_events:
             log.last_task_at = self._claims_began.get(claim, result.new_events[0].timestamp)
         if kept:
@@ -139,7 +151,7 @@ class Referee:
         if result.new_history is not None:
             log.generations.append(written)
             log.history = list(result.new_history)
-            check_history(log.run_id, log.history)
+            check_history(log.run_id, log.history, cleanup=cleanup)
             # a run's sequence numbers never repeat: the new generation numbers on
             check_sequence_numbers(log.run_id, log.history, first=written[-1].sequence_number + 1)
         else:
@@ -160,6 +172,27 @@ class Referee:
         self.counts["applied" if applied else "discarded"] += 1
         self.deliveries.append(delivery)
 
+    def update_sent(self, run_id: str, update_id: str, answer: UpdateAnswer | None) -> None:
+        """A client sent update ``update_id`` to the run; ``answer``: what the call returned at once
+        (a recorded answer, or a refusal at the call), None when the caller waits for it."""
+        told = self.runs[run_id].updates.setdefault(update_id, [])
+        if answer is None:
+            self.awaiting.add((run_id, update_id))
+        else:
+            told.append(answer)
+
+    def collect_answers(self, store: UpdateAnswers) -> int:
+        """What the callers waiting for update answers are told now (each is woken when its
+        answer is written); how many got one."""
+        got = 0
+        for run_id, update_id in sorted(self.awaiting):
+            answer = store.update_answer(run_id, update_id)
+            if answer is not None:
+                self.runs[run_id].updates[update_id].append(answer)
+                self.awaiting.discard((run_id, update_id))
+                got += 1
+        return got
+
     def records(self, store: InMemoryAdapter, everything: bool = True) -> dict[str, RunRecord | None]:
         """The runs as the store has them now (only those not seen ended, unless ``everything``)."""
         last, deleted = self.statuses.last, self.statuses.deleted
@@ -174,6 +207,7 @@ class Referee:
         self, store: InMemoryAdapter, workload: Workload, executions: Any, converter: PayloadConverter
     ) -> None:
         """Every run ended exactly once, replays, and got only what really happened."""
+        self.collect_answers(store)
         for run_id, log in self.runs.items():
             record = store.get_run(run_id)
             if record is None:
@@ -189,6 +223,7 @@ class Referee:
                     "every-run-ends", f"run {run_id} ({log.workflow_name}) is still {record.status.value}"
                 )
             self._check_run(log, record, workload, executions, converter)
+            self._check_conversation(log, record, store, workload, converter)
 
     def _check_run(
         self, log: RunLog, record: RunRecord, workload: Workload, executions: Any, converter: PayloadConverter
@@ -198,7 +233,7 @@ class Referee:
         for index, history in enumerate(generations):
             last = index == len(log.generations)
             following = None if last else generations[index + 1][0].event
-            check_history(log.run_id, history, finished=last)
+            check_history(log.run_id, history, finished=last, cleanup=self.cleanups.get(log.workflow_name))
             if not last:
                 if any(isinstance(item.event, ev.RunCompleted) for item in history):
                     raise InvariantViolation("one-terminal-state", f"run {log.run_id}: a generation ended twice")
@@ -240,6 +275,35 @@ class Referee:
         if problem is not None:
             raise InvariantViolation("workflow-results", f"run {log.run_id} ({log.workflow_name}{inputs}): {problem}")
         self._check_children(log)
+
+    def _check_conversation(
+        self, log: RunLog, record: RunRecord, store: InMemoryAdapter, workload: Workload, converter: PayloadConverter
+    ) -> None:
+        """Updates answered once and as told, nothing after the end (the store's streams too), a
+        cancelled run's cleanup before its end, no event taken by a losing wait (docs/reference/contract.md §14)."""
+        generations = log.all_generations()
+        check_updates_answered(log.run_id, generations, log.updates, ended=True)
+        streams = None
+        keys = sorted(
+            {
+                item.event.key
+                for history in generations
+                for item in history
+                if isinstance(item.event, ev.StreamItemWritten)
+            }
+        )
+        if keys and store.get_run(log.run_id) is not None:
+            streams = {
+                key: [value for _position, value in store.read_stream(log.run_id, key, 0, 10**6).items] for key in keys
+            }
+        check_nothing_after_end(log.run_id, generations, streams)
+        cleanup = self.cleanups.get(log.workflow_name)
+        if cleanup is not None:
+            check_cleanup_before_end(log.run_id, log.history, cleanup)
+        event_id = workload.reads.get(log.workflow_name)
+        if event_id is not None and record.status is RunStatus.COMPLETED and record.result is not None:
+            read = converter.decode(record.result)["read"]
+            check_events_not_lost(log.run_id, log.history, event_id, read, record.unread_events, converter)
 
     def _check_failed_by_its_code(self, log: RunLog, record: RunRecord) -> None:
         """A run is FAILED only by its workflow code or an activity's final failure, never by

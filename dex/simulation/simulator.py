@@ -98,7 +98,7 @@ class Simulator:
         self.rng = random.Random(seed)
         self.world = World(random.Random(f"world:{seed}"))
         self.clock = dex.testing.VirtualClock()
-        self.referee = Referee(RETENTION)
+        self.referee = Referee(RETENTION, workload.cleanups)
         self.store = adapter_class(
             self.clock, self.referee, random.Random(f"ids:{seed}"), transaction_connection=self.world.connection
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import timedelta
@@ -265,6 +265,11 @@ class Workload:
 
     workflows = WORKFLOWS
     activities = ACTIVITIES
+    # the workflows whose code catches a cancel and runs a cleanup step, by the step's name
+    # (``invariants.check_cleanup_before_end``); and those whose result lists the events of an
+    # id they read (``invariants.check_events_not_lost``); none here
+    cleanups: Mapping[str, str] = {}
+    reads: Mapping[str, str] = {}
 
     def __init__(self, *, continue_as_new: bool = True, control_continuing_runs: bool = True) -> None:
         self.continue_as_new = continue_as_new
@@ -300,6 +305,18 @@ class Workload:
             return engine.start_workflow(parent, [rng.randint(0, 9) for _ in range(rng.randint(1, 3))])
         rounds = rng.randint(1, 3)
         return engine.start_workflow(ticker, rounds if self.continue_as_new else 1, 0)
+
+    def takes_updates(self, workflow_name: str) -> bool:
+        """Whether clients send updates to runs of ``workflow_name`` (none here)."""
+        return False
+
+    def update_for(self, rng: random.Random) -> tuple[str, tuple[Any, ...]]:
+        """An update (name, arguments) to send to a run that takes them."""
+        raise NotImplementedError
+
+    def cancels_often(self, workflow_name: str) -> bool:
+        """Whether clients cancel runs of ``workflow_name`` often (not only now and then)."""
+        return False
 
     def listens(self, workflow_name: str) -> bool:
         """Whether runs of ``workflow_name`` wait for external events."""

@@ -96,6 +96,7 @@ class RunCreated(_message.Message):
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     CODE_VERSION_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
+    CLOSED_STREAMS_FIELD_NUMBER: _builtins.int
     workflow_name: _builtins.str
     queue: _builtins.str
     instance_id: _builtins.str
@@ -122,6 +123,12 @@ class RunCreated(_message.Message):
         a continued generation.
         """
 
+    @_builtins.property
+    def closed_streams(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The streams an earlier generation closed (continue-as-new): they stay closed, and writing
+        to one is an error at the call, as in the generation that closed it.
+        """
+
     def __init__(
         self,
         *,
@@ -138,10 +145,11 @@ class RunCreated(_message.Message):
         trace_context: _abc.Iterable[Global___Label] | None = ...,
         code_version: _builtins.str | None = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
+        closed_streams: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "instance_id", b"instance_id", "parent_run_id", b"parent_run_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "trace_context", b"trace_context", "workflow_name", b"workflow_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_code_version", b"_code_version", "_concurrency_key", b"_concurrency_key", "_instance_id", b"_instance_id", "_parent_run_id", b"_parent_run_id", "closed_streams", b"closed_streams", "code_version", b"code_version", "concurrency_key", b"concurrency_key", "deadline", b"deadline", "generation", b"generation", "input", b"input", "instance_id", b"instance_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "priority", b"priority", "queue", b"queue", "random_seed", b"random_seed", "trace_context", b"trace_context", "workflow_name", b"workflow_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__code_version: _TypeAlias = _typing.Literal["code_version"]  # noqa: Y015
     _WhichOneofArgType__code_version: _TypeAlias = _typing.Literal["_code_version", b"_code_version"]  # noqa: Y015

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import dex
+from dex.domain import events as ev
 from dex.testing import VirtualClock
 
 
@@ -68,7 +69,22 @@ async def closes_then_activity(ctx: dex.WorkflowContext) -> int:
     return await ctx.activity(stream_steps, 1)
 
 
+@dex.workflow(name="closes-then-continues")
+async def closes_then_continues(ctx: dex.WorkflowContext, generation: int) -> str:
+    if generation == 1:
+        await ctx.write_stream("log", "before the close")
+        ctx.close_stream("log")
+        ctx.continue_as_new(2)
+    try:
+        await ctx.write_stream("log", "after the close")
+    except ValueError as exc:
+        await ctx.write_stream("other", "still writable")
+        return str(exc)
+    return "written"
+
+
 ALL = [progress, from_activity, publishes_nothing, streams_and_waits, generations, closes_then_activity]
+ALL.append(closes_then_continues)
 
 
 def test_the_latest_published_value_is_read_and_streams_end_when_closed(make_engine: Callable[..., dex.Engine]) -> None:
@@ -149,6 +165,25 @@ def test_positions_go_on_across_continue_as_new(make_engine: Callable[..., dex.E
     assert engine.get_published(run_id, "generation") == 3
     page = engine.store.read_stream(run_id, "log", 1, 10)
     assert [position for position, _ in page.items] == [2, 3]
+
+
+def test_a_stream_closed_in_one_generation_is_closed_to_the_next_ones_code(
+    make_engine: Callable[..., dex.Engine],
+) -> None:
+    """Contract: a closed stream stays closed across continue-as-new, and writing to a stream the
+    code closed is a ValueError at the call: the next generation's code gets it too (it once
+    wrote on, and the store dropped the item silently). Its history replays."""
+    engine = make_engine(ALL, [stream_steps])
+    run_id = engine.start_workflow(closes_then_continues, 1)
+    engine.drain()
+    said = engine.wait(run_id)
+    assert said == "stream 'log' is closed by an earlier generation of the run: nothing more can be written to it"
+    assert list(engine.read_stream(run_id, "log")) == ["before the close"]
+    assert list(engine.read_stream(run_id, "other")) == ["still writable"]
+    history = engine.history(run_id)
+    created = history[0].event
+    assert isinstance(created, ev.RunCreated) and created.generation == 2 and created.closed_streams == ("log",)
+    dex.testing.replay(closes_then_continues, history)
 
 
 def test_readers_never_read_the_history(make_engine: Callable[..., dex.Engine]) -> None:

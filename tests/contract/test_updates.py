@@ -243,6 +243,56 @@ def test_a_query_reads_the_runs_state_and_records_nothing(make_engine: Make) -> 
     assert engine.history(run_id) == before
 
 
+def test_a_query_before_any_worker_ran_the_run_is_answered_from_its_code(make_engine: Make) -> None:
+    """A started engine does not drive the run itself: asked before any worker took the run's
+    first task (its queue paused), the query runs the code up to its first step, where the
+    handlers its top registers answer; only a name the code never registers is unknown."""
+    engine = engine_with_cart(make_engine)
+    engine.pause_queue("default", "workflow")
+    engine.start()
+    run_id = engine.start_workflow(cart, 1)
+    assert engine.query(run_id, "items") == []
+    assert engine.query(run_id, "notes") == []
+    with pytest.raises(dex.QueryError, match="no query named 'missing'"):
+        engine.query(run_id, "missing")
+    assert kinds(engine, run_id) == ["RunCreated"]  # nothing was recorded, nothing ran
+    engine.resume_queue("default", "workflow")
+    assert engine.update(run_id, "add", "lamp", timeout=10) == 1
+    assert engine.wait(run_id, timeout=10) == ["LAMP"]
+
+
+drawn: list[int] = []
+
+
+@dex.workflow(name="upd-draws-first")
+async def draws_first(ctx: dex.WorkflowContext) -> int:
+    state = {"patched": ctx.patched("p1")}
+
+    @ctx.on_query("state")
+    def read_state() -> dict[str, Any]:
+        return dict(state)
+
+    state["token"] = ctx.side_effect("token", lambda: drawn.append(1) or len(drawn))
+    await ctx.wait_for_event("go")
+    return int(state["token"])
+
+
+def test_a_query_before_the_first_task_does_none_of_the_runs_work(make_engine: Make) -> None:
+    """The code run for such a query takes its patches as the first task will, and stops at a
+    side effect: its function is the run's work, done once, by the run's task."""
+    drawn.clear()
+    engine = make_engine(workflows=[draws_first])
+    engine.pause_queue("default", "workflow")
+    engine.start()
+    run_id = engine.start_workflow(draws_first)
+    assert engine.query(run_id, "state") == {"patched": True}
+    assert drawn == [] and kinds(engine, run_id) == ["RunCreated"]
+    engine.resume_queue("default", "workflow")
+    engine.send_event(run_id, "go")
+    assert engine.wait(run_id, timeout=10) == 1
+    assert drawn == [1]
+
+
 def test_a_query_is_answered_by_replay_where_no_worker_holds_the_run(
     make_engine: Make, adapter_factory: Callable[[], Any]
 ) -> None:

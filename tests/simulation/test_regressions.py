@@ -17,7 +17,8 @@ from dex.adapters.memory import InMemoryAdapter
 from dex.domain import events as ev
 from dex.domain.state import fold
 from dex.domain.status import RunStatus
-from dex.simulation import Fault, SimulationFailure, Simulator, Workload
+from dex.simulation import FAULT_KINDS, Fault, SimulationFailure, Simulator, Workload
+from dex.simulation.conversation_workload import CONVERSATION_WORKLOAD
 from dex.testing import VirtualClock
 
 
@@ -165,3 +166,59 @@ def test_a_request_raced_by_a_task_with_inline_blocks_counts_from_the_tasks_star
     ]
     report = Simulator(229272273, faults, inline=True).run()
     assert report.outcomes  # every run ended, and every invariant held
+
+
+# -- 4. an event reserved for a wait that is never awaited is lost ----------------------------------
+#
+# ``ctx.wait_for_event`` made while an event of its id is buffered reserves that event for the
+# wait at once. A wait made and never awaited (kept for later, as a loser of ``ctx.first`` is
+# re-made for the next round) held its event outside the buffer, so the run counted it neither
+# read nor unread (``RunInfo.unread_events`` too low), and continue-as-new, which carries the
+# unread events into the next generation, dropped it. Found by the conversation workload
+# (``sim-race``): four pings received, one read, two counted unread.
+
+
+@dex.workflow(name="known-reserved")
+async def reserved(ctx: dex.WorkflowContext, generation: int) -> list[int]:
+    if generation == 1:
+        await ctx.wait_for_event("go")
+        ctx.wait_for_event("ping")  # made, never awaited: the first ping is reserved for it
+        ctx.continue_as_new(2)
+    return [await ctx.wait_for_event("ping"), await ctx.wait_for_event("ping")]
+
+
+@dex.workflow(name="known-unawaited")
+async def unawaited(ctx: dex.WorkflowContext) -> str:
+    await ctx.wait_for_event("go")
+    ctx.wait_for_event("ping")
+    return "done"
+
+
+def test_an_event_reserved_for_a_wait_never_awaited_goes_on_to_the_next_generation(
+    make_engine: Callable[..., dex.Engine],
+) -> None:
+    engine = make_engine(workflows=[reserved])
+    run_id = engine.start_workflow(reserved, 1)
+    engine.drain()
+    for event_id, payload in (("ping", 1), ("ping", 2), ("go", None)):
+        engine.send_event(run_id, event_id, payload)
+    engine.drain()
+    assert engine.get_run(run_id).status is RunStatus.COMPLETED  # it waited for a third ping
+    assert engine.wait(run_id, timeout=5) == [1, 2]  # it got only 2
+
+
+def test_an_event_reserved_for_a_wait_never_awaited_counts_unread(make_engine: Callable[..., dex.Engine]) -> None:
+    engine = make_engine(workflows=[unawaited])
+    run_id = engine.start_workflow(unawaited)
+    engine.drain()
+    engine.send_event(run_id, "ping", 1)
+    engine.send_event(run_id, "go")
+    engine.drain()
+    assert engine.wait(run_id, timeout=5) == "done"
+    assert engine.get_run(run_id).unread_events == 1  # it was 0
+
+
+def test_simulation_with_waits_kept_for_a_later_round() -> None:
+    faults = [Fault(10 + 20 * i, kind, i) for i, kind in enumerate(sorted(FAULT_KINDS))]
+    simulator = Simulator(9, faults, steps=400, max_runs=6, workload=CONVERSATION_WORKLOAD)
+    simulator.run()  # it failed with events-not-taken-by-losers

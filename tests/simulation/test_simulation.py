@@ -31,6 +31,7 @@ from dex.domain import events as ev
 from dex.domain.errors import RunNotFoundError
 from dex.simulation import FAULT_KINDS, Fault, ObservedAdapter, SimulationFailure, Simulator
 from dex.simulation.chain_workload import CHAIN_WORKLOAD
+from dex.simulation.conversation_workload import CONVERSATION_WORKLOAD
 
 STEPS = 400
 
@@ -208,7 +209,9 @@ def fingerprint(simulator: Simulator) -> str:
     return digest.hexdigest()
 
 
-@pytest.mark.parametrize("options", [{}, CHAINED], ids=["plain", "chained"])
+@pytest.mark.parametrize(
+    "options", [{}, CHAINED, {"workload": CONVERSATION_WORKLOAD}], ids=["plain", "chained", "conversations"]
+)
 def test_the_same_seed_and_faults_give_the_same_trace_and_histories(options: dict[str, Any]) -> None:
     faults = [Fault(40, "crash-after-execute", 1), Fault(90, "lease-expiry", 0), Fault(120, "duplicate", 3)]
     first, second = Simulator(11, faults, **options), Simulator(11, faults, **options)

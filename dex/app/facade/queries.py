@@ -9,7 +9,9 @@ executor. Either way nothing is written, and an ended run answers too.
 The handler is workflow code: whatever it raises, including a ``BaseException`` or an
 exception that cannot be printed, is the caller's ``QueryError``, and the run is not touched.
 On an engine with code that is not started, the call first runs what is due (as
-``drain(advance_time=False)``), so a run just started has registered its handlers. A query
+``drain(advance_time=False)``), so a run just started has registered its handlers; on any
+other engine, a run that no worker has started yet is answered from its code run as its first
+task would until it blocks, recording nothing (``WorkflowExecutor.preview``). A query
 runs the workflow's code, so an engine without it (``dex web`` over a database, the command
 line without ``--app``) cannot answer one: QueryError says so.
 """
