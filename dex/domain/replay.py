@@ -501,7 +501,14 @@ class WorkflowExecutor:
             hint = Signature.of(handler).hint_for(0)
         except (TypeError, ValueError):
             hint = None
-        self._waits.on_event(event_id, functools.partial(self._handle_event, event_id, handler, hint))
+        # events that arrived before the handler was registered are handed to it here, in the
+        # registering code's step: they are part of the run's state from then on, so code that
+        # returns at once has seen them (a coroutine spawned for them would run after the return)
+        self._waits.on_event(
+            event_id,
+            functools.partial(self._handle_event, event_id, handler, hint),
+            lambda payload: handler(self.converter.decode(payload, hint)),
+        )
         return fn
 
     def _handle_event(self, event_id: str, handler: Callable[..., Any], hint: object, payload: Payload) -> None:

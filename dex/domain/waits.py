@@ -170,11 +170,14 @@ class Waits:
         else:
             guarded.add_done_callback(drop)
 
-    def on_event(self, event_id: str, handler: Callable[[Payload], None]) -> None:
-        """Hand every event ``event_id`` to ``handler`` from now on, those buffered first."""
+    def on_event(
+        self, event_id: str, handler: Callable[[Payload], None], buffered: Callable[[Payload], None] | None = None
+    ) -> None:
+        """Hand every event ``event_id`` to ``handler`` from now on; those buffered already go
+        first, to ``buffered`` (``handler`` without it), before this call returns."""
         self._event_handlers[event_id] = handler
         for payload in self._event_buffer.pop(event_id, ()):
-            handler(payload)
+            (buffered or handler)(payload)
 
     # -- cancelling -------------------------------------------------------------------------------
     def cancel_activity(self, seq: int) -> DexFuture[Any] | None:

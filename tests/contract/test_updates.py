@@ -351,6 +351,63 @@ def test_events_go_to_their_handler_in_arrival_order(make_engine: Make) -> None:
     assert engine.get_run(run_id).status is dex.RunStatus.RUNNING
 
 
+@dex.workflow(name="upd-notes-at-once")
+async def notes_at_once(ctx: dex.WorkflowContext) -> list[str]:
+    """Registers an event handler and returns at once: no await in between."""
+    notes: list[str] = []
+
+    @ctx.on_event("note")
+    def note(text: str) -> None:
+        notes.append(text)
+
+    return notes
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("cannot print me")
+
+
+@dex.workflow(name="upd-hostile-note")
+async def hostile_note(ctx: dex.WorkflowContext) -> str:
+    @ctx.on_event("note")
+    def note(text: str) -> None:
+        raise _Unprintable()
+
+    await ctx.wait_for_event("never")
+    return "unreachable"
+
+
+def test_events_that_came_before_the_handler_reach_it_before_the_code_goes_on(make_engine: Make) -> None:
+    """Events sent before the run's first task are handed to the handler as it is registered:
+    code that returns right after registering it has seen them (none is lost or left unread)."""
+    engine = make_engine(workflows=[notes_at_once, cart], activities=[shout])
+    run_id = engine.start_workflow(notes_at_once)
+    engine.send_event(run_id, "note", "early")
+    engine.send_event(run_id, "note", "earlier still")
+    engine.drain(advance_time=False)
+    assert engine.wait(run_id, timeout=10) == ["early", "earlier still"]
+    assert engine.get_run(run_id).unread_events == 0
+    healthy = engine.start_workflow(cart, 1)
+    engine.drain(advance_time=False)
+    assert engine.update(healthy, "add", "lamp") == 1
+    assert engine.wait(healthy, timeout=10) == ["LAMP"]
+
+
+def test_a_handler_that_raises_for_an_early_event_fails_only_its_run(make_engine: Make) -> None:
+    engine = make_engine(workflows=[hostile_note, notes_at_once], activities=[])
+    run_id = engine.start_workflow(hostile_note)
+    engine.send_event(run_id, "note", "boom")
+    engine.drain(advance_time=False)
+    run = engine.get_run(run_id)
+    assert run.status is dex.RunStatus.FAILED
+    assert run.failure is not None and run.failure.type == "_Unprintable"
+    healthy = engine.start_workflow(notes_at_once)
+    engine.send_event(healthy, "note", "fine")
+    engine.drain(advance_time=False)
+    assert engine.wait(healthy, timeout=10) == ["fine"]
+
+
 # -- the port: a request that claims its run's workflow task in the same transaction -----------
 
 
