@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import attrs
 
@@ -371,8 +372,15 @@ def advance(
     taken = select_messages(executor.suspended, inbox)
     if not taken:
         return WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq)
-    # one pass (this runs for every block): the ordinary messages, the update requests, a terminate
-    ordinary: list[tuple[int, ev.Event]] = []
+    # the common task has neither update requests nor a terminate: one look at each kind, and
+    # the messages go to the block as they are (this runs for every task)
+    for message in taken:
+        kind = type(message.event)
+        if kind is ev.UpdateRequested or kind is ev.RunTerminated:
+            break
+    else:
+        return _block(executor, last_seq, taken, now)
+    ordinary: list[InboxMessage] = []
     requests: list[InboxMessage] = []
     for message in taken:
         kind = type(message.event)
@@ -380,7 +388,7 @@ def advance(
             requests.append(message)
         elif kind is ev.RunTerminated:
             # the hard stop: nothing else of the inbox is applied, and no workflow code runs
-            stopped = _block(executor, last_seq, [(message.message_id, message.event)], now)
+            stopped = _block(executor, last_seq, [message], now)
             effects = stopped.effects or NO_EFFECTS
             return attrs.evolve(
                 stopped,
@@ -388,22 +396,22 @@ def advance(
                 effects=attrs.evolve(effects, update_answers=effects.update_answers + _refused_updates(taken)),
             )
         else:
-            ordinary.append((message.message_id, message.event))
+            ordinary.append(message)
     first = _block(executor, last_seq, ordinary, now) if ordinary else None
     if not requests:
         return first if first is not None else WorkflowTaskResult(run_id=run_id, expected_last_seq=last_seq)
-    accepted: list[tuple[int, ev.Event]] = []
+    accepted: list[_Accepted] = []
     answers: list[UpdateAnswer] = []
     refused: list[int] = []
     for message in requests:
         request = message.event
         assert isinstance(request, ev.UpdateRequested)
         verdict = executor.screen_update(request)
-        if verdict.accepted and any(getattr(e, "update_id", None) == request.update_id for _i, e in accepted):
+        if verdict.accepted and any(getattr(m.event, "update_id", None) == request.update_id for m in accepted):
             verdict = UpdateVerdict(repeat=True)  # the same id twice in one task: answered once, by id
         if verdict.accepted:
             accepted.append(
-                (
+                _Accepted(
                     message.message_id,
                     ev.UpdateAccepted(update_id=request.update_id, name=request.name, args=request.args),
                 )
@@ -431,10 +439,17 @@ def advance(
     )
 
 
+class _Accepted(NamedTuple):
+    """An accepted update request as its block records it (the request's message id)."""
+
+    message_id: int
+    event: ev.Event
+
+
 def _block(
-    executor: WorkflowExecutor, last_seq: int, taken: Sequence[tuple[int, ev.Event]], now: datetime
+    executor: WorkflowExecutor, last_seq: int, taken: Sequence[InboxMessage | _Accepted], now: datetime
 ) -> WorkflowTaskResult:
-    """One workflow-task block: ``taken`` (message id, event as recorded) applied, the code
+    """One workflow-task block: ``taken`` (each message's event as recorded) applied, the code
     stepped, its commands as events."""
     run_id = executor.run_id
     created = executor.created
@@ -442,10 +457,16 @@ def _block(
     seq = last_seq + 1
     new_events = [ev.HistoryEvent(sequence_number=seq, timestamp=now, event=ev.WorkflowTaskStarted())]
     numbered: list[tuple[int, ev.Event]] = []
-    for _message_id, event in taken:
+    consumed: list[int] = []
+    started = False
+    for message in taken:
+        got = message.event
         seq += 1
-        numbered.append((seq, event))
-        new_events.append(ev.HistoryEvent(sequence_number=seq, timestamp=now, event=event))
+        numbered.append((seq, got))
+        new_events.append(ev.HistoryEvent(sequence_number=seq, timestamp=now, event=got))
+        consumed.append(message.message_id)
+        if type(got) is ev.RunStarted:
+            started = True
     issued = executor.apply_block(now, numbered, None, next_seq=seq + 1)
 
     activity_tasks: list[NewActivityTask] = []
@@ -499,8 +520,6 @@ def _block(
         messages.extend(_completion_messages(run_id, created, completion, executor.pending_children(), now))
         # a terminated run's code is not asked (terminate() decides without it): it reports none
         unread = 0 if terminated else len(executor.unconsumed_events())
-    consumed = tuple(message_id for message_id, _event in taken)
-    started = any(type(event) is ev.RunStarted for _id, event in taken)
     if (
         effects is None
         and cancellations is None
@@ -513,7 +532,7 @@ def _block(
             run_id=run_id,
             expected_last_seq=last_seq,
             new_events=tuple(new_events),
-            consumed=consumed,
+            consumed=tuple(consumed),
             started=started,
             completion=completion,
             custom_status=executor.custom_status,
@@ -528,7 +547,7 @@ def _block(
         run_id=run_id,
         expected_last_seq=last_seq,
         new_events=tuple(new_events),
-        consumed=consumed,
+        consumed=tuple(consumed),
         started=started,
         completion=completion,
         custom_status=executor.custom_status,
