@@ -178,6 +178,27 @@ class WorkflowTaskResult:
     # continue-as-new: the history is replaced by this one and the inbox gets `messages`
     new_history: tuple[ev.HistoryEvent, ...] | None = None
     effects: RunEffects | None = None
+
+    def replaced(
+        self, *, new_events: tuple[ev.HistoryEvent, ...] | None = None, consumed: tuple[int, ...] | None = None
+    ) -> WorkflowTaskResult:
+        """This result with its events or its consumed messages replaced: ``attrs.evolve``
+        without its walk over the fields' definitions (a worker does this once or twice per task)."""
+        return WorkflowTaskResult(
+            run_id=self.run_id,
+            expected_last_seq=self.expected_last_seq,
+            new_events=self.new_events if new_events is None else new_events,
+            consumed=self.consumed if consumed is None else consumed,
+            started=self.started,
+            completion=self.completion,
+            custom_status=self.custom_status,
+            activity_tasks=self.activity_tasks,
+            messages=self.messages,
+            child_runs=self.child_runs,
+            new_history=self.new_history,
+            effects=self.effects,
+        )
+
     """What the task asks beyond the above (§14); None for none (read it through the properties)."""
 
     # -- the effects, each read as if it were a field of its own (its default when there are none) --

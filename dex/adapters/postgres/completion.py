@@ -99,6 +99,7 @@ def complete_workflow_tasks(
     child_ids = {
         c.created.instance_id
         for _, r in results
+        if r.child_runs or r.effects is not None
         for c in (*r.child_runs, *r.detached_runs)
         if c.created.instance_id is not None
     }
@@ -390,8 +391,11 @@ class WriteRound:
 
     def _insert_activity_tasks(self) -> None:
         specs = [
-            spec for _, plan in self._plans if not plan.status.is_terminal for spec in kept_activity_tasks(plan)
-        ]  # fmt: skip
+            spec
+            for _, plan in self._plans
+            if plan.activity_tasks and not plan.status.is_terminal
+            for spec in (plan.activity_tasks if plan.effects is NO_EFFECTS else kept_activity_tasks(plan))
+        ]
         if not specs:
             return
         self._conn.execute(
@@ -440,6 +444,10 @@ class WriteRound:
                 rows.append(inbox_row(run_id, message, visible_from))
 
         for run_id, plan in self._plans:
+            if not plan.child_runs and plan.effects is NO_EFFECTS:  # the common plan: its messages only
+                for message in plan.messages:
+                    deliver(message.run_id, message.event, message.visible_from)
+                continue
             for child in plan.child_runs:
                 if child.run_id in created_children:
                     deliver(child.run_id, ev.RunStarted(), self._now)

@@ -92,7 +92,12 @@ class PostgresWorkflowTasks:
         """Write a batch of results; with ``claim``, claim the activity tasks they made due."""
         needed = [(spec.queue, ACTIVITY) for _, result in results for spec in result.activity_tasks]
         needed += [(child.created.queue, WORKFLOW) for _, result in results for child in result.child_runs]
-        needed += [(run.created.queue, WORKFLOW) for _, result in results for run in result.detached_runs]
+        needed += [
+            (run.created.queue, WORKFLOW)
+            for _, result in results
+            if result.effects is not None
+            for run in result.effects.detached_runs
+        ]
         with batch_refusals():  # the buffer splits a refused batch; see refusals.py
             self._queues.ensure_all(needed)
             with self._db.connection() as conn:

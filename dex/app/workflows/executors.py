@@ -218,7 +218,8 @@ class ExecutorCache:
                 self._entries[run_id] = Cached(executor=executor, last_seq=last_seq)
                 while len(self._entries) > self._capacity:
                     evicted.append(self._entries.popitem(last=False)[1].executor)
-        self._close.all(evicted)
+        if evicted:
+            self._close.all(evicted)
 
     def give_back(self, run_id: str, lent: Cached) -> None:
         """Return an executor that was taken to answer a query (``engine.query``): kept again

@@ -621,7 +621,7 @@ class WorkflowWorker:
             self.cache.put(step.run_id, executor, last_seq)
             write_ordinarily(self._buffer, step, "the run does not take it now")
             return None
-        return attrs.evolve(result, consumed=())  # its message was never in the inbox
+        return result.replaced(consumed=())  # its message was never in the inbox
 
 
 def _describe(exc: BaseException) -> str:
@@ -636,7 +636,7 @@ def _describe(exc: BaseException) -> str:
 def _encoded_ahead(result: WorkflowTaskResult) -> WorkflowTaskResult:
     """The result, its block encoded now and carried on its events (else left to the flusher)."""
     try:
-        return attrs.evolve(result, new_events=encode_ahead(result.new_events))
+        return result.replaced(new_events=encode_ahead(result.new_events))
     except Exception:
         log.debug("could not encode the result of run %s ahead of its flush", result.run_id, exc_info=True)
         return result
