@@ -114,11 +114,16 @@ class _Watch:
     def __init__(
         self, dog: Watchdog, task: WorkflowTask | None, executor: WorkflowExecutor | None, workflow: str, run_id: str
     ) -> None:
-        # task None: the close of a dropped executor (no task to give back)
-        self._dog, self.task, self.executor, self.workflow, self.run_id = dog, task, executor, workflow, run_id
-        self.thread, self.since, self.fired, self.replaced, self.nested = 0, 0.0, False, False, False
-        self.cpu = self.interrupted_at = 0.0
-        self.spinning = False  # still running after its interrupt (reported to the quarantine)
+        # task None: the close of a dropped executor (no task to give back). Only what every
+        # stretch reads is set here: thread, since, cpu and nested by __enter__; interrupted_at
+        # and spinning (still running after its interrupt) by the watchdog when it fires
+        self._dog = dog
+        self.task = task
+        self.executor = executor
+        self.workflow = workflow
+        self.run_id = run_id
+        self.fired = False
+        self.replaced = False
 
     def __enter__(self) -> None:
         dog = self._dog
@@ -264,6 +269,7 @@ class Watchdog:
                 if now - watch.since <= self.deadline:
                     continue
                 watch.fired = True
+                watch.spinning = False
                 if watch.task is not None:
                     self._fired.add((watch.task.task_id, watch.task.lease.version))
                 if watch.executor is not None:
