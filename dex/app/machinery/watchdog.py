@@ -110,6 +110,13 @@ class _Watch:
         "thread",
         "workflow",
     )
+    # set by __enter__ (thread, since, cpu, nested) or when the watchdog fires (the others)
+    thread: int
+    since: float
+    cpu: float
+    nested: bool
+    interrupted_at: float
+    spinning: bool
 
     def __init__(
         self, dog: Watchdog, task: WorkflowTask | None, executor: WorkflowExecutor | None, workflow: str, run_id: str
