@@ -15,10 +15,20 @@ this module states the two that came with it:
   and no window of that length holds more than ``count`` starts (a sliding window: no burst
   above ``count``, whenever the window begins).
 
+PostgreSQL keeps a queue's slots in *shares* (:func:`share_sizes`: slot ``i`` in share ``i %
+shares``), a row per share holding its slots' last starts as pairs (a moment, how many of the
+share's slots last started then: :data:`Stamps`). A claim locks one share per limited queue,
+the one whose first slot was free soonest (:func:`free_from`), counts its free slots (the
+slots less those still in use: :func:`in_use`) and stamps as many as it starts tasks with one
+pair. That is the same rule over the same slots, written once per claim instead of once per
+start; a claim whose share has fewer free slots than the queue has takes fewer tasks than the
+queue could start (the next claim takes the rest), never more. A change of the count keeps
+the newest stamps (:func:`regroup`).
+
 The in-memory adapter calls these functions; PostgreSQL's SQL states the same comparisons
-(``key_rank + holders <= key_concurrency``, ``last_start <= now - period``) over the same
-columns, and the contract tests (tests/contract/test_queue_limits.py) check both adapters
-against this module at the boundaries.
+(``last_start <= now - period``, the key rules of :func:`key_grants`) over the same columns,
+and the contract tests (tests/contract/test_queue_limits.py) check both adapters against this
+module at the boundaries.
 
 Candidates are considered in :data:`RUN_ORDER` (runs) and :data:`TASK_ORDER` (tasks): the
 order the scheduler grants keys and slots in and the order claims take tasks in.
@@ -26,6 +36,7 @@ order the scheduler grants keys and slots in and the order claims take tasks in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -38,6 +49,15 @@ TASK_ORDER: tuple[str, ...] = ("-priority", "task_id")
 MAX_KEY_CONCURRENCY = 2**31 - 1  # a PostgreSQL integer column
 MAX_RATE_COUNT = 100_000  # start slots a queue keeps: one row each in PostgreSQL
 MIN_RATE_PERIOD = timedelta(milliseconds=1)
+SHARES = 32
+"""At most this many shares hold a queue's start slots: concurrent claims of a queue take
+different shares, and none waits for another (``SKIP LOCKED``)."""
+SHARE_SLOTS = 64
+"""A share holds at least this many slots (a queue with fewer has one share): a claim takes
+its tasks through one share, so a share must cover a claim's batch."""
+
+Stamps = Sequence[tuple[datetime, int]]
+"""A share's slots' last starts: pairs (a moment, how many of its slots last started then)."""
 MAX_RATE_PERIOD = timedelta(days=366)
 
 
@@ -87,6 +107,46 @@ def slot_is_free(last_start: datetime | None, now: datetime, period: timedelta) 
     """Whether a start slot whose last start was ``last_start`` (None: never) may start a task
     at ``now``: its last start is at least ``period`` old."""
     return last_start is None or last_start <= now - period
+
+
+def share_sizes(count: int) -> list[int]:
+    """How many slots each share of a queue limited to ``count`` starts holds: slot ``i`` is
+    in share ``i % shares``, with as many shares as hold :data:`SHARE_SLOTS` each, from one
+    to :data:`SHARES`."""
+    shares = max(1, min(SHARES, count // SHARE_SLOTS))
+    return [len(range(share, count, shares)) for share in range(shares)]
+
+
+def in_use(stamps: Stamps, now: datetime, period: timedelta) -> int:
+    """How many of a share's slots are not free at ``now`` (:func:`slot_is_free`)."""
+    return sum(n for last_start, n in stamps if not slot_is_free(last_start, now, period))
+
+
+def free_from(stamps: Stamps, slots: int, period: timedelta) -> datetime | None:
+    """When the first of a share's ``slots`` is free, given its stamps: None (PostgreSQL's
+    ``-infinity``) while a slot has no stamp, else its oldest stamp plus ``period``."""
+    if sum(n for _, n in stamps) < slots:
+        return None
+    return min(last_start for last_start, _ in stamps) + period
+
+
+def regroup(stamps: Stamps, count: int) -> list[list[tuple[datetime, int]]]:
+    """A queue's stamps (of every share) for a new count: the newest ``count`` slots' stamps
+    kept, newest first, filling the shares of :func:`share_sizes` in order. Lowering the
+    count keeps the most recent starts, so it lets no burst through; new slots are free."""
+    shares: list[list[tuple[datetime, int]]] = []
+    newest = sorted(stamps, key=lambda stamp: stamp[0], reverse=True)
+    for size in share_sizes(count):
+        share: list[tuple[datetime, int]] = []
+        while size and newest:
+            last_start, n = newest.pop(0)
+            taken = min(n, size)
+            share.append((last_start, taken))
+            size -= taken
+            if n > taken:
+                newest.insert(0, (last_start, n - taken))
+        shares.append(sorted(share))
+    return shares
 
 
 def _shown(value: object) -> str:

@@ -1,13 +1,10 @@
-"""How the PostgreSQL adapter's claims treat its rate-limited part (dex/adapters/postgres/rate_limits.py),
-without a database: which kinds of queue have limits is read at most once a ``ttl`` and kept
-when a read fails, and a failing limited claim never strands the tasks the plain claim took."""
+"""How the PostgreSQL adapter knows which claim to send (dex/adapters/postgres/rate_limits.py),
+without a database: which kinds of queue have rate limits is read at most once a ``ttl`` and
+kept when a read fails."""
 
 from __future__ import annotations
 
-import psycopg
-import pytest
-
-from dex.adapters.postgres.rate_limits import LimitedQueues, then_limited
+from dex.adapters.postgres.rate_limits import LimitedQueues
 
 
 def test_the_limited_kinds_are_read_once_a_ttl_and_kept_when_a_read_fails() -> None:
@@ -29,13 +26,3 @@ def test_the_limited_kinds_are_read_once_a_ttl_and_kept_when_a_read_fails() -> N
     limited.invalidate()
     assert not limited.any_of("activity")
     assert len(reads) == 3
-
-
-def test_a_failing_limited_claim_returns_the_plain_claims_tasks() -> None:
-    def fails() -> list[str]:
-        raise psycopg.OperationalError("connection lost")
-
-    assert then_limited(["t1", "t2"], fails) == ["t1", "t2"]
-    assert then_limited(["t1"], lambda: ["t9"]) == ["t1", "t9"]
-    with pytest.raises(psycopg.OperationalError):
-        then_limited([], fails)  # nothing would be stranded: the fault is the caller's

@@ -1,20 +1,25 @@
-"""Claims from rate-limited queues: each task started takes one of its queue's start slots.
+"""Claims when some queue of the kind has a rate limit: each task of a limited queue started
+takes a free start slot, in the same statement as the claim.
 
-A queue with a rate limit of ``count`` per ``period`` has ``count`` rows in ``queue_starts``
-(migration 15). A claim here takes, per limited queue, the slots whose last start is at least
-a period old (``queue_limits.slot_is_free``: ``last_start <= now - period``), then as many of
-the queue's claimable tasks as it found free slots, pairs them one to one, stamps each slot
-used with the claim's time and takes each task under a lease, in one statement. Both reads
-skip locked rows (``FOR UPDATE SKIP LOCKED``): a concurrent claim takes other slots and other
-tasks, and waits for none, so the limit holds across every engine without a row that all of
-them update. Slots locked but not used (more free slots than tasks) are only held until the
-statement commits.
+A queue with a rate limit keeps its start slots in shares (migration 19,
+``queue_limits.share_sizes``): a row per share with its slots' last starts as pairs (a moment,
+how many slots last started then). One statement claims from every queue of the kind that the
+operator has not paused: from an unlimited queue up to the claim's limit, as the plain claim
+does; from a limited one up to the free slots of the shares it locked, a few per queue
+(``queue_limits.shares_to_take``), soonest free first, ``FOR UPDATE SKIP LOCKED``: a
+concurrent claim takes other shares and waits for none, so the limit holds across every engine
+without a row that all of them update. The best tasks overall up to the limit are taken under
+a lease, and each share whose slots they used gets one pair (the claim's time, how many),
+dropping the pairs a period old (``queue_limits.in_use``: those slots are free) and saying when
+its first slot is free again (``queue_limits.free_from``). Shares locked but not used are only
+held until the statement commits.
 
 The plain claims (:mod:`.workflow_tasks`, :mod:`.activity_tasks`) keep their statements and
-their plans: they skip every queue whose generated ``paused`` is true, which a rate limit
-makes it. So these statements are sent only when this engine knows of a limited queue
-(:class:`LimitedQueues`: read at most every second); a limit set elsewhere is honoured at once
-(the plain claims skip the queue), and its tasks are claimed here within that second.
+their plans: they skip every queue whose generated ``paused`` is true, which a rate limit makes
+it (migration 15). So this statement replaces them only when this engine knows of a limited
+queue of the kind (:class:`LimitedQueues`: read at most every second); a limit set elsewhere is
+honoured at once (the plain claims skip the queue), and its tasks are claimed here within that
+second.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
-from typing import TypeVar
 
 import psycopg
 
@@ -36,57 +40,55 @@ from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import ActivityTask, WorkflowTask
 
 log = logging.getLogger("dex.worker")
-T = TypeVar("T")
 
-# Per limited queue of the kind (not paused by the operator), its free slots, oldest first,
-# numbered 1.. per queue. KIND is filled in below.
-_FREE_SLOTS = """
-    WITH limited AS (
-        SELECT qu.name, qu.rate_period_us FROM {s}.queues qu
+# Per limited queue of the kind (not paused by the operator), the share it locks, soonest free
+# first, with its free slots; per queue, its best tasks up to the claim's limit (a limited
+# queue: up to its share's free slots, none without a share); the best overall up to the
+# limit; and each share used stamped with one pair (the claim's time, how many tasks of its
+# queue were taken), the pairs a period old dropped. KIND and TASKS are filled in below.
+_CLAIM = """
+    WITH shares AS (
+        SELECT qu.name AS queue, st.share, st.slots, st.recent, st.counts,
+               qu.rate_period_us * interval '1 microsecond' AS period,
+               {s}.share_free(st.recent, st.counts, st.slots, %(now)s - qu.rate_period_us * interval '1 microsecond')
+                   AS free
+        FROM {s}.queues qu CROSS JOIN LATERAL (
+            SELECT sh.share, sh.slots, sh.recent, sh.counts FROM {s}.queue_start_shares sh
+            WHERE sh.kind = 'KIND' AND sh.queue = qu.name AND sh.free_at <= %(now)s
+            ORDER BY sh.free_at
+            LIMIT 1
+            FOR UPDATE OF sh SKIP LOCKED
+        ) st
         WHERE qu.kind = 'KIND' AND qu.rate_count IS NOT NULL AND NOT qu.operator_paused
     ),
-    slots AS (
-        SELECT f.queue, f.slot, row_number() OVER (PARTITION BY f.queue ORDER BY f.last_start, f.slot) AS n
-        FROM limited l CROSS JOIN LATERAL (
-            SELECT st.queue, st.slot, st.last_start FROM {s}.queue_starts st
-            WHERE st.kind = 'KIND' AND st.queue = l.name
-              AND st.last_start <= %(now)s - l.rate_period_us * interval '1 microsecond'
-            ORDER BY st.last_start
-            LIMIT %(limit)s
-            FOR UPDATE OF st SKIP LOCKED
-        ) f
-    ),
-    free AS (SELECT s.queue, count(*) AS n FROM slots s GROUP BY s.queue),
-"""
-
-# Per queue, its best claimable tasks up to its free slots, paired with the slots (n-th task,
-# n-th slot), the best overall up to the claim's limit; then the slots used are stamped.
-_PAIRED = """
     chosen AS (
-        SELECT w.*, s.slot FROM (
-            SELECT w.*, row_number() OVER (PARTITION BY w.queue ORDER BY w.priority DESC, w.task_id) AS n
-            FROM free f CROSS JOIN LATERAL (TASKS) w
-        ) w JOIN slots s ON s.queue = w.queue AND s.n = w.n
+        SELECT w.* FROM {s}.queues qu LEFT JOIN shares s ON s.queue = qu.name
+        CROSS JOIN LATERAL (TASKS) w
+        WHERE qu.kind = 'KIND' AND NOT qu.operator_paused
         ORDER BY w.priority DESC, w.task_id
         LIMIT %(limit)s
     ),
-    started AS (
-        UPDATE {s}.queue_starts st SET last_start = %(now)s
-        FROM chosen c WHERE st.kind = 'KIND' AND st.queue = c.queue AND st.slot = c.slot
+    stamped AS (
+        UPDATE {s}.queue_start_shares st
+        SET recent = n.kept_recent, counts = n.kept_counts, free_at = n.free_at
+        FROM shares s
+        JOIN (SELECT c.queue, count(*)::integer AS n FROM chosen c GROUP BY c.queue) c ON c.queue = s.queue
+        CROSS JOIN LATERAL {s}.share_stamped(s.recent, s.counts, s.slots, %(now)s - s.period, %(now)s, c.n, s.period) n
+        WHERE st.kind = 'KIND' AND st.queue = s.queue AND st.share = s.share
     ),
 """
 
 _WORKFLOW_TASKS = """
     SELECT t.queue, t.task_id, t.priority FROM {s}.workflow_tasks t
-    WHERE t.queue = f.queue AND t.workflow_name = ANY(%(names)b::text[])
+    WHERE t.queue = qu.name AND t.workflow_name = ANY(%(names)b::text[])
       AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
     ORDER BY t.priority DESC, t.task_id
-    LIMIT f.n
+    LIMIT CASE WHEN qu.rate_count IS NULL THEN %(limit)s ELSE least(coalesce(s.free, 0), %(limit)s) END
     FOR UPDATE OF t SKIP LOCKED
 """
 
 _CLAIM_WORKFLOW_TASKS = (
-    (_FREE_SLOTS + _PAIRED).replace("KIND", "workflow").replace("TASKS", _WORKFLOW_TASKS)
+    _CLAIM.replace("KIND", "workflow").replace("TASKS", _WORKFLOW_TASKS)
     + """
     claimed AS (
         UPDATE {s}.workflow_tasks t
@@ -103,10 +105,10 @@ _CLAIM_WORKFLOW_TASKS = (
 _ACTIVITY_TASKS = """
     SELECT t.queue, t.task_id, t.priority, t.run_id, t.created_seq, t.attempt, t.locked_by, t.locked_until
     FROM {s}.activity_tasks t
-    WHERE t.queue = f.queue AND t.state = 'QUEUED' AND t.name = ANY(%(names)b::text[])
+    WHERE t.queue = qu.name AND t.state = 'QUEUED' AND t.name = ANY(%(names)b::text[])
       AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
     ORDER BY t.priority DESC, t.task_id
-    LIMIT f.n
+    LIMIT CASE WHEN qu.rate_count IS NULL THEN %(limit)s ELSE least(coalesce(s.free, 0), %(limit)s) END
     FOR UPDATE OF t SKIP LOCKED
 """
 
@@ -114,7 +116,7 @@ _ACTIVITY_TASKS = """
 # lease counts as a new attempt, and the attempt it lost is kept (``claimable`` is the name
 # attempts.LOST_FROM_CLAIM reads)
 _CLAIM_ACTIVITY_TASKS = (
-    (_FREE_SLOTS + _PAIRED).replace("KIND", "activity").replace("TASKS", _ACTIVITY_TASKS)
+    _CLAIM.replace("KIND", "activity").replace("TASKS", _ACTIVITY_TASKS)
     + """
     claimable AS (SELECT * FROM chosen),
     claimed AS (
@@ -140,7 +142,8 @@ def claim_workflow_tasks(
     lease: timedelta,
     limit: int,
 ) -> list[WorkflowTask]:
-    """Claim up to ``limit`` workflow tasks of rate-limited queues, each through a free start slot."""
+    """Claim up to ``limit`` workflow tasks of every queue the operator has not paused, each
+    task of a rate-limited queue through a free start slot."""
     if not names or limit <= 0:
         return []
     rows = conn.execute(
@@ -160,7 +163,8 @@ def claim_activity_tasks(
     lease: timedelta,
     limit: int,
 ) -> list[ActivityTask]:
-    """Claim up to ``limit`` activity tasks of rate-limited queues, each through a free start slot."""
+    """Claim up to ``limit`` activity tasks of every queue the operator has not paused, each
+    task of a rate-limited queue through a free start slot."""
     if not names or limit <= 0:
         return []
     sent = conn.execute(
@@ -209,17 +213,3 @@ class LimitedQueues:
                     log.info("could not read which queues have rate limits; kept what was known", exc_info=True)
                 self._read_at = time.monotonic()
             return kind in self._kinds
-
-
-def then_limited(claimed: list[T], claim_limited: Callable[[], list[T]]) -> list[T]:
-    """``claimed`` (a plain claim's tasks, already committed) and then what the limited claim
-    takes. When the limited claim fails after the plain one took tasks, those are returned
-    (their leases are taken: raising would leave them until their leases expire) and the
-    fault is logged; with nothing claimed, the fault is the caller's, as for any claim."""
-    try:
-        return claimed + claim_limited()
-    except psycopg.Error:
-        if not claimed:
-            raise
-        log.warning("the claim of rate-limited queues failed; the other tasks claimed go on", exc_info=True)
-        return claimed

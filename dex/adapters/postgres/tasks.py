@@ -58,14 +58,11 @@ class PostgresWorkflowTasks:
         # takes a connection of its own
         limited = self._limited.any_of(WORKFLOW)
         with self._db.statement() as conn:
-            claimed = workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
-            # rate-limited queues are claimed apart, through their start slots (rate_limits.py)
-            if len(claimed) < limit and limited:
-                rest = limit - len(claimed)
-                return rate_limits.then_limited(
-                    claimed, lambda: rate_limits.claim_workflow_tasks(conn, self._q, names, owner, now, lease, rest)
-                )
-            return claimed
+            # with a rate-limited queue of the kind, one statement claims from every queue and
+            # takes the limited ones' start slots (rate_limits.py); else the plain claim
+            if limited:
+                return rate_limits.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
+            return workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
 
     def load_workflow_task(
         self, task: WorkflowTask, now: datetime, after_seq: int = 0
@@ -122,14 +119,11 @@ class PostgresActivityTasks:
         # takes a connection of its own
         limited = self._limited.any_of(ACTIVITY)
         with self._db.statement() as conn:
-            claimed = activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
-            # rate-limited queues are claimed apart, through their start slots (rate_limits.py)
-            if len(claimed) < limit and limited:
-                rest = limit - len(claimed)
-                return rate_limits.then_limited(
-                    claimed, lambda: rate_limits.claim_activity_tasks(conn, self._q, names, owner, now, lease, rest)
-                )
-            return claimed
+            # with a rate-limited queue of the kind, one statement claims from every queue and
+            # takes the limited ones' start slots (rate_limits.py); else the plain claim
+            if limited:
+                return rate_limits.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
+            return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
         with refusals(), self._db.statement() as conn:
