@@ -25,6 +25,15 @@ start; a claim whose share has fewer free slots than the queue has takes fewer t
 queue could start (the next claim takes the rest), never more. A change of the count keeps
 the newest stamps (:func:`regroup`).
 
+A claimer may also stamp slots *ahead*: take k free slots at its time ``t0``, stamp them with
+a later moment ``T``, and start up to k tasks through them at any moment from ``t0`` to ``T``
+(:func:`reservation` says when and how many; :func:`may_start_reserved` checks a start). It
+stays exact: a start through such a slot comes after its previous start's period ended (the
+slot was free at ``t0``) and at or before ``T``, and the next start through it comes at
+``T + period`` or later. A slot stamped ahead and not used is lost for ``T - t0`` plus one
+period, so only a queue whose limit is far above a claim's batch is reserved, a small part of
+its count at a time: the claims of a busy engine then send no slot work with each batch.
+
 The in-memory adapter calls these functions; PostgreSQL's SQL states the same comparisons
 (``last_start <= now - period``, the key rules of :func:`key_grants`) over the same columns,
 and the contract tests (tests/contract/test_queue_limits.py) check both adapters against this
@@ -55,6 +64,12 @@ different shares, and none waits for another (``SKIP LOCKED``)."""
 SHARE_SLOTS = 64
 """A share holds at least this many slots (a queue with fewer has one share): a claim takes
 its tasks through one share, so a share must cover a claim's batch."""
+
+RESERVED_PART = 64
+"""A reservation stamps at most ``count // RESERVED_PART`` slots (and no more than a share has
+free): an engine that stops claiming wastes at most that part of the limit."""
+RESERVED_BATCHES = 4
+"""A queue is reserved for only if a reservation covers at least this many claim batches."""
 
 Stamps = Sequence[tuple[datetime, int]]
 """A share's slots' last starts: pairs (a moment, how many of its slots last started then)."""
@@ -147,6 +162,23 @@ def regroup(stamps: Stamps, count: int) -> list[list[tuple[datetime, int]]]:
                 newest.insert(0, (last_start, n - taken))
         shares.append(sorted(share))
     return shares
+
+
+def reservation(limit: RateLimit, batch: int) -> tuple[int, timedelta] | None:
+    """How many slots a claimer of ``batch`` tasks at a time may stamp ahead on a queue with
+    this limit, and how far ahead (a quarter of the period: the slots it does not use are
+    free again by then plus one period); None when the limit is not far enough above the
+    batch for that to pay (fewer than :data:`RESERVED_BATCHES` batches)."""
+    slots = limit.starts // RESERVED_PART
+    if slots < RESERVED_BATCHES * batch:
+        return None
+    return slots, limit.period / 4
+
+
+def may_start_reserved(now: datetime, reserved_at: datetime, until: datetime) -> bool:
+    """Whether a task may start at ``now`` through a slot reserved at ``reserved_at`` and
+    stamped ``until``: from the reservation's moment to its stamp, both included."""
+    return reserved_at <= now <= until
 
 
 def _shown(value: object) -> str:

@@ -27,17 +27,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
+from typing import Protocol, TypeVar
 
 import psycopg
 
-from dex.adapters.postgres import attempts
+from dex.adapters.postgres import activity_tasks, attempts, workflow_tasks
 from dex.adapters.postgres.activity_tasks import claimed_activity_tasks
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, WORKFLOW_TASK_COLUMNS, workflow_task
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import ActivityTask, WorkflowTask
+from dex.domain import queue_limits
+from dex.domain.queue_limits import RateLimit
 
 log = logging.getLogger("dex.worker")
 
@@ -174,26 +178,289 @@ def claim_activity_tasks(
     return claimed_activity_tasks(sent)
 
 
-def limited_kinds(conn: psycopg.Connection, q: Statements) -> frozenset[str]:
-    """The kinds of queue ("workflow", "activity") of which some queue has a rate limit."""
-    rows = conn.execute(q("SELECT DISTINCT kind FROM {s}.queues WHERE rate_count IS NOT NULL")).fetchall()
-    return frozenset(row[0] for row in rows)
+# A reservation (queue_limits.reservation): one share of the queue, soonest free first, its
+# free slots up to %(want)s stamped %(until)s, ahead of the claim's time; only while the queue
+# still has the limit the engine read (a limit changed since is not reserved for).
+_RESERVE = """
+    WITH sh AS (
+        SELECT st.share, st.slots, st.recent, st.counts,
+               {s}.share_free(st.recent, st.counts, st.slots, %(now)s - %(period)s) AS free
+        FROM {s}.queue_start_shares st JOIN {s}.queues qu ON qu.kind = st.kind AND qu.name = st.queue
+        WHERE st.kind = %(kind)s AND st.queue = %(queue)s AND st.free_at <= %(now)s
+          AND qu.rate_count = %(count)s AND qu.rate_period_us = %(period_us)s AND NOT qu.operator_paused
+        ORDER BY st.free_at
+        LIMIT 1
+        FOR UPDATE OF st SKIP LOCKED
+    )
+    UPDATE {s}.queue_start_shares st
+    SET recent = n.kept_recent, counts = n.kept_counts, free_at = n.free_at
+    FROM sh CROSS JOIN LATERAL {s}.share_stamped(
+        sh.recent, sh.counts, sh.slots, %(now)s - %(period)s, %(until)s, least(sh.free, %(want)s), %(period)s
+    ) n
+    WHERE st.kind = %(kind)s AND st.queue = %(queue)s AND st.share = sh.share AND sh.free > 0
+    RETURNING least(sh.free, %(want)s)
+"""
+
+# The plain claim's statement over the unlimited queues and the rate-limited ones this engine
+# holds reservations of, each with the limit it was reserved under.
+_RESERVED_QUEUES = (
+    "t.queue IN (SELECT qu.name FROM {s}.queues qu WHERE qu.kind = 'KIND' AND NOT qu.operator_paused"
+    " AND (qu.rate_count IS NULL OR (qu.name, qu.rate_count, qu.rate_period_us) IN"
+    " (SELECT * FROM unnest(%(reserved)s::text[], %(counts)s::integer[], %(periods)s::bigint[]))))"
+)
+_CLAIM_RESERVED_WORKFLOW_TASKS = workflow_tasks.CLAIM.replace(
+    workflow_tasks.CLAIMED_QUEUES, _RESERVED_QUEUES.replace("KIND", "workflow")
+)
+_CLAIM_RESERVED_ACTIVITY_TASKS = activity_tasks.CLAIM.replace(
+    activity_tasks.CLAIMED_QUEUES, _RESERVED_QUEUES.replace("KIND", "activity")
+)
+assert "reserved" in _CLAIM_RESERVED_WORKFLOW_TASKS and "reserved" in _CLAIM_RESERVED_ACTIVITY_TASKS
 
 
-def read_limited_kinds(db: Database, q: Statements) -> frozenset[str]:
-    """:func:`limited_kinds`, in a statement of its own."""
+def reserve_starts(
+    conn: psycopg.Connection,
+    q: Statements,
+    kind: str,
+    queue: str,
+    limit: RateLimit,
+    want: tuple[int, timedelta],
+    now: datetime,
+) -> Reserved | None:
+    """Stamp up to ``want[0]`` free slots of one share of the queue ``want[1]`` ahead, for
+    starts from ``now`` to then (queue_limits.reservation); None if no share had a free slot
+    (or the queue's limit is no longer ``limit``)."""
+    until = now + want[1]
+    row = conn.execute(
+        q(_RESERVE),
+        {
+            "kind": kind,
+            "queue": queue,
+            "count": limit.starts,
+            "period": limit.period,
+            "period_us": limit.period // timedelta(microseconds=1),
+            "now": now,
+            "until": until,
+            "want": want[0],
+        },
+    ).fetchone()
+    if row is None:
+        return None
+    return Reserved(limit, row[0], now, until)
+
+
+def _reserved_params(reserved: Mapping[str, RateLimit]) -> dict[str, object]:
+    names = sorted(reserved)
+    return {
+        "reserved": names,
+        "counts": [reserved[name].starts for name in names],
+        "periods": [reserved[name].period // timedelta(microseconds=1) for name in names],
+    }
+
+
+def claim_reserved_workflow_tasks(
+    conn: psycopg.Connection,
+    q: Statements,
+    names: Collection[str],
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    limit: int,
+    reserved: Mapping[str, RateLimit],
+) -> list[WorkflowTask]:
+    """The plain claim over the unlimited queues and the ``reserved`` ones (name: the limit
+    they were reserved under); the caller holds ``limit`` reserved starts of each."""
+    if not names or limit <= 0:
+        return []
+    rows = conn.execute(
+        q(_CLAIM_RESERVED_WORKFLOW_TASKS),
+        {
+            "names": sorted(names),
+            "now": now,
+            "limit": limit,
+            "owner": owner,
+            "until": now + lease,
+            **_reserved_params(reserved),
+        },
+    ).fetchall()
+    rows.sort(key=lambda row: (-row[4], row[0]))
+    return [workflow_task(row) for row in rows]
+
+
+def claim_reserved_activity_tasks(
+    conn: psycopg.Connection,
+    q: Statements,
+    names: Collection[str],
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    limit: int,
+    reserved: Mapping[str, RateLimit],
+) -> list[ActivityTask]:
+    """:func:`claim_reserved_workflow_tasks` for activity tasks."""
+    if not names or limit <= 0:
+        return []
+    sent = conn.execute(
+        q(_CLAIM_RESERVED_ACTIVITY_TASKS),
+        {"names": sorted(names), "now": now, "lease": lease, "limit": limit, "owner": owner, **_reserved_params(reserved)},
+    )
+    return claimed_activity_tasks(sent)
+
+
+class Reserved:
+    """Starts an engine reserved on one queue (stamped ahead in its shares): how many are left
+    and from when to when they may be used."""
+
+    def __init__(self, limit: RateLimit, starts: int, since: datetime, until: datetime) -> None:
+        self.limit, self.since, self.until = limit, since, until
+        self._left = starts
+        self._lock = threading.Lock()
+
+    def take(self, n: int, limit: RateLimit, now: datetime) -> bool:
+        """Take ``n`` of the starts left, if there are that many, the queue's limit is still the
+        one they were reserved under and ``now`` is within the reservation."""
+        with self._lock:
+            if limit != self.limit or not queue_limits.may_start_reserved(now, self.since, self.until):
+                return False
+            if self._left < n:
+                return False
+            self._left -= n
+            return True
+
+    def give_back(self, n: int) -> None:
+        with self._lock:
+            self._left += n
+
+
+class Reservations:
+    """The starts this engine reserved, per (kind, queue), for the claims of its threads.
+
+    A claim of a kind whose every rate-limited queue (as last read) has ``limit`` reserved
+    starts left takes them before its statement and gives back what it did not use; the
+    plain claim's statement then claims those queues too. Otherwise the claim goes through
+    the shares, and one that fills its batch reserves for the kind's queues whose limits
+    allow it (queue_limits.reservation), so the next claims need no slot work."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], Reserved] = {}
+        self._lock = threading.Lock()
+
+    def take(
+        self, kind: str, limited: Mapping[str, RateLimit], n: int, now: datetime
+    ) -> dict[str, Reserved] | None:
+        """``n`` reserved starts of each of ``limited`` (its queues of ``kind``), or None (and
+        none taken) unless every one has that many."""
+        with self._lock:
+            held = {name: self._held.get((kind, name)) for name in limited}
+        taken: dict[str, Reserved] = {}
+        for name, reserved in held.items():
+            if reserved is None or not reserved.take(n, limited[name], now):
+                for back in taken.values():
+                    back.give_back(n)
+                return None
+            taken[name] = reserved
+        return taken
+
+    def wanted(
+        self, kind: str, limited: Mapping[str, RateLimit], n: int, now: datetime
+    ) -> dict[str, tuple[int, timedelta]]:
+        """What to reserve of each of ``limited`` for claims of ``n`` (queue_limits.reservation:
+        how many starts, how far ahead), for those whose reservation cannot give ``n`` now;
+        nothing if some queue's limit allows no reservation (the claims of the kind then all
+        go through the shares)."""
+        wanted: dict[str, tuple[int, timedelta]] = {}
+        for name, limit in limited.items():
+            size = queue_limits.reservation(limit, n)
+            if size is None:
+                return {}
+            with self._lock:
+                held = self._held.get((kind, name))
+            if held is None or not held.take(n, limit, now):
+                wanted[name] = size
+            else:
+                held.give_back(n)
+        return wanted
+
+    def hold(self, kind: str, queue: str, reserved: Reserved) -> None:
+        """Keep a new reservation of the queue (what was left of the last one is let go)."""
+        with self._lock:
+            self._held[(kind, queue)] = reserved
+
+
+class Claimed(Protocol):
+    @property
+    def queue(self) -> str: ...
+
+
+T = TypeVar("T", bound=Claimed)
+
+
+def claim_with_limits(
+    conn: psycopg.Connection,
+    q: Statements,
+    reservations: Reservations,
+    kind: str,
+    limited: Mapping[str, RateLimit],
+    now: datetime,
+    limit: int,
+    through_reserved: Callable[[Mapping[str, RateLimit]], list[T]],
+    through_shares: Callable[[], list[T]],
+) -> list[T]:
+    """A claim of up to ``limit`` tasks of ``kind``, whose rate-limited queues are ``limited``:
+    with reserved starts of each when this engine holds them (the plain claim's statement,
+    no slot work), else through the shares; a claim through the shares that fills its batch
+    then reserves (:class:`Reservations`). A failed reservation is logged: the tasks claimed
+    are returned (their leases are taken), and the next claims go through the shares."""
+    taken = reservations.take(kind, limited, limit, now)
+    if taken is not None:
+        claimed: list[T] = []
+        try:
+            claimed = through_reserved(limited)
+        finally:
+            used = Counter(task.queue for task in claimed)
+            for name, reserved in taken.items():
+                reserved.give_back(limit - used[name])
+        return claimed
+    claimed = through_shares()
+    if len(claimed) == limit:
+        for name, want in reservations.wanted(kind, limited, limit, now).items():
+            try:
+                got = reserve_starts(conn, q, kind, name, limited[name], want, now)
+            except psycopg.Error:
+                log.warning("could not reserve starts of queue %r; its claims go through its slots", name, exc_info=True)
+                break
+            if got is not None:
+                reservations.hold(kind, name, got)
+    return claimed
+
+
+Limited = dict[str, dict[str, RateLimit]]  # kind -> queue name -> its rate limit
+
+
+def limited_queues(conn: psycopg.Connection, q: Statements) -> Limited:
+    """The queues with a rate limit, per kind ("workflow", "activity"), with their limits."""
+    rows = conn.execute(
+        q("SELECT kind, name, rate_count, rate_period_us FROM {s}.queues WHERE rate_count IS NOT NULL")
+    ).fetchall()
+    limited: Limited = {}
+    for kind, name, count, period in rows:
+        limited.setdefault(kind, {})[name] = RateLimit(count, timedelta(microseconds=period))
+    return limited
+
+
+def read_limited_queues(db: Database, q: Statements) -> Limited:
+    """:func:`limited_queues`, in a statement of its own."""
     with db.statement() as conn:
-        return limited_kinds(conn, q)
+        return limited_queues(conn, q)
 
 
 class LimitedQueues:
-    """Whether some queue of a kind has a rate limit, as last read (at most ``ttl`` seconds
-    ago, and at once after this engine changed a queue's limit): so that an engine without
-    limited queues never sends the limited claims."""
+    """The queues of a kind that have a rate limit, as last read (at most ``ttl`` seconds ago,
+    and at once after this engine changed a queue's limit): so that an engine without limited
+    queues never sends the limited claims."""
 
-    def __init__(self, read: Callable[[], frozenset[str]], ttl: float = 1.0) -> None:
+    def __init__(self, read: Callable[[], Limited], ttl: float = 1.0) -> None:
         self._read, self._ttl = read, ttl
-        self._kinds: frozenset[str] = frozenset()
+        self._limited: Limited = {}
         self._read_at = float("-inf")
         self._lock = threading.Lock()  # the workers' threads ask at once: one read when stale
 
@@ -201,15 +468,15 @@ class LimitedQueues:
         with self._lock:
             self._read_at = float("-inf")
 
-    def any_of(self, kind: str) -> bool:
-        """Whether some queue of ``kind`` has a rate limit, as last read. A failed read keeps
-        what was known (the claims meet the store's fault themselves) and is tried again after
-        ``ttl``."""
+    def of_kind(self, kind: str) -> dict[str, RateLimit]:
+        """The queues of ``kind`` with a rate limit and their limits, as last read (empty: none).
+        A failed read keeps what was known (the claims meet the store's fault themselves) and
+        is tried again after ``ttl``."""
         with self._lock:
             if time.monotonic() - self._read_at >= self._ttl:
                 try:
-                    self._kinds = self._read()
+                    self._limited = self._read()
                 except Exception:
                     log.info("could not read which queues have rate limits; kept what was known", exc_info=True)
                 self._read_at = time.monotonic()
-            return kind in self._kinds
+            return self._limited.get(kind, {})

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from dex.adapters.postgres import activity_outcomes, activity_tasks, attempts, dispatch, rate_limits, workflow_tasks
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.queues import PostgresQueues
-from dex.adapters.postgres.rate_limits import LimitedQueues
+from dex.adapters.postgres.rate_limits import LimitedQueues, Reservations
 from dex.adapters.postgres.refusals import refusals
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import (
@@ -41,11 +41,14 @@ from dex.domain.values import FailureInfo
 class PostgresWorkflowTasks:
     """The workflow-task ports: schedule, claim, load, complete (then claim), retry."""
 
-    def __init__(self, db: Database, q: Statements, queues: PostgresQueues, limited: LimitedQueues) -> None:
+    def __init__(
+        self, db: Database, q: Statements, queues: PostgresQueues, limited: LimitedQueues, reservations: Reservations
+    ) -> None:
         self._db = db
         self._q = q
         self._queues = queues
         self._limited = limited
+        self._reservations = reservations
 
     def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
         with self._db.transaction() as conn:
@@ -56,13 +59,22 @@ class PostgresWorkflowTasks:
     ) -> list[WorkflowTask]:
         # asked before the claim's connection is taken: a read of the queues, once a second,
         # takes a connection of its own
-        limited = self._limited.any_of(WORKFLOW)
+        limited = self._limited.of_kind(WORKFLOW)
         with self._db.statement() as conn:
-            # with a rate-limited queue of the kind, one statement claims from every queue and
-            # takes the limited ones' start slots (rate_limits.py); else the plain claim
-            if limited:
-                return rate_limits.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
-            return workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
+            if not limited:
+                return workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
+            # rate-limited queues: through starts reserved ahead, else their start slots (rate_limits.py)
+            return rate_limits.claim_with_limits(
+                conn,
+                self._q,
+                self._reservations,
+                WORKFLOW,
+                limited,
+                now,
+                limit,
+                lambda reserved: rate_limits.claim_reserved_workflow_tasks(conn, self._q, names, owner, now, lease, limit, reserved),
+                lambda: rate_limits.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit),
+            )
 
     def load_workflow_task(
         self, task: WorkflowTask, now: datetime, after_seq: int = 0
@@ -99,10 +111,11 @@ class PostgresActivityTasks:
     """The activity-task ports: schedule, claim, extend leases, complete (then claim), and the
     remote workers' read of claimed tasks by id."""
 
-    def __init__(self, db: Database, q: Statements, limited: LimitedQueues) -> None:
+    def __init__(self, db: Database, q: Statements, limited: LimitedQueues, reservations: Reservations) -> None:
         self._db = db
         self._q = q
         self._limited = limited
+        self._reservations = reservations
 
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
         with self._db.transaction() as conn:
@@ -117,13 +130,22 @@ class PostgresActivityTasks:
     ) -> list[ActivityTask]:
         # asked before the claim's connection is taken: a read of the queues, once a second,
         # takes a connection of its own
-        limited = self._limited.any_of(ACTIVITY)
+        limited = self._limited.of_kind(ACTIVITY)
         with self._db.statement() as conn:
-            # with a rate-limited queue of the kind, one statement claims from every queue and
-            # takes the limited ones' start slots (rate_limits.py); else the plain claim
-            if limited:
-                return rate_limits.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
-            return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
+            if not limited:
+                return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
+            # rate-limited queues: through starts reserved ahead, else their start slots (rate_limits.py)
+            return rate_limits.claim_with_limits(
+                conn,
+                self._q,
+                self._reservations,
+                ACTIVITY,
+                limited,
+                now,
+                limit,
+                lambda reserved: rate_limits.claim_reserved_activity_tasks(conn, self._q, names, owner, now, lease, limit, reserved),
+                lambda: rate_limits.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit),
+            )
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
         with refusals(), self._db.statement() as conn:

@@ -110,6 +110,33 @@ _DISPATCH_OF_RUNS = (
 assert "r.created_at, r.position\n    FROM ranked r" in _DISPATCH_OF_RUNS
 
 
+# The claim: FOR UPDATE SKIP LOCKED: rows another worker is claiming right now are passed over,
+# not waited for, and do not count against the LIMIT; a row whose claim committed in between is
+# re-checked against the lease condition and dropped. Each claim bumps lock_version, which is
+# what a completion must still match. CLAIMED_QUEUES is the queues it takes from
+# (rate_limits.py claims reserved rate-limited queues with the same statement).
+CLAIMED_QUEUES = "t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'workflow' AND NOT paused)"
+CLAIM = (
+    """
+    WITH claimable AS (
+        SELECT t.queue, t.task_id FROM {s}.workflow_tasks t
+        WHERE t.workflow_name = ANY(%(names)b::text[])
+          AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
+          AND """
+    + CLAIMED_QUEUES
+    + """
+        ORDER BY t.priority DESC, t.task_id
+        LIMIT %(limit)s
+        FOR UPDATE OF t SKIP LOCKED
+    )
+    UPDATE {s}.workflow_tasks t
+    SET locked_by = %(owner)s, locked_until = %(until)s, lock_version = t.lock_version + 1
+    FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
+    RETURNING """
+    + ", ".join(f"t.{column.strip()}" for column in WORKFLOW_TASK_COLUMNS.split(","))
+)
+
+
 def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: datetime, limit: int) -> int:
     if limit <= 0:
         return 0
@@ -187,28 +214,8 @@ def claim_workflow_tasks(
 ) -> list[WorkflowTask]:
     if not names or limit <= 0:
         return []
-    # FOR UPDATE SKIP LOCKED: rows another worker is claiming right now are passed over, not
-    # waited for, and do not count against the LIMIT; a row whose claim committed in between is
-    # re-checked against the lease condition and dropped. Each claim bumps lock_version, which
-    # is what a completion must still match.
     rows = conn.execute(
-        q(
-            """
-            WITH claimable AS (
-                SELECT t.queue, t.task_id FROM {s}.workflow_tasks t
-                WHERE t.workflow_name = ANY(%(names)b::text[])
-                  AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
-                  AND t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'workflow' AND NOT paused)
-                ORDER BY t.priority DESC, t.task_id
-                LIMIT %(limit)s
-                FOR UPDATE OF t SKIP LOCKED
-            )
-            UPDATE {s}.workflow_tasks t
-            SET locked_by = %(owner)s, locked_until = %(until)s, lock_version = t.lock_version + 1
-            FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
-            RETURNING """
-            + ", ".join(f"t.{column.strip()}" for column in WORKFLOW_TASK_COLUMNS.split(","))
-        ),
+        q(CLAIM),
         {"names": sorted(names), "now": now, "limit": limit, "owner": owner, "until": now + lease},
     ).fetchall()
     rows.sort(key=lambda row: (-row[4], row[0]))
