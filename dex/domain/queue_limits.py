@@ -5,9 +5,12 @@ A queue holds three limits. ``capacity`` (how many of its tasks may be claimable
 once) is older than this module and kept where it was (``dex.app.ports.store.queue_capacity``);
 this module states the two that came with it:
 
-* ``key_concurrency``: how many runs sharing a ``concurrency_key`` hold the key at once when
-  the queue's scheduler grants it (:func:`key_grants`). Every live holder of the key counts,
-  on whichever queue it runs, so 1 is exactly the rule of one run at a time per key.
+* ``key_concurrency``: how many runs sharing a ``concurrency_key`` hold the key at once on
+  the queue (:func:`key_grants`). A queue with 1 keeps the rule of one run at a time per key
+  across every queue: its run is granted the key only while no run holds it anywhere, and
+  while it holds it no queue grants the key. A queue with n > 1 grants the key to n of its
+  own runs at once, counting only its own holders, unless a run of a queue with 1 holds it
+  (docs/decisions/key-concurrency-per-queue.md says why).
 * ``rate_limit``: at most ``count`` tasks of the queue start (are claimed by a worker) in any
   window of ``period``. A queue with a rate limit has ``count`` start slots; a claim takes a
   slot that is free (:func:`slot_is_free`: its last start is at least ``period`` old) and
@@ -35,7 +38,7 @@ period, so only a queue whose limit is far above a claim's batch is reserved, a 
 its count at a time: the claims of a busy engine then send no slot work with each batch.
 
 The in-memory adapter calls these functions; PostgreSQL's SQL states the same comparisons
-(``last_start <= now - period``, the key rules of :func:`key_grants`) over the same columns,
+(``last_start <= now - period``, the counts and cases of :func:`key_grants`) over the same columns,
 and the contract tests (tests/contract/test_queue_limits.py) check both adapters against this
 module at the boundaries.
 
@@ -45,7 +48,7 @@ order the scheduler grants keys and slots in and the order claims take tasks in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -112,10 +115,28 @@ def rate_limit(value: object) -> RateLimit | None:
     return RateLimit(count, period)
 
 
-def key_grants(holders: int, key_concurrency: int) -> int:
-    """How many more runs may be granted a key that ``holders`` live runs hold, on a queue
-    whose key concurrency is ``key_concurrency`` (none once it is reached)."""
-    return max(key_concurrency - holders, 0)
+def key_grants(key_concurrency: int, here: int, elsewhere: int, alone_elsewhere: int) -> int:
+    """How many more runs a queue whose key concurrency is ``key_concurrency`` may be granted a
+    key that ``here`` live runs of this queue hold and ``elsewhere`` live runs of other queues
+    hold, ``alone_elsewhere`` of those on queues whose key concurrency is 1.
+
+    With 1: one, and only while nobody holds the key (one run at a time across queues). With
+    n > 1: what is left of n after this queue's own holders, and none while a run of a queue
+    with 1 holds the key (that run executes alone)."""
+    if key_concurrency == 1:
+        return 1 if here + elsewhere == 0 else 0
+    if alone_elsewhere:
+        return 0
+    return max(key_concurrency - here, 0)
+
+
+def key_holders(holders: Mapping[str, int], concurrency: Mapping[str, int], queue: str) -> tuple[int, int, int]:
+    """The counts :func:`key_grants` takes for ``queue``, from a key's live holders per queue
+    (``holders``) and the queues' key concurrency (``concurrency``; a queue not in it has 1)."""
+    here = holders.get(queue, 0)
+    elsewhere = sum(n for name, n in holders.items() if name != queue)
+    alone = sum(n for name, n in holders.items() if name != queue and concurrency.get(name, 1) == 1)
+    return here, elsewhere, alone
 
 
 def slot_is_free(last_start: datetime | None, now: datetime, period: timedelta) -> bool:

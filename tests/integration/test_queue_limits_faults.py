@@ -56,7 +56,7 @@ def test_a_rate_limit_change_that_fails_midway_changes_nothing() -> None:
                         s=s
                     )
                 ).fetchall()
-                assert shares == [(0, 1), (1, 1)]  # the two slots of the limit that stands
+                assert shares == [(0, 2)]  # one share of the two slots of the limit that stands
                 conn.execute(sql.SQL("DROP TRIGGER refuse ON {s}.queue_start_shares").format(s=s))
             engine.set_queue_rate_limit("api", "activity", (5, SECOND))
             assert next(q for q in engine.list_queues() if q.name == "api").rate_limit == (5, SECOND)
