@@ -52,9 +52,9 @@ def test_a_rate_limit_change_that_fails_midway_changes_nothing() -> None:
                 info = next(q for q in engine.list_queues() if q.name == "api")
                 assert info.rate_limit == RateLimit(2, SECOND)
                 shares = conn.execute(
-                    sql.SQL("SELECT share, slots FROM {s}.queue_start_shares WHERE queue = 'api' ORDER BY share").format(
-                        s=s
-                    )
+                    sql.SQL(
+                        "SELECT share, slots FROM {s}.queue_start_shares WHERE queue = 'api' ORDER BY share"
+                    ).format(s=s)
                 ).fetchall()
                 assert shares == [(0, 2)]  # one share of the two slots of the limit that stands
                 conn.execute(sql.SQL("DROP TRIGGER refuse ON {s}.queue_start_shares").format(s=s))

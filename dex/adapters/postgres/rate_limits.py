@@ -301,7 +301,14 @@ def claim_reserved_activity_tasks(
         return []
     sent = conn.execute(
         q(_CLAIM_RESERVED_ACTIVITY_TASKS),
-        {"names": sorted(names), "now": now, "lease": lease, "limit": limit, "owner": owner, **_reserved_params(reserved)},
+        {
+            "names": sorted(names),
+            "now": now,
+            "lease": lease,
+            "limit": limit,
+            "owner": owner,
+            **_reserved_params(reserved),
+        },
     )
     return claimed_activity_tasks(sent)
 
@@ -344,9 +351,7 @@ class Reservations:
         self._held: dict[tuple[str, str], Reserved] = {}
         self._lock = threading.Lock()
 
-    def take(
-        self, kind: str, limited: Mapping[str, RateLimit], n: int, now: datetime
-    ) -> dict[str, Reserved] | None:
+    def take(self, kind: str, limited: Mapping[str, RateLimit], n: int, now: datetime) -> dict[str, Reserved] | None:
         """``n`` reserved starts of each of ``limited`` (its queues of ``kind``), or None (and
         none taken) unless every one has that many."""
         with self._lock:
@@ -426,7 +431,9 @@ def claim_with_limits(
             try:
                 got = reserve_starts(conn, q, kind, name, limited[name], want, now)
             except psycopg.Error:
-                log.warning("could not reserve starts of queue %r; its claims go through its slots", name, exc_info=True)
+                log.warning(
+                    "could not reserve starts of queue %r; its claims go through its slots", name, exc_info=True
+                )
                 break
             if got is not None:
                 reservations.hold(kind, name, got)

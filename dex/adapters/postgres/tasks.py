@@ -72,7 +72,9 @@ class PostgresWorkflowTasks:
                 limited,
                 now,
                 limit,
-                lambda reserved: rate_limits.claim_reserved_workflow_tasks(conn, self._q, names, owner, now, lease, limit, reserved),
+                lambda reserved: rate_limits.claim_reserved_workflow_tasks(
+                    conn, self._q, names, owner, now, lease, limit, reserved
+                ),
                 lambda: rate_limits.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit),
             )
 
@@ -143,7 +145,9 @@ class PostgresActivityTasks:
                 limited,
                 now,
                 limit,
-                lambda reserved: rate_limits.claim_reserved_activity_tasks(conn, self._q, names, owner, now, lease, limit, reserved),
+                lambda reserved: rate_limits.claim_reserved_activity_tasks(
+                    conn, self._q, names, owner, now, lease, limit, reserved
+                ),
                 lambda: rate_limits.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit),
             )
 
