@@ -1,12 +1,13 @@
 """How the PostgreSQL adapter knows which claim to send (dex/adapters/postgres/rate_limits.py),
-without a database: which kinds of queue have rate limits is read at most once a ``ttl`` and
-kept when a read fails."""
+without a database: which queues have rate limits is read at most once a ``ttl`` and kept when a
+read fails; a claim takes reserved starts only when every limited queue of its kind has enough,
+within the reservation and under the limit it was made for, and gives back what it left."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
-from dex.adapters.postgres.rate_limits import Limited, LimitedQueues
+from dex.adapters.postgres.rate_limits import Limited, LimitedQueues, Reservations, Reserved
 from dex.domain.queue_limits import RateLimit
 
 SECOND = timedelta(seconds=1)
@@ -31,3 +32,41 @@ def test_the_limited_kinds_are_read_once_a_ttl_and_kept_when_a_read_fails() -> N
     limited.invalidate()
     assert not limited.of_kind("activity")
     assert len(reads) == 3
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+HIGH = RateLimit(100_000, SECOND)
+
+
+def test_a_claim_takes_reserved_starts_only_when_every_limited_queue_has_enough() -> None:
+    reservations = Reservations()
+    limited = {"api": HIGH, "mail": HIGH}
+    api = Reserved(HIGH, 40, T0, T0 + SECOND / 4)
+    reservations.hold("activity", "api", api)
+    assert reservations.take("activity", limited, 32, T0) is None  # "mail" has none
+    assert api.take(40, HIGH, T0)  # and "api" was given back whole
+    api.give_back(40)
+    reservations.hold("activity", "mail", Reserved(HIGH, 32, T0, T0 + SECOND / 4))
+    taken = reservations.take("activity", limited, 32, T0)
+    assert taken is not None and set(taken) == {"api", "mail"}
+    assert reservations.take("activity", limited, 32, T0) is None  # "api" has 8 left, "mail" none
+    taken["mail"].give_back(32)  # the claim started nothing of "mail"
+    assert reservations.take("activity", {"mail": HIGH}, 32, T0) is not None
+
+
+def test_reserved_starts_are_used_only_within_the_reservation_and_under_its_limit() -> None:
+    reservations = Reservations()
+    reservations.hold("workflow", "q", Reserved(HIGH, 1000, T0, T0 + SECOND / 4))
+    assert reservations.take("workflow", {"q": HIGH}, 1, T0 - timedelta(microseconds=1)) is None
+    assert reservations.take("workflow", {"q": HIGH}, 1, T0 + SECOND / 4 + timedelta(microseconds=1)) is None
+    assert reservations.take("workflow", {"q": RateLimit(50_000, SECOND)}, 1, T0) is None  # the limit changed
+    assert reservations.take("workflow", {"q": HIGH}, 1, T0 + SECOND / 4) is not None
+
+
+def test_reservations_are_wanted_only_when_every_limit_is_far_above_the_batch() -> None:
+    reservations = Reservations()
+    assert reservations.wanted("workflow", {"q": HIGH, "low": RateLimit(20, SECOND)}, 32, T0) == {}
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}
+    reservations.hold("workflow", "q", Reserved(HIGH, 64, T0, T0 + SECOND / 4))
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {}  # enough held for the next claim
+    assert reservations.take("workflow", {"q": HIGH}, 64, T0) is not None  # and wanted() took none of it

@@ -269,6 +269,7 @@ class PostgresQueues:
         check_queue(name, kind, 1)
         with self._db.transaction() as conn:
             update_queue(conn, self._q, name, kind, "paused", bool(paused))
+        self._limited.invalidate()  # the claims of a paused limited queue's kind leave it out
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
         check_queue(name, kind, capacity)

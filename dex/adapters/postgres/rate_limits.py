@@ -427,9 +427,14 @@ def claim_with_limits(
         return claimed
     claimed = through_shares()
     if len(claimed) == limit:
-        for name, want in reservations.wanted(kind, limited, limit, now).items():
+        # a queue this claim took tasks of gets a whole reservation; one it took none of (idle
+        # here, or left to other engines), a batch's worth: enough for the next claims to need
+        # no slot work, little to lose if this engine starts nothing of it
+        took = Counter(task.queue for task in claimed)
+        for name, (want, reach) in reservations.wanted(kind, limited, limit, now).items():
+            want = want if took[name] else limit
             try:
-                got = reserve_starts(conn, q, kind, name, limited[name], want, now)
+                got = reserve_starts(conn, q, kind, name, limited[name], (want, reach), now)
             except psycopg.Error:
                 log.warning(
                     "could not reserve starts of queue %r; its claims go through its slots", name, exc_info=True
@@ -444,9 +449,14 @@ Limited = dict[str, dict[str, RateLimit]]  # kind -> queue name -> its rate limi
 
 
 def limited_queues(conn: psycopg.Connection, q: Statements) -> Limited:
-    """The queues with a rate limit, per kind ("workflow", "activity"), with their limits."""
+    """The queues with a rate limit that the operator has not paused, per kind ("workflow",
+    "activity"), with their limits. (A paused one is claimed by nobody; the claims of its kind
+    need no reservation of it.)"""
     rows = conn.execute(
-        q("SELECT kind, name, rate_count, rate_period_us FROM {s}.queues WHERE rate_count IS NOT NULL")
+        q(
+            "SELECT kind, name, rate_count, rate_period_us FROM {s}.queues"
+            " WHERE rate_count IS NOT NULL AND NOT operator_paused"
+        )
     ).fetchall()
     limited: Limited = {}
     for kind, name, count, period in rows:
