@@ -42,11 +42,11 @@ def test_a_claim_takes_reserved_starts_only_when_every_limited_queue_has_enough(
     reservations = Reservations()
     limited = {"api": HIGH, "mail": HIGH}
     api = Reserved(HIGH, 40, T0, T0 + SECOND / 4)
-    reservations.hold("activity", "api", api)
+    reservations.hold("activity", "api", api, T0)
     assert reservations.take("activity", limited, 32, T0) is None  # "mail" has none
     assert api.take(40, HIGH, T0)  # and "api" was given back whole
     api.give_back(40)
-    reservations.hold("activity", "mail", Reserved(HIGH, 32, T0, T0 + SECOND / 4))
+    reservations.hold("activity", "mail", Reserved(HIGH, 32, T0, T0 + SECOND / 4), T0)
     taken = reservations.take("activity", limited, 32, T0)
     assert taken is not None and set(taken) == {"api", "mail"}
     assert reservations.take("activity", limited, 32, T0) is None  # "api" has 8 left, "mail" none
@@ -56,7 +56,7 @@ def test_a_claim_takes_reserved_starts_only_when_every_limited_queue_has_enough(
 
 def test_reserved_starts_are_used_only_within_the_reservation_and_under_its_limit() -> None:
     reservations = Reservations()
-    reservations.hold("workflow", "q", Reserved(HIGH, 1000, T0, T0 + SECOND / 4))
+    reservations.hold("workflow", "q", Reserved(HIGH, 1000, T0, T0 + SECOND / 4), T0)
     assert reservations.take("workflow", {"q": HIGH}, 1, T0 - timedelta(microseconds=1)) is None
     assert reservations.take("workflow", {"q": HIGH}, 1, T0 + SECOND / 4 + timedelta(microseconds=1)) is None
     assert reservations.take("workflow", {"q": RateLimit(50_000, SECOND)}, 1, T0) is None  # the limit changed
@@ -67,6 +67,20 @@ def test_reservations_are_wanted_only_when_every_limit_is_far_above_the_batch() 
     reservations = Reservations()
     assert reservations.wanted("workflow", {"q": HIGH, "low": RateLimit(20, SECOND)}, 32, T0) == {}
     assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}
-    reservations.hold("workflow", "q", Reserved(HIGH, 64, T0, T0 + SECOND / 4))
+    reservations.hold("workflow", "q", Reserved(HIGH, 64, T0, T0 + SECOND / 4), T0)
     assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {}  # enough held for the next claim
     assert reservations.take("workflow", {"q": HIGH}, 64, T0) is not None  # and wanted() took none of it
+
+
+def test_reservations_made_at_once_are_all_used_and_the_spent_ones_let_go() -> None:
+    reservations = Reservations()
+    first, second = Reserved(HIGH, 32, T0, T0 + SECOND / 4), Reserved(HIGH, 32, T0, T0 + SECOND / 2)
+    reservations.hold("workflow", "q", first, T0)
+    reservations.hold("workflow", "q", second, T0)  # two threads found the queue short at once
+    assert reservations.take("workflow", {"q": HIGH}, 32, T0) == {"q": first}
+    assert reservations.take("workflow", {"q": HIGH}, 32, T0) == {"q": second}
+    assert reservations.take("workflow", {"q": HIGH}, 1, T0) is None
+    second.give_back(32)
+    later = T0 + SECOND / 3  # past the first's reach: a new one lets it go, the second is kept
+    reservations.hold("workflow", "q", Reserved(HIGH, 1, later, later + SECOND / 4), later)
+    assert reservations.take("workflow", {"q": HIGH}, 32, later) == {"q": second}

@@ -348,17 +348,26 @@ class Reservations:
     allow it (queue_limits.reservation), so the next claims need no slot work."""
 
     def __init__(self) -> None:
-        self._held: dict[tuple[str, str], Reserved] = {}
+        # per (kind, queue), the reservations held, newest last (a few: threads that found
+        # the last one short at once each reserve; none is let go while it has starts left)
+        self._held: dict[tuple[str, str], list[Reserved]] = {}
         self._lock = threading.Lock()
+
+    def _take_one(self, kind: str, name: str, limit: RateLimit, n: int, now: datetime) -> Reserved | None:
+        with self._lock:
+            held = list(self._held.get((kind, name), ()))
+        for reserved in held:
+            if reserved.take(n, limit, now):
+                return reserved
+        return None
 
     def take(self, kind: str, limited: Mapping[str, RateLimit], n: int, now: datetime) -> dict[str, Reserved] | None:
         """``n`` reserved starts of each of ``limited`` (its queues of ``kind``), or None (and
         none taken) unless every one has that many."""
-        with self._lock:
-            held = {name: self._held.get((kind, name)) for name in limited}
         taken: dict[str, Reserved] = {}
-        for name, reserved in held.items():
-            if reserved is None or not reserved.take(n, limited[name], now):
+        for name, limit in limited.items():
+            reserved = self._take_one(kind, name, limit, n, now)
+            if reserved is None:
                 for back in taken.values():
                     back.give_back(n)
                 return None
@@ -369,7 +378,7 @@ class Reservations:
         self, kind: str, limited: Mapping[str, RateLimit], n: int, now: datetime
     ) -> dict[str, tuple[int, timedelta]]:
         """What to reserve of each of ``limited`` for claims of ``n`` (queue_limits.reservation:
-        how many starts, how far ahead), for those whose reservation cannot give ``n`` now;
+        how many starts, how far ahead), for those whose reservations cannot give ``n`` now;
         nothing if some queue's limit allows no reservation (the claims of the kind then all
         go through the shares)."""
         wanted: dict[str, tuple[int, timedelta]] = {}
@@ -377,18 +386,18 @@ class Reservations:
             size = queue_limits.reservation(limit, n)
             if size is None:
                 return {}
-            with self._lock:
-                held = self._held.get((kind, name))
-            if held is None or not held.take(n, limit, now):
+            held = self._take_one(kind, name, limit, n, now)
+            if held is None:
                 wanted[name] = size
             else:
                 held.give_back(n)
         return wanted
 
-    def hold(self, kind: str, queue: str, reserved: Reserved) -> None:
-        """Keep a new reservation of the queue (what was left of the last one is let go)."""
+    def hold(self, kind: str, queue: str, reserved: Reserved, now: datetime) -> None:
+        """Keep a new reservation of the queue; those of it past their reach at ``now`` are let go."""
         with self._lock:
-            self._held[(kind, queue)] = reserved
+            kept = [r for r in self._held.get((kind, queue), ()) if r.until >= now]
+            self._held[(kind, queue)] = [*kept, reserved]
 
 
 class Claimed(Protocol):
@@ -441,7 +450,7 @@ def claim_with_limits(
                 )
                 break
             if got is not None:
-                reservations.hold(kind, name, got)
+                reservations.hold(kind, name, got, now)
     return claimed
 
 
