@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dex.adapters.postgres.rate_limits import Limited, LimitedQueues, Reservations, Reserved
+from dex.adapters.postgres.rate_limits import RESERVE_AHEAD, Limited, LimitedQueues, Reservations, Reserved
 from dex.domain.queue_limits import RateLimit
 
 SECOND = timedelta(seconds=1)
@@ -63,13 +63,19 @@ def test_reserved_starts_are_used_only_within_the_reservation_and_under_its_limi
     assert reservations.take("workflow", {"q": HIGH}, 1, T0 + SECOND / 4) is not None
 
 
-def test_reservations_are_wanted_only_when_every_limit_is_far_above_the_batch() -> None:
+def test_reservations_are_wanted_when_every_limit_is_far_above_the_batch_and_running_low() -> None:
     reservations = Reservations()
     assert reservations.wanted("workflow", {"q": HIGH, "low": RateLimit(20, SECOND)}, 32, T0) == {}
     assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}
-    reservations.hold("workflow", "q", Reserved(HIGH, 64, T0, T0 + SECOND / 4), T0)
-    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {}  # enough held for the next claim
-    assert reservations.take("workflow", {"q": HIGH}, 64, T0) is not None  # and wanted() took none of it
+    # another thread that cannot be served reserves too
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}
+    reservations.hold("workflow", "q", Reserved(HIGH, RESERVE_AHEAD * 32, T0, T0 + SECOND / 4), T0)
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {}  # enough held for the next claims
+    assert reservations.take("workflow", {"q": HIGH}, 32, T0) is not None
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}  # low
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {}  # one thread reserves ahead at a time
+    reservations.hold("workflow", "q", None, T0)  # that reservation found no free slot
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}
 
 
 def test_reservations_made_at_once_are_all_used_and_the_spent_ones_let_go() -> None:

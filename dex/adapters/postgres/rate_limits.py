@@ -43,6 +43,8 @@ from dex.app.ports.store import ActivityTask, WorkflowTask
 from dex.domain import queue_limits
 from dex.domain.queue_limits import RateLimit
 
+RESERVE_AHEAD = 4  # reserve again while the starts held still cover this many claims
+
 log = logging.getLogger("dex.worker")
 
 # Per limited queue of the kind (not paused by the operator), the share it locks, soonest free
@@ -337,6 +339,13 @@ class Reserved:
         with self._lock:
             self._left += n
 
+    def left(self, limit: RateLimit, now: datetime) -> int:
+        """The starts left that a claim under ``limit`` at ``now`` may use (0 past its reach)."""
+        with self._lock:
+            if limit != self.limit or not queue_limits.may_start_reserved(now, self.since, self.until):
+                return 0
+            return self._left
+
 
 class Reservations:
     """The starts this engine reserved, per (kind, queue), for the claims of its threads.
@@ -344,13 +353,15 @@ class Reservations:
     A claim of a kind whose every rate-limited queue (as last read) has ``limit`` reserved
     starts left takes them before its statement and gives back what it did not use; the
     plain claim's statement then claims those queues too. Otherwise the claim goes through
-    the shares, and one that fills its batch reserves for the kind's queues whose limits
-    allow it (queue_limits.reservation), so the next claims need no slot work."""
+    the shares. A claim that fills its batch reserves more of the queues running low, if the
+    limits of all the kind's queues allow it (queue_limits.reservation), before they run out:
+    the claims of a busy engine then need no slot work."""
 
     def __init__(self) -> None:
         # per (kind, queue), the reservations held, newest last (a few: threads that found
         # the last one short at once each reserve; none is let go while it has starts left)
         self._held: dict[tuple[str, str], list[Reserved]] = {}
+        self._reserving: set[tuple[str, str]] = set()  # queues a thread is reserving for now
         self._lock = threading.Lock()
 
     def _take_one(self, kind: str, name: str, limit: RateLimit, n: int, now: datetime) -> Reserved | None:
@@ -378,26 +389,33 @@ class Reservations:
         self, kind: str, limited: Mapping[str, RateLimit], n: int, now: datetime
     ) -> dict[str, tuple[int, timedelta]]:
         """What to reserve of each of ``limited`` for claims of ``n`` (queue_limits.reservation:
-        how many starts, how far ahead), for those whose reservations cannot give ``n`` now;
-        nothing if some queue's limit allows no reservation (the claims of the kind then all
-        go through the shares)."""
+        how many starts, how far ahead): of those whose reservations hold fewer than
+        ``RESERVE_AHEAD`` claims' worth at ``now`` and that no other thread of this engine is
+        reserving for, and of those that cannot give one claim (the caller then reserves, until
+        :meth:`hold`); nothing if some queue's limit allows no reservation (the claims of the
+        kind then all go through the shares)."""
+        sizes = {name: queue_limits.reservation(limit, n) for name, limit in limited.items()}
         wanted: dict[str, tuple[int, timedelta]] = {}
-        for name, limit in limited.items():
-            size = queue_limits.reservation(limit, n)
-            if size is None:
-                return {}
-            held = self._take_one(kind, name, limit, n, now)
-            if held is None:
-                wanted[name] = size
-            else:
-                held.give_back(n)
+        with self._lock:
+            for name, limit in limited.items():
+                size = sizes[name]
+                if size is None:
+                    self._reserving -= {(kind, other) for other in wanted}
+                    return {}
+                left = sum(r.left(limit, now) for r in self._held.get((kind, name), ()))
+                # one thread at a time reserves ahead; one that cannot be served reserves anyway
+                if left < n or (left < RESERVE_AHEAD * n and (kind, name) not in self._reserving):
+                    self._reserving.add((kind, name))
+                    wanted[name] = size
         return wanted
 
-    def hold(self, kind: str, queue: str, reserved: Reserved, now: datetime) -> None:
-        """Keep a new reservation of the queue; those of it past their reach at ``now`` are let go."""
+    def hold(self, kind: str, queue: str, reserved: Reserved | None, now: datetime) -> None:
+        """Keep a new reservation of the queue (None: none was made); those past their reach at
+        ``now`` are let go. Ends this thread's reserving for the queue."""
         with self._lock:
+            self._reserving.discard((kind, queue))
             kept = [r for r in self._held.get((kind, queue), ()) if r.until >= now]
-            self._held[(kind, queue)] = [*kept, reserved]
+            self._held[(kind, queue)] = [*kept, reserved] if reserved is not None else kept
 
 
 class Claimed(Protocol):
@@ -420,38 +438,63 @@ def claim_with_limits(
     through_shares: Callable[[], list[T]],
 ) -> list[T]:
     """A claim of up to ``limit`` tasks of ``kind``, whose rate-limited queues are ``limited``:
-    with reserved starts of each when this engine holds them (the plain claim's statement,
-    no slot work), else through the shares; a claim through the shares that fills its batch
-    then reserves (:class:`Reservations`). A failed reservation is logged: the tasks claimed
-    are returned (their leases are taken), and the next claims go through the shares."""
+    with reserved starts of each when this engine holds them or reserves them now (the plain
+    claim's statement, no slot work), else through the shares; a claim that fills its batch
+    then reserves for the queues running low (:func:`reserve`). A failed reservation is logged: the tasks
+    claimed are returned (their leases are taken)."""
     taken = reservations.take(kind, limited, limit, now)
-    if taken is not None:
-        claimed: list[T] = []
+    if taken is None and reserve(conn, q, reservations, kind, limited, now, limit, Counter()):
+        taken = reservations.take(kind, limited, limit, now)
+    if taken is None:
+        claimed = through_shares()
+    else:
+        claimed = []
         try:
             claimed = through_reserved(limited)
         finally:
             used = Counter(task.queue for task in claimed)
             for name, reserved in taken.items():
                 reserved.give_back(limit - used[name])
-        return claimed
-    claimed = through_shares()
     if len(claimed) == limit:
-        # a queue this claim took tasks of gets a whole reservation; one it took none of (idle
-        # here, or left to other engines), a batch's worth: enough for the next claims to need
-        # no slot work, little to lose if this engine starts nothing of it
-        took = Counter(task.queue for task in claimed)
-        for name, (want, reach) in reservations.wanted(kind, limited, limit, now).items():
-            want = want if took[name] else limit
+        reserve(conn, q, reservations, kind, limited, now, limit, Counter(task.queue for task in claimed))
+    return claimed
+
+
+def reserve(
+    conn: psycopg.Connection,
+    q: Statements,
+    reservations: Reservations,
+    kind: str,
+    limited: Mapping[str, RateLimit],
+    now: datetime,
+    limit: int,
+    took: Counter[str],
+) -> bool:
+    """Reserve starts of the queues that run low (:meth:`Reservations.wanted`): before a claim
+    that finds none reserved, and after one that filled its batch, before they run out.
+    A queue the claim took tasks of (``took``) gets a whole reservation; one it took none of
+    (before the claim; idle here; left to other engines), a batch's worth: enough for the next
+    claim to need no slot work, little to lose if this engine starts nothing of it. A failed
+    reservation is logged (the claims go through the shares). Whether any was made."""
+    wanted = reservations.wanted(kind, limited, limit, now)
+    held: set[str] = set()
+    made = False
+    try:
+        for name, (size, reach) in wanted.items():
+            got = None
             try:
-                got = reserve_starts(conn, q, kind, name, limited[name], (want, reach), now)
+                got = reserve_starts(conn, q, kind, name, limited[name], (size if took[name] else limit, reach), now)
             except psycopg.Error:
                 log.warning(
                     "could not reserve starts of queue %r; its claims go through its slots", name, exc_info=True
                 )
-                break
-            if got is not None:
-                reservations.hold(kind, name, got, now)
-    return claimed
+            reservations.hold(kind, name, got, now)
+            held.add(name)
+            made = made or got is not None
+    finally:  # whatever happened, no queue is left marked as being reserved for
+        for name in wanted.keys() - held:
+            reservations.hold(kind, name, None, now)
+    return made
 
 
 Limited = dict[str, dict[str, RateLimit]]  # kind -> queue name -> its rate limit
