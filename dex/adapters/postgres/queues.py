@@ -99,7 +99,7 @@ def start_slots(conn: psycopg.Connection, q: Statements, name: str, kind: str, r
         cur.executemany(
             q(
                 "INSERT INTO {s}.queue_start_shares (kind, queue, share, slots, recent, counts, free_at)"
-                " VALUES (%s, %s, %s, %s, %s::timestamptz[], %s::integer[], coalesce(%s::timestamptz, '-infinity'))"
+                " VALUES (%s, %s, %s, %s, %b::timestamptz[], %b::integer[], coalesce(%s::timestamptz, '-infinity'))"
             ),
             [
                 (

@@ -34,7 +34,7 @@ from typing import Protocol, TypeVar
 
 import psycopg
 
-from dex.adapters.postgres import activity_tasks, attempts, workflow_tasks
+from dex.adapters.postgres import activity_tasks, arrays, attempts, workflow_tasks
 from dex.adapters.postgres.activity_tasks import claimed_activity_tasks
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, WORKFLOW_TASK_COLUMNS, workflow_task
@@ -208,7 +208,7 @@ _RESERVE = """
 _RESERVED_QUEUES = (
     "t.queue IN (SELECT qu.name FROM {s}.queues qu WHERE qu.kind = 'KIND' AND NOT qu.operator_paused"
     " AND (qu.rate_count IS NULL OR (qu.name, qu.rate_count, qu.rate_period_us) IN"
-    " (SELECT * FROM unnest(%(reserved)s::text[], %(counts)s::integer[], %(periods)s::bigint[]))))"
+    " (SELECT * FROM unnest(%(reserved)b::text[], %(counts)b::integer[], %(periods)b::bigint[]))))"
 )
 _CLAIM_RESERVED_WORKFLOW_TASKS = workflow_tasks.CLAIM.replace(
     workflow_tasks.CLAIMED_QUEUES, _RESERVED_QUEUES.replace("KIND", "workflow")
@@ -251,11 +251,12 @@ def reserve_starts(
 
 
 def _reserved_params(reserved: Mapping[str, RateLimit]) -> dict[str, object]:
+    # packed (arrays.py): sent with every claim of a busy engine
     names = sorted(reserved)
     return {
-        "reserved": names,
-        "counts": [reserved[name].starts for name in names],
-        "periods": [reserved[name].period // timedelta(microseconds=1) for name in names],
+        "reserved": arrays.texts(names),
+        "counts": arrays.int4s([reserved[name].starts for name in names]),
+        "periods": arrays.int8s([reserved[name].period // timedelta(microseconds=1) for name in names]),
     }
 
 
