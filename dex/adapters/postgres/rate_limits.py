@@ -1,22 +1,27 @@
 """Claims when some queue of the kind has a rate limit: each task of a limited queue started
-takes a free start slot, in the same statement as the claim.
+takes a free start slot, or one this engine reserved ahead.
 
 A queue with a rate limit keeps its start slots in shares (migration 19,
 ``queue_limits.share_sizes``): a row per share with its slots' last starts as pairs (a moment,
-how many slots last started then). One statement claims from every queue of the kind that the
-operator has not paused: from an unlimited queue up to the claim's limit, as the plain claim
-does; from a limited one up to the free slots of the shares it locked, a few per queue
-(``queue_limits.shares_to_take``), soonest free first, ``FOR UPDATE SKIP LOCKED``: a
-concurrent claim takes other shares and waits for none, so the limit holds across every engine
-without a row that all of them update. The best tasks overall up to the limit are taken under
-a lease, and each share whose slots they used gets one pair (the claim's time, how many),
-dropping the pairs a period old (``queue_limits.in_use``: those slots are free) and saying when
-its first slot is free again (``queue_limits.free_from``). Shares locked but not used are only
-held until the statement commits.
+how many slots last started then), and two functions of the schema that read and write them
+(``share_free``, ``share_stamped``: ``queue_limits.in_use`` and ``free_from`` in SQL).
+
+Through the shares, one statement claims from every queue of the kind that the operator has
+not paused: from an unlimited queue up to the claim's limit, as the plain claim does; from a
+limited one up to the free slots of the one share it locks, soonest free first, ``FOR UPDATE
+SKIP LOCKED``: a concurrent claim takes another share and waits for none, so the limit holds
+across every engine without a row that all of them update. The share used gets one pair (the
+claim's time, how many it started), the pairs a period old dropped.
+
+Through reservations (:class:`Reservations`, ``queue_limits.reservation``): on a queue whose
+limit is far above a claim's batch, the engine stamps free slots of a share a quarter period
+ahead (:func:`reserve_starts`) and starts tasks through them until then, with the plain claim's
+statement over the unlimited queues and the reserved ones (:func:`claim_reserved_workflow_tasks`):
+no slot work with each claim. :func:`claim_with_limits` chooses.
 
 The plain claims (:mod:`.workflow_tasks`, :mod:`.activity_tasks`) keep their statements and
 their plans: they skip every queue whose generated ``paused`` is true, which a rate limit makes
-it (migration 15). So this statement replaces them only when this engine knows of a limited
+it (migration 15). So these statements replace them only when this engine knows of a limited
 queue of the kind (:class:`LimitedQueues`: read at most every second); a limit set elsewhere is
 honoured at once (the plain claims skip the queue), and its tasks are claimed here within that
 second.
