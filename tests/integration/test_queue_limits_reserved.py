@@ -75,3 +75,25 @@ def test_starts_reserved_ahead_by_two_engines_keep_the_limit(
     assert most_in_a_window(starts, PERIOD) <= LIMIT.starts
     assert sum(1 for moment in starts if moment < began + PERIOD) == LIMIT.starts
     assert ahead
+
+
+def test_a_limit_changed_by_another_engine_stops_the_starts_reserved_under_the_old_one(
+    engines: tuple[str, str, list[PostgresAdapter], VirtualClock],
+) -> None:
+    """The reserving engine still reads the old limit (it reads the queues once a second), but
+    its claim names the limit each reservation was made under: lowered elsewhere to what has
+    already started, the queue starts nothing more in that period."""
+    _dsn, _schema, (a, b), clock = engines
+    a.create_queue(QUEUE, "workflow", 1000, 1, LIMIT)
+    for n in range(20):
+        start(a, clock, f"r{n}")
+    a.schedule_workflow_tasks(clock.now(), 100)
+    began = clock.now()
+    started = sum(len(a.claim_workflow_tasks(frozenset({WF}), "a", clock.now(), LEASE, 1)) for _ in range(6))
+    assert started == 6  # through starts reserved ahead, some left
+    b.set_queue_rate_limit(QUEUE, "workflow", RateLimit(6, PERIOD))
+    clock.advance(STEP)
+    assert a.claim_workflow_tasks(frozenset({WF}), "a", clock.now(), LEASE, 1) == []
+    assert b.claim_workflow_tasks(frozenset({WF}), "b", clock.now(), LEASE, 1) == []
+    clock.advance(began + PERIOD / 2 - clock.now())
+    assert a.claim_workflow_tasks(frozenset({WF}), "a", clock.now(), LEASE, 1) == []

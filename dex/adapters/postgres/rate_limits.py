@@ -209,11 +209,13 @@ _RESERVE = """
 """
 
 # The plain claim's statement over the unlimited queues and the rate-limited ones this engine
-# holds reservations of, each with the limit it was reserved under.
+# holds reservations of, each with the limit it was reserved under, as 'name/count/period in
+# microseconds' (one array; the last two parts are digits, so the text says which queue and
+# limit it is even of a name with a '/').
 _RESERVED_QUEUES = (
     "t.queue IN (SELECT qu.name FROM {s}.queues qu WHERE qu.kind = 'KIND' AND NOT qu.operator_paused"
-    " AND (qu.rate_count IS NULL OR (qu.name, qu.rate_count, qu.rate_period_us) IN"
-    " (SELECT * FROM unnest(%(reserved)b::text[], %(counts)b::integer[], %(periods)b::bigint[]))))"
+    " AND (qu.rate_count IS NULL"
+    " OR qu.name || '/' || qu.rate_count || '/' || qu.rate_period_us = ANY(%(reserved)b::text[])))"
 )
 _CLAIM_RESERVED_WORKFLOW_TASKS = workflow_tasks.CLAIM.replace(
     workflow_tasks.CLAIMED_QUEUES, _RESERVED_QUEUES.replace("KIND", "workflow")
@@ -257,11 +259,10 @@ def reserve_starts(
 
 def _reserved_params(reserved: Mapping[str, RateLimit]) -> dict[str, object]:
     # packed (arrays.py): sent with every claim of a busy engine
-    names = sorted(reserved)
     return {
-        "reserved": arrays.texts(names),
-        "counts": arrays.int4s([reserved[name].starts for name in names]),
-        "periods": arrays.int8s([reserved[name].period // timedelta(microseconds=1) for name in names]),
+        "reserved": arrays.texts(
+            [f"{name}/{limit.starts}/{limit.period // timedelta(microseconds=1)}" for name, limit in reserved.items()]
+        )
     }
 
 
