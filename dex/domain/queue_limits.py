@@ -68,7 +68,7 @@ SHARE_SLOTS = 64
 """A share holds at least this many slots (a queue with fewer has one share): a claim takes
 its tasks through one share, so a share must cover a claim's batch."""
 
-RESERVED_PART = 64
+RESERVED_PART = 32
 """A reservation stamps at most ``count // RESERVED_PART`` slots (and no more than a share has
 free): an engine that stops claiming wastes at most that part of the limit."""
 RESERVED_BATCHES = 4

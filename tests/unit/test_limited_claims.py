@@ -66,16 +66,16 @@ def test_reserved_starts_are_used_only_within_the_reservation_and_under_its_limi
 def test_reservations_are_wanted_when_every_limit_is_far_above_the_batch_and_running_low() -> None:
     reservations = Reservations()
     assert reservations.wanted("workflow", {"q": HIGH, "low": RateLimit(20, SECOND)}, 32, T0) == {}
-    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 32, SECOND / 4)}
     # another thread that cannot be served reserves too
-    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 32, SECOND / 4)}
     reservations.hold("workflow", "q", Reserved(HIGH, RESERVE_AHEAD * 32, T0, T0 + SECOND / 4), T0)
     assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {}  # enough held for the next claims
     assert reservations.take("workflow", {"q": HIGH}, 32, T0) is not None
-    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}  # low
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 32, SECOND / 4)}  # low
     assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {}  # one thread reserves ahead at a time
     reservations.hold("workflow", "q", None, T0)  # that reservation found no free slot
-    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 64, SECOND / 4)}
+    assert reservations.wanted("workflow", {"q": HIGH}, 32, T0) == {"q": (100_000 // 32, SECOND / 4)}
 
 
 def test_reservations_made_at_once_are_all_used_and_the_spent_ones_let_go() -> None:
@@ -90,3 +90,13 @@ def test_reservations_made_at_once_are_all_used_and_the_spent_ones_let_go() -> N
     later = T0 + SECOND / 3  # past the first's reach: a new one lets it go, the second is kept
     reservations.hold("workflow", "q", Reserved(HIGH, 1, later, later + SECOND / 4), later)
     assert reservations.take("workflow", {"q": HIGH}, 32, later) == {"q": second}
+
+
+def test_a_queue_is_busy_until_the_reach_of_its_last_whole_reservation() -> None:
+    reservations = Reservations()
+    reservations.hold("activity", "api", Reserved(HIGH, 32, T0, T0 + SECOND / 4), T0)  # a batch's worth
+    assert not reservations.busy("activity", "api", T0)
+    reservations.hold("activity", "api", Reserved(HIGH, 3125, T0, T0 + SECOND / 4), T0, busy=True)
+    assert reservations.busy("activity", "api", T0 + SECOND / 4)
+    assert not reservations.busy("activity", "api", T0 + SECOND / 4 + timedelta(microseconds=1))
+    assert not reservations.busy("workflow", "api", T0)

@@ -61,8 +61,8 @@ def test_regrouping_keeps_the_newest_stamps_up_to_the_new_count() -> None:
 
 def test_starts_are_reserved_only_far_below_the_limit_and_used_within_the_reservation() -> None:
     assert reservation(RateLimit(20, SECOND), 1) is None
-    assert reservation(RateLimit(100_000, SECOND), 32) == (100_000 // 64, SECOND / 4)
-    assert reservation(RateLimit(64 * 4 * 32 - 1, SECOND), 32) is None
+    assert reservation(RateLimit(100_000, SECOND), 32) == (100_000 // 32, SECOND / 4)
+    assert reservation(RateLimit(32 * 4 * 32 - 1, SECOND), 32) is None
     until = T0 + SECOND / 4
     assert may_start_reserved(T0, T0, until) and may_start_reserved(until, T0, until)
     assert not may_start_reserved(until + timedelta(microseconds=1), T0, until)

@@ -48,7 +48,7 @@ from dex.app.ports.store import ActivityTask, WorkflowTask
 from dex.domain import queue_limits
 from dex.domain.queue_limits import RateLimit
 
-RESERVE_AHEAD = 4  # reserve again while the starts held still cover this many claims
+RESERVE_AHEAD = 16  # reserve again while the starts held still cover this many claims
 
 log = logging.getLogger("dex.worker")
 
@@ -369,6 +369,7 @@ class Reservations:
         # the last one short at once each reserve; none is let go while it has starts left)
         self._held: dict[tuple[str, str], list[Reserved]] = {}
         self._reserving: set[tuple[str, str]] = set()  # queues a thread is reserving for now
+        self._busy: dict[tuple[str, str], datetime] = {}  # the reach of the last whole reservation
         self._lock = threading.Lock()
 
     def _take_one(self, kind: str, name: str, limit: RateLimit, n: int, now: datetime) -> Reserved | None:
@@ -416,13 +417,22 @@ class Reservations:
                     wanted[name] = size
         return wanted
 
-    def hold(self, kind: str, queue: str, reserved: Reserved | None, now: datetime) -> None:
+    def hold(self, kind: str, queue: str, reserved: Reserved | None, now: datetime, busy: bool = False) -> None:
         """Keep a new reservation of the queue (None: none was made); those past their reach at
-        ``now`` are let go. Ends this thread's reserving for the queue."""
+        ``now`` are let go. Ends this thread's reserving for the queue. ``busy``: it was made
+        for claims that took full batches of the queue (:meth:`busy` says so until its reach)."""
         with self._lock:
             self._reserving.discard((kind, queue))
             kept = [r for r in self._held.get((kind, queue), ()) if r.until >= now]
             self._held[(kind, queue)] = [*kept, reserved] if reserved is not None else kept
+            if busy and reserved is not None:
+                self._busy[(kind, queue)] = reserved.until
+
+    def busy(self, kind: str, queue: str, now: datetime) -> bool:
+        """Whether a reservation made for full batches of the queue is still within its reach."""
+        with self._lock:
+            until = self._busy.get((kind, queue))
+        return until is not None and now <= until
 
 
 class Claimed(Protocol):
@@ -479,9 +489,10 @@ def reserve(
 ) -> bool:
     """Reserve starts of the queues that run low (:meth:`Reservations.wanted`): before a claim
     that finds none reserved, and after one that filled its batch, before they run out.
-    A queue the claim took tasks of (``took``) gets a whole reservation; one it took none of
-    (before the claim; idle here; left to other engines), a batch's worth: enough for the next
-    claim to need no slot work, little to lose if this engine starts nothing of it. A failed
+    A queue the claim took tasks of (``took``), or that had a whole reservation within its
+    reach (busy here), gets a whole reservation; one it took none of (idle here, or left to
+    other engines), a batch's worth: enough for the next claim to need no slot work, little to
+    lose if this engine starts nothing of it. A failed
     reservation is logged (the claims go through the shares). Whether any was made."""
     wanted = reservations.wanted(kind, limited, limit, now)
     held: set[str] = set()
@@ -489,13 +500,14 @@ def reserve(
     try:
         for name, (size, reach) in wanted.items():
             got = None
+            whole = took[name] > 0 or reservations.busy(kind, name, now)
             try:
-                got = reserve_starts(conn, q, kind, name, limited[name], (size if took[name] else limit, reach), now)
+                got = reserve_starts(conn, q, kind, name, limited[name], (size if whole else limit, reach), now)
             except psycopg.Error:
                 log.warning(
                     "could not reserve starts of queue %r; its claims go through its slots", name, exc_info=True
                 )
-            reservations.hold(kind, name, got, now)
+            reservations.hold(kind, name, got, now, busy=whole)
             held.add(name)
             made = made or got is not None
     finally:  # whatever happened, no queue is left marked as being reserved for
