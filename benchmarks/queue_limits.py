@@ -1,7 +1,7 @@
 """Claims from a rate-limited queue on PostgreSQL: throughput beside an unlimited queue, and
 how closely a low limit holds.
 
-    python -m benchmarks.queue_limits [--tasks 5000] [--threads 4] [--batch 32]
+    python -m benchmarks.queue_limits [--tasks 5000] [--threads 4] [--batch 32] [--pairs 1]
                                       [--rate 20] [--period 1] [--seconds 10]
 
 1. Claim throughput. ``--tasks`` runs wait on a workflow queue (their workflow tasks
@@ -9,7 +9,9 @@ how closely a low limit holds.
    port (``claim_workflow_tasks``) until none is left, on a fresh schema each time: once with
    no limit (the plain claim), once with a rate limit set far above what the claims reach
    (100,000 a second: every claim goes through the start slots, none waits for one). Reported:
-   tasks claimed per second and the claim statements' median time.
+   tasks claimed per second and the claim statements' median time. ``--pairs`` repeats the
+   two, alternated (unlimited, limited, unlimited, ...), and reports each pair's ratio and
+   their median: on a shared machine one pair says little.
 2. Accuracy of a low limit. A queue limited to ``--rate`` per ``--period`` seconds holds more
    tasks than it may start in ``--seconds``; the threads claim one task at a time, as fast as
    they can. Reported: the starts, the most in any window of the period by the time each
@@ -134,14 +136,24 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--pairs", type=int, default=1)
     parser.add_argument("--rate", type=int, default=20)
     parser.add_argument("--period", type=float, default=1.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
     dsn = postgres_dsn()
     high = RateLimit(100_000, timedelta(seconds=1))
-    rows = [throughput(dsn, args.tasks, args.threads, args.batch, rate) for rate in (None, high)]
-    print(table("claim throughput", ["limit", "claimed", "tasks/s", "median claim ms"], rows))
+    rows, ratios = [], []
+    for _ in range(args.pairs):
+        pair = [throughput(dsn, args.tasks, args.threads, args.batch, rate) for rate in (None, high)]
+        ratios.append(pair[1][2] / pair[0][2])
+        rows += [[*row, f"{ratios[-1]:.0%}" if row is pair[1] else ""] for row in pair]
+    print(table("claim throughput", ["limit", "claimed", "tasks/s", "median claim ms", "of unlimited"], rows))
+    if args.pairs > 1:
+        print(
+            f"limited/unlimited over {args.pairs} pairs: median {statistics.median(ratios):.1%},"
+            f" from {min(ratios):.1%} to {max(ratios):.1%}"
+        )
     low = RateLimit(args.rate, timedelta(seconds=args.period))
     row = accuracy(dsn, args.threads, low, args.seconds)
     print(

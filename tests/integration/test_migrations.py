@@ -12,6 +12,7 @@ runs in flight (migrations are frozen once released).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Iterator
@@ -283,3 +284,41 @@ def test_a_database_at_an_older_version_upgrades_with_its_runs_in_flight(
         name: (dex.RunStatus.COMPLETED, [2 * x[name], "early" if name == "noted" else name, 4 * x[name]])
         for name in runs
     }
+
+
+def test_migration_19_keeps_each_slots_last_start_in_its_share(pg_dsn: str, pg_schema: str) -> None:
+    """The start slots of migration 15 become shares (slot ``i`` in share ``i % shares``), each
+    recent last start kept as a pair of its slot's share: the upgrade lets no burst through."""
+    s = sql.Identifier(pg_schema)
+    with psycopg.connect(pg_dsn) as conn:
+        assert migrate(conn, pg_schema, version=18) == 18
+        at = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {s}.queues (kind, name, capacity, rate_count, rate_period_us)"
+                " VALUES ('activity', 'api', 10, 200, 1000000)"
+            ).format(s=s)
+        )
+        stamps = {**dict.fromkeys(range(6), at), 7: at - timedelta(seconds=1)}
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {s}.queue_starts (kind, queue, slot, last_start)"
+                " SELECT 'activity', 'api', n, coalesce((%s::jsonb ->> n::text)::timestamptz, '-infinity')"
+                " FROM generate_series(0, 199) AS n"
+            ).format(s=s),
+            [json.dumps({str(slot): moment.isoformat() for slot, moment in stamps.items()})],
+        )
+        conn.commit()
+        assert migrate(conn, pg_schema) == LATEST_VERSION
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT share, slots, recent, counts, free_at = '-infinity' FROM {s}.queue_start_shares"
+                " WHERE kind = 'activity' AND queue = 'api' ORDER BY share"
+            ).format(s=s)
+        ).fetchall()
+    # 200 slots, 3 shares: slots 0 and 3 in share 0, 1, 4 and 7 in share 1, 2 and 5 in share 2
+    assert rows == [
+        (0, 67, [at], [2], True),
+        (1, 67, [at - timedelta(seconds=1), at], [1, 2], True),
+        (2, 66, [at], [2], True),
+    ]

@@ -44,18 +44,20 @@ def test_a_rate_limit_change_that_fails_midway_changes_nothing() -> None:
                 )
                 conn.execute(
                     sql.SQL(
-                        "CREATE TRIGGER refuse BEFORE INSERT ON {s}.queue_starts FOR EACH ROW EXECUTE FUNCTION {s}.refuse()"
+                        "CREATE TRIGGER refuse BEFORE INSERT ON {s}.queue_start_shares FOR EACH ROW EXECUTE FUNCTION {s}.refuse()"
                     ).format(s=s)
                 )
                 with pytest.raises(psycopg.Error, match="the disk is full"):
                     engine.set_queue_rate_limit("api", "activity", (5, SECOND))
                 info = next(q for q in engine.list_queues() if q.name == "api")
                 assert info.rate_limit == RateLimit(2, SECOND)
-                slots = conn.execute(
-                    sql.SQL("SELECT slot FROM {s}.queue_starts WHERE queue = 'api' ORDER BY slot").format(s=s)
+                shares = conn.execute(
+                    sql.SQL(
+                        "SELECT share, slots FROM {s}.queue_start_shares WHERE queue = 'api' ORDER BY share"
+                    ).format(s=s)
                 ).fetchall()
-                assert [row[0] for row in slots] == [0, 1]
-                conn.execute(sql.SQL("DROP TRIGGER refuse ON {s}.queue_starts").format(s=s))
+                assert shares == [(0, 2)]  # one share of the two slots of the limit that stands
+                conn.execute(sql.SQL("DROP TRIGGER refuse ON {s}.queue_start_shares").format(s=s))
             engine.set_queue_rate_limit("api", "activity", (5, SECOND))
             assert next(q for q in engine.list_queues() if q.name == "api").rate_limit == (5, SECOND)
             run_id = engine.start_workflow(probe, 41)

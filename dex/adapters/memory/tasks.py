@@ -36,6 +36,7 @@ from dex.domain import events as ev
 from dex.domain.endings import kept_activity_tasks, kept_messages
 from dex.domain.errors import RunNotFoundError
 from dex.domain.queue_limits import key_grants
+from dex.domain.queue_limits import key_holders as key_holders_of
 from dex.domain.status import RunStatus
 from dex.domain.task import InboxMessage, WorkflowTaskResult
 from dex.domain.values import FailureInfo
@@ -60,11 +61,14 @@ class MemoryTasks:
     # -- workflow tasks -----------------------------------------------------------------------
     def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
         with self._state.lock:
-            key_holders = Counter(
-                row.created.concurrency_key
-                for row in self._state.runs.values()
-                if row.holds_key and not row.status.is_terminal
-            )
+            # per key, its live holders per queue (queue_limits.key_holders)
+            key_holders: dict[str, Counter[str]] = {}
+            for held in self._state.runs.values():
+                if held.holds_key and not held.status.is_terminal and held.created.concurrency_key is not None:
+                    key_holders.setdefault(held.created.concurrency_key, Counter())[held.created.queue] += 1
+            concurrency = {
+                name: queue.key_concurrency for (name, kind), queue in self._state.queues.items() if kind == WORKFLOW
+            }
             candidates = []
             for run_id, inbox in self._state.inbox.items():
                 row = self._state.runs[run_id]
@@ -85,13 +89,17 @@ class MemoryTasks:
                 key = row.created.concurrency_key
                 needs_key = key is not None and not row.holds_key and not cancel
                 queue = self._state.queue(row.created.queue, WORKFLOW)
-                if needs_key and key_grants(key_holders[key], queue.key_concurrency) == 0:
-                    continue
+                if needs_key:
+                    assert key is not None
+                    holders = key_holders.get(key, Counter())
+                    if key_grants(queue.key_concurrency, *key_holders_of(holders, concurrency, queue.name)) == 0:
+                        continue
                 if queue.paused or self._state.active_workflow_tasks(queue.name) >= queue.capacity:
                     continue
                 if needs_key:
+                    assert key is not None
                     row.holds_key = True
-                    key_holders[key] += 1
+                    key_holders.setdefault(key, Counter())[queue.name] += 1
                 self._state.add_workflow_task(row, queue.name)
                 created += 1
             return created

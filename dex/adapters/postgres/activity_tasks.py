@@ -66,6 +66,36 @@ _SCHEDULE_UNDER_LOCK = _SCHEDULE.replace("GATE", "")
 _SCHEDULE_IF_LOCKED = _SCHEDULE.replace("GATE", "AND current_setting(%(gate)s, true) = 'true'")
 
 
+# The claim (see send_activity_claim). CLAIMED_QUEUES is the queues it takes from
+# (rate_limits.py claims reserved rate-limited queues with the same statement).
+CLAIMED_QUEUES = "t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'activity' AND NOT paused)"
+CLAIM = (
+    """
+    WITH claimable AS (
+        SELECT t.queue, t.task_id, t.run_id, t.created_seq, t.attempt, t.locked_by, t.locked_until
+        FROM {s}.activity_tasks t
+        WHERE t.state = 'QUEUED' AND t.name = ANY(%(names)b::text[])
+          AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
+          AND """
+    + CLAIMED_QUEUES
+    + """
+        ORDER BY t.priority DESC, t.task_id
+        LIMIT %(limit)s
+        FOR UPDATE OF t SKIP LOCKED
+    ), claimed AS (
+    UPDATE {s}.activity_tasks t
+    SET attempt = t.attempt + CASE WHEN t.locked_by IS NULL THEN 0 ELSE 1 END,
+        locked_by = %(owner)s, locked_until = %(now)s + least(t.lock_timeout, %(lease)s),
+        lock_version = t.lock_version + 1
+    FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
+    RETURNING """
+    + ", ".join(f"t.{column.strip()}" for column in ACTIVITY_TASK_COLUMNS.split(","))
+    + "), lost AS ("
+    + attempts.LOST_FROM_CLAIM
+    + ") SELECT * FROM claimed"
+)
+
+
 def schedule_activity_tasks(conn: psycopg.Connection, q: Statements, now: datetime, limit: int) -> int:
     if limit <= 0:
         return 0
@@ -124,29 +154,7 @@ def send_activity_claim(
     # lock_version; a task taken over from an expired lease counts as a new attempt, and the
     # attempt it lost is kept (attempts.LOST_FROM_CLAIM: no row is written for any other claim)
     return conn.execute(
-        q(
-            """
-            WITH claimable AS (
-                SELECT t.queue, t.task_id, t.run_id, t.created_seq, t.attempt, t.locked_by, t.locked_until
-                FROM {s}.activity_tasks t
-                WHERE t.state = 'QUEUED' AND t.name = ANY(%(names)b::text[])
-                  AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
-                  AND t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'activity' AND NOT paused)
-                ORDER BY t.priority DESC, t.task_id
-                LIMIT %(limit)s
-                FOR UPDATE OF t SKIP LOCKED
-            ), claimed AS (
-            UPDATE {s}.activity_tasks t
-            SET attempt = t.attempt + CASE WHEN t.locked_by IS NULL THEN 0 ELSE 1 END,
-                locked_by = %(owner)s, locked_until = %(now)s + least(t.lock_timeout, %(lease)s),
-                lock_version = t.lock_version + 1
-            FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
-            RETURNING """
-            + ", ".join(f"t.{column.strip()}" for column in ACTIVITY_TASK_COLUMNS.split(","))
-            + "), lost AS ("
-            + attempts.LOST_FROM_CLAIM
-            + ") SELECT * FROM claimed"
-        ),
+        q(CLAIM),
         {"names": sorted(names), "now": now, "lease": lease, "limit": limit, "owner": owner},
     )
 

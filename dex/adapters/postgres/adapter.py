@@ -30,7 +30,7 @@ from dex.adapters.postgres.forks import PostgresForks
 from dex.adapters.postgres.instance_keys import PostgresKeyedStarts
 from dex.adapters.postgres.outbox import PostgresOutbox
 from dex.adapters.postgres.queues import PostgresQueues
-from dex.adapters.postgres.rate_limits import LimitedQueues, read_limited_kinds
+from dex.adapters.postgres.rate_limits import LimitedQueues, Reservations, read_limited_queues
 from dex.adapters.postgres.runs import PostgresRuns
 from dex.adapters.postgres.schedules import PostgresSchedules
 from dex.adapters.postgres.schema import Statements, migrate
@@ -171,15 +171,16 @@ class PostgresAdapter:
             restore_query(statement_timeout, idle_in_transaction_timeout),
             keep=step_connections,
         )
-        limited = LimitedQueues(functools.partial(read_limited_kinds, db, q))
+        limited = LimitedQueues(functools.partial(read_limited_queues, db, q))
+        reservations = Reservations()  # the starts this engine reserved ahead, for its claims
         self._queues = queues = PostgresQueues(db, q, limited)
         self._engines = PostgresEngines(db, q)
         self._outbox = PostgresOutbox(db, q)
         self._streams = PostgresStreams(db, q)
         self._runs = PostgresRuns(db, q, create_statement, queues)
         self._keyed = PostgresKeyedStarts(db, q, create_statement, queues)
-        self._workflow_tasks = PostgresWorkflowTasks(db, q, queues, limited)
-        self._activity_tasks = PostgresActivityTasks(db, q, limited)
+        self._workflow_tasks = PostgresWorkflowTasks(db, q, queues, limited, reservations)
+        self._activity_tasks = PostgresActivityTasks(db, q, limited, reservations)
         self._schedules = PostgresSchedules(db, q, create_statement, queues)
         self._forks = PostgresForks(db, q, queues)
         # engine.update's callers wait for their answers on a LISTEN of its own (updates.py)

@@ -80,18 +80,39 @@ def _rate_columns(rate_limit: RateLimit | None) -> tuple[int | None, int | None]
 
 
 def start_slots(conn: psycopg.Connection, q: Statements, name: str, kind: str, rate_limit: RateLimit | None) -> None:
-    """Make the queue's start slots match its rate limit: slots 0 to count - 1, none without
-    one. Slots kept keep their last start, so lowering the count does not let a burst through;
-    new slots have never started anything."""
-    count = rate_limit.starts if rate_limit is not None else 0
-    conn.execute(q("DELETE FROM {s}.queue_starts WHERE kind = %s AND queue = %s AND slot >= %s"), [kind, name, count])
-    if count:
-        conn.execute(
+    """Make the queue's start slots match its rate limit (none without one): its shares
+    rewritten as ``queue_limits.regroup`` says, keeping the newest stamps up to the new count,
+    so that lowering the count lets no burst through; new slots have never started anything.
+    The caller has updated the queue's row, so a concurrent change of it waits; the shares
+    are locked first, so a claim holding one is waited for."""
+    rows = conn.execute(
+        q("SELECT recent, counts FROM {s}.queue_start_shares WHERE kind = %s AND queue = %s FOR UPDATE"),
+        [kind, name],
+    ).fetchall()
+    stamps = [stamp for recent, counts in rows for stamp in zip(recent, counts, strict=True)]
+    conn.execute(q("DELETE FROM {s}.queue_start_shares WHERE kind = %s AND queue = %s"), [kind, name])
+    if rate_limit is None:
+        return
+    sizes = limits.share_sizes(rate_limit.starts)
+    shares = limits.regroup(stamps, rate_limit.starts)
+    with conn.cursor() as cur:
+        cur.executemany(
             q(
-                "INSERT INTO {s}.queue_starts (kind, queue, slot)"
-                " SELECT %s, %s, n FROM generate_series(0, %s - 1) AS n ON CONFLICT DO NOTHING"
+                "INSERT INTO {s}.queue_start_shares (kind, queue, share, slots, recent, counts, free_at)"
+                " VALUES (%s, %s, %s, %s, %b::timestamptz[], %b::integer[], coalesce(%s::timestamptz, '-infinity'))"
             ),
-            [kind, name, count],
+            [
+                (
+                    kind,
+                    name,
+                    share,
+                    size,
+                    [last_start for last_start, _ in stamps_of],
+                    [n for _, n in stamps_of],
+                    limits.free_from(stamps_of, size, rate_limit.period),
+                )
+                for share, (size, stamps_of) in enumerate(zip(sizes, shares, strict=True))
+            ],
         )
 
 
@@ -183,8 +204,8 @@ def release_leadership(conn: psycopg.Connection, q: Statements, node_id: str) ->
 
 def next_due_time(conn: psycopg.Connection, q: Statements, now: datetime) -> datetime | None:
     """The earliest moment after ``now`` when a message, a waiting activity task or a lease
-    becomes due (each branch is one index probe), or a start slot of a rate-limited queue that
-    has tasks frees up (no rows without rate limits)."""
+    becomes due (each branch is one index probe), or a share of a rate-limited queue that has
+    tasks gets a free start slot again (no rows without rate limits)."""
     row = conn.execute(
         q(
             "SELECT least("
@@ -192,10 +213,9 @@ def next_due_time(conn: psycopg.Connection, q: Statements, now: datetime) -> dat
             " (SELECT min(visible_from) FROM {s}.activity_tasks WHERE state = 'CREATED' AND visible_from > %(now)s),"
             " (SELECT min(locked_until) FROM {s}.activity_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s),"
             " (SELECT min(locked_until) FROM {s}.workflow_tasks WHERE locked_until IS NOT NULL AND locked_until > %(now)s),"
-            " (SELECT min(st.last_start + qu.rate_period_us * interval '1 microsecond')"
-            "  FROM {s}.queues qu JOIN {s}.queue_starts st ON st.kind = qu.kind AND st.queue = qu.name"
-            "  WHERE qu.rate_count IS NOT NULL"
-            "    AND st.last_start + qu.rate_period_us * interval '1 microsecond' > %(now)s"
+            " (SELECT min(st.free_at)"
+            "  FROM {s}.queues qu JOIN {s}.queue_start_shares st ON st.kind = qu.kind AND st.queue = qu.name"
+            "  WHERE qu.rate_count IS NOT NULL AND st.free_at > %(now)s"
             "    AND CASE qu.kind WHEN 'workflow'"
             "      THEN EXISTS (SELECT 1 FROM {s}.workflow_tasks t WHERE t.queue = qu.name)"
             "      ELSE EXISTS (SELECT 1 FROM {s}.activity_tasks t WHERE t.queue = qu.name AND t.state = 'QUEUED') END))"
@@ -249,6 +269,7 @@ class PostgresQueues:
         check_queue(name, kind, 1)
         with self._db.transaction() as conn:
             update_queue(conn, self._q, name, kind, "paused", bool(paused))
+        self._limited.invalidate()  # the claims of a paused limited queue's kind leave it out
 
     def set_queue_capacity(self, name: str, kind: str, capacity: int) -> None:
         check_queue(name, kind, capacity)

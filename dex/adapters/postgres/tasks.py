@@ -21,8 +21,13 @@ from datetime import datetime, timedelta
 from dex.adapters.postgres import activity_outcomes, activity_tasks, attempts, dispatch, rate_limits, workflow_tasks
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.queues import PostgresQueues
+<<<<<<< HEAD
 from dex.adapters.postgres.rate_limits import LimitedQueues
 from dex.adapters.postgres.refusals import batch_refusals
+=======
+from dex.adapters.postgres.rate_limits import LimitedQueues, Reservations
+from dex.adapters.postgres.refusals import refusals
+>>>>>>> limits48
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import (
     ACTIVITY,
@@ -42,11 +47,14 @@ from dex.domain.values import FailureInfo
 class PostgresWorkflowTasks:
     """The workflow-task ports: schedule, claim, load, complete (then claim), retry."""
 
-    def __init__(self, db: Database, q: Statements, queues: PostgresQueues, limited: LimitedQueues) -> None:
+    def __init__(
+        self, db: Database, q: Statements, queues: PostgresQueues, limited: LimitedQueues, reservations: Reservations
+    ) -> None:
         self._db = db
         self._q = q
         self._queues = queues
         self._limited = limited
+        self._reservations = reservations
 
     def schedule_workflow_tasks(self, now: datetime, limit: int) -> int:
         with self._db.transaction() as conn:
@@ -57,16 +65,24 @@ class PostgresWorkflowTasks:
     ) -> list[WorkflowTask]:
         # asked before the claim's connection is taken: a read of the queues, once a second,
         # takes a connection of its own
-        limited = self._limited.any_of(WORKFLOW)
+        limited = self._limited.of_kind(WORKFLOW)
         with self._db.statement() as conn:
-            claimed = workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
-            # rate-limited queues are claimed apart, through their start slots (rate_limits.py)
-            if len(claimed) < limit and limited:
-                rest = limit - len(claimed)
-                return rate_limits.then_limited(
-                    claimed, lambda: rate_limits.claim_workflow_tasks(conn, self._q, names, owner, now, lease, rest)
-                )
-            return claimed
+            if not limited:
+                return workflow_tasks.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit)
+            # rate-limited queues: through starts reserved ahead, else their start slots (rate_limits.py)
+            return rate_limits.claim_with_limits(
+                conn,
+                self._q,
+                self._reservations,
+                WORKFLOW,
+                limited,
+                now,
+                limit,
+                lambda reserved: rate_limits.claim_reserved_workflow_tasks(
+                    conn, self._q, names, owner, now, lease, limit, reserved
+                ),
+                lambda: rate_limits.claim_workflow_tasks(conn, self._q, names, owner, now, lease, limit),
+            )
 
     def load_workflow_task(
         self, task: WorkflowTask, now: datetime, after_seq: int = 0
@@ -108,10 +124,11 @@ class PostgresActivityTasks:
     """The activity-task ports: schedule, claim, extend leases, complete (then claim), and the
     remote workers' read of claimed tasks by id."""
 
-    def __init__(self, db: Database, q: Statements, limited: LimitedQueues) -> None:
+    def __init__(self, db: Database, q: Statements, limited: LimitedQueues, reservations: Reservations) -> None:
         self._db = db
         self._q = q
         self._limited = limited
+        self._reservations = reservations
 
     def schedule_activity_tasks(self, now: datetime, limit: int) -> int:
         with self._db.transaction() as conn:
@@ -126,16 +143,24 @@ class PostgresActivityTasks:
     ) -> list[ActivityTask]:
         # asked before the claim's connection is taken: a read of the queues, once a second,
         # takes a connection of its own
-        limited = self._limited.any_of(ACTIVITY)
+        limited = self._limited.of_kind(ACTIVITY)
         with self._db.statement() as conn:
-            claimed = activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
-            # rate-limited queues are claimed apart, through their start slots (rate_limits.py)
-            if len(claimed) < limit and limited:
-                rest = limit - len(claimed)
-                return rate_limits.then_limited(
-                    claimed, lambda: rate_limits.claim_activity_tasks(conn, self._q, names, owner, now, lease, rest)
-                )
-            return claimed
+            if not limited:
+                return activity_tasks.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit)
+            # rate-limited queues: through starts reserved ahead, else their start slots (rate_limits.py)
+            return rate_limits.claim_with_limits(
+                conn,
+                self._q,
+                self._reservations,
+                ACTIVITY,
+                limited,
+                now,
+                limit,
+                lambda reserved: rate_limits.claim_reserved_activity_tasks(
+                    conn, self._q, names, owner, now, lease, limit, reserved
+                ),
+                lambda: rate_limits.claim_activity_tasks(conn, self._q, names, owner, now, lease, limit),
+            )
 
     def extend_activity_leases(self, tasks: Sequence[ActivityTask], now: datetime, lease: timedelta) -> list[bool]:
         with batch_refusals(), self._db.statement() as conn:

@@ -27,10 +27,13 @@ from dex.serialization.history import decode_block, decode_block_from, decode_me
 from dex.serialization.values import encode_failure
 
 # Candidates in the order the in-memory adapter takes them (priority, then oldest run:
-# queue_limits.RUN_ORDER). Two window functions stand in for its loop: per concurrency key
-# only as many runs that need the key as it has grants left (queue_limits.key_grants: the
-# queue's key_concurrency less the key's live holders), and per queue only as many runs as the
-# queue has free slots. The operator's pause stops scheduling; a rate limit does not (it limits
+# queue_limits.RUN_ORDER). Window functions stand in for its loop: per concurrency key only
+# the runs it has grants for (queue_limits.key_grants, with the key's live holders counted
+# everywhere, on the run's queue, and on other queues whose key concurrency is 1): on a queue
+# with key concurrency 1, the key's first candidate if nobody holds it; on a queue with n > 1,
+# its first n less its own holders, unless a queue with 1 holds the key or takes it in this
+# round (the key's first candidate is on such a queue and nobody holds it); and per queue
+# only as many runs as the queue has free slots. The operator's pause stops scheduling; a rate limit does not (it limits
 # the claims: the generated ``paused`` column, migration 15).
 _CHOOSE = (
     """
@@ -53,22 +56,36 @@ _CHOOSE = (
           AND NOT EXISTS (SELECT 1 FROM {s}.workflow_tasks t WHERE t.run_id = r.run_id AND t.queue = r.queue)
     ),
     keyed AS (
-        SELECT c.*, row_number() OVER (
+        SELECT c.*,
+               row_number() OVER (
                    PARTITION BY c.needs_key, c.concurrency_key ORDER BY c.priority DESC, c.created_at, c.position
                ) AS key_rank,
-               CASE WHEN c.needs_key THEN (
-                   SELECT count(*) FROM {s}.runs h
-                   WHERE h.holds_key AND h.concurrency_key = c.concurrency_key AND h.status IN """
+               row_number() OVER (
+                   PARTITION BY c.needs_key, c.concurrency_key, c.queue ORDER BY c.priority DESC, c.created_at, c.position
+               ) AS queue_key_rank,
+               first_value(c.key_concurrency) OVER (
+                   PARTITION BY c.needs_key, c.concurrency_key ORDER BY c.priority DESC, c.created_at, c.position
+               ) AS first_concurrency,
+               h.everywhere, h.here, h.alone_elsewhere
+        FROM candidates c
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS everywhere, count(*) FILTER (WHERE hr.queue = c.queue) AS here,
+                   count(*) FILTER (WHERE hr.queue <> c.queue AND coalesce(hq.key_concurrency, 1) = 1) AS alone_elsewhere
+            FROM {s}.runs hr LEFT JOIN {s}.queues hq ON hq.kind = 'workflow' AND hq.name = hr.queue
+            WHERE c.needs_key AND hr.holds_key AND hr.concurrency_key = c.concurrency_key AND hr.status IN """
     + LIVE
     + """
-               ) ELSE 0 END AS key_holders
-        FROM candidates c
+        ) h
     ),
     ranked AS (
         SELECT o.*, row_number() OVER (
                    PARTITION BY o.queue ORDER BY o.priority DESC, o.created_at, o.position
                ) AS queue_rank
-        FROM keyed o WHERE NOT o.needs_key OR o.key_rank + o.key_holders <= o.key_concurrency
+        FROM keyed o
+        WHERE NOT o.needs_key
+           OR (o.key_concurrency = 1 AND o.everywhere = 0 AND o.key_rank = 1)
+           OR (o.key_concurrency > 1 AND o.alone_elsewhere = 0 AND NOT (o.everywhere = 0 AND o.first_concurrency = 1)
+               AND o.queue_key_rank + o.here <= o.key_concurrency)
     )
     SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.needs_key
     FROM ranked r JOIN free f ON f.queue = r.queue
@@ -108,6 +125,33 @@ _DISPATCH_OF_RUNS = (
     " ORDER BY c.priority DESC, c.created_at, c.position"
 )
 assert "r.created_at, r.position\n    FROM ranked r" in _DISPATCH_OF_RUNS
+
+
+# The claim: FOR UPDATE SKIP LOCKED: rows another worker is claiming right now are passed over,
+# not waited for, and do not count against the LIMIT; a row whose claim committed in between is
+# re-checked against the lease condition and dropped. Each claim bumps lock_version, which is
+# what a completion must still match. CLAIMED_QUEUES is the queues it takes from
+# (rate_limits.py claims reserved rate-limited queues with the same statement).
+CLAIMED_QUEUES = "t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'workflow' AND NOT paused)"
+CLAIM = (
+    """
+    WITH claimable AS (
+        SELECT t.queue, t.task_id FROM {s}.workflow_tasks t
+        WHERE t.workflow_name = ANY(%(names)b::text[])
+          AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
+          AND """
+    + CLAIMED_QUEUES
+    + """
+        ORDER BY t.priority DESC, t.task_id
+        LIMIT %(limit)s
+        FOR UPDATE OF t SKIP LOCKED
+    )
+    UPDATE {s}.workflow_tasks t
+    SET locked_by = %(owner)s, locked_until = %(until)s, lock_version = t.lock_version + 1
+    FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
+    RETURNING """
+    + ", ".join(f"t.{column.strip()}" for column in WORKFLOW_TASK_COLUMNS.split(","))
+)
 
 
 def schedule_workflow_tasks(conn: psycopg.Connection, q: Statements, now: datetime, limit: int) -> int:
@@ -187,28 +231,8 @@ def claim_workflow_tasks(
 ) -> list[WorkflowTask]:
     if not names or limit <= 0:
         return []
-    # FOR UPDATE SKIP LOCKED: rows another worker is claiming right now are passed over, not
-    # waited for, and do not count against the LIMIT; a row whose claim committed in between is
-    # re-checked against the lease condition and dropped. Each claim bumps lock_version, which
-    # is what a completion must still match.
     rows = conn.execute(
-        q(
-            """
-            WITH claimable AS (
-                SELECT t.queue, t.task_id FROM {s}.workflow_tasks t
-                WHERE t.workflow_name = ANY(%(names)b::text[])
-                  AND (t.locked_until IS NULL OR t.locked_until <= %(now)s)
-                  AND t.queue IN (SELECT name FROM {s}.queues WHERE kind = 'workflow' AND NOT paused)
-                ORDER BY t.priority DESC, t.task_id
-                LIMIT %(limit)s
-                FOR UPDATE OF t SKIP LOCKED
-            )
-            UPDATE {s}.workflow_tasks t
-            SET locked_by = %(owner)s, locked_until = %(until)s, lock_version = t.lock_version + 1
-            FROM claimable c WHERE t.queue = c.queue AND t.task_id = c.task_id
-            RETURNING """
-            + ", ".join(f"t.{column.strip()}" for column in WORKFLOW_TASK_COLUMNS.split(","))
-        ),
+        q(CLAIM),
         {"names": sorted(names), "now": now, "limit": limit, "owner": owner, "until": now + lease},
     ).fetchall()
     rows.sort(key=lambda row: (-row[4], row[0]))

@@ -2,7 +2,9 @@
 (docs/reference/contract.md §15, the queues bullet).
 
 Each adapter is checked against the rules as :mod:`dex.domain.queue_limits` states them: a key
-is granted to ``key_grants(holders, key_concurrency)`` more runs; a start slot is free when
+is granted to ``key_grants(key_concurrency, here, elsewhere, alone_elsewhere)`` more runs of a
+queue (a queue with key concurrency 1 takes it only while nobody holds it, a queue with n > 1
+counts its own holders); a start slot is free when
 ``slot_is_free(last_start, now, period)``, at the boundary too (a start exactly one period
 after the last one through a slot is allowed, one microsecond earlier is not).
 """
@@ -16,7 +18,7 @@ from datetime import timedelta
 import pytest
 
 from dex.app.ports.store import ActivitySlots, Claim, QueueInfo, Store
-from dex.domain.queue_limits import RateLimit, key_grants, slot_is_free
+from dex.domain.queue_limits import RateLimit, key_grants, key_holders, slot_is_free
 from dex.domain.status import RunStatus
 from dex.testing import VirtualClock
 from tests.contract.ports.support import (
@@ -51,6 +53,17 @@ def scheduled(store: Store, clock: VirtualClock) -> set[str]:
     tasks = claim(store, clock, owner="peek")
     assert store.retry_workflow_tasks([(t, clock.now()) for t in tasks], clock.now()) == [True] * len(tasks)
     return {t.run_id for t in tasks}
+
+
+def end(store: Store, clock: VirtualClock, runs: set[str]) -> None:
+    """Complete the given runs (their tasks claimed and completed); other tasks claimed on the
+    way are given back."""
+    for task in claim(store, clock, owner="ender"):
+        if task.run_id in runs:
+            result = decide(store, task, clock.now(), complete=RunStatus.COMPLETED)
+            assert store.complete_workflow_tasks([(task, result)], clock.now()) == [True]
+        else:
+            assert store.retry_workflow_tasks([(task, clock.now())], clock.now()) == [True]
 
 
 class QueueLimitsContract(PortContract):
@@ -89,7 +102,7 @@ class QueueLimitsContract(PortContract):
             start(store, clock, f"r{n}", key="tenant-a", priority=priority)
             clock.advance(TICK)
         start(store, clock, "other", key="tenant-b")
-        assert key_grants(0, 2) == 2
+        assert key_grants(2, 0, 0, 0) == 2
         # the two best of tenant-a (highest priority first), and tenant-b's own
         assert scheduled(store, clock) == {"r3", "r1", "other"}
         # one holder ends: one more grant, to the best of those left (then the oldest)
@@ -97,7 +110,7 @@ class QueueLimitsContract(PortContract):
         assert store.complete_workflow_tasks(
             [(task, decide(store, task, clock.now(), complete=RunStatus.COMPLETED))], clock.now()
         )
-        assert key_grants(1, 2) == 1
+        assert key_grants(2, 1, 0, 0) == 1
         assert scheduled(store, clock) - {"r1", "other"} == {"r0"}
 
     def test_key_concurrency_1_keeps_one_run_per_key_at_a_time(self, store: Store, clock: VirtualClock) -> None:
@@ -113,6 +126,41 @@ class QueueLimitsContract(PortContract):
         assert scheduled(store, clock) == {"r0"}
         store.set_queue_key_concurrency(QUEUE, "workflow", 3)
         assert scheduled(store, clock) == {"r0", "r1", "r2"}
+
+    def test_key_concurrency_1_keeps_one_run_per_key_across_queues(self, store: Store, clock: VirtualClock) -> None:
+        store.ensure_queue("other", "workflow")
+        for n, queue in enumerate((QUEUE, "other", QUEUE, "other")):
+            start(store, clock, f"r{n}", key="k", queue=queue)
+            clock.advance(TICK)
+        assert scheduled(store, clock) == {"r0"}
+        end(store, clock, {"r0"})
+        assert scheduled(store, clock) == {"r1"}  # the next of the key, on the other queue
+
+    def test_two_queues_sharing_a_key_each_keep_their_own_key_concurrency(
+        self, store: Store, clock: VirtualClock
+    ) -> None:
+        """A queue with key concurrency 3 grants the key to 3 of its own runs; a queue with 1
+        grants it only while nobody holds it, and while its run holds it nobody else is granted it."""
+        store.create_queue("wide", "workflow", 100, 3)
+        store.ensure_queue("solo", "workflow")
+        for run, queue in (("w0", "wide"), ("w1", "wide"), ("s0", "solo"), ("w2", "wide"), ("w3", "wide")):
+            start(store, clock, run, key="k", queue=queue)
+            clock.advance(TICK)
+        assert key_grants(3, *key_holders({}, {"wide": 3}, "wide")) == 3
+        assert key_grants(1, *key_holders({"wide": 3}, {"wide": 3}, "solo")) == 0
+        # wide's first three, in order; solo's run waits while the key is held anywhere
+        assert scheduled(store, clock) == {"w0", "w1", "w2"}
+        end(store, clock, {"w0"})
+        assert key_grants(3, *key_holders({"wide": 2}, {"wide": 3}, "wide")) == 1
+        assert scheduled(store, clock) == {"w1", "w2", "w3"}
+        end(store, clock, {"w1", "w2", "w3"})
+        # nobody holds the key: solo's run, the best left, takes it alone
+        assert scheduled(store, clock) == {"s0"}
+        start(store, clock, "w4", key="k", queue="wide")
+        assert key_grants(3, *key_holders({"solo": 1}, {"wide": 3, "solo": 1}, "wide")) == 0
+        assert scheduled(store, clock) == {"s0"}  # wide grants nothing while solo's run holds the key
+        end(store, clock, {"s0"})
+        assert scheduled(store, clock) == {"w4"}
 
     @pytest.mark.parametrize("seed", range(4))
     def test_scheduling_follows_the_domain_rules(self, store: Store, clock: VirtualClock, seed: int) -> None:
@@ -134,7 +182,7 @@ class QueueLimitsContract(PortContract):
             for _p, _n, run, key in order:
                 if run in granted:
                     continue
-                if key is None or key_grants(holders[key], k) > 0:
+                if key is None or key_grants(k, *key_holders({QUEUE: holders[key]}, {QUEUE: k}, QUEUE)) > 0:
                     granted.add(run)
                     holders[key] += key is not None
             assert scheduled(store, clock) == granted

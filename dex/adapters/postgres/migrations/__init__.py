@@ -34,6 +34,7 @@ from dex.adapters.postgres.migrations import (
     m16_updates,
     m17_outbox,
     m18_streams,
+    m19_start_shares,
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
@@ -57,6 +58,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = tuple(
         m16_updates,
         m17_outbox,
         m18_streams,
+        m19_start_shares,
     )
 )
 LATEST_VERSION = MIGRATIONS[-1][0]
