@@ -21,13 +21,8 @@ from datetime import datetime, timedelta
 from dex.adapters.postgres import activity_outcomes, activity_tasks, attempts, dispatch, rate_limits, workflow_tasks
 from dex.adapters.postgres.database import Database
 from dex.adapters.postgres.queues import PostgresQueues
-<<<<<<< HEAD
-from dex.adapters.postgres.rate_limits import LimitedQueues
-from dex.adapters.postgres.refusals import batch_refusals
-=======
 from dex.adapters.postgres.rate_limits import LimitedQueues, Reservations
-from dex.adapters.postgres.refusals import refusals
->>>>>>> limits48
+from dex.adapters.postgres.refusals import batch_refusals
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import (
     ACTIVITY,
