@@ -65,6 +65,8 @@ def test_a_schema_with_an_unusual_name_migrates_and_runs(pg_dsn: str, name: str)
             ("create_run",),
             ("outbox_activity_task",),  # the Kafka dispatch's triggers call these (migration 17)
             ("outbox_workflow_task",),
+            ("share_free",),  # the rate limits' shares of start slots (migration 19)
+            ("share_stamped",),
         ]
     finally:
         drop_schema(pg_dsn, schema)
