@@ -69,6 +69,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from threading import get_ident as _get_ident
 from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
@@ -134,29 +135,32 @@ class _Watch:
 
     def __enter__(self) -> None:
         dog = self._dog
-        self.thread, self.since = threading.get_ident(), dog._clock()
+        self.thread = thread = _get_ident()
+        self.since = dog._clock()
         # the thread's CPU time since the watchdog's last step (at most), to tell code that held the
         # GIL from code that waited for it: read at the thread's first stretch after each step and
         # kept for its next ones, since reading a thread's clock is a system call (not in the vDSO),
         # measured as the costliest line of a started engine's workflow task; the watchdog's
         # verdict compares it with the process's CPU time since that step
         self.cpu = dog._baselines.read(dog._steps)
-        with self._dog._lock:
+        watches = dog._watches
+        with dog._lock:
             # inside a watched stretch already: that one watches this too
-            self.nested = self.thread in self._dog._watches
-            if not self.nested:
-                self._dog._watches[self.thread] = self
+            self.nested = nested = thread in watches
+            if not nested:
+                watches[thread] = self
 
     def __exit__(self, *exc_info: object) -> None:
-        dog = self._dog
         if self.nested:
             return
+        dog = self._dog
+        watches, thread = dog._watches, self.thread
         with dog._lock:  # from here on the watchdog cannot fire on this stretch
-            if dog._watches.get(self.thread) is self:
-                del dog._watches[self.thread]
+            if watches.get(thread) is self:
+                del watches[thread]
         if self.fired:
-            _clear_interrupt(self.thread)  # the interrupt may still be pending: it must not land elsewhere
-            dog.quarantine.ended(self.thread)
+            _clear_interrupt(thread)  # the interrupt may still be pending: it must not land elsewhere
+            dog.quarantine.ended(thread)
             return
         held = dog._clock() - self.since
         if held > dog.deadline:  # the watchdog did not get to fire on it
