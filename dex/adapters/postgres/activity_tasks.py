@@ -11,7 +11,7 @@ locked rows (``SKIP LOCKED``), so they never wait at all.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -123,8 +123,11 @@ def claim_activity_tasks(
     now: datetime,
     lease: timedelta,
     limit: int,
+    statement: str | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> list[ActivityTask]:
-    return claimed_activity_tasks(send_activity_claim(conn, q, names, owner, now, lease, limit))
+    """Claim up to ``limit`` tasks, best first (``statement``, ``extra``: see :func:`send_activity_claim`)."""
+    return claimed_activity_tasks(send_activity_claim(conn, q, names, owner, now, lease, limit, statement, extra))
 
 
 def claimed_activity_tasks(sent: psycopg.Cursor[Any] | None) -> list[ActivityTask]:
@@ -144,19 +147,21 @@ def send_activity_claim(
     now: datetime,
     lease: timedelta,
     limit: int,
+    statement: str | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> psycopg.Cursor[Any] | None:
     """Send a claim; its rows are read by :func:`claimed_activity_tasks` (in a pipeline, after
-    the commit: the claim then costs no round trip of its own). None if nothing can be claimed."""
+    the commit: the claim then costs no round trip of its own). None if nothing can be claimed.
+    ``statement`` and ``extra`` (its further parameters) are the rate limits' variants of
+    :data:`CLAIM` (rate_limits.py)."""
     if not names or limit <= 0:
         return None
     # as for workflow tasks: SKIP LOCKED, a lease until now + the short lease (at most the
     # task's lock_timeout; the engine extends it while the attempt runs), and a new
     # lock_version; a task taken over from an expired lease counts as a new attempt, and the
     # attempt it lost is kept (attempts.LOST_FROM_CLAIM: no row is written for any other claim)
-    return conn.execute(
-        q(CLAIM),
-        {"names": sorted(names), "now": now, "lease": lease, "limit": limit, "owner": owner},
-    )
+    params = {"names": sorted(names), "now": now, "lease": lease, "limit": limit, "owner": owner}
+    return conn.execute(q(statement or CLAIM), {**params, **extra} if extra else params)
 
 
 def extend_activity_leases(

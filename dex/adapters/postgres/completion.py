@@ -394,7 +394,7 @@ class WriteRound:
             spec
             for _, plan in self._plans
             if plan.activity_tasks and not plan.status.is_terminal
-            for spec in (plan.activity_tasks if plan.effects is NO_EFFECTS else kept_activity_tasks(plan))
+            for spec in kept_activity_tasks(plan)
         ]
         if not specs:
             return
@@ -444,10 +444,6 @@ class WriteRound:
                 rows.append(inbox_row(run_id, message, visible_from))
 
         for run_id, plan in self._plans:
-            if not plan.child_runs and plan.effects is NO_EFFECTS:  # the common plan: its messages only
-                for message in plan.messages:
-                    deliver(message.run_id, message.event, message.visible_from)
-                continue
             for child in plan.child_runs:
                 if child.run_id in created_children:
                     deliver(child.run_id, ev.RunStarted(), self._now)

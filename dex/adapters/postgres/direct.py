@@ -124,9 +124,6 @@ class DirectStatement:
         # Each connection is used by one thread at a time, the set by all of them: its lock
         self._prepared_on: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
         self._prepared_lock = threading.Lock()
-        # the connection it was last executed on by name (the kept one, nearly always): asked
-        # first, without the lock or the weak set (a reference read is atomic)
-        self._last: weakref.ref[psycopg.Connection] | None = None
 
     def execute(self, conn: psycopg.Connection, params: Sequence[Param]) -> pq.abc.PGresult:
         """Run the statement on ``conn`` (which no other thread uses meanwhile) and return its
@@ -153,11 +150,8 @@ class DirectStatement:
         once more after preparing again)."""
         pgconn = conn.pgconn
         for _ in range(2):
-            last = self._last
-            fast = known = last is not None and last() is conn
-            if not known:
-                with self._prepared_lock:
-                    known = conn in self._prepared_on
+            with self._prepared_lock:
+                known = conn in self._prepared_on
             if not known:
                 prepared = pgconn.prepare(self._prepared_name, self.query, self.types)
                 if prepared.status != pq.ExecStatus.COMMAND_OK:
@@ -166,10 +160,7 @@ class DirectStatement:
                     self._prepared_on.add(conn)
             result = pgconn.exec_prepared(self._prepared_name, values, self.formats)
             if result.status != pq.ExecStatus.FATAL_ERROR or _sqlstate(result) != _INVALID_STATEMENT_NAME:
-                if not fast:
-                    self._last = weakref.ref(conn)
                 return result
-            self._last = None
             with self._prepared_lock:
                 self._prepared_on.discard(conn)
         return result

@@ -40,9 +40,8 @@ from typing import Protocol, TypeVar
 import psycopg
 
 from dex.adapters.postgres import activity_tasks, arrays, attempts, workflow_tasks
-from dex.adapters.postgres.activity_tasks import claimed_activity_tasks
 from dex.adapters.postgres.database import Database
-from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, WORKFLOW_TASK_COLUMNS, workflow_task
+from dex.adapters.postgres.rows import ACTIVITY_TASK_COLUMNS, WORKFLOW_TASK_COLUMNS
 from dex.adapters.postgres.schema import Statements
 from dex.app.ports.store import ActivityTask, WorkflowTask
 from dex.domain import queue_limits
@@ -155,14 +154,7 @@ def claim_workflow_tasks(
 ) -> list[WorkflowTask]:
     """Claim up to ``limit`` workflow tasks of every queue the operator has not paused, each
     task of a rate-limited queue through a free start slot."""
-    if not names or limit <= 0:
-        return []
-    rows = conn.execute(
-        q(_CLAIM_WORKFLOW_TASKS),
-        {"names": sorted(names), "now": now, "limit": limit, "owner": owner, "until": now + lease},
-    ).fetchall()
-    rows.sort(key=lambda row: (-row[4], row[0]))
-    return [workflow_task(row) for row in rows]
+    return workflow_tasks.claim_workflow_tasks(conn, q, names, owner, now, lease, limit, _CLAIM_WORKFLOW_TASKS)
 
 
 def claim_activity_tasks(
@@ -176,13 +168,7 @@ def claim_activity_tasks(
 ) -> list[ActivityTask]:
     """Claim up to ``limit`` activity tasks of every queue the operator has not paused, each
     task of a rate-limited queue through a free start slot."""
-    if not names or limit <= 0:
-        return []
-    sent = conn.execute(
-        q(_CLAIM_ACTIVITY_TASKS),
-        {"names": sorted(names), "now": now, "lease": lease, "limit": limit, "owner": owner},
-    )
-    return claimed_activity_tasks(sent)
+    return activity_tasks.claim_activity_tasks(conn, q, names, owner, now, lease, limit, _CLAIM_ACTIVITY_TASKS)
 
 
 # A reservation (queue_limits.reservation): one share of the queue, soonest free first, its
@@ -278,21 +264,9 @@ def claim_reserved_workflow_tasks(
 ) -> list[WorkflowTask]:
     """The plain claim over the unlimited queues and the ``reserved`` ones (name: the limit
     they were reserved under); the caller holds ``limit`` reserved starts of each."""
-    if not names or limit <= 0:
-        return []
-    rows = conn.execute(
-        q(_CLAIM_RESERVED_WORKFLOW_TASKS),
-        {
-            "names": sorted(names),
-            "now": now,
-            "limit": limit,
-            "owner": owner,
-            "until": now + lease,
-            **_reserved_params(reserved),
-        },
-    ).fetchall()
-    rows.sort(key=lambda row: (-row[4], row[0]))
-    return [workflow_task(row) for row in rows]
+    return workflow_tasks.claim_workflow_tasks(
+        conn, q, names, owner, now, lease, limit, _CLAIM_RESERVED_WORKFLOW_TASKS, _reserved_params(reserved)
+    )
 
 
 def claim_reserved_activity_tasks(
@@ -306,20 +280,9 @@ def claim_reserved_activity_tasks(
     reserved: Mapping[str, RateLimit],
 ) -> list[ActivityTask]:
     """:func:`claim_reserved_workflow_tasks` for activity tasks."""
-    if not names or limit <= 0:
-        return []
-    sent = conn.execute(
-        q(_CLAIM_RESERVED_ACTIVITY_TASKS),
-        {
-            "names": sorted(names),
-            "now": now,
-            "lease": lease,
-            "limit": limit,
-            "owner": owner,
-            **_reserved_params(reserved),
-        },
+    return activity_tasks.claim_activity_tasks(
+        conn, q, names, owner, now, lease, limit, _CLAIM_RESERVED_ACTIVITY_TASKS, _reserved_params(reserved)
     )
-    return claimed_activity_tasks(sent)
 
 
 class Reserved:

@@ -8,7 +8,7 @@ lease. Completing a task is :mod:`dex.adapters.postgres.completion`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -228,13 +228,15 @@ def claim_workflow_tasks(
     now: datetime,
     lease: timedelta,
     limit: int,
+    statement: str = CLAIM,
+    extra: Mapping[str, object] | None = None,
 ) -> list[WorkflowTask]:
+    """Claim up to ``limit`` tasks, best first; ``statement`` and ``extra`` (its further
+    parameters) are the rate limits' variants of :data:`CLAIM` (rate_limits.py)."""
     if not names or limit <= 0:
         return []
-    rows = conn.execute(
-        q(CLAIM),
-        {"names": sorted(names), "now": now, "limit": limit, "owner": owner, "until": now + lease},
-    ).fetchall()
+    params = {"names": sorted(names), "now": now, "limit": limit, "owner": owner, "until": now + lease}
+    rows = conn.execute(q(statement), {**params, **extra} if extra else params).fetchall()
     rows.sort(key=lambda row: (-row[4], row[0]))
     return [workflow_task(row) for row in rows]
 
