@@ -33,8 +33,12 @@ from dex.serialization.values import encode_failure
 # with key concurrency 1, the key's first candidate if nobody holds it; on a queue with n > 1,
 # its first n less its own holders, unless a queue with 1 holds the key or takes it in this
 # round (the key's first candidate is on such a queue and nobody holds it); and per queue
-# only as many runs as the queue has free slots. The operator's pause stops scheduling; a rate limit does not (it limits
-# the claims: the generated ``paused`` column, migration 15).
+# only as many runs as the queue has free slots. The operator's pause stops scheduling; a rate
+# limit does not (it limits the claims: the generated ``paused`` column, migration 15).
+# The key's windows and its holders' count are computed for the candidates that need a key
+# only (``keyed``); the others join them after (``UNION ALL``): with thousands of runs waiting,
+# three more sorts and a holders' count per keyless candidate made the statement half again
+# as costly (docs/decisions/key-concurrency-per-queue.md).
 _CHOOSE = (
     """
     WITH visible AS (
@@ -58,13 +62,13 @@ _CHOOSE = (
     keyed AS (
         SELECT c.*,
                row_number() OVER (
-                   PARTITION BY c.needs_key, c.concurrency_key ORDER BY c.priority DESC, c.created_at, c.position
+                   PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.created_at, c.position
                ) AS key_rank,
                row_number() OVER (
-                   PARTITION BY c.needs_key, c.concurrency_key, c.queue ORDER BY c.priority DESC, c.created_at, c.position
+                   PARTITION BY c.concurrency_key, c.queue ORDER BY c.priority DESC, c.created_at, c.position
                ) AS queue_key_rank,
                first_value(c.key_concurrency) OVER (
-                   PARTITION BY c.needs_key, c.concurrency_key ORDER BY c.priority DESC, c.created_at, c.position
+                   PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.created_at, c.position
                ) AS first_concurrency,
                h.everywhere, h.here, h.alone_elsewhere
         FROM candidates c
@@ -72,20 +76,26 @@ _CHOOSE = (
             SELECT count(*) AS everywhere, count(*) FILTER (WHERE hr.queue = c.queue) AS here,
                    count(*) FILTER (WHERE hr.queue <> c.queue AND coalesce(hq.key_concurrency, 1) = 1) AS alone_elsewhere
             FROM {s}.runs hr LEFT JOIN {s}.queues hq ON hq.kind = 'workflow' AND hq.name = hr.queue
-            WHERE c.needs_key AND hr.holds_key AND hr.concurrency_key = c.concurrency_key AND hr.status IN """
+            WHERE hr.holds_key AND hr.concurrency_key = c.concurrency_key AND hr.status IN """
     + LIVE
     + """
         ) h
+        WHERE c.needs_key
     ),
     ranked AS (
         SELECT o.*, row_number() OVER (
                    PARTITION BY o.queue ORDER BY o.priority DESC, o.created_at, o.position
                ) AS queue_rank
-        FROM keyed o
-        WHERE NOT o.needs_key
-           OR (o.key_concurrency = 1 AND o.everywhere = 0 AND o.key_rank = 1)
-           OR (o.key_concurrency > 1 AND o.alone_elsewhere = 0 AND NOT (o.everywhere = 0 AND o.first_concurrency = 1)
-               AND o.queue_key_rank + o.here <= o.key_concurrency)
+        FROM (
+            SELECT c.run_id, c.workflow_name, c.queue, c.priority, c.created_at, c.position, c.needs_key
+            FROM candidates c WHERE NOT c.needs_key
+            UNION ALL
+            SELECT k.run_id, k.workflow_name, k.queue, k.priority, k.created_at, k.position, k.needs_key
+            FROM keyed k
+            WHERE (k.key_concurrency = 1 AND k.everywhere = 0 AND k.key_rank = 1)
+               OR (k.key_concurrency > 1 AND k.alone_elsewhere = 0 AND NOT (k.everywhere = 0 AND k.first_concurrency = 1)
+                   AND k.queue_key_rank + k.here <= k.key_concurrency)
+        ) o
     )
     SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.needs_key
     FROM ranked r JOIN free f ON f.queue = r.queue
