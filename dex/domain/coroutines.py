@@ -200,6 +200,12 @@ class CoroutineStepper:
             return None
         return task.woken_by  # in the ready queue (or never started): it gets the exception next
 
+    @property
+    def ended(self) -> bool:
+        """Whether every coroutine it ran has returned or raised: a close then runs no code."""
+        # a coroutine of another kind, without cr_frame, is taken to be still running
+        return all(getattr(task.coro, "cr_frame", True) is None for task in self._tasks)
+
     def close(self) -> int:
         """Stop every coroutine at its current await (runs their ``finally`` blocks); returns how
         many refused to stop (awaited again after :data:`CLOSE_THROWS` throws) and were abandoned.

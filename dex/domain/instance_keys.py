@@ -51,6 +51,8 @@ def start_rule(
 ) -> StartRule:
     """The checked rule of a start, or ``TypeError``/``ValueError`` naming what is wrong (before
     anything is written). ``instance_id`` is the start's, already checked."""
+    if type(id_reuse) is str and id_reuse == "allow" and debounce is None and debounce_max is None:
+        return PLAIN  # every start's rule unless it says otherwise: no more to check
     if not isinstance(id_reuse, str):
         raise TypeError(f"id_reuse must be one of {', '.join(map(repr, ID_REUSE))}, got {type(id_reuse).__name__}")
     # its characters, as a plain str: a subclass's own __eq__ or __hash__ is not asked (it may raise)

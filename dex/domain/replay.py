@@ -161,6 +161,12 @@ class WorkflowExecutor:
 
     # -- driving ---------------------------------------------------------------------------
     @property
+    def code_ended(self) -> bool:
+        """Whether none of its workflow code can run any more (every coroutine returned or
+        raised): closing it then runs nothing, in whatever thread."""
+        return self._stepper.ended
+
+    @property
     def finished(self) -> bool:
         return self.outcome is not None or self.nondeterminism is not None
 

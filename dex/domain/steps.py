@@ -53,9 +53,10 @@ def decode_arguments(
     """``payloads`` decoded with ``signature``'s parameter hints; ``SerializationError`` naming
     the one that does not fit (``what`` and its index), raised at the receiver."""
     values = []
+    hints = signature.parameters  # Signature.hint_for, without a call per argument
     for index, payload in enumerate(payloads):
         try:
-            values.append(converter.decode(payload, signature.hint_for(index)))
+            values.append(converter.decode(payload, hints[index] if index < len(hints) else None))
         except SerializationError as exc:
             raise SerializationError(f"{what} {index}: {exc}") from exc
     return values

@@ -856,19 +856,96 @@ def continue_task(
     tasks whose inline attempt failed and will be retried later as ordinary tasks.
 
     The history written is the one the ordinary path writes (one block per step), only in one
-    write: replay cannot tell the two apart. Requires :func:`can_continue`.
+    write: replay cannot tell the two apart. Requires :func:`can_continue`. A task that goes on
+    step after step uses :class:`Continued`, which this is one step of.
     """
-    answered = {m.created_seq for m in outcomes} | {r.created_seq for r in retries}
-    kept = tuple(t for t in result.activity_tasks if t.created_seq not in answered) + tuple(retries)
-    if not outcomes:
-        return attrs.evolve(result, activity_tasks=kept)
-    # inline messages never were in the inbox: negative ids, left out of what the task consumed
-    inbox = [InboxMessage(message_id=-(i + 1), event=message) for i, message in enumerate(outcomes)]
-    step = advance(executor, result.new_events[-1].sequence_number, inbox, now)
-    if len(step.consumed) != len(inbox):
-        raise AssertionError(f"run {result.run_id}: an inline activity outcome was not applied")
-    # built at once, not evolved twice: attrs.evolve is slow, and this runs for every step answered inline
-    return _merge(result, step, activity_tasks=kept + step.activity_tasks, consumed=result.consumed)
+    continued = Continued(result)
+    continued.add(executor, outcomes, retries, now)
+    return continued.result()
+
+
+class Continued:
+    """A workflow task's result as :func:`continue_task` extends it, step after step, put
+    together once at the end (:meth:`result`). Merged after every step instead, each step of a
+    run of quick activities built a new result and copied every tuple of the ones before."""
+
+    __slots__ = ("_first", "_steps", "activity_tasks", "events", "last")
+
+    def __init__(self, first: WorkflowTaskResult) -> None:
+        self._first = first
+        self._steps: list[WorkflowTaskResult] = []
+        self.activity_tasks = first.activity_tasks  # the task's pending activities, as merged
+        self.events = len(first.new_events)  # the new events of all the steps so far
+        self.last = first  # the latest step: its completion, status and new history are the task's
+
+    def can_continue(self, executor: WorkflowExecutor) -> bool:
+        """:func:`can_continue` of the result so far."""
+        last = self.last
+        return (
+            bool(self.activity_tasks)
+            and last.completion is None
+            and last.new_history is None
+            and not executor.finished
+            and not executor.suspended
+        )
+
+    def add(
+        self,
+        executor: WorkflowExecutor,
+        outcomes: Sequence[ev.ActivityTaskCompleted | ev.ActivityTaskFailed],
+        retries: Sequence[NewActivityTask],
+        now: datetime,
+    ) -> None:
+        """One step of :func:`continue_task`. Requires :meth:`can_continue`."""
+        answered = {m.created_seq for m in outcomes} | {r.created_seq for r in retries}
+        kept = tuple(t for t in self.activity_tasks if t.created_seq not in answered) + tuple(retries)
+        if not outcomes:
+            self.activity_tasks = kept
+            return
+        # inline messages never were in the inbox: negative ids, left out of what the task consumed
+        inbox = [InboxMessage(message_id=-(i + 1), event=message) for i, message in enumerate(outcomes)]
+        last = self.last
+        step = advance(executor, last.new_events[-1].sequence_number, inbox, now)
+        if len(step.consumed) != len(inbox):
+            raise AssertionError(f"run {last.run_id}: an inline activity outcome was not applied")
+        self._steps.append(step)
+        self.activity_tasks = kept + step.activity_tasks
+        self.events += len(step.new_events)
+        self.last = step
+
+    def result(self) -> WorkflowTaskResult:
+        """The first result with every step added: one result, written in one write."""
+        first, steps = self._first, self._steps
+        if not steps:
+            if self.activity_tasks is first.activity_tasks:
+                return first
+            return attrs.evolve(first, activity_tasks=self.activity_tasks)
+        last = self.last
+        effects = first.effects
+        new_events = list(first.new_events)
+        messages = list(first.messages)
+        child_runs = list(first.child_runs)
+        started = first.started
+        for step in steps:
+            new_events.extend(step.new_events)
+            messages.extend(step.messages)
+            child_runs.extend(step.child_runs)
+            started = started or step.started
+            effects = _then(effects, step.effects)
+        return WorkflowTaskResult(
+            run_id=first.run_id,
+            expected_last_seq=first.expected_last_seq,
+            new_events=tuple(new_events),
+            consumed=first.consumed,
+            started=started,
+            completion=last.completion,
+            custom_status=last.custom_status,
+            activity_tasks=self.activity_tasks,
+            messages=tuple(messages),
+            child_runs=tuple(child_runs),
+            new_history=last.new_history,
+            effects=effects,
+        )
 
 
 def _completion_messages(

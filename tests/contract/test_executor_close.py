@@ -18,6 +18,7 @@ import pytest
 import dex
 from dex.adapters.observability.prometheus import PrometheusTelemetry
 from dex.app.workflows.executors import Closer, ExecutorCache
+from dex.domain.task import replay_history
 
 finals: list[bool] = []  # ctx.is_replaying in each run of the finally block
 effects: list[str] = []  # side effects that really ran
@@ -121,6 +122,33 @@ def test_evicted_executors_are_closed_silently(make_engine: Any) -> None:
     assert closer.close_dropped() == 1  # the worker's thread closes it
     assert finals == [True]
     assert effects == []
+
+
+@dex.workflow
+async def quick(ctx: dex.WorkflowContext, x: int) -> int:
+    return x
+
+
+def test_a_dropped_executor_whose_code_ended_is_closed_at_once_and_one_suspended_waits(make_engine: Any) -> None:
+    engine: dex.Engine = make_engine([guarded, quick], [])
+    waiting = engine.start_workflow(guarded, 1)
+    finished = engine.start_workflow(quick, 2)
+    engine.drain()
+    assert engine.wait(finished, timeout=5) == 2
+    # a finished run's executor: every coroutine returned, so its close runs no code and is
+    # done by whoever drops it (its objects freed now, not after the worker's round)
+    ended = replay_history(quick.__dex_workflow__, finished, engine.history(finished), engine.converter)
+    assert ended.code_ended
+    closer = Closer()
+    closer(ended)
+    assert ended.closed and len(closer) == 0
+    # a suspended one would run its finally: queued for the worker's thread, as before
+    entry = engine.workflow_worker.cache.take(waiting)
+    assert entry is not None and not entry.executor.code_ended
+    closer(entry.executor)
+    assert len(closer) == 1 and finals == [] and not entry.executor.closed
+    assert closer.close_dropped() == 1
+    assert finals == [True] and effects == []
 
 
 def test_an_executor_replaced_in_the_cache_is_closed_silently(make_engine: Any) -> None:

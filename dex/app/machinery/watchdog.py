@@ -143,12 +143,14 @@ class _Watch:
         # measured as the costliest line of a started engine's workflow task; the watchdog's
         # verdict compares it with the process's CPU time since that step
         self.cpu = dog._baselines.read(dog._steps)
+        # Without the lock: only this thread adds or removes its own entry, and the watchdog's
+        # step reads a copy of the entries (taken under its lock, so no exit removes one while it
+        # acts on it); an entry added meanwhile is seen at its next step. Inside a watched
+        # stretch already, that one watches this too.
         watches = dog._watches
-        with dog._lock:
-            # inside a watched stretch already: that one watches this too
-            self.nested = nested = thread in watches
-            if not nested:
-                watches[thread] = self
+        self.nested = nested = thread in watches
+        if not nested:
+            watches[thread] = self
 
     def __exit__(self, *exc_info: object) -> None:
         if self.nested:
@@ -271,7 +273,7 @@ class Watchdog:
         late: list[tuple[_Watch, str, str | None]] = []
         stalled: list[_Watch] = []
         with self._lock:
-            for watch in self._watches.values():
+            for watch in list(self._watches.values()):  # a copy: stretches begin without the lock
                 if watch.fired:
                     self._interrupted(watch, now)
                     continue
@@ -298,7 +300,7 @@ class Watchdog:
             self._blocked(watch, where, held)
         revived = self._revive()
         with self._lock:
-            for watch in self._watches.values():
+            for watch in list(self._watches.values()):
                 if not watch.fired:
                     watch.cpu = _thread_cpu(watch.thread)  # from here on (NaN where unknown: no verdict)
             self._stepped, self._process_cpu = self._clock(), time.process_time()

@@ -140,7 +140,13 @@ class Closer:
         return len(self._dropped)
 
     def __call__(self, executor: WorkflowExecutor) -> None:
-        """``executor`` is dropped: queue it for :meth:`close_dropped` (from any thread; no code runs here)."""
+        """``executor`` is dropped: queue it for :meth:`close_dropped` (from any thread; no code
+        runs here). One whose code has ended (a finished run's, commonly) is closed at once: that
+        runs none of its code, and frees it now rather than after the round (its objects would
+        otherwise outlive the round, and the garbage collector would walk them again and again)."""
+        if executor.code_ended:
+            self._close(executor)
+            return
         with self._lock:
             self._dropped.append(executor)
 

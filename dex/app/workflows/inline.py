@@ -39,7 +39,7 @@ from dex.app.activities.worker import ActivityWorker
 from dex.app.ports.store import ActivitySlots, ActivityTask, Clock, Lease
 from dex.domain import events as ev
 from dex.domain.replay import WorkflowExecutor
-from dex.domain.task import NewActivityTask, WorkflowTaskResult, can_continue, continue_task
+from dex.domain.task import Continued, NewActivityTask, WorkflowTaskResult
 
 log = logging.getLogger("dex.worker")
 
@@ -157,15 +157,16 @@ class InlineActivities:
         (it holds the activity slot), and what a crash before the write costs is those
         attempts run again, as any inline attempt."""
         tried: set[int] = set()
+        continued = Continued(result)
         while (
             not executor.closed  # the watchdog gave the task up: no further attempt runs for it
-            and can_continue(executor, result)
+            and continued.can_continue(executor)
             and clock.now() < until
-            and len(result.new_events) < _INLINE_EVENTS
+            and continued.events < _INLINE_EVENTS
         ):
             outcomes: list[ev.ActivityTaskCompleted | ev.ActivityTaskFailed] = []
             retries: list[NewActivityTask] = []
-            for spec in result.activity_tasks:
+            for spec in continued.activity_tasks:
                 if spec.created_seq in tried or not self.eligible(spec, room_in, chained):
                     continue
                 tried.add(spec.created_seq)
@@ -177,10 +178,10 @@ class InlineActivities:
             if not outcomes and not retries:
                 break
             with watched():
-                result = continue_task(executor, result, outcomes, retries, clock.now())
+                continued.add(executor, outcomes, retries, clock.now())
             if not outcomes:
                 break
-        return result
+        return continued.result()
 
 
 def first_attempt(spec: NewActivityTask, owner: str, now: datetime) -> ActivityTask:
