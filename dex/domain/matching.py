@@ -10,7 +10,7 @@ for every block.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from dex.domain import commands as cmd
 from dex.domain import events as ev
@@ -19,9 +19,11 @@ from dex.domain import events as ev
 class BlockCursor:
     """The command position in one block: matched against ``recorded``, or numbered as new."""
 
-    def __init__(self, mismatch: Callable[[str], None]) -> None:
-        # called with the text of a non-determinism; the executor keeps the first
-        self._mismatch = mismatch
+    def __init__(self) -> None:
+        # the text of the first non-determinism found, which the executor reads when a command
+        # is refused or a block ends (kept here rather than reported through a callback to the
+        # executor, which would tie the two in a cycle only the garbage collector can free)
+        self.mismatch: str | None = None
         self.recorded: Sequence[ev.HistoryEvent] | None = None
         self.position = 0
         self.next_seq = 0
@@ -46,7 +48,7 @@ class BlockCursor:
             self.new.append((seq, command))
             return seq, cmd.to_event(command)
         if self.position >= len(self.recorded):
-            self._mismatch(
+            self._found(
                 f"the workflow code asked for {cmd.describe_command(command)} where history recorded no further step"
             )
             return None
@@ -54,7 +56,7 @@ class BlockCursor:
         difference = cmd.matches(command, recorded.event)
         if difference is not None:
             detail = "" if difference == "step" else f" with a different {difference}"
-            self._mismatch(
+            self._found(
                 f"history recorded {cmd.describe_event(recorded.event)} at event {recorded.sequence_number} "
                 f"but the workflow code asked for {cmd.describe_command(command)}{detail}"
             )
@@ -78,10 +80,14 @@ class BlockCursor:
         """At the end of a replayed block: report a recorded step the code did not ask for."""
         if self.recorded is not None and self.position < len(self.recorded):
             missing = self.recorded[self.position]
-            self._mismatch(
+            self._found(
                 f"history recorded {cmd.describe_event(missing.event)} at event {missing.sequence_number} "
                 "but the workflow code did not ask for it"
             )
+
+    def _found(self, text: str) -> None:
+        if self.mismatch is None:
+            self.mismatch = text
 
     def peek_seq(self) -> int:
         """The sequence number the next command will have (-1 past the end of a recorded block)."""

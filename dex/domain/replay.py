@@ -126,7 +126,6 @@ class WorkflowExecutor:
         self.now: datetime = datetime.min
         self.is_replaying = False
         self.custom_status: str | None = None
-        self.context = WorkflowContext(self)
         self._stepper = CoroutineStepper()
         self._refused = 0  # coroutines that refused to close, abandoned, not yet reported by close()
         self._waits = Waits(converter)
@@ -137,7 +136,7 @@ class WorkflowExecutor:
         self._driving = False  # True while apply_block steps the code: only then may it issue commands
         self.outcome: cmd.CompleteRun | ContinueAsNewRequest | None = None
         self.nondeterminism: str | None = None
-        self._block = BlockCursor(self._mismatch)  # the block being applied
+        self._block = BlockCursor()  # the block being applied
         self._patches: dict[str, bool] = {}  # each patch's answer, fixed for the rest of the run
         self.labels: dict[str, str] = dict(created.labels)
         self.labels_changed = False  # in the block being applied
@@ -242,6 +241,8 @@ class WorkflowExecutor:
             self._run_until_quiet()
         if self.nondeterminism is None:
             self._block.check_all_asked()
+            if self._block.mismatch is not None:
+                self._mismatch(self._block.mismatch)
         if self.nondeterminism is not None:
             self._refused += self._stepper.close()
         if self.outcome is not None:
@@ -291,7 +292,10 @@ class WorkflowExecutor:
         # _may_issue, spelled out: this runs for every command
         if self.nondeterminism is not None or self.closed or not self._driving or self.outcome is not None:
             return None
-        return self._block.issue(command)
+        issued = self._block.issue(command)
+        if issued is None:
+            self._mismatch(self._block.mismatch or "a step did not match its history")
+        return issued
 
     def _issue_or_abort(self, command: cmd.Command) -> tuple[int, ev.Event]:
         issued = self._issue(command)
@@ -331,7 +335,9 @@ class WorkflowExecutor:
         try:
             signature.check_arity(len(self.created.input), f"workflow {self.workflow_name!r}")
             args = decode_arguments(self.converter, self.created.input, signature)
-            coro = self.definition.fn(self.context, *args)
+            # the context is the code's alone: kept by the executor as well, the two would form a
+            # cycle that outlives the run until the garbage collector finds it
+            coro = self.definition.fn(WorkflowContext(self), *args)
             if not inspect.iscoroutine(coro):
                 raise TypeError(f"workflow {self.workflow_name!r} must be an async def function")
         except BaseException as exc:  # noqa: BLE001 - bad input (or user code decoding it) fails the run, not the worker

@@ -11,6 +11,7 @@ import gc
 import logging
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -302,3 +303,23 @@ def test_a_close_that_blocks_is_interrupted_by_the_watchdog_and_the_engine_goes_
     # its run lost nothing: the next task replays it on a fresh executor
     engine.send_event(blocking, "go")
     assert engine.wait(blocking, timeout=10) == "went"
+
+
+def test_a_finished_runs_executor_is_freed_without_the_garbage_collector(make_engine: Any) -> None:
+    # no reference cycle through the executor (its context, its block cursor): a finished run's
+    # objects go when the worker drops them, not when the collector next walks the heap
+    engine: dex.Engine = make_engine([quick], [])
+    run_id = engine.start_workflow(quick, 3)
+    engine.drain()
+    assert engine.wait(run_id, timeout=5) == 3
+    history = engine.history(run_id)
+    gc.disable()
+    try:
+        executor = replay_history(quick.__dex_workflow__, run_id, history, engine.converter)
+        assert executor.code_ended
+        Closer()(executor)
+        gone = weakref.ref(executor)
+        del executor
+        assert gone() is None
+    finally:
+        gc.enable()
