@@ -47,12 +47,18 @@ class Unhandled(Exception):  # a signal, not an error: the caller takes the gene
     """A value this module does not write itself."""
 
 
+# the varints of 0-127, one byte each: sequence numbers, lengths and small counts mostly are
+_SMALL = tuple(bytes((value,)) for value in range(0x80))
+# field 1 (the sequence number) with each of those values: the head of most events
+_SEQUENCE_HEADS = tuple(b"\x08" + small for small in _SMALL)
+
+
 def varint(value: int) -> bytes:
     """A protobuf varint; negative numbers as their 64-bit two's complement (int32 and int64)."""
+    if 0 <= value < 0x80:
+        return _SMALL[value]
     if value < 0:
         value &= 0xFFFF_FFFF_FFFF_FFFF
-    if value < 0x80:
-        return bytes((value,))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -62,7 +68,8 @@ def varint(value: int) -> bytes:
 
 
 def _length_delimited(tag: bytes, data: bytes) -> bytes:
-    return tag + varint(len(data)) + data
+    size = len(data)
+    return tag + (_SMALL[size] if size < 0x80 else varint(size)) + data
 
 
 def repeated_message_field(message: bytes) -> bytes:
@@ -89,14 +96,23 @@ def _string(tag: bytes, text: str) -> bytes:
     return _length_delimited(tag, text.encode("utf-8")) if text else b""
 
 
+# field 1 of a Payload for the encodings dex writes (one lookup, not an encode, per payload)
+_ENCODING_FIELDS: dict[str, bytes] = {}
+
+
 def payload_bytes(payload: Payload) -> bytes:
     """A ``dex.v1.Payload`` message (without its own tag)."""
-    data = payload.data
-    return (
-        _string(b"\x0a", payload.encoding)
-        + (_length_delimited(b"\x12", data) if data else b"")
-        + _string(b"\x1a", payload.message_type)
-    )
+    data, name = payload.data, payload.encoding
+    plain = type(name) is str  # a subclass's own __hash__ is not asked (it may raise)
+    encoding = _ENCODING_FIELDS.get(name) if plain else None
+    if encoding is None:
+        encoding = _string(b"\x0a", name)
+        if plain and len(_ENCODING_FIELDS) < 16:  # dex's few encodings; others are written each time
+            _ENCODING_FIELDS[name] = encoding
+    if data:
+        size = len(data)
+        encoding += b"\x12" + (_SMALL[size] if size < 0x80 else varint(size)) + data
+    return encoding + _string(b"\x1a", payload.message_type) if payload.message_type else encoding
 
 
 def _name_and_input(name: str, items: tuple[Payload, ...]) -> bytes:
@@ -119,10 +135,12 @@ def _activity_task_created_tail(event: ev.ActivityTaskCreated) -> bytes:
 
 
 def _activity_task_completed(event: ev.ActivityTaskCompleted) -> bytes:
-    body = b""
-    if event.created_seq:
-        body += b"\x08" + varint(_int64(event.created_seq))
-    body += _length_delimited(b"\x12", payload_bytes(event.result))  # a message field: always present
+    created_seq = event.created_seq
+    if 0 < created_seq < 0x80:
+        head = _SEQUENCE_HEADS[created_seq]  # field 1 here too
+    else:
+        head = b"\x08" + varint(_int64(created_seq)) if created_seq else b""
+    body = head + _length_delimited(b"\x12", payload_bytes(event.result))  # a message field: always present
     return _length_delimited(_ACTIVITY_TASK_COMPLETED_TAG, body)
 
 
@@ -187,22 +205,38 @@ class EventWriter:
     def write(self, event: ev.HistoryEvent) -> bytes:
         """The event's bytes; raises :class:`Unhandled` for a kind or value left to the caller."""
         body = event.event
-        if isinstance(body, ev.WorkflowTaskStarted):
-            tail = _WORKFLOW_TASK_STARTED
-        elif isinstance(body, ev.WorkflowTaskCompleted):
-            tail = _WORKFLOW_TASK_COMPLETED
-        elif isinstance(body, ev.RunStarted):
-            tail = _RUN_STARTED
-        elif isinstance(body, ev.ActivityTaskCompleted):
-            tail = _activity_task_completed(body)
-        elif isinstance(body, ev.ActivityTaskCreated):
-            tail = _activity_task_created(body, self._tail(body))
-        elif isinstance(body, ev.RunCreated):
-            tail = _run_created(body)
-        elif isinstance(body, ev.RunCompleted):
-            tail = _run_completed(body)
+        kind = type(body)  # exact types, commonest first (a subclass takes the general path)
+        tail = _EMPTY_BODIES.get(kind)
+        if tail is not None:
+            pass
+        elif kind is ev.ActivityTaskCompleted:
+            tail = _activity_task_completed(body)  # type: ignore[arg-type]
+        elif kind is ev.ActivityTaskCreated:
+            tail = _activity_task_created(body, self._tail(body))  # type: ignore[arg-type]
+        elif kind is ev.RunCreated:
+            tail = _run_created(body)  # type: ignore[arg-type]
+        elif kind is ev.RunCompleted:
+            tail = _run_completed(body)  # type: ignore[arg-type]
         else:
             raise Unhandled
-        seq = _int64(event.sequence_number)
-        head = _SEQUENCE_TAG + varint(seq) if seq else b""
+        seq = event.sequence_number
+        if 0 < seq < 0x80:
+            head = _SEQUENCE_HEADS[seq]
+        else:
+            seq = _int64(seq)
+            head = _SEQUENCE_TAG + varint(seq) if seq else b""
         return head + _timestamp_field(event.timestamp) + tail
+
+    def write_framed(self, event: ev.HistoryEvent) -> bytes:
+        """:meth:`write`'s bytes as one element of a ``HistoryBlock`` (:func:`repeated_message_field`)."""
+        data = self.write(event)
+        size = len(data)
+        return b"\x0a" + (_SMALL[size] if size < 0x80 else varint(size)) + data
+
+
+# the bodies that are empty messages: their bytes (tag and zero length) are all there is
+_EMPTY_BODIES: dict[type, bytes] = {
+    ev.WorkflowTaskStarted: _WORKFLOW_TASK_STARTED,
+    ev.WorkflowTaskCompleted: _WORKFLOW_TASK_COMPLETED,
+    ev.RunStarted: _RUN_STARTED,
+}
