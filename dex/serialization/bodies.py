@@ -26,7 +26,7 @@ from dex.serialization.values import (
     payloads_from_proto,
     payloads_to_proto,
     required_field,
-    retry_policy_from_proto,
+    retry_policy_from_bytes,
     retry_policy_to_proto,
     timedelta_from_proto,
     timedelta_to_proto,
@@ -212,7 +212,7 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 input=payloads_from_proto(body.input),
                 queue=body.queue,
                 priority=body.priority,
-                retry_policy=retry_policy_from_proto(required_field(body, "retry_policy", where)),
+                retry_policy=retry_policy_from_bytes(required_field(body, "retry_policy", where)),
                 lock_timeout=timedelta_from_proto(required_field(body, "lock_timeout", where)),
             )
         case history_pb2.ActivityTaskCompleted():

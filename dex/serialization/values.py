@@ -5,6 +5,7 @@ Each value maps to its ``dex.v1`` message and to bytes; decoding bad bytes raise
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -113,7 +114,12 @@ def timestamp_fields(moment: datetime) -> tuple[int, int]:
 
 def datetime_from_proto(stamp: timestamp_pb2.Timestamp) -> datetime:
     """A ``Timestamp`` as an aware UTC datetime (sub-microsecond digits are dropped)."""
-    return _EPOCH + timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
+    return datetime_from_fields(stamp.seconds, stamp.nanos)
+
+
+def datetime_from_fields(seconds: int, nanos: int) -> datetime:
+    """:func:`datetime_from_proto` of a ``Timestamp``'s two fields."""
+    return _EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)
 
 
 def timedelta_to_proto(delta: timedelta) -> duration_pb2.Duration:
@@ -170,6 +176,17 @@ def retry_policy_to_proto(policy: RetryPolicy) -> retry_pb2.RetryPolicy:
         max_delay=timedelta_to_proto(policy.max_delay),
         max_attempts=policy.max_attempts,
     )
+
+
+def retry_policy_from_bytes(message: retry_pb2.RetryPolicy) -> RetryPolicy:
+    """:func:`retry_policy_from_proto`, kept per policy: an activity's calls share theirs, and
+    building one (two durations, its checks) cost a fifth of reading a step's history."""
+    return _retry_policy_of(message.SerializeToString())
+
+
+@functools.lru_cache(maxsize=256)
+def _retry_policy_of(data: bytes) -> RetryPolicy:
+    return retry_policy_from_proto(parse_message(retry_pb2.RetryPolicy, data))
 
 
 def retry_policy_from_proto(message: retry_pb2.RetryPolicy) -> RetryPolicy:
