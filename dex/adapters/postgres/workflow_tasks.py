@@ -36,9 +36,10 @@ from dex.serialization.values import encode_failure
 # only as many runs as the queue has free slots. The operator's pause stops scheduling; a rate
 # limit does not (it limits the claims: the generated ``paused`` column, migration 15).
 # The key's windows and its holders' count are computed for the candidates that need a key
-# only (``keyed``); the others join them after (``UNION ALL``): with thousands of runs waiting,
-# three more sorts and a holders' count per keyless candidate made the statement half again
-# as costly (docs/decisions/key-concurrency-per-queue.md).
+# only (``keyed``); the others join the granted ones in ``pool``, of which each queue with free
+# slots takes its first ones, as many as it has slots, up to the limit (a LATERAL top-N per
+# queue): a window over every waiting run ranked them all, a full sort of thousands of rows in
+# each round (docs/decisions/key-concurrency-per-queue.md).
 _CHOOSE = (
     """
     WITH visible AS (
@@ -82,24 +83,23 @@ _CHOOSE = (
         ) h
         WHERE c.needs_key
     ),
-    ranked AS (
-        SELECT o.*, row_number() OVER (
-                   PARTITION BY o.queue ORDER BY o.priority DESC, o.created_at, o.position
-               ) AS queue_rank
-        FROM (
-            SELECT c.run_id, c.workflow_name, c.queue, c.priority, c.created_at, c.position, c.needs_key
-            FROM candidates c WHERE NOT c.needs_key
-            UNION ALL
-            SELECT k.run_id, k.workflow_name, k.queue, k.priority, k.created_at, k.position, k.needs_key
-            FROM keyed k
-            WHERE (k.key_concurrency = 1 AND k.everywhere = 0 AND k.key_rank = 1)
-               OR (k.key_concurrency > 1 AND k.alone_elsewhere = 0 AND NOT (k.everywhere = 0 AND k.first_concurrency = 1)
-                   AND k.queue_key_rank + k.here <= k.key_concurrency)
-        ) o
+    pool AS MATERIALIZED (
+        SELECT c.run_id, c.workflow_name, c.queue, c.priority, c.created_at, c.position, c.needs_key
+        FROM candidates c WHERE NOT c.needs_key
+        UNION ALL
+        SELECT k.run_id, k.workflow_name, k.queue, k.priority, k.created_at, k.position, k.needs_key
+        FROM keyed k
+        WHERE (k.key_concurrency = 1 AND k.everywhere = 0 AND k.key_rank = 1)
+           OR (k.key_concurrency > 1 AND k.alone_elsewhere = 0 AND NOT (k.everywhere = 0 AND k.first_concurrency = 1)
+               AND k.queue_key_rank + k.here <= k.key_concurrency)
     )
     SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.needs_key
-    FROM ranked r JOIN free f ON f.queue = r.queue
-    WHERE r.queue_rank <= f.slots
+    FROM free f CROSS JOIN LATERAL (
+        SELECT p.* FROM pool p WHERE p.queue = f.queue
+        ORDER BY p.priority DESC, p.created_at, p.position
+        LIMIT least(f.slots, %(limit)s)
+    ) r
+    WHERE f.slots > 0
     ORDER BY r.priority DESC, r.created_at, r.position
     LIMIT %(limit)s
     """
@@ -124,7 +124,7 @@ assert _CHOOSE_OF_RUNS != _CHOOSE
 # a completion's dispatch as one statement, made only if its transaction took the scheduler's
 # lock (the setting named %(gate)s says so: dispatch.dispatch_now); tasks are inserted in
 # the choice's order, so their ids follow it as the scheduler's do
-_LAST_SELECT = "SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.needs_key\n    FROM ranked r"
+_LAST_SELECT = "SELECT r.run_id, r.workflow_name, r.queue, r.priority, r.needs_key\n    FROM free f"
 _DISPATCH_OF_RUNS = (
     "INSERT INTO {s}.workflow_tasks (queue, run_id, workflow_name, priority)"
     " SELECT c.queue, c.run_id, c.workflow_name, c.priority FROM ("
@@ -134,7 +134,7 @@ _DISPATCH_OF_RUNS = (
     + ") c WHERE NOT c.needs_key AND current_setting(%(gate)s, true) = 'true'"
     " ORDER BY c.priority DESC, c.created_at, c.position"
 )
-assert "r.created_at, r.position\n    FROM ranked r" in _DISPATCH_OF_RUNS
+assert "r.created_at, r.position\n    FROM free f" in _DISPATCH_OF_RUNS
 
 
 # The claim: FOR UPDATE SKIP LOCKED: rows another worker is claiming right now are passed over,
