@@ -206,7 +206,14 @@ def test_store_faults_around_awaited_attempts_fail_no_run(kind: str, monkeypatch
                 )
                 for n in range(60)
             ]
-            time.sleep(3)
+            # faults go on until the attempts' outcomes, and the steps they answer, have been
+            # written a few times under them (at least 3 s; on a loaded host it takes longer)
+            struck = time.monotonic() + 3
+            while time.monotonic() < deadline - 60 and (
+                time.monotonic() < struck
+                or sum(n for name, n in dict(store.calls).items() if name.startswith("complete_")) <= 5
+            ):
+                time.sleep(0.1)
             store.enabled = False
             # the writes of the attempts' outcomes, and of the steps they answer, were struck
             assert sum(n for name, n in store.calls.items() if name.startswith("complete_")) > 5, store.calls
