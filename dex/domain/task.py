@@ -834,10 +834,16 @@ def child_created(parent: str, event: ev.ChildRunCreated, created: ev.RunCreated
 def can_continue(executor: WorkflowExecutor, result: WorkflowTaskResult) -> bool:
     """Whether ``result``'s task may go on with outcomes of its own activities (see
     :func:`continue_task`): the run is live, not suspended, and scheduled activities."""
+    return _may_go_on(executor, result.activity_tasks, result)
+
+
+def _may_go_on(executor: WorkflowExecutor, activity_tasks: Sequence[NewActivityTask], last: WorkflowTaskResult) -> bool:
+    """:func:`can_continue` of a task whose pending activities are ``activity_tasks`` and whose
+    latest block is ``last`` (the whole result, or a :class:`Continued`'s last step)."""
     return (
-        bool(result.activity_tasks)
-        and result.completion is None
-        and result.new_history is None
+        bool(activity_tasks)
+        and last.completion is None
+        and last.new_history is None
         and not executor.finished
         and not executor.suspended
     )
@@ -880,14 +886,7 @@ class Continued:
 
     def can_continue(self, executor: WorkflowExecutor) -> bool:
         """:func:`can_continue` of the result so far."""
-        last = self.last
-        return (
-            bool(self.activity_tasks)
-            and last.completion is None
-            and last.new_history is None
-            and not executor.finished
-            and not executor.suspended
-        )
+        return _may_go_on(executor, self.activity_tasks, self.last)
 
     def add(
         self,

@@ -19,6 +19,7 @@ from dex.domain.status import RunStatus
 from dex.serialization.values import (
     datetime_from_proto,
     datetime_to_proto,
+    decode_retry_policy,
     failure_from_proto,
     failure_to_proto,
     payload_from_proto,
@@ -26,7 +27,6 @@ from dex.serialization.values import (
     payloads_from_proto,
     payloads_to_proto,
     required_field,
-    retry_policy_from_bytes,
     retry_policy_to_proto,
     timedelta_from_proto,
     timedelta_to_proto,
@@ -212,7 +212,8 @@ def body_from_proto(body: ProtoMessage, where: str) -> ev.Event:
                 input=payloads_from_proto(body.input),
                 queue=body.queue,
                 priority=body.priority,
-                retry_policy=retry_policy_from_bytes(required_field(body, "retry_policy", where)),
+                # through the decoded policies kept by their bytes: an activity's calls share one
+                retry_policy=decode_retry_policy(required_field(body, "retry_policy", where).SerializeToString()),
                 lock_timeout=timedelta_from_proto(required_field(body, "lock_timeout", where)),
             )
         case history_pb2.ActivityTaskCompleted():

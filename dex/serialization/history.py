@@ -149,14 +149,7 @@ def encode_block(events: Iterable[ev.HistoryEvent]) -> bytes:
 
 
 def _block_bytes(events: Iterable[ev.HistoryEvent]) -> bytes:
-    framed = _WRITER.write_framed
-    parts = []
-    for event in events:
-        try:
-            parts.append(framed(event))
-        except (wire.Unhandled, UnicodeEncodeError):
-            parts.append(wire.repeated_message_field(event_to_proto(event).SerializeToString()))
-    return b"".join(parts)
+    return b"".join([wire.repeated_message_field(encode_event(event)) for event in events])
 
 
 class EncodedEvents(tuple[ev.HistoryEvent, ...]):

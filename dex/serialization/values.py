@@ -5,7 +5,6 @@ Each value maps to its ``dex.v1`` message and to bytes; decoding bad bytes raise
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -176,17 +175,6 @@ def retry_policy_to_proto(policy: RetryPolicy) -> retry_pb2.RetryPolicy:
         max_delay=timedelta_to_proto(policy.max_delay),
         max_attempts=policy.max_attempts,
     )
-
-
-def retry_policy_from_bytes(message: retry_pb2.RetryPolicy) -> RetryPolicy:
-    """:func:`retry_policy_from_proto`, kept per policy: an activity's calls share theirs, and
-    building one (two durations, its checks) cost a fifth of reading a step's history."""
-    return _retry_policy_of(message.SerializeToString())
-
-
-@functools.lru_cache(maxsize=256)
-def _retry_policy_of(data: bytes) -> RetryPolicy:
-    return retry_policy_from_proto(parse_message(retry_pb2.RetryPolicy, data))
 
 
 def retry_policy_from_proto(message: retry_pb2.RetryPolicy) -> RetryPolicy:

@@ -227,12 +227,6 @@ class EventWriter:
             head = _SEQUENCE_TAG + varint(seq) if seq else b""
         return head + _timestamp_field(event.timestamp) + tail
 
-    def write_framed(self, event: ev.HistoryEvent) -> bytes:
-        """:meth:`write`'s bytes as one element of a ``HistoryBlock`` (:func:`repeated_message_field`)."""
-        data = self.write(event)
-        size = len(data)
-        return b"\x0a" + (_SMALL[size] if size < 0x80 else varint(size)) + data
-
 
 # the bodies that are empty messages: their bytes (tag and zero length) are all there is
 _EMPTY_BODIES: dict[type, bytes] = {
